@@ -1,0 +1,258 @@
+"""One API: JSON over HTTP on a UNIX socket only its owner can open. No TCP listener, ever.
+
+Every request is validated; a malformed one gets 400 with a message that says what to do, never a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from orchestrator import __version__
+from orchestrator import logging as olog
+from orchestrator.core import claims
+from orchestrator.core.models import JobState
+from orchestrator.git import repos
+from orchestrator.jobs.scheduler import JobError, Scheduler
+from orchestrator.plan import declared
+from orchestrator.runners import Runner
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class BadRequest(ValueError):
+    """The request is malformed; the message says what to send instead."""
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequest as e:
+        return _error(400, str(e))
+    except (repos.RepoError, claims.ClaimError) as e:
+        return _error(400, str(e))
+    except JobError as e:
+        return _error(e.status, str(e))
+    except web.HTTPException:
+        raise
+    except Exception as e:  # noqa: BLE001 - report, keep serving
+        olog.get().error(olog.Event.API_ERROR, path=request.path, error=str(e), exc_info=True)
+        return _error(500, f"internal error: {type(e).__name__}: {e} (the daemon log has the details)")
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        data = await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadRequest(f"the body is not valid JSON ({e}); send a JSON object") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    return data
+
+
+def _field(
+    data: dict[str, Any], name: str, typ: type | tuple[type, ...], default: Any = None, required: bool = False
+) -> Any:
+    if name not in data or data[name] is None:
+        if required:
+            raise BadRequest(f"missing field {name!r}")
+        return default
+    value = data[name]
+    if isinstance(value, bool) and typ is not bool:
+        raise BadRequest(f"field {name!r} has the wrong type")
+    if not isinstance(value, typ):
+        raise BadRequest(f"field {name!r} has the wrong type: expected {getattr(typ, '__name__', typ)}")
+    return value
+
+
+def _str_list(data: dict[str, Any], name: str) -> list[str]:
+    value = _field(data, name, list, default=[])
+    if not all(isinstance(v, str) for v in value):
+        raise BadRequest(f"field {name!r} must be a list of strings")
+    return list(value)
+
+
+def _int_list(data: dict[str, Any], name: str) -> list[int]:
+    value = _field(data, name, list, default=[])
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise BadRequest(f"field {name!r} must be a list of job ids")
+    return list(value)
+
+
+def _job_id(request: web.Request) -> int:
+    raw = request.match_info["id"]
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequest(f"job id must be a number, got {raw!r}") from None
+
+
+class Api:
+    def __init__(self, scheduler: Scheduler, runners: dict[str, Runner], stop: Callable[[], None]) -> None:
+        self.scheduler = scheduler
+        self.store = scheduler.board.store
+        self.runners = runners
+        self.stop = stop
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[errors], client_max_size=4 * 1024 * 1024)
+        app.add_routes(
+            [
+                web.get("/health", self.health),
+                web.post("/jobs", self.enqueue),
+                web.get("/jobs", self.list_jobs),
+                web.get("/jobs/{id}", self.show),
+                web.get("/jobs/{id}/why", self.why),
+                web.post("/jobs/{id}/cancel", self.cancel),
+                web.post("/jobs/{id}/retry", self.retry),
+                web.get("/jobs/{id}/log", self.log),
+                web.post("/wait", self.wait),
+                web.post("/plan", self.plan),
+            ]
+        )
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"ok": True, "pid": os.getpid(), "version": __version__, "burst": self.scheduler.burst}
+        )
+
+    async def _resolve(self, data: dict[str, Any]) -> tuple[Path, str]:
+        repo_raw = _field(data, "repo", str, required=True)
+        repo = await asyncio.to_thread(repos.canonical, Path(repo_raw))
+        branch = _field(data, "branch", str) or await asyncio.to_thread(repos.default_branch, repo)
+        await asyncio.to_thread(repos.branch_head, repo, branch)
+        return repo, branch
+
+    async def enqueue(self, request: web.Request) -> web.Response:
+        data = await _body(request)
+        text = _field(data, "text", str, required=True)
+        if not text.strip():
+            raise BadRequest("the job text is empty: say what the job should do (for the shell runner, a command)")
+        repo, branch = await self._resolve(data)
+        paths = _str_list(data, "paths")
+        claim = declared.claim(paths)
+        runner = _field(data, "runner", str) or self.scheduler.cfg.jobs.default_runner
+        if runner not in self.runners:
+            raise BadRequest(f"unknown runner {runner!r}: use one of {', '.join(sorted(self.runners))}")
+        priority = _field(data, "priority", int, default=0)
+        after = _int_list(data, "after")
+        for dep in after:
+            if await self.store.get(dep) is None:
+                raise BadRequest(f"--after {dep}: no such job (`orchestrator status` lists the jobs)")
+        job = await self.store.add_job(
+            repo=str(repo),
+            branch=branch,
+            text=text,
+            runner=runner,
+            priority=priority,
+            after=after,
+            declared=sorted(claim.paths),
+            claim=claim,
+        )
+        olog.get(job_id=job.id, repo=job.repo).info(
+            olog.Event.JOB_ENQUEUED,
+            branch=branch,
+            runner=runner,
+            declared=sorted(claim.paths),
+            priority=priority,
+            after=after,
+        )
+        self.scheduler.wake()
+        return web.json_response(job.to_json(), status=201)
+
+    async def list_jobs(self, request: web.Request) -> web.Response:
+        states = request.query.get("state")
+        wanted = None
+        if states:
+            try:
+                wanted = [JobState(s) for s in states.split(",")]
+            except ValueError:
+                raise BadRequest(f"unknown state in {states!r}: use {', '.join(s.value for s in JobState)}") from None
+        jobs = await self.store.jobs(wanted)
+        return web.json_response({"jobs": [j.to_json() for j in jobs]})
+
+    async def show(self, request: web.Request) -> web.Response:
+        job = await self.scheduler._get(_job_id(request))
+        body = job.to_json()
+        body["events"] = await self.store.events(job.id)
+        return web.json_response(body)
+
+    async def why(self, request: web.Request) -> web.Response:
+        job = await self.scheduler._get(_job_id(request))
+        return web.json_response(
+            {
+                "id": job.id,
+                "state": str(job.state),
+                "reason": job.reason,
+                "decision": job.decision,
+                "land_after": list(job.land_after),
+            }
+        )
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        job = await self.scheduler.cancel(_job_id(request))
+        return web.json_response(job.to_json())
+
+    async def retry(self, request: web.Request) -> web.Response:
+        job = await self.scheduler.retry(_job_id(request))
+        return web.json_response(job.to_json())
+
+    async def wait(self, request: web.Request) -> web.Response:
+        data = await _body(request)
+        ids = _int_list(data, "ids")
+        timeout = _field(data, "timeout", (int, float))
+        if not ids:
+            ids = [j.id for j in await self.store.jobs() if not j.state.terminal]
+        for i in ids:
+            await self.scheduler._get(i)
+        jobs = await self.scheduler.wait(ids, timeout)
+        return web.json_response({"jobs": [j.to_json() for j in jobs], "done": all(j.state.terminal for j in jobs)})
+
+    async def plan(self, request: web.Request) -> web.Response:
+        data = await _body(request)
+        _field(data, "text", str, default="")
+        repo, branch = await self._resolve(data)
+        base = _field(data, "base", str)
+        if base:
+            base = await asyncio.to_thread(repos.resolve_rev, repo, base)
+        else:
+            base = await asyncio.to_thread(repos.branch_head, repo, branch)
+        claim = declared.claim(_str_list(data, "paths"))
+        return web.json_response({"repo": str(repo), "branch": branch, "base": base, "claim": claim.to_json()})
+
+    async def log(self, request: web.Request) -> web.StreamResponse:
+        job = await self.scheduler._get(_job_id(request))
+        follow = request.query.get("follow") in ("1", "true")
+        path = self.scheduler.paths.job_log(job.id)
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+        await resp.prepare(request)
+        pos = 0
+        while True:
+            if path.exists():
+                with path.open("rb") as f:
+                    f.seek(pos)
+                    chunk = f.read()
+                if chunk:
+                    pos += len(chunk)
+                    await resp.write(chunk)
+            if not follow:
+                break
+            current = await self.store.get(job.id)
+            if current is None or current.state.terminal:
+                follow = False  # one last read picks up the tail
+                continue
+            await asyncio.sleep(0.2)
+        await resp.write_eof()
+        return resp

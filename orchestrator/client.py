@@ -1,0 +1,125 @@
+"""The CLI's client of the daemon's API: HTTP over the UNIX socket, standard library only (fast to start)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class Unreachable(ConnectionError):
+    """No daemon answers on the socket."""
+
+
+class ApiError(Exception):
+    """The daemon refused the request; `message` says why and what to do."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self._path))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class Client:
+    def __init__(self, socket_path: Path, timeout: float | None = 30.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def _open(self, method: str, path: str, body: Any = None,
+              timeout: float | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        conn = _UnixConnection(self.socket_path, timeout if timeout is not None else self.timeout)
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        try:
+            conn.request(method, path, body=payload, headers=headers)
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
+    def _connect(self, method: str, path: str, body: Any = None,
+                 timeout: float | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        try:
+            return self._open(method, path, body, timeout)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            raise Unreachable(
+                f"no daemon answers on {self.socket_path}: start it with `orchestrator daemon` "
+                "(or `systemctl --user start orchestrator`)"
+            ) from e
+        except PermissionError as e:
+            raise Unreachable(f"cannot open {self.socket_path}: it belongs to another user") from e
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        conn, resp = self._connect(method, path, body, timeout)
+        try:
+            raw = resp.read()
+        finally:
+            conn.close()
+        try:
+            data = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            data = {"error": raw.decode(errors="replace")}
+        if resp.status >= 400:
+            raise ApiError(resp.status, data.get("error", f"HTTP {resp.status}"))
+        return data
+
+    def stream(self, path: str) -> Iterator[bytes]:
+        conn, resp = self._connect("GET", path, timeout=None)
+        try:
+            if resp.status >= 400:
+                data = json.loads(resp.read() or b"{}")
+                raise ApiError(resp.status, data.get("error", f"HTTP {resp.status}"))
+            while chunk := resp.read1(65536):
+                yield chunk
+        finally:
+            conn.close()
+
+    # The API, one method per endpoint.
+    def health(self) -> dict[str, Any]:
+        return self.request("GET", "/health")  # type: ignore[no-any-return]
+
+    def enqueue(self, **body: Any) -> dict[str, Any]:
+        return self.request("POST", "/jobs", body)  # type: ignore[no-any-return]
+
+    def jobs(self, states: str | None = None) -> list[dict[str, Any]]:
+        return self.request("GET", "/jobs" + (f"?state={states}" if states else ""))["jobs"]  # type: ignore[no-any-return]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{job_id}")  # type: ignore[no-any-return]
+
+    def why(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{job_id}/why")  # type: ignore[no-any-return]
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/cancel", {})  # type: ignore[no-any-return]
+
+    def retry(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/retry", {})  # type: ignore[no-any-return]
+
+    def wait(self, ids: list[int], timeout: float | None) -> dict[str, Any]:
+        # The server holds the request until the jobs end; give the socket a little longer than that.
+        sock_timeout = None if timeout is None else timeout + 10
+        return self.request("POST", "/wait", {"ids": ids, "timeout": timeout}, timeout=sock_timeout)  # type: ignore[no-any-return]
+
+    def plan(self, **body: Any) -> dict[str, Any]:
+        return self.request("POST", "/plan", body)  # type: ignore[no-any-return]

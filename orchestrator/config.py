@@ -1,0 +1,246 @@
+"""Settings: TOML (tomllib) into frozen dataclasses, then environment overrides.
+
+An invalid file is a `ConfigError` naming the key; the CLI exits 78 (EX_CONFIG) on it.
+Environment overrides: `MAX_CONCURRENT_JOBS` (as in the seed), `OLLAMA_HOST`, `OLLAMA_NUM_PARALLEL`,
+`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from orchestrator.core.models import Policy
+
+EX_CONFIG = 78
+
+
+class ConfigError(ValueError):
+    """The config file or an environment override is invalid; the message names the key."""
+
+
+class Secret(str):
+    """A string that never shows itself in a repr or a log."""
+
+    def __repr__(self) -> str:
+        return "Secret('****')" if self else "Secret('')"
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    max_concurrent: int = 2
+    per_repo: int = 4
+    min_confidence: float = 0.5
+    mergeable: tuple[str, ...] = ("CHANGES*", "CHANGELOG*", "NEWS*")
+    barriers: tuple[str, ...] = ()
+    retry_on_conflict: bool = True
+    max_attempts: int = 3
+    timeout: float = 3600.0
+    warm_worktrees: int = 2
+    default_runner: str = "shell"
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    check: str = ""
+    check_timeout: float = 900.0
+    mergeable: tuple[str, ...] = ()
+    barriers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OllamaConfig:
+    host: str = "http://127.0.0.1:11434"
+    parallel: int = 1
+    model: str = "hermes3"
+
+
+@dataclass(frozen=True)
+class AnthropicConfig:
+    base_url: str = ""
+    model: str = "claude-sonnet-4-5"
+    api_key: Secret = Secret("")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    shutdown_timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class Config:
+    jobs: JobsConfig = field(default_factory=JobsConfig)
+    ollama: OllamaConfig = field(default_factory=OllamaConfig)
+    anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    repos: Mapping[str, RepoConfig] = field(default_factory=dict)
+
+    def repo(self, path: str) -> RepoConfig:
+        return self.repos.get(path, RepoConfig())
+
+    def policy(self) -> Policy:
+        j = self.jobs
+        return Policy(
+            max_concurrent=j.max_concurrent,
+            per_repo=j.per_repo,
+            min_confidence=j.min_confidence,
+            mergeable=j.mergeable,
+            barriers=j.barriers,
+        )
+
+
+DEFAULT_TOML = """\
+# orchestrator config. Every key is optional; these are the defaults.
+
+[jobs]
+max_concurrent = 2        # active jobs across all repos (env MAX_CONCURRENT_JOBS)
+per_repo = 4              # active jobs in one repo
+min_confidence = 0.5      # a claim below this runs alone in its repo
+# Union-mergeable files: never an overlap, merged line-wise on landing. [] turns it off.
+mergeable = ["CHANGES*", "CHANGELOG*", "NEWS*"]
+# Barrier paths: a job that claims or touches one runs alone in its repo.
+# e.g. ["uv.lock", "poetry.lock", "package-lock.json", ".github/workflows/*"]
+barriers = []
+retry_on_conflict = true  # re-queue a conflicted landing on the new head
+max_attempts = 3
+timeout = 3600            # seconds a runner may take
+warm_worktrees = 2        # pooled worktrees per repo
+default_runner = "shell"
+
+[ollama]
+host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
+parallel = 1                       # match the server's OLLAMA_NUM_PARALLEL
+model = "hermes3"
+
+[anthropic]
+model = "claude-sonnet-4-5"        # key from env ANTHROPIC_API_KEY only
+
+[daemon]
+shutdown_timeout = 10
+
+# Per repository (its absolute path):
+# [repos."/home/me/src/project"]
+# check = "pytest -q"      # run on the merged result before the branch moves
+# check_timeout = 900
+"""
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    origin = getattr(typ, "__origin__", None)
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if typ in (str, Secret):
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return typ(value)
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+        return tuple(value)
+    raise ConfigError(f"{key}: unsupported setting")  # pragma: no cover - schema bug
+
+
+def _section(cls: type[Any], prefix: str, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix}: expected a table, got {data!r}")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(f"{prefix}.{key}: unknown key (known: {', '.join(sorted(names))})")
+        kwargs[key] = _coerce(f"{prefix}.{key}", value, hints[key])
+    return cls(**kwargs)
+
+
+def _validate(cfg: Config) -> None:
+    if cfg.jobs.max_concurrent < 1:
+        raise ConfigError("jobs.max_concurrent: must be at least 1")
+    if cfg.jobs.per_repo < 1:
+        raise ConfigError("jobs.per_repo: must be at least 1")
+    if not 0.0 <= cfg.jobs.min_confidence <= 1.0:
+        raise ConfigError("jobs.min_confidence: must be between 0 and 1")
+    if cfg.jobs.max_attempts < 1:
+        raise ConfigError("jobs.max_attempts: must be at least 1")
+    if cfg.jobs.timeout <= 0:
+        raise ConfigError("jobs.timeout: must be positive")
+    if cfg.ollama.parallel < 1:
+        raise ConfigError("ollama.parallel: must be at least 1")
+
+
+def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
+    """Build a `Config` from parsed TOML and environment overrides."""
+    sections = {"jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "repos":
+            if not isinstance(value, dict):
+                raise ConfigError("repos: expected a table of repository paths")
+            kwargs["repos"] = {
+                str(Path(p).expanduser().resolve()): _section(RepoConfig, f'repos."{p}"', v) for p, v in value.items()
+            }
+        elif key in sections:
+            if key == "anthropic" and isinstance(value, dict) and "api_key" in value:
+                raise ConfigError("anthropic.api_key: keep secrets out of the config file; set ANTHROPIC_API_KEY")
+            kwargs[key] = _section(sections[key], key, value)
+        else:
+            raise ConfigError(f"{key}: unknown section (known: {', '.join(sorted([*sections, 'repos']))})")
+    cfg = Config(**kwargs)
+    cfg = _apply_env(cfg, env)
+    _validate(cfg)
+    return cfg
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+
+
+def _apply_env(cfg: Config, env: Mapping[str, str]) -> Config:
+    jobs, ollama, anthropic = cfg.jobs, cfg.ollama, cfg.anthropic
+    if (n := _env_int(env, "MAX_CONCURRENT_JOBS")) is not None:
+        jobs = dataclasses.replace(jobs, max_concurrent=n)
+    if host := env.get("OLLAMA_HOST"):
+        ollama = dataclasses.replace(ollama, host=host if "://" in host else f"http://{host}")
+    if (n := _env_int(env, "OLLAMA_NUM_PARALLEL")) is not None:
+        ollama = dataclasses.replace(ollama, parallel=n)
+    if key := env.get("ANTHROPIC_API_KEY"):
+        anthropic = dataclasses.replace(anthropic, api_key=Secret(key))
+    if url := env.get("ANTHROPIC_BASE_URL"):
+        anthropic = dataclasses.replace(anthropic, base_url=url)
+    return dataclasses.replace(cfg, jobs=jobs, ollama=ollama, anthropic=anthropic)
+
+
+def load(path: Path, env: Mapping[str, str] | None = None) -> Config:
+    """Read `path` (missing means all defaults) and apply the environment."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    try:
+        return parse(data, env)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

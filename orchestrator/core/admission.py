@@ -1,0 +1,513 @@
+"""Admission: may a waiting job start now, beside the active jobs of its repo? Pure, no I/O.
+
+`decide(job, snapshot)` evaluates every check (each becomes a `Check` for `orchestrator why`); the first
+failing one, in this order, gives the reason and the outcome:
+
+ 1. DependencyFailed (fail)  a job it runs after ended without landing
+ 2. Dependency               a job it runs after has not landed yet
+ 3. Landing                  a landing into its target branch is in flight
+ 4. BaseMoved (re-plan)      its branch moved in claimed paths (or unknown paths) since it was planned
+ 5. Exclusive                an active job of its repo runs alone
+ 6. Ambiguous / Barrier      it must run alone, and its repo has active jobs
+ 7. Overlap                  its claim meets what an active job of its repo claims or has touched
+ 8. Priority                 an earlier waiting job of its repo that it conflicts with goes first
+ 9. Concurrency              the global or per-repo limit of active jobs is reached
+
+A job "runs alone" (is exclusive) when its claim is ambiguous (`claims.ambiguity`) or its claim or
+actual paths reach a barrier (`claims.reaches`). Union-mergeable paths (changelogs) never count as an
+overlap; those it shares with active jobs are reported in `Decision.shared`.
+
+Priority is what keeps the order fair: a later job never overtakes an earlier waiting job it conflicts
+with. Only *ready* waiting jobs (every job they run after has landed) hold a place in that order; a job
+still waiting for a dependency would otherwise block the very job it waits for.
+
+Speed: per-job facts are cached on the (hashable, frozen) `JobView`, and per-snapshot indexes on the
+snapshot object, so many `decide` calls on one snapshot are cheap; `decide_all` builds its index
+incrementally as it walks the queue.
+"""
+
+from __future__ import annotations
+
+import weakref
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from operator import itemgetter
+
+from orchestrator.core import claims
+from orchestrator.core.claims import ClaimError, PathIndex
+from orchestrator.core.models import ROOT, Check, Claim, Decision, JobView, Outcome, Policy, Reason, Snapshot
+
+__all__ = ["clear_caches", "decide", "decide_all", "runs_alone"]
+
+OrderKey = tuple[int, int]
+_id = itemgetter(1)  # the job id of an order key
+
+
+# ---------------------------------------------------------------------------------------------- facts
+
+
+def _canon(path: str) -> str:
+    try:
+        return claims.normalize(path)
+    except ClaimError:
+        # A path we cannot place may be anywhere: treat it as the root, which overlaps everything.
+        return ROOT
+
+
+def _name(path: str) -> str:
+    return path[:-1] if path.endswith("/") else path
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Facts:
+    """What admission derives from one job under one policy (cached: JobView and Policy are frozen)."""
+
+    job: JobView
+    counted: frozenset[str]
+    """Claim minus mergeable paths: what it asks for."""
+    held: frozenset[str]
+    """Claim and actual minus mergeable paths: what it holds while active."""
+    claim_merge: frozenset[str]
+    held_merge: frozenset[str]
+    claim_index: PathIndex
+    names: frozenset[str]
+    """Names (no trailing slash) of the counted claim paths; `under` holds their strict ancestors."""
+    under: frozenset[str]
+    held_names: frozenset[str]
+    held_under: frozenset[str]
+    ambiguous: str | None
+    barriers: tuple[str, ...]
+    """Its claim or actual paths that reach a barrier pattern, sorted."""
+    exclusive: bool
+    """It runs alone: ambiguous, or touching a barrier."""
+
+    @property
+    def alone_reason(self) -> str:
+        return self.ambiguous or f"barrier {_plist(self.barriers, 2)}"
+
+
+@lru_cache(maxsize=16384)
+def _facts(job: JobView, policy: Policy) -> _Facts:
+    claim_paths = frozenset(_canon(p) for p in job.claim.paths)
+    touched = claim_paths | frozenset(_canon(p) for p in job.actual)
+    counted, claim_merge = claims.split_mergeable(claim_paths, policy.mergeable, job.mergeable)
+    held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
+    names = frozenset(_name(p) for p in counted)
+    held_names = frozenset(_name(p) for p in held)
+    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy)
+    barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
+    return _Facts(
+        job=job,
+        counted=counted,
+        held=held,
+        claim_merge=claim_merge,
+        held_merge=held_merge,
+        claim_index=PathIndex(counted),
+        names=names,
+        under=frozenset(a for n in names for a in claims._ancestors(n)),
+        held_names=held_names,
+        held_under=frozenset(a for n in held_names for a in claims._ancestors(n)),
+        ambiguous=ambiguous,
+        barriers=barriers,
+        exclusive=ambiguous is not None or bool(barriers),
+    )
+
+
+def runs_alone(job: JobView, policy: Policy) -> str | None:
+    """Why `job` must run alone in its repo (ambiguous claim, barrier path), or None if it need not."""
+    f = _facts(job, policy)
+    return f.alone_reason if f.exclusive else None
+
+
+def clear_caches() -> None:
+    """Forget cached per-job facts and per-snapshot indexes (for benchmarks that measure cold calls)."""
+    _facts.cache_clear()
+    _STATES.clear()
+
+
+# ------------------------------------------------------------------------------------------ indexes
+
+
+class _Waiting:
+    """Ready waiting jobs of one repo, indexed for the Priority check. Jobs are added in `order_key` order."""
+
+    __slots__ = ("exclusive", "keys", "names", "under")
+
+    def __init__(self) -> None:
+        self.keys: list[OrderKey] = []
+        self.exclusive: list[OrderKey] = []
+        self.names: dict[str, list[OrderKey]] = {}
+        """name → keys of jobs that claim it."""
+        self.under: dict[str, list[OrderKey]] = {}
+        """name → keys of jobs that claim a path strictly under it."""
+
+    def add(self, f: _Facts) -> None:
+        key = f.job.order_key
+        self.keys.append(key)
+        if f.exclusive:
+            self.exclusive.append(key)
+        for n in f.names:
+            self.names.setdefault(n, []).append(key)
+        for a in f.under:
+            self.under.setdefault(a, []).append(key)
+
+    def earlier(self, f: _Facts) -> tuple[list[int], list[str]]:
+        """Ids of the earlier jobs that block `f` (sorted), and the paths of `f` that meet them."""
+        key = f.job.order_key
+        if f.exclusive:
+            return sorted(map(_id, self.keys[: bisect_left(self.keys, key)])), []
+        found = set(self.exclusive[: bisect_left(self.exclusive, key)])
+        hit_paths = []
+        for p in sorted(f.counted):
+            n = _name(p)
+            buckets = [self.names.get(n), self.under.get(n)]
+            buckets.extend(self.names.get(a) for a in claims._ancestors(n))
+            hit = False
+            for bucket in buckets:
+                if bucket:
+                    cut = bisect_left(bucket, key)
+                    if cut:
+                        found.update(bucket[:cut])
+                        hit = True
+            if hit:
+                hit_paths.append(p)
+        return sorted(map(_id, found)), hit_paths
+
+
+class _Active:
+    """Active jobs of one repo, with what they hold indexed by name for the Overlap check."""
+
+    __slots__ = ("jobs", "merged", "names", "under")
+
+    def __init__(self) -> None:
+        self.jobs: list[_Facts] = []
+        self.names: dict[str, list[int]] = {}
+        """name → ids of jobs that hold it."""
+        self.under: dict[str, list[int]] = {}
+        """name → ids of jobs that hold a path strictly under it."""
+        self.merged = PathIndex()
+        """Mergeable paths any of them claims or touched."""
+
+    def add(self, f: _Facts) -> None:
+        self.jobs.append(f)
+        self.jobs.sort(key=lambda a: a.job.id)
+        for n in f.names:
+            self.names.setdefault(n, []).append(f.job.id)
+        for a in f.held_under:
+            self.under.setdefault(a, []).append(f.job.id)
+        for p in f.held_merge:
+            self.merged.add(p)
+
+    def meeting(self, f: _Facts) -> tuple[set[int], set[str]]:
+        """Ids of the jobs whose held paths meet the counted claim of `f`, and the paths of `f` that meet them."""
+        owners: set[int] = set()
+        met: set[str] = set()
+        names, under = self.names, self.under
+        for p in f.counted:
+            n = _name(p)
+            hit = False
+            for ids in (names.get(n), under.get(n), *(names.get(a) for a in claims._ancestors(n))):
+                if ids:
+                    owners.update(ids)
+                    hit = True
+            if hit:
+                met.add(p)
+        return owners, met
+
+
+class _State:
+    """Active jobs by repo and ready waiting jobs by repo. Holds no reference to the snapshot."""
+
+    __slots__ = ("active", "count", "waiting")
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.active: dict[str, _Active] = {}
+        self.waiting: dict[str, _Waiting] = {}
+        self.count = 0
+        for job in snapshot.active:
+            self.add_active(_facts(job, snapshot.policy))
+
+    def add_active(self, f: _Facts) -> None:
+        a = self.active.get(f.job.repo)
+        if a is None:
+            a = self.active[f.job.repo] = _Active()
+        a.add(f)
+        self.count += 1
+
+    def add_waiting(self, f: _Facts) -> None:
+        w = self.waiting.get(f.job.repo)
+        if w is None:
+            w = self.waiting[f.job.repo] = _Waiting()
+        w.add(f)
+
+    def active_ids(self) -> list[int]:
+        return sorted(a.job.id for r in self.active.values() for a in r.jobs)
+
+
+_STATES: dict[int, tuple[weakref.ref[Snapshot], _State]] = {}
+
+
+def _state(snapshot: Snapshot) -> _State:
+    """The full index of `snapshot` (all its ready waiting jobs), built once per snapshot object."""
+    key = id(snapshot)
+    hit = _STATES.get(key)
+    if hit is not None and hit[0]() is snapshot:
+        return hit[1]
+    state = _State(snapshot)
+    for job in sorted(snapshot.waiting, key=_order):
+        if _ready(job, snapshot):
+            state.add_waiting(_facts(job, snapshot.policy))
+
+    def forget(ref: weakref.ref[Snapshot], key: int = key) -> None:
+        entry = _STATES.get(key)
+        if entry is not None and entry[0] is ref:
+            del _STATES[key]
+
+    _STATES[key] = (weakref.ref(snapshot, forget), state)
+    return state
+
+
+def _order(job: JobView) -> OrderKey:
+    return job.order_key
+
+
+def _ready(job: JobView, snapshot: Snapshot) -> bool:
+    return all(i in snapshot.landed for i in job.after)
+
+
+# --------------------------------------------------------------------------------------- decisions
+
+
+def decide(job: JobView, snapshot: Snapshot) -> Decision:
+    """Decide one waiting job against `snapshot` (its active jobs, and its waiting jobs ahead of `job`)."""
+    return _decide(_facts(job, snapshot.policy), snapshot, _state(snapshot))
+
+
+def decide_all(snapshot: Snapshot) -> list[Decision]:
+    """Decide every waiting job in `order_key` order; each admitted job counts as active for the next."""
+    state = _State(snapshot)
+    out = []
+    for job in sorted(snapshot.waiting, key=_order):
+        f = _facts(job, snapshot.policy)
+        d = _decide(f, snapshot, state)
+        out.append(d)
+        if d.admitted:
+            state.add_active(f)
+        elif _ready(job, snapshot):
+            state.add_waiting(f)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    reason: Reason
+    outcome: Outcome
+    message: str
+    next: str
+    blocking: tuple[int, ...]
+    paths: tuple[str, ...]
+
+
+class _Checks:
+    """Collects every check; the first failing one gives the verdict."""
+
+    __slots__ = ("checks", "verdict")
+
+    def __init__(self) -> None:
+        self.checks: list[Check] = []
+        self.verdict: _Verdict | None = None
+
+    def ok(self, name: str, detail: str) -> None:
+        self.checks.append(Check(name, True, detail))
+
+    def fail(
+        self,
+        reason: Reason,
+        message: str,
+        next: str,
+        blocking: Iterable[int] = (),
+        paths: Iterable[str] = (),
+        outcome: Outcome = Outcome.DEFER,
+    ) -> None:
+        self.checks.append(Check(str(reason), False, message))
+        if self.verdict is None:
+            self.verdict = _Verdict(reason, outcome, message, next, tuple(blocking), tuple(paths))
+
+
+def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
+    job, policy, c = f.job, snap.policy, _Checks()
+    active = st.active.get(job.repo)
+    repo_active = active.jobs if active is not None else []
+    repo_ids = [a.job.id for a in repo_active]
+    in_repo = f"{_n(len(repo_active), 'active job')} in repo"
+
+    # 1-2. Dependencies.
+    after = sorted(set(job.after))
+    dead = [i for i in after if i in snap.dead]
+    pending = [i for i in after if i not in snap.landed and i not in snap.dead]
+    if dead:
+        msg = f"{_of(len(dead), len(after), 'job')} it runs after ended without landing: {_jobs(dead, bare=True)}"
+        c.fail(Reason.DEPENDENCY_FAILED, msg, "fails: it can never run", dead, outcome=Outcome.FAIL)
+    else:
+        c.ok(
+            "DependencyFailed",
+            f"none of {_n(len(after), 'job')} it runs after failed" if after else "runs after no job",
+        )
+    if pending:
+        msg = f"waits for {_of(len(pending), len(after), 'job')} it runs after: {_jobs(pending, bare=True)}"
+        c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(pending)} to land", pending)
+    else:
+        c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
+
+    # 3. Landing in flight.
+    if (job.repo, job.branch) in snap.landing:
+        msg = f"a landing into {job.branch} is in flight"
+        c.fail(Reason.LANDING, msg, f"waits for the landing into {job.branch} to finish")
+    else:
+        c.ok("Landing", f"no landing into {job.branch} in flight")
+
+    # 4. Base moved. A job that runs alone starts on the current head anyway.
+    moved = snap.moved.get(job.id, frozenset())
+    if f.exclusive:
+        c.ok("BaseMoved", "runs alone: starts on the current head")
+    elif moved is None:
+        msg = f"{job.branch} moved since planning; the changed paths are unknown"
+        c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", outcome=Outcome.REPLAN)
+    elif not moved:
+        c.ok("BaseMoved", f"{job.branch} has not moved since planning")
+    else:
+        changed, _ = claims.split_mergeable((_canon(p) for p in moved), policy.mergeable, job.mergeable)
+        hits = sorted(p for p in changed if f.claim_index.meets(p))
+        if hits:
+            msg = f"{job.branch} moved in {_n(len(hits), 'claimed path')} since planning: {_plist(hits)}"
+            c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", paths=hits, outcome=Outcome.REPLAN)
+        else:
+            c.ok("BaseMoved", f"{job.branch} moved in {_n(len(moved), 'path')} since planning, none claimed")
+
+    # 5. An active job of the repo runs alone.
+    alone = [a for a in repo_active if a.exclusive]
+    if alone:
+        ids = [a.job.id for a in alone]
+        if len(alone) == 1:
+            msg = f"job {ids[0]} runs alone in repo ({alone[0].alone_reason})"
+        else:
+            msg = f"{len(alone)} active jobs run alone in repo: {_jobs(ids, bare=True)}"
+        c.fail(Reason.EXCLUSIVE, msg, f"waits for {_jobs(ids)} to land", ids)
+    else:
+        c.ok("Exclusive", "no active job in repo runs alone")
+
+    # 6. It must run alone.
+    wait_alone = f"waits to run alone: {in_repo}"
+    if f.ambiguous is None:
+        c.ok(
+            "Ambiguous", f"claim is specific: {_n(len(job.claim.paths), 'path')}, confidence {job.claim.confidence:.2f}"
+        )
+    elif repo_active:
+        c.fail(Reason.AMBIGUOUS, f"claim is ambiguous ({f.ambiguous}): runs alone, {in_repo}", wait_alone, repo_ids)
+    else:
+        c.ok("Ambiguous", f"claim is ambiguous ({f.ambiguous}): runs alone, no active job in repo")
+    if not f.barriers:
+        c.ok("Barrier", "touches no barrier path" if policy.barriers else "no barrier paths configured")
+    elif repo_active:
+        msg = f"touches barrier {_plist(f.barriers)}: runs alone, {in_repo}"
+        c.fail(Reason.BARRIER, msg, wait_alone, repo_ids, f.barriers)
+    else:
+        c.ok("Barrier", f"touches barrier {_plist(f.barriers)}: runs alone, no active job in repo")
+
+    # 7. Overlap with what active jobs claim or have touched.
+    owners, met = active.meeting(f) if active is not None else (set(), set())
+    shared = active.merged.meeting(f.claim_merge) if active is not None and active.merged else frozenset()
+    if owners:
+        ids = sorted(owners)
+        shown = ", ".join(
+            f"job {a.job.id} ({_plist(_held_meeting(a, f), 2)})"
+            for a in [a for a in repo_active if a.job.id in owners][:4]
+        )
+        more = f" and {len(ids) - 4} more" if len(ids) > 4 else ""
+        msg = f"claim meets {len(ids)} of {in_repo}: {shown}{more}"
+        c.fail(Reason.OVERLAP, msg, f"waits for {_jobs(ids)} to land", ids, sorted(met))
+    else:
+        c.ok(
+            "Overlap",
+            f"claim is disjoint from {in_repo}{_shared_note(shared)}" if repo_active else "no active job in repo",
+        )
+
+    # 8. Earlier waiting jobs it conflicts with go first.
+    waiting = st.waiting.get(job.repo)
+    early, early_paths = waiting.earlier(f) if waiting is not None else ([], [])
+    if early:
+        count = _n(len(early), "earlier waiting job")
+        if f.exclusive:
+            msg = f"runs alone after {count} in repo: {_jobs(early, bare=True)}"
+        else:
+            over = f" (over {_plist(early_paths)})" if early_paths else ""
+            msg = f"{count} in repo go{'es' if len(early) == 1 else ''} first: {_jobs(early, bare=True)}{over}"
+        c.fail(Reason.PRIORITY, msg, f"waits for {_jobs(early)} to start", early, early_paths)
+    else:
+        c.ok("Priority", "no earlier waiting job in repo conflicts with it")
+
+    # 9. Capacity.
+    limit, per_repo = policy.max_concurrent, policy.per_repo
+    if st.count >= limit:
+        msg = (
+            f"{max(limit - st.count, 0)}/{limit} slots free: {_n(st.count, 'active job')} (MAX_CONCURRENT_JOBS={limit})"
+        )
+        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot", st.active_ids())
+    elif len(repo_active) >= per_repo:
+        msg = f"{max(per_repo - len(repo_active), 0)}/{per_repo} repo slots free: {in_repo} (per-repo limit {per_repo})"
+        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot in repo", repo_ids)
+    else:
+        c.ok("Concurrency", f"{limit - st.count}/{limit} slots free, {per_repo - len(repo_active)}/{per_repo} in repo")
+
+    shared_paths = tuple(sorted(shared))
+    if (v := c.verdict) is not None:
+        return Decision(
+            job.id, v.outcome, v.reason, v.message, v.blocking, v.paths, shared_paths, v.next, tuple(c.checks)
+        )
+    if f.exclusive:
+        msg = f"admitted to run alone ({f.alone_reason})"
+    elif repo_active:
+        msg = f"admitted beside {in_repo}, claim disjoint{_shared_note(shared)}"
+    else:
+        msg = f"admitted: no active job in repo{_shared_note(shared)}"
+    return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
+
+
+def _held_meeting(a: _Facts, f: _Facts) -> list[str]:
+    """The paths active job `a` holds that meet the claim of `f` (for the message: what it holds)."""
+    return sorted(p for p in a.held if f.claim_index.meets(p))
+
+
+# ---------------------------------------------------------------------------------------- wording
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _of(part: int, whole: int, noun: str) -> str:
+    return _n(part, noun) if part == whole else f"{part} of {_n(whole, noun)}"
+
+
+def _jobs(ids: Iterable[int], *, bare: bool = False, limit: int = 5) -> str:
+    """`job 4` / `jobs 4, 7` / `jobs 1, 2, 3, 4, 5 and 12 more`; bare drops the word when counted already."""
+    ids = list(ids)
+    shown = ", ".join(str(i) for i in ids[:limit])
+    if len(ids) > limit:
+        shown += f" and {len(ids) - limit} more"
+    if bare and len(ids) > 1:
+        return shown
+    return f"{'job' if len(ids) == 1 else 'jobs'} {shown}"
+
+
+def _plist(paths: Iterable[str], limit: int = 3) -> str:
+    paths = [p or "/" for p in paths]
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _shared_note(shared: Iterable[str]) -> str:
+    shared = sorted(shared)
+    return f"; shares {_plist(shared)} (union-merged)" if shared else ""

@@ -1,0 +1,234 @@
+"""Claim paths: normalisation, prefix-aware overlap, glob matching and ambiguity. Pure, no I/O.
+
+A claim path is a repo-relative POSIX string: a file or a name that may be either (`src/a.py`, `src`),
+a directory (`src/`, it ends with `/`), or the root (`ROOT`, the empty string).
+
+Overlap is decided on path segments, and every doubt resolves to "overlap": a name without a trailing
+slash may be a directory, so `src` overlaps `src/a.py` and `src/`; the only paths that do not overlap
+are those where neither is a segment-prefix of the other (`src/a.py` and `src/ab.py`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+
+from orchestrator.core.models import ROOT, Claim, Policy
+
+__all__ = [
+    "ROOT",
+    "ClaimError",
+    "PathIndex",
+    "ambiguity",
+    "matches",
+    "normalize",
+    "normalize_all",
+    "overlapping",
+    "overlaps",
+    "reaches",
+    "split_mergeable",
+]
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+class ClaimError(ValueError):
+    """A path that cannot be a claim; the message says what is wrong and what to do."""
+
+
+@lru_cache(maxsize=65536)
+def normalize(path: str) -> str:
+    """Return `path` as a normalised repo-relative claim path, or raise `ClaimError`.
+
+    Leading `./`, repeated `/` and `.` segments go; `""`, `"."` and `"./"` are `ROOT`; a trailing `/`
+    (or a trailing `/.`) marks a directory and is kept. Rejected: absolute paths (`/x`, `C:\\x`, `C:x`),
+    `..` segments, NUL bytes, git internals (a `.git` segment anywhere, any case) and backslashes.
+    Backslashes are rejected rather than converted: on POSIX `a\\b` is one legal file name, so turning it
+    into `a/b` could make a claim name a different path than the one the job touches.
+    """
+    if "\0" in path:
+        raise ClaimError(f"claim path {path!r} contains a NUL byte: name a real repo-relative path")
+    if path.startswith("/") or _DRIVE.match(path):
+        raise ClaimError(f"claim path {path!r} is absolute: give it relative to the repository root")
+    if "\\" in path:
+        raise ClaimError(f"claim path {path!r} contains a backslash: separate directories with '/'")
+    parts = path.split("/")
+    is_dir = parts[-1] in ("", ".")
+    segments = [p for p in parts if p not in ("", ".")]
+    for seg in segments:
+        if seg == "..":
+            raise ClaimError(f"claim path {path!r} has a '..' segment: name the path inside the repository")
+        if seg.lower() == ".git":
+            raise ClaimError(f"claim path {path!r} is inside git internals (.git): claim working-tree files")
+    if not segments:
+        return ROOT
+    return "/".join(segments) + ("/" if is_dir else "")
+
+
+def normalize_all(paths: Iterable[str]) -> frozenset[str]:
+    """Normalise every path (see `normalize`); the first bad one raises `ClaimError`."""
+    return frozenset(normalize(p) for p in paths)
+
+
+def _name(path: str) -> str:
+    """The path without its directory marker: `src/` and `src` name the same thing."""
+    return path[:-1] if path.endswith("/") else path
+
+
+@lru_cache(maxsize=65536)
+def _ancestors(name: str) -> tuple[str, ...]:
+    """The strict ancestors of a name, outermost first, ROOT included (`a/b/c` → `"", a, a/b`)."""
+    if not name:
+        return ()
+    out = [ROOT]
+    i = name.find("/")
+    while i != -1:
+        out.append(name[:i])
+        i = name.find("/", i + 1)
+    return tuple(out)
+
+
+def overlaps(a: str, b: str) -> bool:
+    """True when two normalised claim paths may name a common file.
+
+    Equal names overlap, and so does any path with any path under it: `src/` and `src` both overlap
+    `src/a.py`; ROOT overlaps everything. `src/a.py` does not overlap `src/ab.py`.
+    """
+    na, nb = _name(a), _name(b)
+    if na == nb or not na or not nb:
+        return True
+    short, long = (na, nb) if len(na) < len(nb) else (nb, na)
+    return long.startswith(short) and long[len(short)] == "/"
+
+
+class PathIndex:
+    """A set of claim paths indexed for overlap tests in O(depth) per query.
+
+    It keeps every path's name and every strict ancestor of every name: a query meets the index when
+    its name is one of those, or when one of its own ancestors is a name in the index.
+    """
+
+    __slots__ = ("_names", "_under")
+
+    def __init__(self, paths: Iterable[str] = ()) -> None:
+        self._names: set[str] = set()
+        self._under: set[str] = set()
+        for p in paths:
+            self.add(p)
+
+    def add(self, path: str) -> None:
+        name = _name(path)
+        self._names.add(name)
+        self._under.update(_ancestors(name))
+
+    def __bool__(self) -> bool:
+        return bool(self._names)
+
+    def meets(self, path: str) -> bool:
+        """True when `path` overlaps some path of the index."""
+        name = _name(path)
+        if name in self._names or name in self._under:
+            return True
+        names = self._names
+        return any(a in names for a in _ancestors(name))
+
+    def meeting(self, paths: Iterable[str]) -> frozenset[str]:
+        """The paths of `paths` that overlap some path of the index."""
+        return frozenset(p for p in paths if self.meets(p))
+
+
+def overlapping(claim_paths: Iterable[str], other_paths: Iterable[str]) -> frozenset[str]:
+    """The paths of `claim_paths` that overlap any path of `other_paths` (normalised paths)."""
+    return PathIndex(other_paths).meeting(claim_paths)
+
+
+@lru_cache(maxsize=256)
+def _compile(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+
+
+def _basename(name: str) -> str:
+    return name[name.rfind("/") + 1 :]
+
+
+def matches(path: str, patterns: Iterable[str]) -> bool:
+    """True when a glob of `patterns` matches the whole path or its base name (case-sensitive fnmatch).
+
+    `CHANGES*` matches `CHANGES.rst` and `docs/CHANGES.md`; `.github/workflows/*` matches
+    `.github/workflows/ci.yaml` (`*` also crosses `/`, as in fnmatch). A directory matches on its own
+    name (`docs/` is tested as `docs`), never on what it may contain: see `reaches` for that. ROOT
+    matches nothing.
+    """
+    rx = _compile(patterns if isinstance(patterns, tuple) else tuple(patterns))
+    name = _name(path)
+    if rx is None or not name:
+        return False
+    return rx.match(name) is not None or ("/" in name and rx.match(_basename(name)) is not None)
+
+
+@lru_cache(maxsize=256)
+def _literal_dirs(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """For each pattern with a `/`: its literal directory prefix (`.github/workflows/*` → `.github/workflows/`)."""
+    out = []
+    for p in patterns:
+        if "/" not in p:
+            continue
+        cut = min((i for i in (p.find(c) for c in "*?[") if i != -1), default=len(p))
+        prefix = p[: p.rfind("/", 0, cut) + 1]
+        if prefix:
+            out.append(prefix)
+    return tuple(out)
+
+
+def reaches(path: str, patterns: Iterable[str]) -> bool:
+    """True when `path` matches a pattern, or may hold a path that does (used for barriers).
+
+    A claim may hold what a pattern names when the pattern's literal directory prefix lies under it:
+    `.github/` and `.github/workflows/` reach `.github/workflows/*`; `docs` reaches `docs/conf.py`;
+    ROOT reaches everything. Patterns without a `/` (`pyproject.toml`, `*.lock`) match base names at
+    any depth, so they would make every directory a barrier: they count only by name. Patterns that start
+    with a wildcard (`*/migrations/*`) likewise count only by name. A job's actual paths are checked
+    too, so a barrier file it really touches is caught while it runs.
+    """
+    pats = patterns if isinstance(patterns, tuple) else tuple(patterns)
+    if matches(path, pats):
+        return True
+    name = _name(path)
+    if not name:
+        return bool(pats)
+    return any(d.startswith(name + "/") for d in _literal_dirs(pats))
+
+
+def split_mergeable(
+    paths: Iterable[str], patterns: Iterable[str], extra: frozenset[str] = frozenset()
+) -> tuple[frozenset[str], frozenset[str]]:
+    """Split paths into (counted, mergeable).
+
+    A path is mergeable (union-merged, e.g. a changelog: never an overlap) when it is in `extra`, or a
+    glob of `patterns` or of `extra` (gitattributes-style entries) matches it. Directories and ROOT always
+    count: they may hold files that do not merge by union.
+    """
+    pats = tuple(patterns) + tuple(sorted(extra))
+    counted: set[str] = set()
+    mergeable: set[str] = set()
+    for p in paths:
+        if p and not p.endswith("/") and (p in extra or matches(p, pats)):
+            mergeable.add(p)
+        else:
+            counted.add(p)
+    return frozenset(counted), frozenset(mergeable)
+
+
+def ambiguity(claim: Claim, policy: Policy) -> str | None:
+    """None when the claim is specific and confident enough to run beside others; else a short reason."""
+    if not claim.paths:
+        return "empty claim"
+    if ROOT in claim.paths:
+        return "root-wide claim"
+    if claim.confidence < policy.min_confidence:
+        return f"confidence {claim.confidence:.2f} below {policy.min_confidence:.2f}"
+    return None

@@ -1,0 +1,81 @@
+"""The job record: what the store keeps of one job, and its JSON form for the API and CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.core.models import Claim, JobState, JobView
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    repo: str
+    branch: str
+    text: str
+    runner: str
+    state: JobState
+    priority: int = 0
+    after: tuple[int, ...] = ()
+    declared: tuple[str, ...] = ()
+    claim: Claim = field(default_factory=Claim)
+    actual: frozenset[str] = frozenset()
+    base: str | None = None
+    result: str | None = None
+    """The job's own result commit (its branch head after the runner), once it finished."""
+    attempts: int = 0
+    land_after: tuple[int, ...] = ()
+    """Jobs it must land after: an overlap was seen while both ran."""
+    worktree: str | None = None
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    landed_sha: str | None = None
+    reason: str = ""
+    decision: dict[str, Any] | None = None
+    exit_code: int | None = None
+
+    def view(self, mergeable: frozenset[str] = frozenset()) -> JobView:
+        return JobView(
+            id=self.id,
+            repo=self.repo,
+            branch=self.branch,
+            claim=self.claim,
+            actual=self.actual,
+            priority=self.priority,
+            after=self.after,
+            mergeable=mergeable,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "repo": self.repo,
+            "branch": self.branch,
+            "text": self.text,
+            "runner": self.runner,
+            "state": str(self.state),
+            "claim": self.claim.to_json(),
+            "actual": sorted(self.actual),
+            "base": self.base,
+            "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "landed_sha": self.landed_sha,
+            "reason": self.reason,
+            "priority": self.priority,
+            "after": list(self.after),
+            "declared": list(self.declared),
+            "attempts": self.attempts,
+            "land_after": list(self.land_after),
+            "result": self.result,
+            "worktree": self.worktree,
+            "exit_code": self.exit_code,
+            "decision": self.decision,
+        }

@@ -1,0 +1,238 @@
+"""Plain data shared by every layer: job states, claims, the admission snapshot and its decisions.
+
+Nothing here does I/O. The scheduler gathers facts into a `Snapshot`; `admission.decide` reads it and
+returns a `Decision`; the scheduler carries the decision out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """Where a job is in its life (see DESIGN.md, "A job's life")."""
+
+    QUEUED = "queued"
+    """Accepted and stored; waits for its plan."""
+    PLANNING = "planning"
+    """Its claim (the paths it will touch) is being predicted."""
+    PLANNED = "planned"
+    """Has a claim and a base; waits for admission."""
+    RUNNING = "running"
+    """Admitted: its runner works in its own worktree."""
+    LANDING = "landing"
+    """Finished with changes; waits for, or is in, its branch's landing queue."""
+    LANDED = "landed"
+    """Its changes are on the target branch."""
+    CONFLICTED = "conflicted"
+    """Its changes conflict with the target branch and it will not be retried automatically."""
+    FAILED = "failed"
+    """The runner, the landing check or the daemon failed it; its worktree is kept."""
+    CANCELLED = "cancelled"
+    """Cancelled by a person before it landed."""
+    INTERRUPTED = "interrupted"
+    """It was running when the daemon died; `retry` runs it again."""
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def active(self) -> bool:
+        """Holds paths of its repo: admission must keep others away from them."""
+        return self in (JobState.RUNNING, JobState.LANDING)
+
+
+TERMINAL_STATES = frozenset(
+    {JobState.LANDED, JobState.CONFLICTED, JobState.FAILED, JobState.CANCELLED, JobState.INTERRUPTED}
+)
+
+
+class ClaimSource(StrEnum):
+    """Where a claim came from, strongest first."""
+
+    DECLARED = "declared"
+    """The person named the paths (`--path`)."""
+    MODEL = "model"
+    """A model's pre-plan (Claude, or Ollama through the gate)."""
+    EVIDENCE = "evidence"
+    """Local evidence: paths and identifiers named in the text, co-change history."""
+    NONE = "none"
+    """No prediction at all: the job is ambiguous and runs alone in its repo."""
+
+
+ROOT = ""
+"""The repository root as a claim path: a directory that contains every path (root-wide claims are ambiguous)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The paths a job expects to touch.
+
+    Paths are normalised repo-relative POSIX strings (see `claims.normalize`): a file is `src/a.py`, a
+    directory ends with `/` (`src/`), and the root is `ROOT` (the empty string).
+    """
+
+    paths: frozenset[str] = frozenset()
+    confidence: float = 0.0
+    source: ClaimSource = ClaimSource.NONE
+
+    def to_json(self) -> dict[str, object]:
+        return {"paths": sorted(self.paths), "confidence": self.confidence, "source": str(self.source)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object] | None) -> Claim:
+        if not data:
+            return cls()
+        paths = data.get("paths") or []
+        confidence = data.get("confidence", 0.0)
+        assert isinstance(paths, list) and isinstance(confidence, int | float)
+        return cls(frozenset(str(p) for p in paths), float(confidence), ClaimSource(str(data.get("source", "none"))))
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The knobs admission reads. Built from the config by the shell."""
+
+    max_concurrent: int = 2
+    """Global limit on active jobs (`MAX_CONCURRENT_JOBS`, as in the seed)."""
+    per_repo: int = 4
+    """Limit on active jobs of one repository."""
+    min_confidence: float = 0.5
+    """A claim below this confidence is ambiguous."""
+    mergeable: tuple[str, ...] = ("CHANGES*", "CHANGELOG*", "NEWS*")
+    """Glob patterns (matched on the path and on its base name) of union-mergeable files: never an overlap."""
+    barriers: tuple[str, ...] = ()
+    """Glob patterns of barrier paths: a job that claims or touches one runs alone in its repo."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What admission needs to know of one job."""
+
+    id: int
+    repo: str
+    """Canonical repository path (the key jobs of one repo share)."""
+    branch: str
+    """Target branch."""
+    claim: Claim = field(default_factory=Claim)
+    actual: frozenset[str] = frozenset()
+    """Paths the job has really touched so far (its diff against its base, untracked files included)."""
+    priority: int = 0
+    """Higher runs first; ties go by id (FIFO)."""
+    after: tuple[int, ...] = ()
+    """Jobs that must land before this one may start (`--after`)."""
+    mergeable: frozenset[str] = frozenset()
+    """Extra union-mergeable paths for this job's repo (from its `.gitattributes` `merge=union`)."""
+
+    @property
+    def order_key(self) -> tuple[int, int]:
+        return (-self.priority, self.id)
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class Snapshot:
+    """Every fact admission reads, gathered by the scheduler at one instant.
+
+    Treat it as immutable (including `moved`): admission caches indexes per snapshot object (hence the
+    weakref slot), so build a new snapshot for new facts rather than mutating one.
+    """
+
+    active: tuple[JobView, ...] = ()
+    """Running and landing jobs, all repos."""
+    waiting: tuple[JobView, ...] = ()
+    """Planned jobs, all repos (any order; admission sorts them by `order_key`)."""
+    moved: Mapping[int, frozenset[str] | None] = field(default_factory=dict)
+    """For a waiting job id: the paths its target branch changed since the job's base (empty: it has not
+    moved; None: unknown, e.g. the base is gone). A job missing here has not moved."""
+    landing: frozenset[tuple[str, str]] = frozenset()
+    """(repo, branch) pairs with a landing in flight."""
+    landed: frozenset[int] = frozenset()
+    """Ids of landed jobs (for `after` dependencies)."""
+    dead: frozenset[int] = frozenset()
+    """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
+    policy: Policy = field(default_factory=Policy)
+
+
+class Reason(StrEnum):
+    """Why admission admitted or deferred a job: a closed set, stable for logs and `why`."""
+
+    ADMITTED = "Admitted"
+    """Every check passed; the job starts now."""
+    AMBIGUOUS = "Ambiguous"
+    """Its claim is empty, root-wide or low-confidence: it waits to run alone in its repo."""
+    BARRIER = "Barrier"
+    """It claims or touches a barrier path: it waits to run alone in its repo."""
+    EXCLUSIVE = "Exclusive"
+    """An active job of its repo runs alone (ambiguous or barrier): it waits for that job to end."""
+    OVERLAP = "Overlap"
+    """Its claim meets an active job's claim or actual paths."""
+    BASE_MOVED = "BaseMoved"
+    """Its target branch changed in paths it claims since it was planned: re-plan on the new head first."""
+    LANDING = "Landing"
+    """A landing into its target branch is in flight."""
+    CONCURRENCY = "Concurrency"
+    """The global or per-repo limit of active jobs is reached."""
+    PRIORITY = "Priority"
+    """An earlier (or higher-priority) waiting job it overlaps goes first, so that nobody starves."""
+    DEPENDENCY = "Dependency"
+    """A job it must run after has not landed yet."""
+    DEPENDENCY_FAILED = "DependencyFailed"
+    """A job it must run after ended without landing: it cannot run."""
+
+
+class Outcome(StrEnum):
+    """What the scheduler does with a decision."""
+
+    ADMIT = "admit"
+    DEFER = "defer"
+    REPLAN = "replan"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One admission check as `orchestrator why` prints it."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The result of `admission.decide`: plain data, logged once per change of reason."""
+
+    job_id: int
+    outcome: Outcome
+    reason: Reason
+    message: str
+    """One human line with counts, e.g. "0/2 slots free: 2 active jobs (MAX_CONCURRENT_JOBS=2)"."""
+    blocking: tuple[int, ...] = ()
+    """Ids of the jobs that hold it back."""
+    paths: tuple[str, ...] = ()
+    """The paths in question (overlapping, moved, or barrier paths)."""
+    shared: tuple[str, ...] = ()
+    """Union-mergeable paths it shares with active jobs (not counted as overlap)."""
+    next: str = ""
+    """What happens next, e.g. "waits for job 12 to land"."""
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def admitted(self) -> bool:
+        return self.outcome is Outcome.ADMIT
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "outcome": str(self.outcome),
+            "reason": str(self.reason),
+            "message": self.message,
+            "blocking": list(self.blocking),
+            "paths": list(self.paths),
+            "shared": list(self.shared),
+            "next": self.next,
+            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
+        }

@@ -1,0 +1,147 @@
+"""The daemon's life: serve → startup → main loop → shutdown (the uvicorn split).
+
+One daemon per home: a lock file held with flock refuses a second. SIGTERM and SIGINT stop it
+gracefully with a bounded wait; a second SIGINT forces exit. On start it recovers what a killed daemon
+left: running jobs become `interrupted`, queued ones stay queued, landings resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import IO
+
+from aiohttp import web
+
+from orchestrator import __version__
+from orchestrator import logging as olog
+from orchestrator.api import Api
+from orchestrator.config import Config
+from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs.board import Board
+from orchestrator.jobs.scheduler import Scheduler
+from orchestrator.paths import Paths
+from orchestrator.runners import registry
+from orchestrator.store import Store
+
+
+class AlreadyRunning(RuntimeError):
+    """Another daemon holds this home's lock."""
+
+
+def _lock(paths: Paths) -> IO[str]:
+    f = paths.lock.open("a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise AlreadyRunning(
+            f"another orchestrator daemon (pid {pid}) is running on {paths.socket}: stop it first "
+            "(`systemctl --user stop orchestrator`), or set ORCHESTRATOR_HOME to run a second instance elsewhere"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+class Daemon:
+    def __init__(self, cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> None:
+        self.cfg = cfg
+        self.paths = paths
+        self.burst = burst
+        self.grace = grace
+        self._stop = asyncio.Event()
+        self._sigints = 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _on_sigint(self) -> None:
+        self._sigints += 1
+        if self._sigints > 1:
+            olog.get().warning(olog.Event.DAEMON_STOPPED, forced=True)
+            os._exit(130)
+        self._stop.set()
+
+    async def serve(self) -> int:
+        self.paths.ensure()
+        lock = _lock(self.paths)
+        log = olog.get()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self._stop.set)
+        loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        store = await Store.open(self.paths.db)
+        try:
+            recovered = await store.recover()
+            runners = registry()
+            pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
+            for repo in sorted({j.repo for j in await store.jobs()}):
+                with contextlib.suppress(Exception):
+                    await pool.recover(Path(repo))
+            board = Board(store)
+            scheduler = Scheduler(board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace)
+            runner = await self._start_api(Api(scheduler, runners, self.request_stop))
+            log.info(
+                olog.Event.DAEMON_STARTED,
+                pid=os.getpid(),
+                version=__version__,
+                socket=str(self.paths.socket),
+                burst=self.burst,
+                max_concurrent=self.cfg.jobs.max_concurrent,
+                per_repo=self.cfg.jobs.per_repo,
+            )
+            if any(recovered.values()):
+                log.info(olog.Event.DAEMON_RECOVERED, **recovered)
+            main = asyncio.create_task(scheduler.run(), name="scheduler")
+            stop = asyncio.create_task(self._stop.wait(), name="stop")
+            await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
+            log.info(olog.Event.DAEMON_STOPPING, reason="burst done" if main.done() else "signal")
+            if main.done() and main.exception():
+                raise main.exception()  # type: ignore[misc]
+            cut = await scheduler.stop(self.cfg.daemon.shutdown_timeout)
+            for t in (main, stop):
+                t.cancel()
+            await asyncio.gather(main, stop, return_exceptions=True)
+            if cut:
+                log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
+            await runner.cleanup()
+        finally:
+            await store.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.paths.socket.unlink()
+            lock.close()
+        log.info(olog.Event.DAEMON_STOPPED)
+        return 0
+
+    async def _start_api(self, api: Api) -> web.AppRunner:
+        sock = self.paths.socket
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()  # stale: we hold the lock, so no live daemon owns it
+        runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        old = os.umask(0o177)
+        try:
+            site = web.UnixSite(runner, str(sock))
+            await site.start()
+        finally:
+            os.umask(old)
+        os.chmod(sock, 0o600)
+        return runner
+
+
+def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
+    olog.configure(sys.stdout)
+    try:
+        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())
+    except AlreadyRunning as e:
+        print(f"orchestrator: {e}", file=sys.stderr)
+        return 1

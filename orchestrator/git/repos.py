@@ -1,0 +1,154 @@
+"""Small, synchronous facts about a repository: where it is, where its branches point, what changed.
+
+Everything here is pygit2 and fast enough for a thread hop; callers on the event loop use
+`asyncio.to_thread`. Errors are `RepoError`s whose message says what to do about them, because they
+reach a person through the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import DiffFind
+
+__all__ = [
+    "RepoError",
+    "branch_head",
+    "canonical",
+    "changed_paths",
+    "default_branch",
+    "gitattributes_union",
+    "open_repo",
+]
+
+
+class RepoError(ValueError):
+    """A repository, branch or revision the user named cannot be used; the message says how to fix it."""
+
+
+def canonical(path: Path | str) -> Path:
+    """The top-level work dir of the repository holding `path` (symlinks resolved).
+
+    From a linked worktree (ours or the user's) this is the main worktree, so every job of one
+    repository gets the same key however the repository was named.
+    """
+    p = Path(path).expanduser().resolve()
+    if not p.exists():
+        raise RepoError(f"{p} does not exist: pass --repo with the path of a git repository")
+    gitdir = pygit2.discover_repository(str(p))
+    if gitdir is None:
+        raise RepoError(
+            f"{p} is not inside a git repository: run `git init` there or pass --repo with a repository path"
+        )
+    common = _common_dir(Path(gitdir))
+    try:
+        repo = pygit2.Repository(str(common))
+    except pygit2.GitError as exc:
+        raise RepoError(f"{p}: git cannot open the repository at {common} ({exc}): check it with `git status`") from exc
+    if repo.is_bare or repo.workdir is None:
+        raise RepoError(
+            f"{common} is a bare repository: orchestrator lands onto a branch of a repository with a work tree; "
+            "pass the path of a clone"
+        )
+    return Path(repo.workdir).resolve()
+
+
+def open_repo(path: Path | str) -> pygit2.Repository:
+    """Open the repository (or linked worktree) whose work dir is `path`."""
+    try:
+        return pygit2.Repository(str(path))
+    except pygit2.GitError as exc:
+        raise RepoError(f"{path} is not a git work tree ({exc}): pass --repo with a repository path") from exc
+
+
+def branch_head(repo_path: Path | str, branch: str) -> str:
+    """The sha of the commit local branch `branch` points at."""
+    repo = open_repo(repo_path)
+    ref = repo.branches.local.get(branch)
+    if ref is None:
+        names = sorted(repo.branches.local)
+        choices = f"one of: {', '.join(names)}" if names else "an existing branch (this repository has none yet)"
+        raise RepoError(
+            f"branch '{branch}' does not exist in {_workdir(repo)}: create it (git branch {shlex.quote(branch)}) "
+            f"or pass --branch with {choices}"
+        )
+    return str(ref.peel(pygit2.Commit).id)
+
+
+def default_branch(repo_path: Path | str) -> str:
+    """The branch HEAD points at in the repository's main work tree."""
+    repo = open_repo(repo_path)
+    if repo.head_is_unborn:
+        raise RepoError(f"{_workdir(repo)} has no commits yet: commit first (git commit), then jobs can branch from it")
+    if repo.head_is_detached:
+        raise RepoError(f"HEAD is detached in {_workdir(repo)}: check out a branch there or pass --branch")
+    return repo.head.shorthand
+
+
+def changed_paths(repo_path: Path | str, old_sha: str, new_sha: str) -> frozenset[str]:
+    """Repo-relative POSIX paths that differ between two commits; a rename counts both its sides."""
+    repo = open_repo(repo_path)
+    old = _tree(repo, old_sha)
+    new = _tree(repo, new_sha)
+    diff = old.diff_to_tree(new)
+    diff.find_similar(flags=DiffFind.FIND_RENAMES)
+    paths: set[str] = set()
+    for delta in diff.deltas:
+        paths.add(delta.old_file.path)
+        paths.add(delta.new_file.path)
+    return frozenset(paths)
+
+
+def gitattributes_union(repo_path: Path | str, rev: str) -> frozenset[str]:
+    """Patterns the top-level `.gitattributes` at `rev` marks `merge=union`.
+
+    Kept simple on purpose: only the top-level file, patterns returned as written (no macro
+    expansion, no nested `.gitattributes`). A later line for the same pattern that sets another
+    merge driver, `-merge` or `!merge` takes the pattern out again, as in git.
+    """
+    repo = open_repo(repo_path)
+    tree = _tree(repo, rev)
+    try:
+        entry = tree[".gitattributes"]
+    except KeyError:
+        return frozenset()
+    blob = repo[entry.id]
+    if not isinstance(blob, pygit2.Blob):
+        return frozenset()
+    union: dict[str, bool] = {}
+    for line in blob.data.decode("utf-8", "replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or line.startswith("[attr]"):
+            continue
+        try:
+            pattern, *attrs = shlex.split(line, posix=True) if line.startswith('"') else line.split()
+        except ValueError:
+            continue
+        for attr in attrs:
+            if attr == "merge=union":
+                union[pattern] = True
+            elif attr in ("-merge", "!merge", "merge") or attr.startswith("merge="):
+                union[pattern] = False
+    return frozenset(p for p, on in union.items() if on)
+
+
+def _common_dir(gitdir: Path) -> Path:
+    # A linked worktree's git dir names the shared one in its `commondir` file (usually "../..").
+    pointer = gitdir / "commondir"
+    if pointer.is_file():
+        return (gitdir / pointer.read_text().strip()).resolve()
+    return gitdir
+
+
+def _workdir(repo: pygit2.Repository) -> str:
+    return os.path.normpath(repo.workdir or repo.path)
+
+
+def _tree(repo: pygit2.Repository, rev: str) -> pygit2.Tree:
+    try:
+        return repo.revparse_single(rev).peel(pygit2.Tree)
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise RepoError(f"{rev!r} is not a commit in {_workdir(repo)}: pass a branch name or a commit sha") from exc

@@ -1,0 +1,170 @@
+"""Run one admitted job: its worktree, its runner, the live watch of what it touches, its result commit.
+
+The scheduler owns the task; this module only carries the job from `running` to `landing` (or to an end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from orchestrator import logging as olog
+from orchestrator.config import Config
+from orchestrator.core.job import Job
+from orchestrator.core.models import JobState
+from orchestrator.git import commits
+from orchestrator.git.changes import ChangeWatcher, actual_paths
+from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs.board import Board
+from orchestrator.paths import Paths
+from orchestrator.runners import Runner
+from orchestrator.runners import get as get_runner
+from orchestrator.runners.base import RunContext
+
+OnChange = Callable[[int, frozenset[str]], Awaitable[None]]
+
+
+@dataclass
+class Stop:
+    """Why a job's task was cancelled: a person cancelled it, or the daemon is stopping."""
+
+    state: JobState
+    reason: str
+
+
+class Executor:
+    def __init__(
+        self,
+        board: Board,
+        cfg: Config,
+        paths: Paths,
+        pool: WorktreePool,
+        runners: dict[str, Runner],
+        on_change: OnChange,
+    ) -> None:
+        self.board = board
+        self.cfg = cfg
+        self.paths = paths
+        self.pool = pool
+        self.runners = runners
+        self.on_change = on_change
+        self.stops: dict[int, Stop] = {}
+
+    async def run(self, job: Job) -> Job:
+        """Carry an admitted job (already stored as running, with its base) to landing or an end state."""
+        structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
+        log = olog.get()
+        assert job.base is not None
+        repo = Path(job.repo)
+        watcher: ChangeWatcher | None = None
+        try:
+            runner = get_runner(job.runner, self.runners)
+            worktree = await self.pool.acquire(repo, job.id, job.base)
+            job = await self.board.update(job.id, worktree=str(worktree))
+            log.info(
+                olog.Event.JOB_STARTED,
+                worktree=str(worktree),
+                base=job.base,
+                runner=job.runner,
+                claim=sorted(job.claim.paths),
+            )
+            watcher = ChangeWatcher(worktree, job.base, lambda paths: self.on_change(job.id, paths))
+            await watcher.start()
+            ctx = RunContext(
+                job=job, worktree=worktree, log_path=self.paths.job_log(job.id), timeout=self.cfg.jobs.timeout
+            )
+            result = await runner.run(ctx)
+            await watcher.stop()
+            watcher = None
+            if not result.ok:
+                actual = await asyncio.to_thread(actual_paths, worktree, job.base)
+                await self.pool.release(repo, job.id, keep=True)
+                job = await self.board.update(
+                    job.id,
+                    state=JobState.FAILED,
+                    finished_at=time.time(),
+                    exit_code=result.exit_code,
+                    actual=actual,
+                    event="failed",
+                    reason=f"{result.summary}; worktree kept at {worktree} (see `orchestrator logs {job.id}`)",
+                )
+                log.warning(olog.Event.JOB_FAILED, reason=job.reason, exit_code=result.exit_code)
+                return job
+            sha = await asyncio.to_thread(
+                commits.commit_worktree, worktree, message=_subject(job), job_id=job.id, base=job.base
+            )
+            actual = await asyncio.to_thread(actual_paths, worktree, job.base)
+            if sha is None:
+                await self.pool.release(repo, job.id, keep=False, delete_branch=True)
+                job = await self.board.update(
+                    job.id,
+                    state=JobState.LANDED,
+                    finished_at=time.time(),
+                    exit_code=0,
+                    actual=frozenset(),
+                    reason="finished with no changes: nothing to land",
+                    event="finished",
+                )
+                log.info(olog.Event.JOB_FINISHED, changes=0, landed=False)
+                return job
+            job = await self.board.update(
+                job.id,
+                state=JobState.LANDING,
+                result=sha,
+                actual=actual,
+                exit_code=0,
+                reason="finished; waits for its landing",
+                event="finished",
+                data={"result": sha},
+            )
+            log.info(olog.Event.JOB_FINISHED, result=sha, actual=sorted(actual))
+            return job
+        except asyncio.CancelledError:
+            stop = self.stops.pop(job.id, Stop(JobState.INTERRUPTED, "the daemon stopped while this job ran"))
+            if watcher is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(watcher.stop(), 5)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.pool.release(repo, job.id, keep=True))
+            await asyncio.shield(
+                self.board.update(
+                    job.id,
+                    state=stop.state,
+                    finished_at=time.time(),
+                    reason=stop.reason,
+                    event=str(stop.state),
+                )
+            )
+            event = olog.Event.JOB_CANCELLED if stop.state is JobState.CANCELLED else olog.Event.DAEMON_CANCELLED
+            log.warning(event, reason=stop.reason)
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of one job must not take the daemon down
+            if watcher is not None:
+                with contextlib.suppress(Exception):
+                    await watcher.stop()
+            with contextlib.suppress(Exception):
+                await self.pool.release(repo, job.id, keep=True)
+            job = await self.board.update(
+                job.id,
+                state=JobState.FAILED,
+                finished_at=time.time(),
+                reason=f"{type(e).__name__}: {e}",
+                event="failed",
+            )
+            log.error(olog.Event.JOB_FAILED, reason=job.reason, exc_info=True)
+            return job
+        finally:
+            structlog.contextvars.unbind_contextvars("job_id", "repo")
+
+
+def _subject(job: Job) -> str:
+    first = job.text.strip().splitlines()[0] if job.text.strip() else f"job {job.id}"
+    if len(first) > 72:
+        first = first[:69] + "..."
+    return f"{first}\n\n{job.text.strip()}" if job.text.strip() != first else first

@@ -1,0 +1,205 @@
+"""The landing queue: one landing at a time per target branch; a conflict never lands.
+
+A finished job waits for the jobs it must land after (an overlap was seen while both ran), then takes its
+branch's lock, merges onto the current head in memory, runs the repo's landing check if one is set, and
+moves the branch by compare-and-swap. Conflicts re-queue the job on the new head (bounded attempts), or
+leave it for a person. A user's uncommitted change in the way makes the landing wait and say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from orchestrator import logging as olog
+from orchestrator.config import Config
+from orchestrator.core import claims
+from orchestrator.core.job import Job
+from orchestrator.core.models import JobState
+from orchestrator.git import landing as git_landing
+from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs.board import Board
+from orchestrator.jobs.retire import retire_attempt
+from orchestrator.paths import Paths
+
+USER_DIRTY_RETRY = (1.0, 30.0)  # first and longest wait before trying again when the user's changes are in the way
+
+
+class Lander:
+    def __init__(self, board: Board, cfg: Config, paths: Paths, pool: WorktreePool) -> None:
+        self.board = board
+        self.cfg = cfg
+        self.paths = paths
+        self.pool = pool
+        self.inflight: set[tuple[str, str]] = set()
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    def submit(self, job: Job) -> None:
+        if job.id in self.tasks and not self.tasks[job.id].done():
+            return
+        task = asyncio.create_task(self._land(job.id), name=f"land-{job.id}")
+        self.tasks[job.id] = task
+        task.add_done_callback(lambda _t, job_id=job.id: self.tasks.pop(job_id, None))
+
+    async def drain(self, timeout: float) -> list[int]:
+        """Let landings in flight finish within `timeout`; cancel the rest and return their ids."""
+        tasks = list(self.tasks.values())
+        if not tasks:
+            return []
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return sorted(int(t.get_name().split("-")[1]) for t in pending)
+
+    def _mergeable(self, job: Job) -> Callable[[str], bool]:
+        patterns = (*self.cfg.jobs.mergeable, *self.cfg.repo(job.repo).mergeable)
+        return lambda path: claims.matches(path, patterns)
+
+    async def _land(self, job_id: int) -> None:
+        job = await self.board.store.get(job_id)
+        if job is None or job.state is not JobState.LANDING:
+            return
+        structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
+        log = olog.get()
+        if job.land_after:
+            await self.board.update(
+                job.id, reason=f"waits for jobs {_ids(job.land_after)} to land first (overlap seen)"
+            )
+            await self.board.wait_until(lambda: self._ended(job.land_after), timeout=None)
+        key = (job.repo, job.branch)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        delay = USER_DIRTY_RETRY[0]
+        while True:
+            async with lock:
+                self.inflight.add(key)
+                await self.board.announce()
+                try:
+                    outcome = await self._attempt(job, log)
+                finally:
+                    self.inflight.discard(key)
+                    await self.board.announce()
+            if outcome != "wait":
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, USER_DIRTY_RETRY[1])
+
+    async def _ended(self, ids: tuple[int, ...]) -> bool:
+        for i in ids:
+            other = await self.board.store.get(i)
+            if other is not None and not other.state.terminal:
+                return False
+        return True
+
+    async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> str:
+        assert job.result is not None
+        repo = Path(job.repo)
+        log.info(olog.Event.LANDING_STARTED, result=job.result, branch=job.branch)
+        check = self.cfg.repo(job.repo).check
+        message = (
+            f"Merge orchestrator job {job.id}: {job.text.strip().splitlines()[0][:60] if job.text.strip() else ''}"
+        )
+        if check:
+            result = await git_landing.land_checked(
+                repo, job.branch, job.result, job_id=job.id, message=message, command=check,
+                timeout=self.cfg.repo(job.repo).check_timeout, log_path=self.paths.job_log(job.id),
+                scratch_root=self.paths.worktrees / "scratch", mergeable=self._mergeable(job),
+            )
+        else:
+            result = await asyncio.to_thread(
+                git_landing.land,
+                repo,
+                job.branch,
+                job.result,
+                job_id=job.id,
+                message=message,
+                mergeable=self._mergeable(job),
+            )
+        outcome = result.outcome
+        if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
+            landed = result.sha or job.result
+            await self.pool.release(repo, job.id, keep=False, delete_branch=True)
+            await self.board.update(
+                job.id,
+                state=JobState.LANDED,
+                landed_sha=landed,
+                finished_at=time.time(),
+                event="landed",
+                reason=result.message or f"landed on {job.branch} at {landed[:12]}",
+                data={"sha": landed},
+            )
+            event = olog.Event.LANDING_LANDED if outcome is git_landing.LandOutcome.LANDED else olog.Event.LANDING_NOOP
+            log.info(event, sha=landed, branch=job.branch)
+            with contextlib.suppress(Exception):
+                await self.pool.fill(repo, landed)
+            return "done"
+        if outcome is git_landing.LandOutcome.USER_DIRTY:
+            reason = (
+                f"waits: your uncommitted changes to {', '.join(result.user_paths)} in {job.repo} are in the "
+                f"way of this landing; commit or stash them and it lands"
+            )
+            if job.reason != reason:
+                job = await self.board.update(
+                    job.id, reason=reason, event="landing_waits", data={"user_paths": list(result.user_paths)}
+                )
+                log.warning(olog.Event.LANDING_WAITING, user_paths=list(result.user_paths), reason=reason)
+            return "wait"
+        if outcome is git_landing.LandOutcome.HEAD_MOVED:
+            return "wait"
+        if outcome is git_landing.LandOutcome.CHECK_FAILED:
+            await self.board.update(
+                job.id,
+                state=JobState.FAILED,
+                finished_at=time.time(),
+                event="check_failed",
+                reason=f"the landing check `{self.cfg.repo(job.repo).check}` failed on the merged result; "
+                f"not landed; worktree kept (see `orchestrator logs {job.id}`)",
+            )
+            log.warning(olog.Event.LANDING_CHECK_FAILED, output=result.check_output[-2000:])
+            return "done"
+        # A conflict never lands: re-queue on the new head, or leave it for a person.
+        conflicts = list(result.conflicts)
+        log.warning(olog.Event.LANDING_CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
+        if self.cfg.jobs.retry_on_conflict and job.attempts + 1 < self.cfg.jobs.max_attempts:
+            kept = await retire_attempt(self.pool, job)
+            await self.board.update(
+                job.id,
+                state=JobState.QUEUED,
+                attempts=job.attempts + 1,
+                base=None,
+                result=None,
+                actual=frozenset(),
+                worktree=None,
+                started_at=None,
+                event="requeued",
+                data={"conflicts": conflicts, "kept": kept},
+                reason=(
+                    f"conflict in {', '.join(conflicts)} with {job.branch}; re-queued on the new head "
+                    f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
+                ),
+            )
+            log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, kept=kept)
+        else:
+            await self.pool.release(repo, job.id, keep=True)
+            await self.board.update(
+                job.id,
+                state=JobState.CONFLICTED,
+                finished_at=time.time(),
+                event="conflicted",
+                data={"conflicts": conflicts},
+                reason=(
+                    f"conflict in {', '.join(conflicts)} with {job.branch}; not landed; its branch "
+                    f"orchestrator/{job.id} and worktree are kept for a person"
+                ),
+            )
+        return "done"
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    return ", ".join(str(i) for i in sorted(ids))

@@ -1,0 +1,48 @@
+"""Retire a job's attempt without losing it: its work is committed and kept on a branch of its own.
+
+Used when a conflicted job is re-queued on a new head and when a person retries a failed or interrupted
+job: the next attempt starts fresh on `orchestrator/<id>`, the old one stays on `orchestrator/<id>-attempt-<n>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pygit2
+
+from orchestrator.core.job import Job
+from orchestrator.git import commits
+from orchestrator.git.worktrees import WorktreePool
+
+
+def _keep_branch(repo_path: Path, job: Job) -> str | None:
+    repo = pygit2.Repository(str(repo_path))
+    branch = repo.branches.local.get(f"orchestrator/{job.id}")
+    if branch is None:
+        return None
+    name = f"orchestrator/{job.id}-attempt-{job.attempts + 1}"
+    n = job.attempts + 1
+    while name in repo.branches.local:
+        n += 1
+        name = f"orchestrator/{job.id}-attempt-{n}"
+    branch.rename(name)
+    return name
+
+
+async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
+    """Commit what the attempt left, release its worktree, and keep its branch under an attempt name."""
+    repo = Path(job.repo)
+    if job.worktree and Path(job.worktree).exists() and job.base:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(
+                commits.commit_worktree,
+                Path(job.worktree),
+                message=f"orchestrator: job {job.id} attempt {job.attempts + 1}, kept",
+                job_id=job.id,
+                base=job.base,
+            )
+    with contextlib.suppress(Exception):
+        await pool.release(repo, job.id, keep=False, delete_branch=False)
+    return await asyncio.to_thread(_keep_branch, repo, job)

@@ -1,0 +1,425 @@
+"""The scheduler: gathers facts into a snapshot, asks `admission.decide_all`, carries the decisions out.
+
+Event-driven: enqueue, plan done, change seen, job finished, landing done and branch moved all call
+`wake()`. Each round plans queued jobs, builds the snapshot (active jobs with their live actual paths,
+waiting jobs, how each target branch moved since each job's base, landings in flight) and acts on every
+decision. A decision is logged once per change of its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from orchestrator import logging as olog
+from orchestrator.config import Config
+from orchestrator.core import admission, claims
+from orchestrator.core.job import Job
+from orchestrator.core.models import Decision, JobState, JobView, Outcome, Snapshot
+from orchestrator.git import merging, repos
+from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs.board import Board
+from orchestrator.jobs.execution import Executor, Stop
+from orchestrator.jobs.landing import Lander
+from orchestrator.jobs.retire import retire_attempt
+from orchestrator.paths import Paths
+from orchestrator.plan import declared
+from orchestrator.runners import Runner
+
+OPEN_STATES = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING)
+DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
+
+
+class JobError(Exception):
+    """A request about a job cannot be done; the message says why and what to do."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class _Seen:
+    """The last logged decision of a waiting job, so each is logged once per change of reason."""
+
+    last: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        board: Board,
+        cfg: Config,
+        paths: Paths,
+        pool: WorktreePool,
+        runners: dict[str, Runner],
+        *,
+        burst: bool = False,
+        grace: float = 2.0,
+    ) -> None:
+        self.board = board
+        self.cfg = cfg
+        self.paths = paths
+        self.pool = pool
+        self.burst = burst
+        self.grace = grace
+        self._last_wake = 0.0
+        self.executor = Executor(board, cfg, paths, pool, runners, self._on_change)
+        self.lander = Lander(board, cfg, paths, pool)
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+        self._running: dict[int, asyncio.Task[Job]] = {}
+        self._actual: dict[int, frozenset[str]] = {}
+        self._overlaps: set[tuple[int, int]] = set()
+        self._seen = _Seen()
+        self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        board.on_change(self.wake)
+
+    def wake(self) -> None:
+        self._last_wake = time.monotonic()
+        self._wakeup.set()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Decide, act, sleep until woken. In burst mode, return once nothing is open."""
+        self._last_wake = time.monotonic()
+        for job in await self.board.store.jobs([JobState.LANDING]):
+            self.lander.submit(job)  # landings a previous daemon left in flight resume
+        while not self._stopping:
+            self._wakeup.clear()
+            await self._round()
+            # Every fact that can change a decision wakes us; the timeout is only a safety net.
+            timeout = 30.0
+            if self.burst and not await self.board.store.jobs(OPEN_STATES):
+                # Burst: exit once idle, after a short grace for a client that is about to enqueue.
+                quiet = time.monotonic() - self._last_wake
+                if quiet >= self.grace:
+                    return
+                timeout = self.grace - quiet
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
+            except TimeoutError:
+                pass
+
+    async def stop(self, timeout: float) -> list[int]:
+        """Stop admitting; let landings finish within `timeout`; interrupt running jobs. Returns what was cut."""
+        self._stopping = True
+        self.wake()
+        cut = []
+        for job_id, task in list(self._running.items()):
+            self.executor.stops.setdefault(
+                job_id,
+                Stop(JobState.INTERRUPTED, "the daemon stopped while this job ran; `orchestrator retry` runs it again"),
+            )
+            task.cancel()
+            cut.append(job_id)
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        cut += await self.lander.drain(timeout)
+        for t in list(self._side_tasks):
+            t.cancel()
+        await asyncio.gather(*self._side_tasks, return_exceptions=True)
+        return sorted(cut)
+
+    async def _round(self) -> None:
+        store = self.board.store
+        for job in await store.jobs([JobState.QUEUED]):
+            await self._plan(job)
+        planned = await store.jobs([JobState.PLANNED])
+        if not planned:
+            return
+        active = await store.jobs([JobState.RUNNING, JobState.LANDING])
+        snapshot = await self._snapshot(planned, active)
+        by_id = {j.id: j for j in planned}
+        for decision in admission.decide_all(snapshot):
+            await self._act(by_id[decision.job_id], decision)
+
+    async def _plan(self, job: Job) -> None:
+        """Predict the claim and fix the base. Declared paths only, for now (the pre-plan pass comes next)."""
+        job = await self.board.update(job.id, state=JobState.PLANNING)
+        try:
+            head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
+        except repos.RepoError as e:
+            await self.board.update(
+                job.id, state=JobState.FAILED, finished_at=time.time(), reason=str(e), event="failed"
+            )
+            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, reason=str(e))
+            return
+        claim = declared.claim(job.declared)
+        await self.board.update(
+            job.id,
+            state=JobState.PLANNED,
+            base=head,
+            claim=claim,
+            event="planned",
+            data={"base": head, "claim": claim.to_json()},
+        )
+        olog.get(job_id=job.id, repo=job.repo).info(
+            olog.Event.JOB_PLANNED,
+            base=head,
+            claim=sorted(claim.paths),
+            confidence=claim.confidence,
+            source=str(claim.source),
+        )
+
+    async def _snapshot(self, planned: list[Job], active: list[Job]) -> Snapshot:
+        heads: dict[tuple[str, str], str | None] = {}
+        moved: dict[int, frozenset[str] | None] = {}
+        for job in planned:
+            key = (job.repo, job.branch)
+            if key not in heads:
+                try:
+                    heads[key] = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
+                except repos.RepoError:
+                    heads[key] = None
+            head = heads[key]
+            if job.base and head and head != job.base:
+                moved[job.id] = await self._moved(job.repo, job.base, head)
+            elif head is None:
+                moved[job.id] = None
+        finished = await self.board.store.jobs([JobState.LANDED, *DEAD_STATES])
+        return Snapshot(
+            active=tuple(j.view() if j.id not in self._actual else _with_actual(j, self._actual[j.id]) for j in active),
+            waiting=tuple(j.view() for j in planned),
+            moved=moved,
+            landing=frozenset(self.lander.inflight),
+            landed=frozenset(j.id for j in finished if j.state is JobState.LANDED),
+            dead=frozenset(j.id for j in finished if j.state is not JobState.LANDED),
+            policy=self.cfg.policy(),
+        )
+
+    async def _moved(self, repo: str, base: str, head: str) -> frozenset[str] | None:
+        key = (repo, base, head)
+        if key not in self._moved_cache:
+            try:
+                self._moved_cache[key] = await asyncio.to_thread(repos.changed_paths, Path(repo), base, head)
+            except Exception:  # noqa: BLE001 - an unreadable base means "unknown": the job re-plans
+                self._moved_cache[key] = None
+        return self._moved_cache[key]
+
+    async def _act(self, job: Job, decision: Decision) -> None:
+        log = olog.get(job_id=job.id, repo=job.repo)
+        key = (decision.reason, decision.blocking, decision.paths)
+        changed = self._seen.last.get(job.id) != key
+        self._seen.last[job.id] = key
+        fields = _decision_fields(decision)
+        if decision.outcome is Outcome.ADMIT:
+            self._seen.last.pop(job.id, None)
+            head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
+            job = await self.board.update(
+                job.id,
+                state=JobState.RUNNING,
+                started_at=time.time(),
+                base=head,
+                decision=decision.to_json(),
+                reason=decision.message,
+                event="admitted",
+            )
+            log.info(olog.Event.ADMISSION_ADMITTED, **fields)
+            self._start(job)
+        elif decision.outcome is Outcome.REPLAN:
+            self._seen.last.pop(job.id, None)
+            log.info(olog.Event.ADMISSION_REPLAN, **fields)
+            await self.board.update(
+                job.id, state=JobState.QUEUED, decision=decision.to_json(), reason=decision.message, event="replan"
+            )
+        elif decision.outcome is Outcome.FAIL:
+            self._seen.last.pop(job.id, None)
+            log.warning(olog.Event.ADMISSION_FAILED, **fields)
+            await self.board.update(
+                job.id,
+                state=JobState.FAILED,
+                finished_at=time.time(),
+                decision=decision.to_json(),
+                reason=decision.message,
+                event="failed",
+            )
+        elif changed:
+            log.info(olog.Event.ADMISSION_DEFERRED, **fields)
+            await self.board.store.update(
+                job.id,
+                decision=decision.to_json(),
+                reason=decision.message,
+                event="deferred",
+                data={"reason": str(decision.reason)},
+            )
+
+    def _start(self, job: Job) -> None:
+        task = asyncio.create_task(self._execute(job), name=f"job-{job.id}")
+        self._running[job.id] = task
+
+    async def _execute(self, job: Job) -> Job:
+        try:
+            job = await self.executor.run(job)
+        finally:
+            self._running.pop(job.id, None)
+            self._actual.pop(job.id, None)
+            self.wake()
+        if job.state is JobState.LANDING:
+            self.lander.submit(job)
+        return job
+
+    # -- the live watch -------------------------------------------------------------------------
+
+    async def _on_change(self, job_id: int, actual: frozenset[str]) -> None:
+        """A running job's actual paths changed: store them, and flag it at once if they meet another's."""
+        self._actual[job_id] = actual
+        job = await self.board.store.update(job_id, actual=actual)
+        olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual))
+        patterns = (*self.cfg.jobs.mergeable, *self.cfg.repo(job.repo).mergeable)
+        escaped = frozenset(
+            p for p in actual if not claims.overlapping({p}, job.claim.paths) and not claims.matches(p, patterns)
+        )
+        if not escaped:
+            return
+        for other in await self.board.store.jobs([JobState.RUNNING, JobState.LANDING]):
+            if other.id == job_id or other.repo != job.repo:
+                continue
+            theirs = other.claim.paths | self._actual.get(other.id, other.actual)
+            meet = claims.overlapping(escaped, theirs)
+            pair = (min(job_id, other.id), max(job_id, other.id))
+            if not meet or pair in self._overlaps:
+                continue
+            self._overlaps.add(pair)
+            await self._record_overlap(job, other, meet)
+
+    async def _record_overlap(self, job: Job, other: Job, meet: frozenset[str]) -> None:
+        later, earlier = (
+            (job, other) if (job.started_at or 0, job.id) >= (other.started_at or 0, other.id) else (other, job)
+        )
+        log = olog.get(job_id=job.id, repo=job.repo)
+        log.warning(
+            olog.Event.JOB_OVERLAP,
+            other=other.id,
+            paths=sorted(meet),
+            lands_after=earlier.id,
+            later=later.id,
+            message=f"job {job.id} touched {', '.join(sorted(meet))} outside its claim, "
+            f"which job {other.id} holds; job {later.id} lands after job {earlier.id}",
+        )
+        if earlier.id not in later.land_after:
+            await self.board.update(
+                later.id,
+                land_after=(*later.land_after, earlier.id),
+                event="overlap",
+                data={"other": earlier.id, "paths": sorted(meet)},
+            )
+        if job.id != later.id:
+            await self.board.store.update(job.id, event="overlap", data={"other": other.id, "paths": sorted(meet)})
+        task = asyncio.create_task(self._check_hunks(job, other, meet))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _check_hunks(self, job: Job, other: Job, meet: frozenset[str]) -> None:
+        """Same file, or a real conflict? An in-memory merge of both current states says."""
+        if not (job.worktree and other.worktree and job.base):
+            return
+        try:
+            ours = await asyncio.to_thread(merging.tree_of_worktree, Path(job.worktree))
+            theirs = await asyncio.to_thread(merging.tree_of_worktree, Path(other.worktree))
+            conflicts = await asyncio.to_thread(merging.merge_conflicts, Path(job.repo), job.base, ours, theirs)
+        except Exception as e:  # noqa: BLE001 - advisory only: the landing makes the real check
+            olog.get(job_id=job.id, repo=job.repo).debug(olog.Event.JOB_OVERLAP, other=other.id, hunks_error=str(e))
+            return
+        olog.get(job_id=job.id, repo=job.repo).warning(
+            olog.Event.JOB_OVERLAP,
+            other=other.id,
+            paths=sorted(meet),
+            conflict=bool(conflicts),
+            conflicts=list(conflicts),
+            message="real conflict in " + ", ".join(conflicts)
+            if conflicts
+            else "same files, disjoint hunks: merges clean so far",
+        )
+        await self.board.store.update(
+            job.id, event="overlap_checked", data={"other": other.id, "conflicts": list(conflicts)}
+        )
+
+    # -- requests from the API ------------------------------------------------------------------
+
+    async def cancel(self, job_id: int) -> Job:
+        job = await self._get(job_id)
+        if job.state.terminal:
+            raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
+        if job.state is JobState.LANDING:
+            if (job.repo, job.branch) in self.lander.inflight:
+                raise JobError(f"job {job_id} is landing right now; wait for it (`orchestrator wait {job_id}`)")
+            task = self.lander.tasks.get(job_id)
+            if task:
+                task.cancel()
+            await self.pool.release(Path(job.repo), job_id, keep=True)
+        if job.state is JobState.RUNNING and job_id in self._running:
+            self.executor.stops[job_id] = Stop(JobState.CANCELLED, "cancelled by request")
+            task = self._running[job_id]
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return await self._get(job_id)
+        return await self.board.update(
+            job_id, state=JobState.CANCELLED, finished_at=time.time(), reason="cancelled by request", event="cancelled"
+        )
+
+    async def retry(self, job_id: int) -> Job:
+        job = await self._get(job_id)
+        if job.state not in DEAD_STATES:
+            raise JobError(
+                f"job {job_id} is {job.state}; only failed, cancelled, conflicted or interrupted jobs can be retried"
+            )
+        kept = await retire_attempt(self.pool, job) if job.worktree or job.result else None
+        job = await self.board.update(
+            job_id,
+            state=JobState.QUEUED,
+            attempts=job.attempts + 1,
+            base=None,
+            result=None,
+            actual=frozenset(),
+            worktree=None,
+            started_at=None,
+            finished_at=None,
+            exit_code=None,
+            land_after=(),
+            decision=None,
+            reason="retried" + (f"; previous attempt kept on {kept}" if kept else ""),
+            event="retried",
+            data={"kept": kept},
+        )
+        olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_RETRIED, kept=kept)
+        return job
+
+    async def _get(self, job_id: int) -> Job:
+        job = await self.board.store.get(job_id)
+        if job is None:
+            raise JobError(f"no job {job_id}: `orchestrator status` lists the jobs", status=404)
+        return job
+
+    async def wait(self, ids: Iterable[int], timeout: float | None) -> list[Job]:
+        ids = list(ids)
+
+        async def done() -> bool:
+            for i in ids:
+                job = await self.board.store.get(i)
+                if job is not None and not job.state.terminal:
+                    return False
+            return True
+
+        await self.board.wait_until(done, timeout)
+        return [j for i in ids if (j := await self.board.store.get(i)) is not None]
+
+
+def _with_actual(job: Job, actual: frozenset[str]) -> JobView:
+    return replace(job.view(), actual=actual)
+
+
+def _decision_fields(d: Decision) -> dict[str, Any]:
+    return {
+        "reason": str(d.reason),
+        "message": d.message,
+        "blocking": list(d.blocking),
+        "paths": list(d.paths),
+        "shared": list(d.shared),
+        "next": d.next,
+    }

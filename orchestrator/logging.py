@@ -1,0 +1,144 @@
+"""One log: structlog JSON lines on stdout (journald keeps them under systemd), a console renderer on a TTY.
+
+Event names are a closed set (`Event`); `job_id` and `repo` are bound with contextvars inside each job's
+task. Secrets never reach a log: keys that name one are masked, and so are values that look like one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import MutableMapping
+from enum import StrEnum
+from typing import Any, TextIO
+
+import structlog
+
+
+class Event(StrEnum):
+    """Every event name the daemon logs."""
+
+    DAEMON_STARTED = "daemon.started"
+    DAEMON_RECOVERED = "daemon.recovered"
+    DAEMON_STOPPING = "daemon.stopping"
+    DAEMON_STOPPED = "daemon.stopped"
+    DAEMON_CANCELLED = "daemon.cancelled"
+    API_ERROR = "api.error"
+    JOB_ENQUEUED = "job.enqueued"
+    JOB_PLANNED = "job.planned"
+    JOB_STARTED = "job.started"
+    JOB_FINISHED = "job.finished"
+    JOB_FAILED = "job.failed"
+    JOB_CANCELLED = "job.cancelled"
+    JOB_RETRIED = "job.retried"
+    JOB_REQUEUED = "job.requeued"
+    JOB_CHANGED = "job.changed"
+    JOB_OVERLAP = "job.overlap"
+    ADMISSION_ADMITTED = "admission.admitted"
+    ADMISSION_DEFERRED = "admission.deferred"
+    ADMISSION_FAILED = "admission.failed"
+    ADMISSION_REPLAN = "admission.replan"
+    LANDING_STARTED = "landing.started"
+    LANDING_LANDED = "landing.landed"
+    LANDING_NOOP = "landing.noop"
+    LANDING_CONFLICT = "landing.conflict"
+    LANDING_WAITING = "landing.waiting"
+    LANDING_CHECK_FAILED = "landing.check_failed"
+    WORKTREE_ERROR = "worktree.error"
+    WORKTREE_ACQUIRED = "worktree.acquired"
+    WORKTREE_POOLED_FAILED = "worktree.pooled_failed"
+    WORKTREE_KEPT = "worktree.kept"
+    WORKTREE_POOL_FILLED = "worktree.pool_filled"
+    WORKTREE_RECOVERED = "worktree.recovered"
+    WORKTREE_RECYCLE_FAILED = "worktree.recycle_failed"
+    WORKTREE_RECYCLED = "worktree.recycled"
+    WORKTREE_REMOVED = "worktree.removed"
+    CHANGES_UNPARSABLE_DIFF = "changes.unparsable_diff"
+    CHANGES_WATCH_STOP_TIMEOUT = "changes.watch_stop_timeout"
+    JOB_OVERLAP_CHECKED = "job.overlap_checked"
+    GATE_ADMITTED = "gate.admitted"
+    GATE_REJECTED = "gate.rejected"
+
+
+EVENTS = frozenset(e.value for e in Event)
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.I)
+_SECRET_VALUE = re.compile(r"(sk-ant-[A-Za-z0-9_\-]{8,}|sk-[A-Za-z0-9]{20,})")
+
+
+def _redact(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key, value in list(event_dict.items()):
+        if _SECRET_KEY.search(key) and value:
+            event_dict[key] = "****"
+        elif isinstance(value, str) and _SECRET_VALUE.search(value):
+            event_dict[key] = _SECRET_VALUE.sub("****", value)
+    return event_dict
+
+
+def _closed_set(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    event = event_dict.get("event")
+    if isinstance(event, Event):
+        event_dict["event"] = event.value
+    elif event not in EVENTS:
+        event_dict["unregistered_event"] = True
+    return event_dict
+
+
+_PRIORITY = {"critical": 2, "error": 3, "warning": 4, "info": 6, "debug": 7}
+
+
+class _JournalPrefix:
+    """Prefix each line with its syslog priority (`<6>`) so journald files it at the right level."""
+
+    def __init__(self, renderer: Any) -> None:
+        self._renderer = renderer
+
+    def __call__(self, logger: Any, name: str, event_dict: MutableMapping[str, Any]) -> str:
+        level = str(event_dict.get("level", "info"))
+        return f"<{_PRIORITY.get(level, 6)}>{self._renderer(logger, name, event_dict)}"
+
+
+def stdout_is_journal(stream: TextIO, env: dict[str, str] | None = None) -> bool:
+    """True when `$JOURNAL_STREAM` names the device and inode of `stream` (systemd's contract)."""
+    env = dict(os.environ) if env is None else env
+    value = env.get("JOURNAL_STREAM", "")
+    if ":" not in value:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        return False
+    dev, _, ino = value.partition(":")
+    return f"{st.st_dev}:{st.st_ino}" == f"{dev}:{ino}"
+
+
+def configure(stream: TextIO | None = None, *, level: str = "info", force_json: bool = False) -> None:
+    """Set structlog up once for the daemon's process."""
+    stream = stream or sys.stdout
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _closed_set,
+        _redact,
+        structlog.processors.format_exc_info,
+    ]
+    renderer: Any
+    if not force_json and stream.isatty():
+        renderer = structlog.dev.ConsoleRenderer(colors=True)
+    else:
+        renderer = structlog.processors.JSONRenderer(sort_keys=False)
+        if stdout_is_journal(stream):
+            renderer = _JournalPrefix(renderer)
+    structlog.configure(
+        processors=[*processors, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get(**bound: Any) -> Any:
+    return structlog.get_logger("orchestrator").bind(**bound)

@@ -1,0 +1,17 @@
+"""Runners behind one interface (`base.Runner`): `shell` now; the Claude agent, agent CLIs and replay next."""
+
+from __future__ import annotations
+
+from orchestrator.runners.base import Runner, UnknownRunner
+from orchestrator.runners.shell import ShellRunner
+
+
+def registry() -> dict[str, Runner]:
+    return {"shell": ShellRunner()}
+
+
+def get(name: str, runners: dict[str, Runner]) -> Runner:
+    try:
+        return runners[name]
+    except KeyError:
+        raise UnknownRunner(f"unknown runner {name!r}: use one of {', '.join(sorted(runners))}") from None

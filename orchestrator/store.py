@@ -1,0 +1,285 @@
+"""The one store: SQLite through aiosqlite, WAL, schema versioned by migrations.
+
+Every state change is committed before the daemon acts on it, together with an append-only event in
+`job_events`, so a killed daemon restarts where it was. The chat plane's sessions and memories live here
+too. Everything SQL stays in this module (a PostgreSQL store can replace it behind the same methods).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from orchestrator.core.job import Job
+from orchestrator.core.models import Claim, JobState
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: jobs and their history; chat sessions, messages and memories.
+    """
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        repo TEXT NOT NULL,
+        branch TEXT NOT NULL,
+        text TEXT NOT NULL,
+        runner TEXT NOT NULL,
+        state TEXT NOT NULL,
+        priority INTEGER NOT NULL DEFAULT 0,
+        after TEXT NOT NULL DEFAULT '[]',
+        declared TEXT NOT NULL DEFAULT '[]',
+        claim TEXT,
+        actual TEXT NOT NULL DEFAULT '[]',
+        base TEXT,
+        result TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        land_after TEXT NOT NULL DEFAULT '[]',
+        worktree TEXT,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        landed_sha TEXT,
+        reason TEXT NOT NULL DEFAULT '',
+        decision TEXT,
+        exit_code INTEGER
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE TABLE job_events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX job_events_job ON job_events(job_id);
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        meta TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        at REAL NOT NULL,
+        extracted INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE memories (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        content TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
+)
+
+_JSON_LIST = {"after", "declared", "actual", "land_after"}
+_COLUMNS = (
+    "repo branch text runner state priority after declared claim actual base result attempts land_after worktree "
+    "created_at started_at finished_at landed_sha reason decision exit_code"
+).split()
+
+
+def _encode(name: str, value: Any) -> Any:
+    if name in _JSON_LIST:
+        return json.dumps(sorted(value) if isinstance(value, frozenset | set) else list(value))
+    if name == "claim":
+        return json.dumps(value.to_json())
+    if name == "decision":
+        return None if value is None else json.dumps(value)
+    if name == "state":
+        return str(value)
+    return value
+
+
+def _row_to_job(row: aiosqlite.Row) -> Job:
+    return Job(
+        id=row["id"],
+        repo=row["repo"],
+        branch=row["branch"],
+        text=row["text"],
+        runner=row["runner"],
+        state=JobState(row["state"]),
+        priority=row["priority"],
+        after=tuple(json.loads(row["after"])),
+        declared=tuple(json.loads(row["declared"])),
+        claim=Claim.from_json(json.loads(row["claim"]) if row["claim"] else None),
+        actual=frozenset(json.loads(row["actual"])),
+        base=row["base"],
+        result=row["result"],
+        attempts=row["attempts"],
+        land_after=tuple(json.loads(row["land_after"])),
+        worktree=row["worktree"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        landed_sha=row["landed_sha"],
+        reason=row["reason"],
+        decision=json.loads(row["decision"]) if row["decision"] else None,
+        exit_code=row["exit_code"],
+    )
+
+
+class Store:
+    """Async access to the SQLite file. One connection; aiosqlite serialises its calls."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._db = conn
+        # One connection serves every task: transactions must not interleave on it.
+        self._tx = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        conn = await aiosqlite.connect(path, isolation_level=None)
+        conn.row_factory = aiosqlite.Row
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        await conn.execute("PRAGMA foreign_keys=ON")
+        await conn.execute("PRAGMA busy_timeout=5000")
+        store = cls(conn)
+        await store._migrate()
+        return store
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _migrate(self) -> None:
+        async with self._db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        for n, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            await self._db.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={n};\nCOMMIT;")
+
+    async def schema_version(self) -> int:
+        async with self._db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    # -- jobs -------------------------------------------------------------------------------------
+
+    async def add_job(
+        self,
+        *,
+        repo: str,
+        branch: str,
+        text: str,
+        runner: str,
+        priority: int = 0,
+        after: Sequence[int] = (),
+        declared: Sequence[str] = (),
+        claim: Claim | None = None,
+    ) -> Job:
+        now = time.time()
+        job = Job(
+            id=0,
+            repo=repo,
+            branch=branch,
+            text=text,
+            runner=runner,
+            state=JobState.QUEUED,
+            priority=priority,
+            after=tuple(after),
+            declared=tuple(declared),
+            claim=claim or Claim(),
+            created_at=now,
+        )
+        values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
+        async with self._transaction():
+            cur = await self._db.execute(
+                f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values
+            )
+            job_id = cur.lastrowid
+            assert job_id is not None
+            await self._event(job_id, "enqueued", {"state": "queued"}, now)
+        return replace(job, id=job_id)
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[None]:
+        async with self._tx:
+            await self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                await self._db.execute("ROLLBACK")
+                raise
+            await self._db.execute("COMMIT")
+
+    async def get(self, job_id: int) -> Job | None:
+        async with self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)) as cur:
+            row = await cur.fetchone()
+        return _row_to_job(row) if row else None
+
+    async def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        if states is None:
+            sql, args = "SELECT * FROM jobs ORDER BY id", ()
+        else:
+            names = tuple(str(s) for s in states)
+            sql = f"SELECT * FROM jobs WHERE state IN ({', '.join('?' * len(names))}) ORDER BY id"
+            args = names
+        async with self._db.execute(sql, args) as cur:
+            rows = await cur.fetchall()
+        return [_row_to_job(r) for r in rows]
+
+    async def update(
+        self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
+    ) -> Job:
+        """Change fields of a job and append one event, in one transaction, before anyone acts on it."""
+        unknown = set(fields) - set(_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown job fields: {sorted(unknown)}")
+        now = time.time()
+        async with self._transaction():
+            if fields:
+                sets = ", ".join(f"{k} = ?" for k in fields)
+                await self._db.execute(
+                    f"UPDATE jobs SET {sets} WHERE id = ?", [*(_encode(k, v) for k, v in fields.items()), job_id]
+                )
+            if event:
+                payload = dict(data or {})
+                if "state" in fields:
+                    payload.setdefault("state", str(fields["state"]))
+                await self._event(job_id, event, payload, now)
+        job = await self.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        return job
+
+    async def _event(self, job_id: int, kind: str, data: dict[str, Any], at: float) -> None:
+        await self._db.execute(
+            "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",
+            (job_id, at, kind, json.dumps(data, default=str)),
+        )
+
+    async def events(self, job_id: int) -> list[dict[str, Any]]:
+        async with self._db.execute(
+            "SELECT at, kind, data FROM job_events WHERE job_id = ? ORDER BY id", (job_id,)
+        ) as cur:
+            rows = await cur.fetchall()
+        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    async def recover(self) -> dict[str, list[int]]:
+        """After a crash: running jobs become interrupted, planning ones go back to the queue.
+
+        Landing jobs stay landing: their result commit is stored and landing again is safe (an already
+        landed commit is a no-op), so nothing is lost and nothing runs twice.
+        """
+        running = [j.id for j in await self.jobs([JobState.RUNNING])]
+        planning = [j.id for j in await self.jobs([JobState.PLANNING])]
+        for job_id in running:
+            await self.update(
+                job_id,
+                state=JobState.INTERRUPTED,
+                reason="the daemon stopped while this job ran; `orchestrator retry` runs it again",
+                event="interrupted",
+            )
+        for job_id in planning:
+            await self.update(job_id, state=JobState.QUEUED, event="requeued", data={"why": "daemon restarted"})
+        landing = [j.id for j in await self.jobs([JobState.LANDING])]
+        return {"interrupted": running, "requeued": planning, "landing": landing}

@@ -1,0 +1,69 @@
+"""Shared fixtures: real git repositories in temp dirs, made with the real git CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+# Tests must not depend on the developer's or CI's global git identity or config.
+os.environ.update(
+    {
+        "GIT_AUTHOR_NAME": "Test Author",
+        "GIT_AUTHOR_EMAIL": "author@example.com",
+        "GIT_COMMITTER_NAME": "Test Committer",
+        "GIT_COMMITTER_EMAIL": "committer@example.com",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+)
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run the real git CLI in `cwd` and return its stdout (stripped)."""
+    out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> Callable[..., Path]:
+    """Make a real git repository with one commit on `main` holding `files`."""
+
+    def _make(name: str = "repo", files: dict[str, str] | None = None, branch: str = "main") -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        git(root, "init", "-q", "-b", branch)
+        git(root, "config", "user.name", "Repo User")
+        git(root, "config", "user.email", "user@example.com")
+        write(root, files or {"README.md": "hello\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", "docs/x.md": "x\n"})
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "initial")
+        return root
+
+    return _make
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path):
+    """Start real daemons on temp homes; every one is stopped at the end of the test."""
+    from tests.harness import Daemon
+
+    made: list[Daemon] = []
+
+    def _make(name: str = "home", env: dict[str, str] | None = None) -> Daemon:
+        d = Daemon(tmp_path / name, env)
+        made.append(d)
+        return d
+
+    yield _make
+    for d in made:
+        d.stop()

@@ -1,0 +1,317 @@
+"""Admission decisions: every reason code, their order, and decide_all over a queue."""
+
+from __future__ import annotations
+
+import gc
+import json
+
+from orchestrator.core.admission import decide, decide_all, runs_alone
+from orchestrator.core.models import (
+    ROOT,
+    Claim,
+    ClaimSource,
+    Decision,
+    JobView,
+    Outcome,
+    Policy,
+    Reason,
+    Snapshot,
+)
+
+CHECK_NAMES = [
+    "DependencyFailed",
+    "Dependency",
+    "Landing",
+    "BaseMoved",
+    "Exclusive",
+    "Ambiguous",
+    "Barrier",
+    "Overlap",
+    "Priority",
+    "Concurrency",
+]
+POLICY = Policy(max_concurrent=8, per_repo=8, barriers=("pyproject.toml", ".github/workflows/*"))
+
+
+def job(
+    id: int,
+    *paths: str,
+    repo: str = "r",
+    branch: str = "main",
+    confidence: float = 0.9,
+    actual: tuple[str, ...] = (),
+    priority: int = 0,
+    after: tuple[int, ...] = (),
+    mergeable: frozenset[str] = frozenset(),
+) -> JobView:
+    claim = Claim(frozenset(paths), confidence, ClaimSource.MODEL)
+    return JobView(id, repo, branch, claim, frozenset(actual), priority, after, mergeable)
+
+
+def snap(
+    active: tuple[JobView, ...] = (), waiting: tuple[JobView, ...] = (), policy: Policy = POLICY, **kw: object
+) -> Snapshot:
+    return Snapshot(active=active, waiting=waiting, policy=policy, **kw)  # type: ignore[arg-type]
+
+
+def failing(d: Decision) -> list[str]:
+    return [c.name for c in d.checks if not c.ok]
+
+
+def test_admits_disjoint_job_and_reports_every_check() -> None:
+    """A disjoint, confident job is admitted; all ten checks are listed, in order, and pass."""
+    a = job(10, "src/b.py")
+    d = decide(a, snap(active=(job(1, "src/a.py"),), waiting=(a,)))
+    assert (d.outcome, d.reason, d.next) == (Outcome.ADMIT, Reason.ADMITTED, "starts now")
+    assert d.admitted and d.blocking == () and d.paths == ()
+    assert [c.name for c in d.checks] == CHECK_NAMES
+    assert all(c.ok for c in d.checks)
+    assert d.message == "admitted beside 1 active job in repo, claim disjoint"
+    assert json.loads(json.dumps(d.to_json()))["reason"] == "Admitted"
+
+
+def test_dependency_failed() -> None:
+    """A job after a dead job fails, naming the dead ids as blocking."""
+    a = job(10, "src/b.py", after=(3, 2, 5))
+    d = decide(a, snap(waiting=(a,), dead=frozenset({3, 5}), landed=frozenset({2})))
+    assert (d.outcome, d.reason, d.blocking) == (Outcome.FAIL, Reason.DEPENDENCY_FAILED, (3, 5))
+    assert d.message == "2 of 3 jobs it runs after ended without landing: 3, 5"
+
+
+def test_dependency_waits_for_landing() -> None:
+    """A job after jobs that have not landed waits for them, and says so."""
+    a = job(10, "src/b.py", after=(7, 4, 2))
+    d = decide(a, snap(waiting=(a,), landed=frozenset({2})))
+    assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.DEPENDENCY, (4, 7))
+    assert d.next == "waits for jobs 4, 7 to land"
+    assert failing(d) == ["Dependency"]
+
+
+def test_landing_in_flight() -> None:
+    """A landing into the job's target branch defers it; one into another branch does not."""
+    a = job(10, "src/b.py")
+    d = decide(a, snap(waiting=(a,), landing=frozenset({("r", "main")})))
+    assert (d.reason, d.outcome) == (Reason.LANDING, Outcome.DEFER)
+    assert decide(a, snap(waiting=(a,), landing=frozenset({("r", "dev"), ("other", "main")}))).admitted
+
+
+def test_base_moved_in_claimed_paths_replans() -> None:
+    """A branch that moved in claimed paths (prefix-aware) re-plans, naming the moved paths."""
+    a = job(10, "src/", "README.md")
+    d = decide(a, snap(waiting=(a,), moved={10: frozenset({"src/x/y.py", "docs/z.md", "README.md"})}))
+    assert (d.outcome, d.reason, d.paths) == (Outcome.REPLAN, Reason.BASE_MOVED, ("README.md", "src/x/y.py"))
+    assert d.next == "re-plans on the new head"
+
+
+def test_base_moved_unknown_replans() -> None:
+    """A moved branch whose changed paths are unknown (None) re-plans."""
+    a = job(10, "src/a.py")
+    d = decide(a, snap(waiting=(a,), moved={10: None}))
+    assert (d.outcome, d.reason) == (Outcome.REPLAN, Reason.BASE_MOVED)
+
+
+def test_base_moved_elsewhere_or_in_mergeable_paths_is_fine() -> None:
+    """Moves in unclaimed or union-mergeable paths, an empty move, or a missing key do not re-plan."""
+    a = job(10, "src/a.py", "CHANGES.rst")
+    for moved in ({10: frozenset({"docs/x.md", "CHANGES.rst"})}, {10: frozenset()}, {11: None}):
+        assert decide(a, snap(waiting=(a,), moved=moved)).admitted
+
+
+def test_exclusive_job_never_replans() -> None:
+    """A job that runs alone starts on the current head, so a moved base is no reason to re-plan."""
+    a = job(10, ROOT)
+    d = decide(a, snap(waiting=(a,), moved={10: None}))
+    assert d.admitted
+    assert d.message == "admitted to run alone (root-wide claim)"
+
+
+def test_active_exclusive_job_blocks_its_repo() -> None:
+    """An active job that runs alone defers every job of its repo, even a disjoint one."""
+    a = job(10, "src/b.py")
+    d = decide(a, snap(active=(job(3, "docs/", confidence=0.1),), waiting=(a,)))
+    assert (d.reason, d.blocking) == (Reason.EXCLUSIVE, (3,))
+    assert d.message == "job 3 runs alone in repo (confidence 0.10 below 0.50)"
+    assert d.next == "waits for job 3 to land"
+
+
+def test_active_job_touching_barrier_becomes_exclusive() -> None:
+    """An active job whose actual paths reach a barrier runs alone from then on."""
+    a = job(10, "src/b.py")
+    d = decide(a, snap(active=(job(3, "docs/", actual=("pyproject.toml",)),), waiting=(a,)))
+    assert (d.reason, d.blocking) == (Reason.EXCLUSIVE, (3,))
+    assert "barrier pyproject.toml" in d.message
+
+
+def test_ambiguous_job_waits_to_run_alone() -> None:
+    """An ambiguous job waits while its repo has active jobs; other repos do not count."""
+    a = job(10)
+    d = decide(a, snap(active=(job(4, "x"), job(2, "y"), job(9, "z", repo="other")), waiting=(a,)))
+    assert (d.reason, d.blocking) == (Reason.AMBIGUOUS, (2, 4))
+    assert d.message == "claim is ambiguous (empty claim): runs alone, 2 active jobs in repo"
+    assert d.next == "waits to run alone: 2 active jobs in repo"
+    assert decide(a, snap(active=(job(9, "z", repo="other"),), waiting=(a,))).admitted
+
+
+def test_barrier_job_waits_to_run_alone() -> None:
+    """A job claiming a barrier path (here under a claimed directory) waits to run alone, naming it."""
+    a = job(10, ".github/", "src/a.py")
+    d = decide(a, snap(active=(job(4, "docs/"),), waiting=(a,)))
+    assert (d.reason, d.blocking, d.paths) == (Reason.BARRIER, (4,), (".github/",))
+    assert runs_alone(a, POLICY) == "barrier .github/"
+    assert runs_alone(job(11, "src/a.py"), POLICY) is None
+
+
+def test_overlap_names_jobs_and_paths() -> None:
+    """Overlap lists the blocking jobs with the paths they hold, and the job's own meeting paths."""
+    a = job(10, "src/a.py", "src/c.py", "README.md")
+    active = (job(7, "src/"), job(4, "src/a.py", "lib/"), job(5, "docs/"))
+    d = decide(a, snap(active=active, waiting=(a,)))
+    assert (d.outcome, d.reason) == (Outcome.DEFER, Reason.OVERLAP)
+    assert d.message == "claim meets 2 of 3 active jobs in repo: job 4 (src/a.py), job 7 (src/)"
+    assert (d.blocking, d.paths) == ((4, 7), ("src/a.py", "src/c.py"))
+    assert d.next == "waits for jobs 4, 7 to land"
+
+
+def test_overlap_with_actual_paths() -> None:
+    """What an active job really touched counts, even outside its claim."""
+    a = job(10, "src/b.py")
+    d = decide(a, snap(active=(job(4, "src/a.py", actual=("src/a.py", "src/b.py")),), waiting=(a,)))
+    assert (d.reason, d.blocking, d.paths) == (Reason.OVERLAP, (4,), ("src/b.py",))
+
+
+def test_unplaceable_actual_path_overlaps_everything() -> None:
+    """An actual path that cannot be normalised is treated as the root: it meets every claim and barrier."""
+    a = job(10, "src/b.py")
+    active = (job(4, "docs/", actual=("/tmp/escaped",)),)
+    assert decide(a, snap(active=active, waiting=(a,), policy=Policy())).reason is Reason.OVERLAP
+    assert decide(a, snap(active=active, waiting=(a,))).reason is Reason.EXCLUSIVE
+
+
+def test_same_paths_in_other_repo_do_not_overlap() -> None:
+    """Claims only meet claims of the same repository."""
+    a = job(10, "src/a.py")
+    assert decide(a, snap(active=(job(4, "src/a.py", repo="other"),), waiting=(a,))).admitted
+
+
+def test_mergeable_paths_are_shared_not_overlapping() -> None:
+    """Changelogs and the repo's union-merge paths never overlap; shared ones are named in `shared`."""
+    a = job(10, "src/b.py", "CHANGES.rst", "data/words.txt", mergeable=frozenset({"data/words.txt"}))
+    active = (job(4, "src/a.py", "CHANGES.rst", actual=("data/words.txt",), mergeable=frozenset({"data/words.txt"})),)
+    d = decide(a, snap(active=active, waiting=(a,)))
+    assert d.admitted
+    assert d.shared == ("CHANGES.rst", "data/words.txt")
+    assert "shares CHANGES.rst, data/words.txt (union-merged)" in d.message
+
+
+def test_priority_earlier_overlapping_waiting_job_goes_first() -> None:
+    """A later job that overlaps an earlier waiting job waits for it; a disjoint later job does not."""
+    first = job(5, "src/")  # blocked by an active job
+    later = job(9, "src/a.py")
+    free = job(11, "docs/x.md")
+    s = snap(active=(job(1, "src/z.py"),), waiting=(later, free, first))
+    assert decide(first, s).reason is Reason.OVERLAP
+    d = decide(later, s)
+    assert (d.reason, d.blocking, d.paths) == (Reason.PRIORITY, (5,), ("src/a.py",))
+    assert d.message == "1 earlier waiting job in repo goes first: job 5 (over src/a.py)"
+    assert d.next == "waits for job 5 to start"
+    assert decide(free, s).admitted
+
+
+def test_priority_follows_priority_then_id() -> None:
+    """A higher-priority job is earlier even with a larger id."""
+    low = job(2, "src/a.py")
+    high = job(8, "src/a.py", priority=1)
+    s = snap(waiting=(low, high))
+    assert decide(high, s).admitted
+    assert (decide(low, s).reason, decide(low, s).blocking) == (Reason.PRIORITY, (8,))
+
+
+def test_priority_exclusive_either_side() -> None:
+    """An earlier exclusive job blocks every later job of its repo; an exclusive job waits for all earlier ones."""
+    alone = job(3, ROOT)
+    s = snap(waiting=(job(1, "a"), job(2, "b", repo="other"), alone, job(4, "c")))
+    assert (decide(job(4, "c"), s).reason, decide(job(4, "c"), s).blocking) == (Reason.PRIORITY, (3,))
+    d = decide(alone, s)
+    assert (d.reason, d.blocking) == (Reason.PRIORITY, (1,))
+    assert d.message == "runs alone after 1 earlier waiting job in repo: job 1"
+
+
+def test_job_waiting_for_a_dependency_holds_no_place() -> None:
+    """An earlier job still waiting for a dependency does not block later jobs (it might be one of them)."""
+    dependant = job(2, "src/a.py", priority=5, after=(7,))
+    dependency = job(7, "src/a.py")
+    s = snap(waiting=(dependant, dependency))
+    assert decide(dependant, s).reason is Reason.DEPENDENCY
+    assert decide(dependency, s).admitted
+
+
+def test_concurrency_global_limit_message() -> None:
+    """The global limit reads like a scheduler's: free slots, active count and the setting."""
+    a = job(10, "src/b.py")
+    policy = Policy(max_concurrent=2)
+    d = decide(a, snap(active=(job(1, "x", repo="p"), job(2, "y", repo="q")), waiting=(a,), policy=policy))
+    assert (d.reason, d.blocking) == (Reason.CONCURRENCY, (1, 2))
+    assert d.message == "0/2 slots free: 2 active jobs (MAX_CONCURRENT_JOBS=2)"
+
+
+def test_concurrency_per_repo_limit() -> None:
+    """The per-repo limit defers a job of a full repo, not one of another repo."""
+    policy = Policy(max_concurrent=8, per_repo=1)
+    s = snap(active=(job(1, "x"),), waiting=(job(10, "y"), job(11, "y", repo="p")), policy=policy)
+    d = decide(job(10, "y"), s)
+    assert (d.reason, d.blocking) == (Reason.CONCURRENCY, (1,))
+    assert d.message == "0/1 repo slots free: 1 active job in repo (per-repo limit 1)"
+    assert decide(job(11, "y", repo="p"), s).admitted
+
+
+def test_first_failing_check_wins_and_all_are_evaluated() -> None:
+    """Every check runs; the reason follows the fixed order (here Landing before Overlap and Concurrency)."""
+    a = job(10, "src/a.py")
+    s = snap(
+        active=(job(1, "src/"),),
+        waiting=(job(5, "src/a.py"), a),
+        landing=frozenset({("r", "main")}),
+        policy=Policy(max_concurrent=1),
+    )
+    d = decide(a, s)
+    assert d.reason is Reason.LANDING
+    assert failing(d) == ["Landing", "Overlap", "Priority", "Concurrency"]
+
+
+def test_decide_all_admits_disjoint_jobs_together() -> None:
+    """Disjoint jobs of one repo are admitted in the same pass."""
+    ds = decide_all(snap(waiting=(job(3, "docs/"), job(1, "src/a.py"), job(2, "src/b.py"))))
+    assert [(d.job_id, d.reason) for d in ds] == [(1, Reason.ADMITTED), (2, Reason.ADMITTED), (3, Reason.ADMITTED)]
+
+
+def test_decide_all_serialises_overlapping_jobs() -> None:
+    """Of two overlapping jobs the earlier is admitted and the later waits for it as an active job."""
+    ds = decide_all(snap(waiting=(job(2, "src/a.py"), job(1, "src/"))))
+    assert [d.reason for d in ds] == [Reason.ADMITTED, Reason.OVERLAP]
+    assert ds[1].blocking == (1,)
+
+
+def test_decide_all_counts_admitted_jobs_against_limits() -> None:
+    """Jobs admitted earlier in the pass fill the slots for the ones after them."""
+    ds = decide_all(snap(waiting=tuple(job(i, f"f{i}") for i in range(1, 5)), policy=Policy(max_concurrent=2)))
+    assert [d.reason for d in ds] == [Reason.ADMITTED, Reason.ADMITTED, Reason.CONCURRENCY, Reason.CONCURRENCY]
+    assert ds[2].blocking == (1, 2)
+
+
+def test_decide_all_barrier_job_runs_alone() -> None:
+    """A barrier job admitted into an idle repo keeps every later job of that repo out."""
+    ds = decide_all(snap(waiting=(job(1, "pyproject.toml"), job(2, "src/a.py"), job(3, "src/a.py", repo="p"))))
+    assert [d.reason for d in ds] == [Reason.ADMITTED, Reason.EXCLUSIVE, Reason.ADMITTED]
+    assert ds[1].blocking == (1,)
+
+
+def test_decide_is_cached_per_snapshot_object() -> None:
+    """Repeated decisions on one snapshot agree, and a new snapshot is never answered from an old index."""
+    a = job(10, "src/a.py")
+    s1 = snap(waiting=(job(5, "src/"), a))
+    assert decide(a, s1).reason is Reason.PRIORITY
+    assert decide(a, s1) == decide(a, s1)
+    del s1
+    gc.collect()
+    for _ in range(20):  # fresh snapshots may reuse the old object's id
+        assert decide(a, snap(waiting=(a,))).admitted

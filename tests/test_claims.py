@@ -1,0 +1,198 @@
+"""Claim paths: normalisation, prefix-aware overlap, mergeable and barrier matching, ambiguity."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from orchestrator.core.claims import (
+    ROOT,
+    ClaimError,
+    PathIndex,
+    ambiguity,
+    matches,
+    normalize,
+    normalize_all,
+    overlapping,
+    overlaps,
+    reaches,
+    split_mergeable,
+)
+from orchestrator.core.models import Claim, ClaimSource, Policy
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("src/a.py", "src/a.py"),
+        ("./src/a.py", "src/a.py"),
+        ("src//a.py", "src/a.py"),
+        ("src/./a.py", "src/a.py"),
+        ("././src", "src"),
+        ("src/", "src/"),
+        ("src//", "src/"),
+        ("src/.", "src/"),
+        ("", ROOT),
+        (".", ROOT),
+        ("./", ROOT),
+        (".//.", ROOT),
+        (".github/workflows/ci.yaml", ".github/workflows/ci.yaml"),
+        (".gitignore", ".gitignore"),
+        ("docs/.gitkeep", "docs/.gitkeep"),
+    ],
+)
+def test_normalize(raw: str, expected: str) -> None:
+    """Paths become repo-relative POSIX strings; a trailing slash marks a directory; `.` is the root."""
+    assert normalize(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ("/etc/passwd", "absolute"),
+        ("C:\\x", "absolute"),
+        ("c:/x", "absolute"),
+        ("../x", "'..'"),
+        ("src/../x", "'..'"),
+        ("src/..", "'..'"),
+        ("a\0b", "NUL"),
+        (".git", "git internals"),
+        (".git/config", "git internals"),
+        ("./.git/", "git internals"),
+        ("vendor/lib/.git/HEAD", "git internals"),
+        (".GIT/config", "git internals"),
+        ("src\\a.py", "backslash"),
+    ],
+)
+def test_normalize_rejects(raw: str, words: str) -> None:
+    """Absolute paths, `..`, NUL, git internals and backslashes raise ClaimError saying what to do."""
+    with pytest.raises(ClaimError, match=words):
+        normalize(raw)
+
+
+def test_claim_error_is_value_error() -> None:
+    """ClaimError is a ValueError, so callers validating input catch it with the usual exception."""
+    assert issubclass(ClaimError, ValueError)
+
+
+def test_normalize_all() -> None:
+    """normalize_all normalises every path into a frozenset, merging spellings of one path."""
+    assert normalize_all(["./a", "a", "b//c/"]) == frozenset({"a", "b/c/"})
+
+
+OVERLAP_TABLE = [
+    ("src/a.py", "src/a.py", True),
+    ("src/", "src/a.py", True),
+    ("src", "src/a.py", True),
+    ("src", "src/", True),
+    ("src/", "src/sub/deep/x.py", True),
+    (ROOT, "anything/at/all.py", True),
+    (ROOT, ROOT, True),
+    (ROOT, "src/", True),
+    ("src/a.py", "src/a.py/x", True),  # a name that might be a directory: ambiguity resolves to overlap
+    ("src/a.py", "src/ab.py", False),
+    ("src/a", "src/ab", False),
+    ("src/a/", "src/ab/", False),
+    ("src/", "srcx/a.py", False),
+    ("src", "srcx", False),
+    ("docs/x.md", "src/x.md", False),
+    ("a/b/c", "a/b/d", False),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), OVERLAP_TABLE)
+def test_overlaps_truth_table(a: str, b: str, expected: bool) -> None:
+    """Overlap is segment-prefix aware, symmetric, and treats a bare name as a possible directory."""
+    assert overlaps(a, b) is expected
+    assert overlaps(b, a) is expected
+
+
+def test_path_index_agrees_with_overlaps() -> None:
+    """The O(depth) index answers exactly as pairwise `overlaps` on every pair of a small universe."""
+    universe = sorted({p for row in OVERLAP_TABLE for p in row[:2]} | {"src/sub/", "src/sub", "x"})
+    for size in (0, 1, 2, 3):
+        for others in itertools.combinations(universe, size):
+            index = PathIndex(others)
+            for p in universe:
+                assert index.meets(p) == any(overlaps(p, o) for o in others), (p, others)
+
+
+def test_overlapping_returns_meeting_paths_of_first_set() -> None:
+    """overlapping returns the paths of the first set that meet the second, and nothing for an empty set."""
+    mine = {"src/a.py", "src/ab.py", "docs/", "README.md"}
+    assert overlapping(mine, {"src/a.py", "docs/index.md"}) == {"src/a.py", "docs/"}
+    assert overlapping(mine, set()) == frozenset()
+    assert overlapping(mine, {ROOT}) == mine
+
+
+@pytest.mark.parametrize(
+    ("path", "patterns", "expected"),
+    [
+        ("CHANGES.rst", ("CHANGES*",), True),
+        ("docs/CHANGES.md", ("CHANGES*",), True),
+        ("docs/changes.md", ("CHANGES*",), False),  # case-sensitive, like git on Linux
+        ("src/CHANGESET.py", ("CHANGES",), False),
+        (".github/workflows/ci.yaml", (".github/workflows/*",), True),
+        (".github/dependabot.yml", (".github/workflows/*",), False),
+        ("poetry.lock", ("*.lock",), True),
+        ("docs/", ("docs",), True),  # a directory matches on its own name
+        ("docs/", ("*.md",), False),  # ...never on what it may contain
+        (ROOT, ("*",), False),
+        ("anything", (), False),
+    ],
+)
+def test_matches(path: str, patterns: tuple[str, ...], expected: bool) -> None:
+    """Globs match the whole path or its base name; directories match on their own name; ROOT never."""
+    assert matches(path, patterns) is expected
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (".github/workflows/ci.yaml", True),
+        (".github/workflows/", True),
+        (".github/", True),
+        (".github", True),
+        (ROOT, True),
+        ("docs/", True),  # may hold docs/conf.py
+        ("docs/conf.py", True),
+        ("docs/index.rst", False),
+        ("src/", False),  # `pyproject.toml` has no slash: it reaches by name only
+        ("pyproject.toml", True),
+        ("sub/pyproject.toml", True),
+        (".githubx/", False),
+    ],
+)
+def test_reaches_barriers(path: str, expected: bool) -> None:
+    """A path reaches a barrier when it matches it, or when the barrier's literal directory lies under it."""
+    assert reaches(path, (".github/workflows/*", "docs/conf.py", "pyproject.toml")) is expected
+
+
+def test_split_mergeable() -> None:
+    """Changelogs and extra union-merge paths are mergeable; directories and ROOT always count."""
+    paths = {"CHANGES.rst", "docs/CHANGES.md", "src/a.py", "CHANGES/", "data/words.txt", ROOT}
+    counted, mergeable = split_mergeable(paths, ("CHANGES*",), frozenset({"data/words.txt"}))
+    assert mergeable == {"CHANGES.rst", "docs/CHANGES.md", "data/words.txt"}
+    assert counted == {"src/a.py", "CHANGES/", ROOT}
+
+
+def test_split_mergeable_extra_globs() -> None:
+    """Extra entries act as gitattributes-style globs too (`*.po` marks every catalogue mergeable)."""
+    counted, mergeable = split_mergeable({"locale/fr.po", "src/a.py"}, (), frozenset({"*.po"}))
+    assert (counted, mergeable) == ({"src/a.py"}, {"locale/fr.po"})
+
+
+@pytest.mark.parametrize(
+    ("claim", "reason"),
+    [
+        (Claim(frozenset(), 1.0), "empty claim"),
+        (Claim(frozenset({ROOT, "src/a.py"}), 1.0), "root-wide claim"),
+        (Claim(frozenset({"src/a.py"}), 0.3), "confidence 0.30 below 0.50"),
+        (Claim(frozenset({"src/a.py"}), 0.5, ClaimSource.MODEL), None),
+        (Claim(frozenset({"src/"}), 0.9, ClaimSource.DECLARED), None),
+    ],
+)
+def test_ambiguity(claim: Claim, reason: str | None) -> None:
+    """Empty, root-wide and low-confidence claims are ambiguous, with a short human reason."""
+    assert ambiguity(claim, Policy(min_confidence=0.5)) == reason

@@ -1,0 +1,73 @@
+"""Config: TOML into frozen dataclasses, env overrides, errors that name the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator import config
+from orchestrator.config import ConfigError
+
+
+def test_defaults_without_a_file(tmp_path):
+    """No config file means the embedded defaults."""
+    cfg = config.load(tmp_path / "missing.toml", env={})
+    assert cfg.jobs.max_concurrent == 2 and cfg.jobs.mergeable[0] == "CHANGES*" and cfg.jobs.barriers == ()
+
+
+def test_default_toml_parses_to_the_defaults(tmp_path):
+    """The documented default file is valid and equals the built-in defaults."""
+    p = tmp_path / "c.toml"
+    p.write_text(config.DEFAULT_TOML)
+    assert config.load(p, env={}) == config.Config()
+
+
+def test_env_overrides(tmp_path):
+    """MAX_CONCURRENT_JOBS, OLLAMA_HOST and ANTHROPIC_* override the file."""
+    p = tmp_path / "c.toml"
+    p.write_text("[jobs]\nmax_concurrent = 3\n")
+    cfg = config.load(p, env={"MAX_CONCURRENT_JOBS": "7", "OLLAMA_HOST": "127.0.0.1:9999",
+                               "ANTHROPIC_API_KEY": "sk-ant-secret-value", "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})
+    assert cfg.jobs.max_concurrent == 7
+    assert cfg.ollama.host == "http://127.0.0.1:9999"
+    assert cfg.anthropic.api_key == "sk-ant-secret-value" and "secret" not in repr(cfg)
+    assert cfg.anthropic.base_url == "http://127.0.0.1:1"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[jobs]\nmax_concurrent = 'two'\n", "jobs.max_concurrent"),
+        ("[jobs]\nmax_concurent = 2\n", "jobs.max_concurent"),
+        ("[jobs]\nmax_concurrent = 0\n", "jobs.max_concurrent"),
+        ("[jobs]\nmergeable = 'CHANGES'\n", "jobs.mergeable"),
+        ("[nope]\n", "nope"),
+        ("[anthropic]\napi_key = 'x'\n", "anthropic.api_key"),
+        ("[jobs\n", "not valid TOML"),
+    ],
+)
+def test_invalid_config_names_the_key(tmp_path, text, key):
+    """Every invalid setting is an error naming the key."""
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        config.load(p, env={})
+
+
+def test_bad_env_override_is_an_error(tmp_path):
+    """A non-numeric MAX_CONCURRENT_JOBS is an error naming the variable."""
+    with pytest.raises(ConfigError, match="MAX_CONCURRENT_JOBS"):
+        config.load(tmp_path / "none.toml", env={"MAX_CONCURRENT_JOBS": "many"})
+
+
+def test_daemon_exits_78_on_invalid_config(tmp_path):
+    """The daemon refuses an invalid config with exit 78 and the key on stderr."""
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "config.toml").write_text("[jobs]\nper_repo = -1\n")
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "daemon"], capture_output=True, text=True,
+                         env={"ORCHESTRATOR_HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=30)
+    assert out.returncode == 78
+    assert "jobs.per_repo" in out.stderr

@@ -1,0 +1,313 @@
+"""Landing: merge in memory, compare-and-swap the branch, keep the user's checkout in step, run the check."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.git import landing
+from orchestrator.git.commits import commit_worktree
+from orchestrator.git.landing import LandOutcome, advance, land, land_checked, run_check
+from tests.conftest import git, write
+
+
+class Repo:
+    """A user's repo checked out on `main`, and a way to make job commits in job worktrees."""
+
+    def __init__(self, root: Path, tmp: Path) -> None:
+        self.root = root
+        self.tmp = tmp
+        self.base = self.head()
+
+    def head(self, branch: str = "main") -> str:
+        return git(self.root, "rev-parse", branch)
+
+    def job(self, n: int, files: dict[str, str], base: str | None = None) -> str:
+        """Job `n`'s commit: `files` written in its worktree on `orchestrator/n` from `base`."""
+        wt = self.tmp / f"wt{n}"
+        git(self.root, "worktree", "add", "-q", "-b", f"orchestrator/{n}", str(wt), base or self.base)
+        write(wt, files)
+        sha = commit_worktree(wt, message=f"job {n}", job_id=n, base=base or self.base)
+        assert sha is not None
+        return sha
+
+    def user_commit(self, files: dict[str, str]) -> str:
+        write(self.root, files)
+        git(self.root, "commit", "-qam", "user's commit")
+        return self.head()
+
+    def status(self) -> set[str]:
+        # Not via `git()`: its strip() would eat the leading space of " M path".
+        out = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=self.root, check=True, capture_output=True, text=True
+        )
+        return set(out.stdout.splitlines())
+
+    def read(self, path: str) -> str:
+        return (self.root / path).read_text()
+
+
+@pytest.fixture
+def repo(make_repo: Callable[..., Path], tmp_path: Path) -> Repo:
+    return Repo(make_repo(), tmp_path)
+
+
+def test_fast_forward(repo: Repo) -> None:
+    """A job on the current head fast-forwards the branch and the user's clean checkout follows."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    result = land(repo.root, "main", job, job_id=1, message="Merge orchestrator job 1: job 1")
+    assert (result.outcome, result.sha, result.old_head) == (LandOutcome.LANDED, job, repo.base)
+    assert repo.head() == job
+    assert repo.read("src/a.py") == "a = 2\n"
+    assert repo.status() == set()
+    assert git(repo.root, "reflog", "show", "-1", "--format=%gs", "main") == "orchestrator: land job 1"
+
+
+def test_merge_commit_when_head_moved_elsewhere(repo: Repo) -> None:
+    """Head moved in other files: a merge commit holds both changes and the job's commits stay reachable."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    user = repo.user_commit({"README.md": "hello, user\n"})
+    result = land(repo.root, "main", job, job_id=1, message="Merge orchestrator job 1: job 1")
+    assert result.outcome is LandOutcome.LANDED and result.old_head == user
+    assert repo.head() == result.sha
+    assert git(repo.root, "log", "-1", "--format=%P %s") == f"{user} {job} Merge orchestrator job 1: job 1"
+    git(repo.root, "merge-base", "--is-ancestor", job, "main")
+    assert (repo.read("src/a.py"), repo.read("README.md")) == ("a = 2\n", "hello, user\n")
+    assert repo.status() == set()
+
+
+def test_conflict_never_moves_the_ref(repo: Repo) -> None:
+    """A conflicting job lists its paths and leaves the branch and the checkout alone."""
+    job = repo.job(1, {"src/a.py": "a = 'job'\n"})
+    user = repo.user_commit({"src/a.py": "a = 'user'\n"})
+    result = land(repo.root, "main", job, job_id=1, message="m")
+    assert (result.outcome, result.conflicts) == (LandOutcome.CONFLICT, ("src/a.py",))
+    assert repo.head() == user
+    assert repo.read("src/a.py") == "a = 'user'\n"
+    assert "src/a.py" in result.message
+
+
+def test_noop_when_already_landed(repo: Repo) -> None:
+    """Landing a commit the branch already contains moves nothing."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    land(repo.root, "main", job, job_id=1, message="m")
+    again = land(repo.root, "main", job, job_id=1, message="m")
+    assert (again.outcome, again.sha) == (LandOutcome.NOOP, job)
+
+
+def test_cas_refuses_stale_expected_head(repo: Repo) -> None:
+    """advance with a stale expected head says HEAD_MOVED and leaves the branch where it is."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    user = repo.user_commit({"README.md": "moved\n"})
+    result = advance(repo.root, "main", repo.base, job, job_id=1)
+    assert (result.outcome, result.sha, result.old_head) == (LandOutcome.HEAD_MOVED, user, repo.base)
+    assert repo.head() == user
+
+
+def test_cas_is_atomic_with_the_ref_write(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A branch moved after advance read it (before its write) is not overwritten: the write itself compares."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    other = repo.job(2, {"docs/x.md": "other\n"})
+    real = landing._checkouts_on
+
+    def moved_meanwhile(*args: Any) -> list[Path]:
+        git(repo.root, "update-ref", "refs/heads/main", other)  # e.g. the user's `git commit` or `git pull`
+        return real(*args)
+
+    monkeypatch.setattr(landing, "_checkouts_on", moved_meanwhile)
+    result = advance(repo.root, "main", repo.base, job, job_id=1)
+    assert (result.outcome, result.sha) == (LandOutcome.HEAD_MOVED, other)
+    assert repo.head() == other
+
+
+def test_land_retries_after_head_moved(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the user commits while a landing merges, land merges again on the new head and lands."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    real_merge = landing.merge_for_landing
+    calls: list[str] = []
+
+    def merge_then_user_commits(*args: Any, **kwargs: Any) -> Any:
+        result = real_merge(*args, **kwargs)
+        calls.append(result.kind)
+        if len(calls) == 1:
+            repo.user_commit({"README.md": "committed meanwhile\n"})
+        return result
+
+    monkeypatch.setattr(landing, "merge_for_landing", merge_then_user_commits)
+    result = land(repo.root, "main", job, job_id=1, message="m")
+    assert calls == ["fast-forward", "merge"]
+    assert result.outcome is LandOutcome.LANDED
+    assert (repo.read("src/a.py"), repo.read("README.md")) == ("a = 2\n", "committed meanwhile\n")
+
+
+def test_user_work_elsewhere_survives(repo: Repo) -> None:
+    """Unstaged edits, staged changes and untracked files outside the landed paths survive; landed files are updated."""
+    job = repo.job(1, {"src/a.py": "a = 2\n", "src/new.py": "new = 1\n"})
+    write(repo.root, {"README.md": "user is typing\n", "docs/x.md": "staged\n", "notes.txt": "mine\n"})
+    git(repo.root, "add", "docs/x.md")
+
+    result = land(repo.root, "main", job, job_id=1, message="m")
+
+    assert result.outcome is LandOutcome.LANDED
+    assert repo.status() == {" M README.md", "M  docs/x.md", "?? notes.txt"}
+    assert git(repo.root, "diff", "--cached", "--name-only") == "docs/x.md"
+    assert (repo.read("README.md"), repo.read("docs/x.md"), repo.read("notes.txt")) == (
+        "user is typing\n",
+        "staged\n",
+        "mine\n",
+    )
+    assert (repo.read("src/a.py"), repo.read("src/new.py")) == ("a = 2\n", "new = 1\n")
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_user_edit_to_landed_file_blocks(repo: Repo, staged: bool) -> None:
+    """The user's uncommitted edit (staged or not) to a file the landing changes → USER_DIRTY, nothing moved."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    write(repo.root, {"src/a.py": "a = 'mine'\n"})
+    if staged:
+        git(repo.root, "add", "src/a.py")
+    result = land(repo.root, "main", job, job_id=1, message="m")
+    assert (result.outcome, result.user_paths) == (LandOutcome.USER_DIRTY, ("src/a.py",))
+    assert repo.head() == repo.base
+    assert repo.read("src/a.py") == "a = 'mine'\n"
+    assert "src/a.py" in result.message
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_untracked_file_in_the_way_blocks(repo: Repo, ignored: bool) -> None:
+    """An untracked (even ignored) user file where the landing adds one → USER_DIRTY, the file intact."""
+    job = repo.job(1, {"src/new.py": "from job\n"})
+    write(repo.root, {"src/new.py": "user's own\n"})
+    if ignored:
+        write(repo.root, {".git/info/exclude": "src/new.py\n"})
+    result = land(repo.root, "main", job, job_id=1, message="m")
+    assert (result.outcome, result.user_paths) == (LandOutcome.USER_DIRTY, ("src/new.py",))
+    assert repo.head() == repo.base
+    assert repo.read("src/new.py") == "user's own\n"
+
+
+def test_failed_checkout_update_swaps_back(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If git refuses to update the checkout after the ref moved, the ref is swapped back and the edit survives."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    write(repo.root, {"src/a.py": "a = 'mine'\n"})
+    # Make the pre-checks miss the edit, as if it were made in the instant after them.
+    monkeypatch.setattr(landing, "_in_the_way", lambda *a: None)
+    monkeypatch.setattr(landing, "_dry_run", lambda *a: None)
+    result = land(repo.root, "main", job, job_id=1, message="m")
+    assert (result.outcome, result.user_paths) == (LandOutcome.USER_DIRTY, ("src/a.py",))
+    assert repo.head() == repo.base
+    assert repo.read("src/a.py") == "a = 'mine'\n"
+    assert repo.status() == {" M src/a.py"}
+
+
+def test_checkout_on_another_branch_untouched(repo: Repo) -> None:
+    """With the user on another branch, the target branch moves and the work tree is left alone."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    git(repo.root, "checkout", "-q", "-b", "feature")
+    write(repo.root, {"src/a.py": "a = 'feature work'\n"})
+    result = land(repo.root, "main", job, job_id=1, message="m")
+    assert result.outcome is LandOutcome.LANDED and repo.head() == job
+    assert repo.read("src/a.py") == "a = 'feature work'\n"
+    assert git(repo.root, "rev-parse", "--abbrev-ref", "HEAD") == "feature"
+
+
+def test_linked_worktree_on_branch_follows(repo: Repo) -> None:
+    """A linked worktree that has the target branch checked out is kept in step like the main one."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    git(repo.root, "checkout", "-q", "-b", "feature")
+    linked = repo.tmp / "user-main"
+    git(repo.root, "worktree", "add", "-q", str(linked), "main")
+    result = land(repo.root, "main", job, job_id=1, message="m")
+    assert result.outcome is LandOutcome.LANDED
+    assert (linked / "src/a.py").read_text() == "a = 2\n"
+    assert git(linked, "status", "--porcelain") == ""
+
+
+def test_bare_repository(repo: Repo) -> None:
+    """In a bare repository the branch simply moves."""
+    bare = repo.tmp / "bare.git"
+    git(repo.tmp, "clone", "-q", "--bare", str(repo.root), str(bare))
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    git(repo.root, "push", "-q", str(bare), "orchestrator/1")
+    result = land(bare, "main", job, job_id=1, message="m")
+    assert result.outcome is LandOutcome.LANDED
+    assert git(bare, "rev-parse", "main") == job
+
+
+# ---- the landing check ---------------------------------------------------------------------------------
+
+
+def worktrees(repo: Repo) -> str:
+    return git(repo.root, "worktree", "list", "--porcelain")
+
+
+async def test_check_ok_runs_at_sha(repo: Repo) -> None:
+    """The check runs in a scratch worktree at the given sha, and the worktree is gone afterwards."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    before = worktrees(repo)
+    scratch_root = repo.tmp / "scratch"
+    scratch_root.mkdir()
+    result = await run_check(
+        repo.root, job, "git rev-parse HEAD; cat src/a.py", timeout=30, log_path=None, scratch_root=scratch_root
+    )
+    assert (result.ok, result.returncode, result.timed_out) == (True, 0, False)
+    assert result.output_tail == f"{job}\na = 2\n"
+    assert worktrees(repo) == before
+    assert list(scratch_root.iterdir()) == []
+
+
+async def test_check_failure_logged(repo: Repo) -> None:
+    """A failing check is not ok, keeps the exit status and the output tail; the full output goes to the log."""
+    log = repo.tmp / "check.log"
+    big = "x" * 10_000
+    result = await run_check(repo.root, repo.base, f"echo {big}; echo boom >&2; exit 3", timeout=30, log_path=log)
+    assert (result.ok, result.returncode) == (False, 3)
+    assert result.output_tail.endswith("boom\n") and len(result.output_tail) <= landing.TAIL_BYTES
+    assert big in log.read_text() and "[exit 3]" in log.read_text()
+    assert worktrees(repo).count("worktree ") == 1
+
+
+async def test_check_timeout_kills_group(repo: Repo) -> None:
+    """A check past its timeout is killed with its children, reported as timed out, and its worktree removed."""
+    start = time.monotonic()
+    result = await run_check(repo.root, repo.base, "sleep 30 & echo started; sleep 30", timeout=0.5, log_path=None)
+    assert time.monotonic() - start < 10
+    assert (result.ok, result.timed_out) == (False, True)
+    assert result.output_tail == "started\n"
+    assert worktrees(repo).count("worktree ") == 1
+
+
+async def test_land_checked(repo: Repo) -> None:
+    """With a check, a failing command leaves the branch alone; a passing one lands."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    failed = await land_checked(repo.root, "main", job, job_id=1, message="m", command="grep -q 3 src/a.py", timeout=30)
+    assert failed.outcome is LandOutcome.CHECK_FAILED and repo.head() == repo.base
+    landed = await land_checked(repo.root, "main", job, job_id=1, message="m", command="grep -q 2 src/a.py", timeout=30)
+    assert landed.outcome is LandOutcome.LANDED and repo.head() == job
+
+
+async def test_check_cancelled_cleans_up(repo: Repo) -> None:
+    """Cancelling a running check kills its command and still removes the scratch worktree."""
+    scratch_root = repo.tmp / "scratch"
+    scratch_root.mkdir()
+    pid_file = repo.tmp / "pid"
+    task = asyncio.create_task(
+        run_check(repo.root, repo.base, f"echo $$ > {pid_file}; sleep 30", timeout=60, scratch_root=scratch_root)
+    )
+    async with asyncio.timeout(10):
+        while not pid_file.exists() or not pid_file.read_text().strip():  # noqa: ASYNC110 -- another process writes it
+            await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert worktrees(repo).count("worktree ") == 1
+    assert list(scratch_root.iterdir()) == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
