@@ -117,6 +117,7 @@ class Api:
                 web.post("/jobs/{id}/cancel", self.cancel),
                 web.post("/jobs/{id}/retry", self.retry),
                 web.get("/jobs/{id}/log", self.log),
+            web.post("/jobs/{id}/clean", self.clean),
                 web.post("/wait", self.wait),
                 web.post("/plan", self.plan),
             ]
@@ -208,6 +209,11 @@ class Api:
     async def retry(self, request: web.Request) -> web.Response:
         job = await self.scheduler.retry(_job_id(request))
         return web.json_response(job.to_json())
+
+    async def clean(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        dropped = await self.scheduler.clean(job_id)
+        return web.json_response({"id": job_id, "branches": dropped})
 
     async def wait(self, request: web.Request) -> web.Response:
         data = await _body(request)

@@ -277,6 +277,27 @@ def retry(job_id: int, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("job_ids", type=int, nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every ended job.")
+@json_option
+@api_call
+def clean(job_ids: tuple[int, ...], all_: bool, as_json: bool) -> None:
+    """Remove what ended jobs kept: worktrees and branches of failed, conflicted or cancelled attempts."""
+    c = client()
+    ids = list(job_ids)
+    if all_:
+        ids = [j["id"] for j in c.jobs("landed,failed,conflicted,cancelled,interrupted")]
+    if not ids:
+        raise click.UsageError("name job ids, or pass --all")
+    done = [c.clean(i) for i in ids]
+    if as_json:
+        emit(done)
+    else:
+        for d in done:
+            err(f"job {d['id']}: cleaned" + (f" (dropped {', '.join(d['branches'])})" if d["branches"] else ""))
+
+
+@main.command()
 @click.argument("job_id", type=int, required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @json_option

@@ -116,6 +116,9 @@ class Client:
     def retry(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/retry", {})  # type: ignore[no-any-return]
 
+    def clean(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/clean", {})  # type: ignore[no-any-return]
+
     def wait(self, ids: list[int], timeout: float | None) -> dict[str, Any]:
         # The server holds the request until the jobs end; give the socket a little longer than that.
         sock_timeout = None if timeout is None else timeout + 10

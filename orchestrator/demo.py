@@ -28,9 +28,9 @@ FILES = {
 
 # (text, declared paths): each job sleeps so that overlap in time is visible.
 JOBS: list[tuple[str, list[str]]] = [
-    ("sleep 1.5; printf 'def api_v2():\\n    return 2\\n' >> src/api.py; sed -i '3i - api v2' CHANGES.md",
+    ("sleep 1.5; printf 'def api_v2():\\n    return 2\\n' >> src/api.py; sed -i '2a - api v2' CHANGES.md",
      ["src/api.py", "CHANGES.md"]),
-    ("sleep 1.5; printf 'def db_v2():\\n    return 2\\n' >> src/db.py; sed -i '3i - db v2' CHANGES.md",
+    ("sleep 1.5; printf 'def db_v2():\\n    return 2\\n' >> src/db.py; sed -i '2a - db v2' CHANGES.md",
      ["src/db.py", "CHANGES.md"]),
     ("sleep 1; sed -i 's/return 1/return 10/' src/api.py", ["src/api.py"]),
     ("sleep 1; echo 'More words.' >> docs/guide.md", ["docs/"]),

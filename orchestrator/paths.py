@@ -37,6 +37,11 @@ class Paths:
         return self.state_dir / "worktrees"
 
     @property
+    def scratch(self) -> Path:
+        """Short-lived worktrees for landing checks."""
+        return self.state_dir / "scratch"
+
+    @property
     def socket(self) -> Path:
         return self.runtime_dir / "orchestrator.sock"
 
@@ -49,7 +54,7 @@ class Paths:
 
     def ensure(self) -> None:
         """Create the dirs; the runtime dir is 0700 so only the owner can reach the socket."""
-        for d in (self.config_dir, self.state_dir, self.job_logs, self.worktrees):
+        for d in (self.config_dir, self.state_dir, self.job_logs, self.worktrees, self.scratch):
             d.mkdir(parents=True, exist_ok=True)
         self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.runtime_dir, 0o700)

@@ -18,7 +18,9 @@ MakeRepo = Callable[..., Path]
 @pytest.fixture
 def job(make_repo: MakeRepo, tmp_path: Path) -> tuple[Path, str]:
     """A linked worktree on its own branch at the repository's first commit, as a job gets it."""
-    root = make_repo(files={"README.md": "hi\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", ".gitignore": "*.log\nbuild/\n"})
+    root = make_repo(
+        files={"README.md": "hi\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", ".gitignore": "*.log\nbuild/\n"}
+    )
     base = git(root, "rev-parse", "HEAD")
     wt = tmp_path / "wt"
     git(root, "worktree", "add", "-q", "-b", "orchestrator/1", str(wt), base)
@@ -65,7 +67,7 @@ def test_rename_counts_both_sides(job: tuple[Path, str]) -> None:
 
 def test_binary_changes_are_not_lost(job: tuple[Path, str]) -> None:
     """New and modified binary files appear, both in the diff text parse and in the result."""
-    wt, base = job
+    wt, _ = job
     (wt / "img.bin").write_bytes(b"\x00\x01\x02binary")
     git(wt, "add", "img.bin")
     git(wt, "commit", "-q", "-m", "bin")
@@ -117,11 +119,10 @@ class Recorder:
         self.calls.append(paths)
         self.changed.set()
 
-    async def wait_for(self, predicate: Callable[[frozenset[str]], bool], timeout: float) -> None:
-        async with asyncio.timeout(timeout):
-            while not (self.calls and predicate(self.calls[-1])):
-                self.changed.clear()
-                await self.changed.wait()
+    async def wait_for(self, predicate: Callable[[frozenset[str]], bool]) -> None:
+        while not (self.calls and predicate(self.calls[-1])):
+            self.changed.clear()
+            await self.changed.wait()
 
 
 async def test_watcher_reports_a_write_within_one_second(job: tuple[Path, str]) -> None:
@@ -135,11 +136,13 @@ async def test_watcher_reports_a_write_within_one_second(job: tuple[Path, str]) 
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         await asyncio.to_thread(write, wt, {"src/new.py": "n\n"})
-        await rec.wait_for(lambda p: "src/new.py" in p, timeout=1.0)
+        async with asyncio.timeout(1.0):
+            await rec.wait_for(lambda p: "src/new.py" in p)
         assert loop.time() - t0 < 1.0
         assert rec.calls[-1] == {"src/new.py"}
         await asyncio.to_thread(os.remove, wt / "src/new.py")
-        await rec.wait_for(lambda p: not p, timeout=1.0)
+        async with asyncio.timeout(1.0):
+            await rec.wait_for(lambda p: not p)
     finally:
         await watcher.stop()
     assert not watcher.running
@@ -158,7 +161,8 @@ async def test_watcher_ignores_ignored_and_git_writes(job: tuple[Path, str]) -> 
         assert rec.calls == []
         # And the watch is still alive afterwards.
         await asyncio.to_thread(write, wt, {"README.md": "changed\n"})
-        await rec.wait_for(lambda p: p == {"README.md"}, timeout=1.0)
+        async with asyncio.timeout(1.0):
+            await rec.wait_for(lambda p: p == {"README.md"})
         assert rec.calls == [frozenset({"README.md"})]
     finally:
         await watcher.stop()
@@ -183,11 +187,12 @@ async def test_watcher_survives_a_failing_callback(job: tuple[Path, str]) -> Non
     """An exception in on_change is logged and the watch goes on reporting later changes."""
     wt, base = job
     seen: list[frozenset[str]] = []
-    done = asyncio.Event()
+    first, done = asyncio.Event(), asyncio.Event()
 
     async def flaky(paths: frozenset[str]) -> None:
         seen.append(paths)
         if len(seen) == 1:
+            first.set()
             raise RuntimeError("callback bug")
         done.set()
 
@@ -195,9 +200,7 @@ async def test_watcher_survives_a_failing_callback(job: tuple[Path, str]) -> Non
     await watcher.start()
     try:
         await asyncio.to_thread(write, wt, {"one.txt": "1\n"})
-        async with asyncio.timeout(2):
-            while not seen:
-                await asyncio.sleep(0.02)
+        await asyncio.wait_for(first.wait(), 2)
         await asyncio.to_thread(write, wt, {"two.txt": "2\n"})
         await asyncio.wait_for(done.wait(), 2)
         assert "two.txt" in seen[-1]

@@ -80,7 +80,7 @@ def test_default_branch_detached_head(make_repo: MakeRepo) -> None:
     """A detached HEAD has no default branch; the message says to check one out or pass --branch."""
     root = make_repo()
     git(root, "checkout", "-q", "--detach")
-    with pytest.raises(repos.RepoError, match="detached.*--branch"):
+    with pytest.raises(repos.RepoError, match=r"detached.*--branch"):
         repos.default_branch(root)
 
 

@@ -91,16 +91,34 @@ async def test_pooled_worktree_with_junk_is_clean_at_new_base(make_repo: MakeRep
     assert (wt2 / "src/c.py").read_text() == "c = 1\n"
 
 
-async def test_acquire_cleans_a_pooled_worktree_dirtied_behind_its_back(make_repo: MakeRepo, tmp_path: Path) -> None:
-    """Even a pooled worktree changed while it sat in the pool (or after a crash) is handed out clean."""
+async def test_recover_resets_a_pooled_worktree_left_dirty(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """A pooled worktree left dirty by a crash mid-recycle is reset by recover() and handed out clean."""
+    root = make_repo(files={"a.txt": "a\n", ".gitignore": "*.log\n"})
+    parent, head = second_commit(root)
+    first = WorktreePool(tmp_path / "wts", warm=1)
+    await first.fill(root, parent)
+    (warm,) = first.pooled(root)
+    write(warm, {"a.txt": "dirty\n", "src/c.py": "in the way\n", "stray/file.txt": "s\n", "x.log": "l\n"})
+    git(warm, "add", "a.txt")
+    second = WorktreePool(tmp_path / "wts", warm=1)
+    await second.recover(root)
+    assert second.pooled(root) == [warm]
+    wt = await second.acquire(root, 3, head)
+    assert status(wt) == "" and git(wt, "rev-parse", "HEAD") == head
+    assert (wt / "src/c.py").read_text() == "c = 1\n"
+
+
+async def test_repoint_falls_back_to_a_full_reset(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """A pooled worktree changed behind the pool's back, where the new base differs, is still handed out clean."""
     root = make_repo()
-    base = git(root, "rev-parse", "HEAD")
+    parent, head = second_commit(root)
     pool = WorktreePool(tmp_path / "wts", warm=1)
-    await pool.fill(root, base)
+    await pool.fill(root, parent)
     (warm,) = pool.pooled(root)
-    write(warm, {"README.md": "dirty\n", "stray/file.txt": "s\n"})
-    wt = await pool.acquire(root, 3, base)
-    assert status(wt) == ""
+    write(warm, {"src/a.py": "changed in the pool\n", "src/c.py": "untracked in the way\n"})
+    wt = await pool.acquire(root, 3, head)
+    assert status(wt) == "" and git(wt, "rev-parse", "HEAD") == head
+    assert git(wt, "symbolic-ref", "--short", "HEAD") == "orchestrator/3"
 
 
 async def test_keep_true_keeps_files_and_branch_then_clean_removes(make_repo: MakeRepo, tmp_path: Path) -> None:

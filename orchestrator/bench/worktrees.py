@@ -21,8 +21,9 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pygit2
 
@@ -67,9 +68,9 @@ def build_repo(root: Path, files: int, commits: int) -> list[str]:
     return shas
 
 
-def _timed(fn: object, *args: object) -> float:
+def _timed(fn: Callable[..., None], *args: object) -> float:
     t = time.perf_counter()
-    fn(*args)  # type: ignore[operator]
+    fn(*args)
     return time.perf_counter() - t
 
 
@@ -79,7 +80,7 @@ def _fresh_git(repo: Path, dest: Path, branch: str, base: str) -> None:
 
 def _fresh_pygit2(repo: Path, dest: Path, branch: str, base: str) -> None:
     r = pygit2.Repository(str(repo))
-    ref = r.branches.local.create(branch, r.get(base).peel(pygit2.Commit), force=True)
+    ref = r.branches.local.create(branch, r[base].peel(pygit2.Commit), force=True)
     r.add_worktree(dest.name, str(dest), ref)
 
 
@@ -118,7 +119,7 @@ async def _pool_rounds(repo: Path, root: Path, chain: list[str], rounds: int) ->
     return out
 
 
-def run(files: int = 10_000, rounds: int = 5) -> dict:
+def run(files: int = 10_000, rounds: int = 5) -> dict[str, Any]:
     """Median ready times (ms) of the four ways to get a worktree, and pooled / fresh-git."""
     with tempfile.TemporaryDirectory(prefix="orchestrator-bench-wt-") as tmp:
         root = Path(tmp)
@@ -137,7 +138,7 @@ def run(files: int = 10_000, rounds: int = 5) -> dict:
     def med(xs: list[float]) -> float:
         return round(statistics.median(xs) * 1000, 1)
 
-    result = {
+    result: dict[str, Any] = {
         "files": files,
         "rounds": rounds,
         "git_version": _git(Path.cwd(), "--version").removeprefix("git version "),
@@ -150,7 +151,12 @@ def run(files: int = 10_000, rounds: int = 5) -> dict:
         "release_recycle_ms": med(pooled["release"]),
         "actual_paths_ms": med(pooled["actual"]),
     }
+    # Fresh creation writes every file and is bound by the disk; on a throttled or busy disk the
+    # medians flatter the pool. The best fresh round against the worst pooled one is the strict test.
+    result["fresh_git_min_ms"] = round(min(fresh_git) * 1000, 1)
+    result["pooled_max_ms"] = round(max(pooled["pooled"]) * 1000, 1)
     result["pooled_over_fresh_git"] = round(result["pooled_ms"] / result["fresh_git_ms"], 3)
+    result["worst_pooled_over_best_fresh_git"] = round(result["pooled_max_ms"] / result["fresh_git_min_ms"], 3)
     result["pygit2_over_fresh_git"] = round(result["fresh_pygit2_ms"] / result["fresh_git_ms"], 3)
     result["goal_met"] = result["pooled_over_fresh_git"] <= GOAL
     return result
@@ -182,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"  {'actual_paths, 5 changed files':<44} {r['actual_paths_ms']:8.1f} ms")
     verdict = "met" if r["goal_met"] else "NOT met"
     print(f"  pooled / fresh git = {r['pooled_over_fresh_git']:.3f} (goal ≤ {GOAL}: {verdict})")
+    print(
+        f"  worst pooled / best fresh git = {r['pooled_max_ms']:.1f} / {r['fresh_git_min_ms']:.1f} ms"
+        f" = {r['worst_pooled_over_best_fresh_git']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ class _Active:
     def add(self, f: _Facts) -> None:
         self.jobs.append(f)
         self.jobs.sort(key=lambda a: a.job.id)
-        for n in f.names:
+        for n in f.held_names:
             self.names.setdefault(n, []).append(f.job.id)
         for a in f.held_under:
             self.under.setdefault(a, []).append(f.job.id)
@@ -208,7 +208,7 @@ class _Active:
         for p in f.counted:
             n = _name(p)
             hit = False
-            for ids in (names.get(n), under.get(n), *(names.get(a) for a in claims._ancestors(n))):
+            for ids in (names.get(n), under.get(n)):
                 if ids:
                     owners.update(ids)
                     hit = True

@@ -69,12 +69,18 @@ def repo_key(repo: Path) -> str:
     return f"{repo.name}-{digest}"
 
 
+@dataclass(frozen=True)
+class _Warm:
+    path: Path
+    sha: str  # the commit it is detached at; its index and files are exactly that commit's tree
+
+
 @dataclass
 class _Repo:
     path: Path  # canonical work dir of the main worktree
     home: Path  # <root>/<repo-key>
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    pool: list[Path] = field(default_factory=list)  # ready: clean, detached, index settled
+    pool: list[_Warm] = field(default_factory=list)  # ready to hand out: clean and detached
     pending: int = 0  # pooled worktrees being made or recycled
 
 
@@ -107,17 +113,26 @@ class WorktreePool:
         sha = await asyncio.to_thread(_resolve, st.path, base)
         branch = branch_name(job_id)
         while st.pool:
-            warm = st.pool.pop()
+            # One already at base needs no file written; otherwise the newest, likely nearest to base.
+            warm = next((w for w in st.pool if w.sha == sha), st.pool[-1])
+            st.pool.remove(warm)
             try:
-                await _git(st.path, "worktree", "move", str(warm), str(dest))
-                # -f: anything a previous job left in tracked files goes; clean: so do untracked and
-                # ignored files. Only files that differ between the two trees are rewritten.
-                await _git(dest, "checkout", "-q", "-f", "-B", branch, sha)
-                await _git(dest, "clean", "-q", "-ffdx")
-            except WorktreeError as exc:
+                await asyncio.to_thread(_move, warm.path, dest)
+            except OSError as exc:
                 log.warning("worktree.pooled_failed", repo=str(st.path), job_id=job_id, error=str(exc))
-                await self._remove(st, dest if dest.exists() else warm)
+                await self._remove(st, warm.path)
+                await self._remove(st, dest)
                 continue
+            try:
+                await _repoint(dest, warm.sha, sha, branch)
+            except (WorktreeError, pygit2.GitError) as exc:
+                log.warning("worktree.repoint_failed", repo=str(st.path), job_id=job_id, error=str(exc))
+                try:
+                    await _reset(dest, sha, branch)
+                except WorktreeError as exc2:
+                    log.warning("worktree.pooled_failed", repo=str(st.path), job_id=job_id, error=str(exc2))
+                    await self._remove(st, dest)
+                    continue
             log.info("worktree.acquired", repo=str(st.path), job_id=job_id, base=sha, pooled=True, path=str(dest))
             return dest
         async with st.lock:
@@ -160,15 +175,15 @@ class WorktreePool:
         if want <= 0:
             return
         st.pending += want
-        made: list[Path] = []
+        made: list[_Warm] = []
         try:
             sha = await asyncio.to_thread(_resolve, st.path, at)
             for _ in range(want):
                 path = st.home / f"pool-{secrets.token_hex(4)}"
                 async with st.lock:
                     await _git(st.path, "worktree", "add", "-q", "--detach", str(path), sha)
-                made.append(path)
-            await _settle(made)
+                made.append(_Warm(path, sha))
+            await _settle([w.path for w in made])
         finally:
             # Even unsettled (a failure or cancel part way), a made worktree is valid and clean.
             st.pending -= want
@@ -185,21 +200,24 @@ class WorktreePool:
         async with st.lock:
             live = await asyncio.to_thread(_prune_ours, st.path, st.home)
         jobs: set[int] = set()
-        adopted: list[Path] = []
+        adopted: list[_Warm] = []
         st.pool.clear()
         for entry in sorted(st.home.iterdir()) if st.home.is_dir() else []:
             name = entry.name
             if name.startswith("trash-"):
                 await asyncio.to_thread(shutil.rmtree, entry, True)
             elif name.startswith("pool-"):
-                if entry in live and len(adopted) < self.warm:
-                    adopted.append(entry)
-                else:
+                # Its state is unknown (the crash may have hit a recycle half-way): reset it fully.
+                try:
+                    if entry not in live or len(adopted) >= self.warm:
+                        raise WorktreeError("not needed")
+                    adopted.append(_Warm(entry, await _detach_clean(entry)))
+                except WorktreeError:
                     await self._remove(st, entry)
             elif name.startswith("job-") and name[4:].isdigit():
                 jobs.add(int(name[4:]))
         if adopted:
-            await _settle(adopted)
+            await _settle([w.path for w in adopted])
         st.pool.extend(adopted)
         log.info("worktree.recovered", repo=str(st.path), pooled=len(adopted), jobs=sorted(jobs))
         return frozenset(jobs)
@@ -207,7 +225,7 @@ class WorktreePool:
     def pooled(self, repo: Path) -> list[Path]:
         """The warm worktrees ready for `repo` (a copy; for tests and status)."""
         st = self._repos.get(self._canonical(repo))
-        return list(st.pool) if st else []
+        return [w.path for w in st.pool] if st else []
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -241,17 +259,17 @@ class WorktreePool:
         try:
             dest = st.home / f"pool-{secrets.token_hex(4)}"
             try:
-                await _git(path, "checkout", "-q", "-f", "--detach")
-                await _git(path, "clean", "-q", "-ffdx")
-                await _git(st.path, "worktree", "move", str(path), str(dest))
-            except WorktreeError as exc:
+                sha = await _detach_clean(path)
+                await asyncio.to_thread(_move, path, dest)
+            except (WorktreeError, OSError) as exc:
                 log.warning("worktree.recycle_failed", repo=str(st.path), path=str(path), error=str(exc))
-                await self._remove(st, dest if dest.exists() else path)
+                await self._remove(st, path)
+                await self._remove(st, dest)
                 return
             # No _settle here: only the files the job touched were rewritten, so few entries are racy.
         finally:
             st.pending -= 1
-        st.pool.append(dest)
+        st.pool.append(_Warm(dest, sha))
         log.info("worktree.recycled", repo=str(st.path), path=str(dest), size=len(st.pool))
 
     async def _remove(self, st: _Repo, path: Path) -> None:
@@ -259,9 +277,10 @@ class WorktreePool:
         # held for milliseconds even when the tree has 10k files.
         trash = st.home / f"trash-{secrets.token_hex(4)}"
         async with st.lock:
-            await asyncio.to_thread(_unregister, st.path, st.home, path, trash)
-        await asyncio.to_thread(shutil.rmtree, trash, True)
-        log.info("worktree.removed", repo=str(st.path), path=str(path))
+            moved = await asyncio.to_thread(_unregister, st.path, st.home, path, trash)
+        if moved:
+            await asyncio.to_thread(shutil.rmtree, trash, True)
+            log.info("worktree.removed", repo=str(st.path), path=str(path))
 
     async def _delete_branch(self, st: _Repo, branch: str) -> None:
         async with st.lock:
@@ -306,6 +325,27 @@ async def _git(cwd: Path, *args: str) -> str:
     return out.decode(errors="replace").strip()
 
 
+async def _repoint(wt: Path, old: str, new: str, branch: str) -> None:
+    # The pool holds only clean worktrees whose index and files are exactly `old`, so a two-tree
+    # merge is exact, and it only looks at and rewrites the entries that differ (a checkout would
+    # first lstat all of them). It refuses rather than overwrite anything unexpected; then we reset.
+    await _git(wt, "read-tree", "-m", "-u", old, new)
+    await asyncio.to_thread(_point_head, wt, branch, new)
+
+
+async def _reset(wt: Path, sha: str, branch: str) -> None:
+    """The slow, unconditional way to `sha` on `branch`: tracked files forced, untracked and ignored ones gone."""
+    await _git(wt, "checkout", "-q", "-f", "-B", branch, sha)
+    await _git(wt, "clean", "-q", "-ffdx")
+
+
+async def _detach_clean(wt: Path) -> str:
+    """Detach a worktree at its HEAD commit, drop every change and git operation in progress; its sha."""
+    await _git(wt, "checkout", "-q", "-f", "--detach")
+    await _git(wt, "clean", "-q", "-ffdx")
+    return await asyncio.to_thread(_tidy, wt)
+
+
 async def _settle(paths: list[Path]) -> None:
     # Files written in the same second as the index are "racily clean" to git: it re-reads every one
     # of them on the next status or checkout (~5x slower on a 10k-file tree). Refreshing the index
@@ -325,14 +365,37 @@ def _resolve(repo: Path, rev: str) -> str:
         raise WorktreeError(f"{rev!r} is not a commit in {repo}: pass a branch name or a commit sha") from exc
 
 
+def _point_head(wt: Path, branch: str, sha: str) -> None:
+    r = pygit2.Repository(str(wt))
+    r.branches.local.create(branch, r[sha].peel(pygit2.Commit), force=True)
+    r.set_head(f"refs/heads/{branch}")
+
+
+def _tidy(wt: Path) -> str:
+    # A job may leave a merge, rebase or cherry-pick half done; the next job must not inherit it.
+    r = pygit2.Repository(str(wt))
+    r.state_cleanup()
+    return str(r.head.target)
+
+
+def _move(src: Path, dest: Path) -> None:
+    """Rename a linked worktree and tell git where it went (what `git worktree move` does, without a process)."""
+    pointer = (src / ".git").read_text().strip().removeprefix("gitdir:").strip()
+    admin = Path(pointer) if os.path.isabs(pointer) else (src / pointer).resolve()
+    src.rename(dest)
+    (admin / "gitdir").write_text(f"{dest / '.git'}\n")
+
+
 def _has_branch(repo: Path, branch: str) -> bool:
     return pygit2.Repository(str(repo)).branches.local.get(branch) is not None
 
 
-def _unregister(repo: Path, home: Path, path: Path, trash: Path) -> None:
-    if path.exists():
+def _unregister(repo: Path, home: Path, path: Path, trash: Path) -> bool:
+    moved = path.exists()
+    if moved:
         path.rename(trash)
     _prune_ours(repo, home)
+    return moved
 
 
 def _prune_ours(repo: Path, home: Path) -> set[Path]:

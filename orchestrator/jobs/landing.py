@@ -82,6 +82,14 @@ class Lander:
                 await self.board.announce()
                 try:
                     outcome = await self._attempt(job, log)
+                except Exception as e:  # noqa: BLE001 - one broken landing must not wedge its branch
+                    log.error(olog.Event.JOB_FAILED, reason=f"landing failed: {e}", exc_info=True)
+                    await self.board.update(
+                        job.id, state=JobState.FAILED, finished_at=time.time(), event="failed",
+                        reason=f"landing failed: {type(e).__name__}: {e}; its result {job.result} is kept on "
+                               f"branch orchestrator/{job.id}",
+                    )
+                    outcome = "done"
                 finally:
                     self.inflight.discard(key)
                     await self.board.announce()
@@ -109,7 +117,7 @@ class Lander:
             result = await git_landing.land_checked(
                 repo, job.branch, job.result, job_id=job.id, message=message, command=check,
                 timeout=self.cfg.repo(job.repo).check_timeout, log_path=self.paths.job_log(job.id),
-                scratch_root=self.paths.worktrees / "scratch", mergeable=self._mergeable(job),
+                scratch_root=self.paths.scratch, mergeable=self._mergeable(job),
             )
         else:
             result = await asyncio.to_thread(

@@ -46,3 +46,13 @@ async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
     with contextlib.suppress(Exception):
         await pool.release(repo, job.id, keep=False, delete_branch=False)
     return await asyncio.to_thread(_keep_branch, repo, job)
+
+
+def drop_attempts(repo_path: Path, job_id: int) -> list[str]:
+    """Delete the branches that kept a job's earlier attempts (`orchestrator clean`)."""
+    repo = pygit2.Repository(str(repo_path))
+    prefix = f"orchestrator/{job_id}-attempt-"
+    dropped = [name for name in repo.branches.local if name.startswith(prefix)]
+    for name in dropped:
+        repo.branches.local.delete(name)
+    return sorted(dropped)

@@ -25,6 +25,7 @@ from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
+from orchestrator.jobs import retire
 from orchestrator.jobs.retire import retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
@@ -389,6 +390,16 @@ class Scheduler:
         )
         olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_RETRIED, kept=kept)
         return job
+
+    async def clean(self, job_id: int) -> list[str]:
+        """Drop what an ended job kept (its worktree, its branch and its earlier attempts' branches)."""
+        job = await self._get(job_id)
+        if not job.state.terminal:
+            raise JobError(f"job {job_id} is {job.state}; cancel it first (`orchestrator cancel {job_id}`)")
+        await self.pool.clean(Path(job.repo), job_id)
+        dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
+        await self.board.update(job_id, worktree=None, event="cleaned", data={"branches": dropped})
+        return dropped
 
     async def _get(self, job_id: int) -> Job:
         job = await self.board.store.get(job_id)
