@@ -46,7 +46,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(e.status, str(e))
     except web.HTTPException:
         raise
-    except Exception as e:  # noqa: BLE001 - report, keep serving
+    except Exception as e:
         olog.get().error(olog.Event.API_ERROR, path=request.path, error=str(e), exc_info=True)
         return _error(500, f"internal error: {type(e).__name__}: {e} (the daemon log has the details)")
 
@@ -117,7 +117,7 @@ class Api:
                 web.post("/jobs/{id}/cancel", self.cancel),
                 web.post("/jobs/{id}/retry", self.retry),
                 web.get("/jobs/{id}/log", self.log),
-            web.post("/jobs/{id}/clean", self.clean),
+                web.post("/jobs/{id}/clean", self.clean),
                 web.post("/wait", self.wait),
                 web.post("/plan", self.plan),
             ]

@@ -73,7 +73,8 @@ def main() -> None:
 )
 def daemon(burst: bool, grace: float) -> None:
     """Run the daemon in the foreground (systemd runs it this way)."""
-    from orchestrator import config, daemon as daemon_mod
+    from orchestrator import config
+    from orchestrator import daemon as daemon_mod
 
     p = paths.resolve()
     try:
@@ -350,6 +351,16 @@ def plan(
     click.echo(f"confidence  {claim['confidence']} ({claim['source']})")
     if not claim["paths"]:
         err("no paths predicted: this job would run alone in its repo")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("name", type=click.Choice(["admission", "worktrees"]))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(name: str, args: tuple[str, ...]) -> None:
+    """Benchmark mode: `admission` (decision time) or `worktrees` (pooled vs fresh); --help for each."""
+    import importlib
+
+    importlib.import_module(f"orchestrator.bench.{name}").main(list(args))
 
 
 @main.command()

@@ -45,8 +45,9 @@ class Client:
         self.socket_path = socket_path
         self.timeout = timeout
 
-    def _open(self, method: str, path: str, body: Any = None,
-              timeout: float | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    def _open(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         conn = _UnixConnection(self.socket_path, timeout if timeout is not None else self.timeout)
         payload = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if payload is not None else {}
@@ -57,8 +58,9 @@ class Client:
             conn.close()
             raise
 
-    def _connect(self, method: str, path: str, body: Any = None,
-                 timeout: float | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    def _connect(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         try:
             return self._open(method, path, body, timeout)
         except (FileNotFoundError, ConnectionRefusedError) as e:
@@ -96,33 +98,33 @@ class Client:
 
     # The API, one method per endpoint.
     def health(self) -> dict[str, Any]:
-        return self.request("GET", "/health")  # type: ignore[no-any-return]
+        return self.request("GET", "/health")
 
     def enqueue(self, **body: Any) -> dict[str, Any]:
-        return self.request("POST", "/jobs", body)  # type: ignore[no-any-return]
+        return self.request("POST", "/jobs", body)
 
     def jobs(self, states: str | None = None) -> list[dict[str, Any]]:
-        return self.request("GET", "/jobs" + (f"?state={states}" if states else ""))["jobs"]  # type: ignore[no-any-return]
+        return self.request("GET", "/jobs" + (f"?state={states}" if states else ""))["jobs"]
 
     def job(self, job_id: int) -> dict[str, Any]:
-        return self.request("GET", f"/jobs/{job_id}")  # type: ignore[no-any-return]
+        return self.request("GET", f"/jobs/{job_id}")
 
     def why(self, job_id: int) -> dict[str, Any]:
-        return self.request("GET", f"/jobs/{job_id}/why")  # type: ignore[no-any-return]
+        return self.request("GET", f"/jobs/{job_id}/why")
 
     def cancel(self, job_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/jobs/{job_id}/cancel", {})  # type: ignore[no-any-return]
+        return self.request("POST", f"/jobs/{job_id}/cancel", {})
 
     def retry(self, job_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/jobs/{job_id}/retry", {})  # type: ignore[no-any-return]
+        return self.request("POST", f"/jobs/{job_id}/retry", {})
 
     def clean(self, job_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/jobs/{job_id}/clean", {})  # type: ignore[no-any-return]
+        return self.request("POST", f"/jobs/{job_id}/clean", {})
 
     def wait(self, ids: list[int], timeout: float | None) -> dict[str, Any]:
         # The server holds the request until the jobs end; give the socket a little longer than that.
         sock_timeout = None if timeout is None else timeout + 10
-        return self.request("POST", "/wait", {"ids": ids, "timeout": timeout}, timeout=sock_timeout)  # type: ignore[no-any-return]
+        return self.request("POST", "/wait", {"ids": ids, "timeout": timeout}, timeout=sock_timeout)
 
     def plan(self, **body: Any) -> dict[str, Any]:
-        return self.request("POST", "/plan", body)  # type: ignore[no-any-return]
+        return self.request("POST", "/plan", body)

@@ -64,7 +64,7 @@ class OllamaConfig:
 class AnthropicConfig:
     base_url: str = ""
     model: str = "claude-sonnet-4-5"
-    api_key: Secret = Secret("")
+    api_key: Secret = field(default_factory=lambda: Secret(""))
 
 
 @dataclass(frozen=True)

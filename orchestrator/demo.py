@@ -28,10 +28,14 @@ FILES = {
 
 # (text, declared paths): each job sleeps so that overlap in time is visible.
 JOBS: list[tuple[str, list[str]]] = [
-    ("sleep 1.5; printf 'def api_v2():\\n    return 2\\n' >> src/api.py; sed -i '2a - api v2' CHANGES.md",
-     ["src/api.py", "CHANGES.md"]),
-    ("sleep 1.5; printf 'def db_v2():\\n    return 2\\n' >> src/db.py; sed -i '2a - db v2' CHANGES.md",
-     ["src/db.py", "CHANGES.md"]),
+    (
+        "sleep 1.5; printf 'def api_v2():\\n    return 2\\n' >> src/api.py; sed -i '2a - api v2' CHANGES.md",
+        ["src/api.py", "CHANGES.md"],
+    ),
+    (
+        "sleep 1.5; printf 'def db_v2():\\n    return 2\\n' >> src/db.py; sed -i '2a - db v2' CHANGES.md",
+        ["src/db.py", "CHANGES.md"],
+    ),
     ("sleep 1; sed -i 's/return 1/return 10/' src/api.py", ["src/api.py"]),
     ("sleep 1; echo 'More words.' >> docs/guide.md", ["docs/"]),
     ("sleep 1; echo 'demo' > VERSION", []),
@@ -67,8 +71,13 @@ def run(keep: Path | None = None, *, as_json: bool = False) -> int:
     say = (lambda *_: None) if as_json else (lambda m: print(m, file=sys.stderr))
     say(f"demo repo: {repo}\ndaemon home: {home} (log: {log_path})")
     with log_path.open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "daemon", "--burst", "--grace", "3"],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "daemon", "--burst", "--grace", "3"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     client = Client(home / "run" / "orchestrator.sock")
     deadline = time.monotonic() + 20
     while True:
@@ -110,16 +119,26 @@ def _report(repo: Path, jobs: list[dict[str, Any]], events: list[dict[str, Any]]
     for col in ("id", "claim", "started", "finished", "state", "landed"):
         table.add_column(col)
     for j in jobs:
-        table.add_row(str(j["id"]), ", ".join(j["claim"]["paths"]) or "(none: runs alone)", rel(j["started_at"]),
-                      rel(j["finished_at"]), j["state"], (j["landed_sha"] or "")[:10])
+        table.add_row(
+            str(j["id"]),
+            ", ".join(j["claim"]["paths"]) or "(none: runs alone)",
+            rel(j["started_at"]),
+            rel(j["finished_at"]),
+            j["state"],
+            (j["landed_sha"] or "")[:10],
+        )
     console.print(table)
     decisions = Table(title="admission decisions (from the daemon's JSON log)", box=None)
     for col in ("job", "event", "reason", "message"):
         decisions.add_column(col, overflow="fold")
     for e in events:
         if e["event"].startswith("admission.") or e["event"] in ("job.overlap", "landing.landed"):
-            decisions.add_row(str(e.get("job_id", "")), e["event"], str(e.get("reason", "")),
-                              str(e.get("message", e.get("sha", "")))[:100])
+            decisions.add_row(
+                str(e.get("job_id", "")),
+                e["event"],
+                str(e.get("reason", "")),
+                str(e.get("message", e.get("sha", "")))[:100],
+            )
     console.print(decisions)
     console.print(f"[bold]main now[/bold]:\n{_git(repo, 'log', '--oneline', '--graph', 'main')}")
     console.print(f"[bold]CHANGES.md[/bold] (union-merged by two jobs):\n{_git(repo, 'show', 'main:CHANGES.md')}")

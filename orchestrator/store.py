@@ -81,10 +81,11 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 _JSON_LIST = {"after", "declared", "actual", "land_after"}
-_COLUMNS = (
-    "repo branch text runner state priority after declared claim actual base result attempts land_after worktree "
-    "created_at started_at finished_at landed_sha reason decision exit_code"
-).split()
+_COLUMNS = [
+    "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
+    "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
+    "reason", "decision", "exit_code",
+]  # fmt: skip
 
 
 def _encode(name: str, value: Any) -> Any:
@@ -217,8 +218,9 @@ class Store:
         return _row_to_job(row) if row else None
 
     async def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        args: tuple[str, ...] = ()
         if states is None:
-            sql, args = "SELECT * FROM jobs ORDER BY id", ()
+            sql = "SELECT * FROM jobs ORDER BY id"
         else:
             names = tuple(str(s) for s in states)
             sql = f"SELECT * FROM jobs WHERE state IN ({', '.join('?' * len(names))}) ORDER BY id"

@@ -30,7 +30,10 @@ class Daemon:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "daemon", *args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         log.close()
         if wait:
@@ -51,8 +54,9 @@ class Daemon:
         raise AssertionError(f"daemon not ready in {timeout}s:\n{self.log_path.read_text()}")
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "orchestrator", *args], env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
 
     def cli_json(self, *args: str) -> Any:
         out = self.cli(*args, "--json")

@@ -28,8 +28,15 @@ def test_env_overrides(tmp_path):
     """MAX_CONCURRENT_JOBS, OLLAMA_HOST and ANTHROPIC_* override the file."""
     p = tmp_path / "c.toml"
     p.write_text("[jobs]\nmax_concurrent = 3\n")
-    cfg = config.load(p, env={"MAX_CONCURRENT_JOBS": "7", "OLLAMA_HOST": "127.0.0.1:9999",
-                               "ANTHROPIC_API_KEY": "sk-ant-secret-value", "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})
+    cfg = config.load(
+        p,
+        env={
+            "MAX_CONCURRENT_JOBS": "7",
+            "OLLAMA_HOST": "127.0.0.1:9999",
+            "ANTHROPIC_API_KEY": "sk-ant-secret-value",
+            "ANTHROPIC_BASE_URL": "http://127.0.0.1:1",
+        },
+    )
     assert cfg.jobs.max_concurrent == 7
     assert cfg.ollama.host == "http://127.0.0.1:9999"
     assert cfg.anthropic.api_key == "sk-ant-secret-value" and "secret" not in repr(cfg)
@@ -67,7 +74,12 @@ def test_daemon_exits_78_on_invalid_config(tmp_path):
     home = tmp_path / "home"
     (home / "config").mkdir(parents=True)
     (home / "config" / "config.toml").write_text("[jobs]\nper_repo = -1\n")
-    out = subprocess.run([sys.executable, "-m", "orchestrator", "daemon"], capture_output=True, text=True,
-                         env={"ORCHESTRATOR_HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "daemon"],
+        capture_output=True,
+        text=True,
+        env={"ORCHESTRATOR_HOME": str(home), "PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
     assert out.returncode == 78
     assert "jobs.per_repo" in out.stderr

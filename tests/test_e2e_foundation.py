@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import socket
@@ -30,8 +31,22 @@ def test_three_shell_jobs_land_and_status_tells_the_truth(make_repo, daemon_fact
     head = git(repo, "rev-parse", "main")
     for i in ids:
         job = jobs[i]
-        assert set(job) >= {"id", "repo", "branch", "text", "runner", "state", "claim", "actual", "base",
-                            "created_at", "started_at", "finished_at", "landed_sha", "reason"}
+        assert set(job) >= {
+            "id",
+            "repo",
+            "branch",
+            "text",
+            "runner",
+            "state",
+            "claim",
+            "actual",
+            "base",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "landed_sha",
+            "reason",
+        }
         assert job["repo"] == str(repo.resolve()) and job["branch"] == "main" and job["runner"] == "shell"
         assert job["claim"]["source"] == "declared" and job["claim"]["confidence"] == 1.0
         assert job["actual"] == job["claim"]["paths"], "what the job touched is what it said"
@@ -51,7 +66,7 @@ def test_three_shell_jobs_land_and_status_tells_the_truth(make_repo, daemon_fact
     # Each decision is logged once per change of reason: no two identical consecutive events for a job.
     for i in ids:
         seq = [(e["event"], e["reason"], tuple(e["blocking"])) for e in admissions if e["job_id"] == i]
-        assert all(a != b for a, b in zip(seq, seq[1:], strict=False)), seq
+        assert all(a != b for a, b in itertools.pairwise(seq)), seq
     assert all(e["event"] in _closed_set() for e in events)
 
 
@@ -153,16 +168,23 @@ def test_malformed_requests_get_400_and_the_daemon_keeps_serving(daemon_factory,
     repo = make_repo()
     d = daemon_factory().start()
     body = b"{not json"
-    status, data = _raw(d.socket, b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    status, data = _raw(
+        d.socket,
+        b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+    )
     assert status == 400 and "not valid JSON" in data["error"]
     body = json.dumps({"repo": str(repo), "text": "true", "priority": "high"}).encode()
-    status, data = _raw(d.socket, b"POST /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    status, data = _raw(
+        d.socket,
+        b"POST /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+    )
     assert status == 400 and "priority" in data["error"]
     body = b"[1, 2]"
-    status, data = _raw(d.socket, b"POST /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    status, data = _raw(
+        d.socket,
+        b"POST /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+    )
     assert status == 400 and "object" in data["error"]
     out = d.cli("show", "999")
     assert out.returncode == 2 and "no job 999" in out.stderr

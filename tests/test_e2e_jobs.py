@@ -45,7 +45,9 @@ def test_disjoint_jobs_run_at_the_same_time_and_both_land(started, tmp_path):
     """Two jobs with disjoint claims are admitted together, overlap in time, and both land."""
     repo, d = started
     a_up, b_up = tmp_path / "a.up", tmp_path / "b.up"
-    a = d.enqueue(repo, f"touch {a_up}; {wait_for_file(b_up)}; [ -e {b_up} ] && echo a > src/a.py", "--path", "src/a.py")
+    a = d.enqueue(
+        repo, f"touch {a_up}; {wait_for_file(b_up)}; [ -e {b_up} ] && echo a > src/a.py", "--path", "src/a.py"
+    )
     b = d.enqueue(repo, f"touch {b_up}; {wait_for_file(a_up)}; [ -e {a_up} ] && echo b > docs/x.md", "--path", "docs/")
     assert d.cli("wait", str(a), str(b), "--timeout", "60").returncode == 0
     ja, jb = d.cli_json("show", str(a)), d.cli_json("show", str(b))
@@ -69,7 +71,11 @@ def test_overlapping_jobs_never_overlap_in_time_and_land_in_order(started):
     assert git(repo, "merge-base", "--is-ancestor", ja["landed_sha"], jb["landed_sha"]) == ""
     assert git(repo, "show", "main:src/a.py").splitlines() == ["first", "second"]
     deferred = [e for e in d.events() if e["event"] == "admission.deferred" and e["job_id"] == b]
-    assert deferred and deferred[0]["blocking"] == [a] and "src/" in " ".join(deferred[0]["paths"]) + deferred[0]["message"]
+    assert (
+        deferred
+        and deferred[0]["blocking"] == [a]
+        and "src/" in " ".join(deferred[0]["paths"]) + deferred[0]["message"]
+    )
 
 
 def test_a_job_with_no_claim_runs_alone(started):
@@ -163,10 +169,22 @@ def test_union_mergeable_changelog_is_shared_not_overlapping(started, tmp_path):
     git(repo, "add", "CHANGES.md")
     git(repo, "commit", "-qm", "changelog")
     a_up, b_up = tmp_path / "a.up", tmp_path / "b.up"
-    a = d.enqueue(repo, f"touch {a_up}; {wait_for_file(b_up)}; sed -i '2a - a' CHANGES.md; echo a > src/a.py",
-                  "--path", "src/a.py", "--path", "CHANGES.md")
-    b = d.enqueue(repo, f"touch {b_up}; {wait_for_file(a_up)}; sed -i '2a - b' CHANGES.md; echo b > src/b.py",
-                  "--path", "src/b.py", "--path", "CHANGES.md")
+    a = d.enqueue(
+        repo,
+        f"touch {a_up}; {wait_for_file(b_up)}; sed -i '2a - a' CHANGES.md; echo a > src/a.py",
+        "--path",
+        "src/a.py",
+        "--path",
+        "CHANGES.md",
+    )
+    b = d.enqueue(
+        repo,
+        f"touch {b_up}; {wait_for_file(a_up)}; sed -i '2a - b' CHANGES.md; echo b > src/b.py",
+        "--path",
+        "src/b.py",
+        "--path",
+        "CHANGES.md",
+    )
     assert d.cli("wait", str(a), str(b), "--timeout", "60").returncode == 0
     changes = git(repo, "show", "main:CHANGES.md")
     assert "- a" in changes and "- b" in changes

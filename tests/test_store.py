@@ -23,8 +23,16 @@ async def test_job_round_trip_and_history(tmp_path):
     path = tmp_path / "o.db"
     store = await Store.open(path)
     claim = Claim(frozenset({"src/a.py", "docs/"}), 1.0, ClaimSource.DECLARED)
-    job = await store.add_job(repo="/r", branch="main", text="do it", runner="shell", priority=2, after=[],
-                              declared=["src/a.py", "docs/"], claim=claim)
+    job = await store.add_job(
+        repo="/r",
+        branch="main",
+        text="do it",
+        runner="shell",
+        priority=2,
+        after=[],
+        declared=["src/a.py", "docs/"],
+        claim=claim,
+    )
     await store.update(job.id, state=JobState.RUNNING, actual=frozenset({"src/a.py"}), event="admitted")
     await store.close()
 

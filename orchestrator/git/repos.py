@@ -88,6 +88,15 @@ def default_branch(repo_path: Path | str) -> str:
     return repo.head.shorthand
 
 
+def resolve_rev(repo_path: Path | str, rev: str) -> str:
+    """The commit sha a revision (sha, branch, tag, `HEAD~2`) names, or a RepoError that says so."""
+    repo = open_repo(repo_path)
+    try:
+        return str(repo.revparse_single(rev).peel(pygit2.Commit).id)
+    except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
+        raise RepoError(f"revision {rev!r} does not name a commit in {_workdir(repo)}: pass --base with one that does") from None
+
+
 def changed_paths(repo_path: Path | str, old_sha: str, new_sha: str) -> frozenset[str]:
     """Repo-relative POSIX paths that differ between two commits; a rename counts both its sides."""
     repo = open_repo(repo_path)

@@ -61,20 +61,21 @@ class Executor:
         structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
         log = olog.get()
         assert job.base is not None
+        base: str = job.base
         repo = Path(job.repo)
         watcher: ChangeWatcher | None = None
         try:
             runner = get_runner(job.runner, self.runners)
-            worktree = await self.pool.acquire(repo, job.id, job.base)
+            worktree = await self.pool.acquire(repo, job.id, base)
             job = await self.board.update(job.id, worktree=str(worktree))
             log.info(
                 olog.Event.JOB_STARTED,
                 worktree=str(worktree),
-                base=job.base,
+                base=base,
                 runner=job.runner,
                 claim=sorted(job.claim.paths),
             )
-            watcher = ChangeWatcher(worktree, job.base, lambda paths: self.on_change(job.id, paths))
+            watcher = ChangeWatcher(worktree, base, lambda paths: self.on_change(job.id, paths))
             await watcher.start()
             ctx = RunContext(
                 job=job, worktree=worktree, log_path=self.paths.job_log(job.id), timeout=self.cfg.jobs.timeout
@@ -83,7 +84,7 @@ class Executor:
             await watcher.stop()
             watcher = None
             if not result.ok:
-                actual = await asyncio.to_thread(actual_paths, worktree, job.base)
+                actual = await asyncio.to_thread(actual_paths, worktree, base)
                 await self.pool.release(repo, job.id, keep=True)
                 job = await self.board.update(
                     job.id,
@@ -97,9 +98,9 @@ class Executor:
                 log.warning(olog.Event.JOB_FAILED, reason=job.reason, exit_code=result.exit_code)
                 return job
             sha = await asyncio.to_thread(
-                commits.commit_worktree, worktree, message=_subject(job), job_id=job.id, base=job.base
+                commits.commit_worktree, worktree, message=_subject(job), job_id=job.id, base=base
             )
-            actual = await asyncio.to_thread(actual_paths, worktree, job.base)
+            actual = await asyncio.to_thread(actual_paths, worktree, base)
             if sha is None:
                 await self.pool.release(repo, job.id, keep=False, delete_branch=True)
                 job = await self.board.update(
@@ -144,7 +145,7 @@ class Executor:
             event = olog.Event.JOB_CANCELLED if stop.state is JobState.CANCELLED else olog.Event.DAEMON_CANCELLED
             log.warning(event, reason=stop.reason)
             raise
-        except Exception as e:  # noqa: BLE001 - any failure of one job must not take the daemon down
+        except Exception as e:
             if watcher is not None:
                 with contextlib.suppress(Exception):
                     await watcher.stop()

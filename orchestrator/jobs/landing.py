@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +46,10 @@ class Lander:
             return
         task = asyncio.create_task(self._land(job.id), name=f"land-{job.id}")
         self.tasks[job.id] = task
-        task.add_done_callback(lambda _t, job_id=job.id: self.tasks.pop(job_id, None))
+        task.add_done_callback(functools.partial(self._forget, job.id))
+
+    def _forget(self, job_id: int, _task: asyncio.Task[None]) -> None:
+        self.tasks.pop(job_id, None)
 
     async def drain(self, timeout: float) -> list[int]:
         """Let landings in flight finish within `timeout`; cancel the rest and return their ids."""
@@ -82,12 +86,15 @@ class Lander:
                 await self.board.announce()
                 try:
                     outcome = await self._attempt(job, log)
-                except Exception as e:  # noqa: BLE001 - one broken landing must not wedge its branch
+                except Exception as e:
                     log.error(olog.Event.JOB_FAILED, reason=f"landing failed: {e}", exc_info=True)
                     await self.board.update(
-                        job.id, state=JobState.FAILED, finished_at=time.time(), event="failed",
+                        job.id,
+                        state=JobState.FAILED,
+                        finished_at=time.time(),
+                        event="failed",
                         reason=f"landing failed: {type(e).__name__}: {e}; its result {job.result} is kept on "
-                               f"branch orchestrator/{job.id}",
+                        f"branch orchestrator/{job.id}",
                     )
                     outcome = "done"
                 finally:
@@ -115,9 +122,16 @@ class Lander:
         )
         if check:
             result = await git_landing.land_checked(
-                repo, job.branch, job.result, job_id=job.id, message=message, command=check,
-                timeout=self.cfg.repo(job.repo).check_timeout, log_path=self.paths.job_log(job.id),
-                scratch_root=self.paths.scratch, mergeable=self._mergeable(job),
+                repo,
+                job.branch,
+                job.result,
+                job_id=job.id,
+                message=message,
+                command=check,
+                timeout=self.cfg.repo(job.repo).check_timeout,
+                log_path=self.paths.job_log(job.id),
+                scratch_root=self.paths.scratch,
+                mergeable=self._mergeable(job),
             )
         else:
             result = await asyncio.to_thread(

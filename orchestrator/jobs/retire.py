@@ -31,18 +31,22 @@ def _keep_branch(repo_path: Path, job: Job) -> str | None:
     return name
 
 
+def _commit_leftovers(job: Job) -> None:
+    """Commit whatever the attempt left uncommitted in its worktree, so retiring it loses nothing."""
+    if job.worktree and job.base and Path(job.worktree).exists():
+        commits.commit_worktree(
+            Path(job.worktree),
+            message=f"orchestrator: job {job.id} attempt {job.attempts + 1}, kept",
+            job_id=job.id,
+            base=job.base,
+        )
+
+
 async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
     """Commit what the attempt left, release its worktree, and keep its branch under an attempt name."""
     repo = Path(job.repo)
-    if job.worktree and Path(job.worktree).exists() and job.base:
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(
-                commits.commit_worktree,
-                Path(job.worktree),
-                message=f"orchestrator: job {job.id} attempt {job.attempts + 1}, kept",
-                job_id=job.id,
-                base=job.base,
-            )
+    with contextlib.suppress(Exception):
+        await asyncio.to_thread(_commit_leftovers, job)
     with contextlib.suppress(Exception):
         await pool.release(repo, job.id, keep=False, delete_branch=False)
     return await asyncio.to_thread(_keep_branch, repo, job)

@@ -9,6 +9,7 @@ decision. A decision is logged once per change of its reason.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -22,10 +23,10 @@ from orchestrator.core.job import Job
 from orchestrator.core.models import Decision, JobState, JobView, Outcome, Snapshot
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs import retire
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
-from orchestrator.jobs import retire
 from orchestrator.jobs.retire import retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
@@ -103,10 +104,8 @@ class Scheduler:
                 if quiet >= self.grace:
                     return
                 timeout = self.grace - quiet
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
-            except TimeoutError:
-                pass
 
     async def stop(self, timeout: float) -> list[int]:
         """Stop admitting; let landings finish within `timeout`; interrupt running jobs. Returns what was cut."""
@@ -199,7 +198,7 @@ class Scheduler:
         if key not in self._moved_cache:
             try:
                 self._moved_cache[key] = await asyncio.to_thread(repos.changed_paths, Path(repo), base, head)
-            except Exception:  # noqa: BLE001 - an unreadable base means "unknown": the job re-plans
+            except Exception:
                 self._moved_cache[key] = None
         return self._moved_cache[key]
 
@@ -324,7 +323,7 @@ class Scheduler:
             ours = await asyncio.to_thread(merging.tree_of_worktree, Path(job.worktree))
             theirs = await asyncio.to_thread(merging.tree_of_worktree, Path(other.worktree))
             conflicts = await asyncio.to_thread(merging.merge_conflicts, Path(job.repo), job.base, ours, theirs)
-        except Exception as e:  # noqa: BLE001 - advisory only: the landing makes the real check
+        except Exception as e:
             olog.get(job_id=job.id, repo=job.repo).debug(olog.Event.JOB_OVERLAP, other=other.id, hunks_error=str(e))
             return
         olog.get(job_id=job.id, repo=job.repo).warning(
@@ -350,9 +349,9 @@ class Scheduler:
         if job.state is JobState.LANDING:
             if (job.repo, job.branch) in self.lander.inflight:
                 raise JobError(f"job {job_id} is landing right now; wait for it (`orchestrator wait {job_id}`)")
-            task = self.lander.tasks.get(job_id)
-            if task:
-                task.cancel()
+            landing = self.lander.tasks.get(job_id)
+            if landing:
+                landing.cancel()
             await self.pool.release(Path(job.repo), job_id, keep=True)
         if job.state is JobState.RUNNING and job_id in self._running:
             self.executor.stops[job_id] = Stop(JobState.CANCELLED, "cancelled by request")
