@@ -46,7 +46,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(e.status, str(e))
     except web.HTTPException:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - report it, keep serving
         olog.get().error(olog.Event.API_ERROR, path=request.path, error=str(e), exc_info=True)
         return _error(500, f"internal error: {type(e).__name__}: {e} (the daemon log has the details)")
 

@@ -50,7 +50,6 @@ class RepoConfig:
     check: str = ""
     check_timeout: float = 900.0
     mergeable: tuple[str, ...] = ()
-    barriers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,7 @@ shutdown_timeout = 10
 # [repos."/home/me/src/project"]
 # check = "pytest -q"      # run on the merged result before the branch moves
 # check_timeout = 900
+# mergeable = ["docs/changelog/*"]   # more union-mergeable files for this repo
 """
 
 

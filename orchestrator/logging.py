@@ -26,6 +26,7 @@ class Event(StrEnum):
     DAEMON_STOPPED = "daemon.stopped"
     DAEMON_CANCELLED = "daemon.cancelled"
     API_ERROR = "api.error"
+    SCHEDULER_ERROR = "scheduler.error"
     JOB_ENQUEUED = "job.enqueued"
     JOB_PLANNED = "job.planned"
     JOB_STARTED = "job.started"

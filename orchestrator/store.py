@@ -229,6 +229,16 @@ class Store:
             rows = await cur.fetchall()
         return [_row_to_job(r) for r in rows]
 
+    async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
+        """The current state of each of these jobs (missing ids are left out)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        sql = f"SELECT id, state FROM jobs WHERE id IN ({', '.join('?' * len(wanted))})"
+        async with self._db.execute(sql, wanted) as cur:
+            rows = await cur.fetchall()
+        return {int(r["id"]): JobState(r["state"]) for r in rows}
+
     async def update(
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
     ) -> Job:

@@ -113,7 +113,12 @@ def test_base_moved_unknown_replans() -> None:
 def test_base_moved_elsewhere_or_in_mergeable_paths_is_fine() -> None:
     """Moves in unclaimed or union-mergeable paths, an empty move, or a missing key do not re-plan."""
     a = job(10, "src/a.py", "CHANGES.rst")
-    for moved in ({10: frozenset({"docs/x.md", "CHANGES.rst"})}, {10: frozenset()}, {11: None}):
+    moves: list[dict[int, frozenset[str] | None]] = [
+        {10: frozenset({"docs/x.md", "CHANGES.rst"})},
+        {10: frozenset()},
+        {11: None},
+    ]
+    for moved in moves:
         assert decide(a, snap(waiting=(a,), moved=moved)).admitted
 
 
@@ -217,6 +222,12 @@ def test_priority_earlier_overlapping_waiting_job_goes_first() -> None:
     assert decide(free, s).admitted
 
 
+def test_priority_is_prefix_aware_both_ways() -> None:
+    """A later directory claim waits for an earlier waiting job claiming a file under it, and vice versa."""
+    s = snap(active=(job(1, "lib/x.py"),), waiting=(job(5, "src/b.py", "lib/x.py"), job(9, "src/"), job(12, "src")))
+    assert [(d.reason, d.blocking) for d in decide_all(s)][1:] == [(Reason.PRIORITY, (5,)), (Reason.PRIORITY, (5, 9))]
+
+
 def test_priority_follows_priority_then_id() -> None:
     """A higher-priority job is earlier even with a larger id."""
     low = job(2, "src/a.py")
@@ -315,3 +326,10 @@ def test_decide_is_cached_per_snapshot_object() -> None:
     gc.collect()
     for _ in range(20):  # fresh snapshots may reuse the old object's id
         assert decide(a, snap(waiting=(a,))).admitted
+
+
+def test_unhashable_fields_are_tolerated() -> None:
+    """A job view built with a list or set where a tuple or frozenset is expected is still decided."""
+    a = JobView(10, "r", "main", Claim({"src/a.py"}, 0.9), after=[1])  # type: ignore[arg-type]
+    d = decide(a, snap(active=(job(4, "src/"),), waiting=(a,), landed=frozenset({1})))
+    assert (d.reason, d.blocking) == (Reason.OVERLAP, (4,))

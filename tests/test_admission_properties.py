@@ -106,7 +106,9 @@ class World:
         s = self.snapshot()
         decisions = decide_all(s)
         self.check_order(s, decisions)
-        flipped = replace(s, active=s.active[::-1], waiting=s.waiting[::-1], moved=dict(reversed(s.moved.items())))
+        flipped = replace(
+            s, active=s.active[::-1], waiting=s.waiting[::-1], moved=dict(reversed(list(s.moved.items())))
+        )
         assert decide_all(flipped) == decisions
         for d in decisions:
             assert d.outcome is not Outcome.FAIL

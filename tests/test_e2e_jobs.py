@@ -115,6 +115,9 @@ def test_touching_an_unclaimed_path_raises_overlap_within_a_second(started, tmp_
     assert ev["other"] == holder and ev["paths"] == ["src/a.py"]
     assert ts(ev["timestamp"]) - written < 1.0, "flagged within 1 s of the write"
     assert holder in d.cli_json("show", str(escaper))["land_after"], "the later job lands after the holder"
+    until(lambda: any(e["event"] == "job.overlap_checked" for e in d.events()), what="hunk-level check")
+    checked = next(e for e in d.events() if e["event"] == "job.overlap_checked")
+    assert checked["conflict"] is False, "the holder has not written yet: same file, no conflicting hunk"
     gate.touch()
     assert d.cli("wait", str(holder), str(escaper), "--timeout", "90").returncode in (0, 1)
     states = {d.cli_json("show", str(i))["state"] for i in (holder, escaper)}
@@ -274,3 +277,27 @@ def test_cancel_a_running_job(started, tmp_path):
     assert j["state"] == "cancelled"
     assert d.cli("cancel", str(job)).returncode == 2, "cancelling twice is refused"
     assert git(repo, "show", "main:src/a.py") == "a = 1"
+
+
+def test_branch_moving_in_claimed_paths_replans_before_start(make_repo, daemon_factory, tmp_path):
+    """A waiting job whose claimed paths moved on the branch re-plans on the new head, then runs on it."""
+    repo = make_repo()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}).start()
+    gate = tmp_path / "gate"
+    first = d.enqueue(repo, f"{wait_for_file(gate)}; echo one > one.txt", "--path", "one.txt")
+    until(lambda: d.cli_json("show", str(first))["state"] == "running", what="first running")
+    waiting = d.enqueue(repo, "echo waiting >> README.md", "--path", "README.md")
+    until(lambda: d.cli_json("show", str(waiting))["state"] == "planned", what="planned")
+    planned_base = d.cli_json("show", str(waiting))["base"]
+    (repo / "README.md").write_text("hello\nuser\n")
+    git(repo, "commit", "-qam", "user moves README")
+    user_head = git(repo, "rev-parse", "main")
+    gate.touch()
+    assert d.cli("wait", str(first), str(waiting), "--timeout", "60").returncode == 0
+    j = d.cli_json("show", str(waiting))
+    assert planned_base != user_head
+    assert "replan" in [e["kind"] for e in j["events"]]
+    assert git(repo, "merge-base", "--is-ancestor", user_head, j["landed_sha"]) == ""
+    assert git(repo, "show", "main:README.md").splitlines() == ["hello", "user", "waiting"]
+    replans = [e for e in d.events() if e["event"] == "admission.replan" and e["job_id"] == waiting]
+    assert replans and replans[0]["reason"] == "BaseMoved" and "README.md" in replans[0]["paths"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,12 @@ MakeRepo = Callable[..., Path]
 def status(wt: Path) -> str:
     """Porcelain status including ignored files: empty means exactly HEAD's tree and nothing else."""
     return git(wt, "status", "--porcelain", "--ignored")
+
+
+def merging(wt: Path) -> bool:
+    """A merge is in progress in the worktree (MERGE_HEAD exists)."""
+    out = subprocess.run(["git", "rev-parse", "-q", "--verify", "MERGE_HEAD"], cwd=wt, capture_output=True)
+    return out.returncode == 0
 
 
 def second_commit(root: Path) -> tuple[str, str]:
@@ -71,7 +78,7 @@ async def test_concurrent_acquires_do_not_race_on_git_locks(make_repo: MakeRepo,
 
 
 async def test_pooled_worktree_with_junk_is_clean_at_new_base(make_repo: MakeRepo, tmp_path: Path) -> None:
-    """A recycled worktree that held modified, untracked and ignored files comes back clean at the new base."""
+    """A recycled worktree that held modified, untracked, ignored files and a half merge comes back clean."""
     root = make_repo(files={"a.txt": "a\n", ".gitignore": "*.log\n", "keep/k.txt": "k\n"})
     parent, head = second_commit(root)
     pool = WorktreePool(tmp_path / "wts", warm=1)
@@ -80,6 +87,9 @@ async def test_pooled_worktree_with_junk_is_clean_at_new_base(make_repo: MakeRep
     git(wt1, "add", "a.txt")
     write(wt1, {"staged-then-edited.txt": "x\n"})
     (wt1 / "keep/k.txt").unlink()
+    # A merge left half done: the next job must not inherit it.
+    git(wt1, "update-ref", "MERGE_HEAD", head)
+    assert merging(wt1)
     await pool.release(root, 1, delete_branch=True)
     assert len(pool.pooled(root)) == 1 and not wt1.exists()
     wt2 = await pool.acquire(root, 2, head)
@@ -89,6 +99,7 @@ async def test_pooled_worktree_with_junk_is_clean_at_new_base(make_repo: MakeRep
     assert status(wt2) == ""
     assert (wt2 / "a.txt").read_text() == "a\n" and (wt2 / "keep/k.txt").exists()
     assert (wt2 / "src/c.py").read_text() == "c = 1\n"
+    assert not merging(wt2)
 
 
 async def test_recover_resets_a_pooled_worktree_left_dirty(make_repo: MakeRepo, tmp_path: Path) -> None:

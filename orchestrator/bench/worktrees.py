@@ -19,6 +19,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from typing import Any
 
 import pygit2
 
+from orchestrator import logging as olog
 from orchestrator.git.changes import actual_paths
 from orchestrator.git.worktrees import WorktreePool
 
@@ -168,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
+    olog.configure(sys.stderr, level="warning")  # the pool's info events would drown the table
     r = run(args.files, args.rounds)
     if args.json:
         print(json.dumps(r))

@@ -36,7 +36,7 @@ from functools import lru_cache
 from operator import itemgetter
 
 from orchestrator.core import claims
-from orchestrator.core.claims import ClaimError, PathIndex
+from orchestrator.core.claims import ClaimError, PathIndex, name_of
 from orchestrator.core.models import ROOT, Check, Claim, Decision, JobView, Outcome, Policy, Reason, Snapshot
 
 __all__ = ["clear_caches", "decide", "decide_all", "runs_alone"]
@@ -56,10 +56,6 @@ def _canon(path: str) -> str:
         return ROOT
 
 
-def _name(path: str) -> str:
-    return path[:-1] if path.endswith("/") else path
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class _Facts:
     """What admission derives from one job under one policy (cached: JobView and Policy are frozen)."""
@@ -73,8 +69,9 @@ class _Facts:
     held_merge: frozenset[str]
     claim_index: PathIndex
     names: frozenset[str]
-    """Names (no trailing slash) of the counted claim paths; `under` holds their strict ancestors."""
+    """Names (`name_of`) of the counted paths."""
     under: frozenset[str]
+    """Strict ancestors of `names`."""
     held_names: frozenset[str]
     held_under: frozenset[str]
     ambiguous: str | None
@@ -88,14 +85,20 @@ class _Facts:
         return self.ambiguous or f"barrier {_plist(self.barriers, 2)}"
 
 
-@lru_cache(maxsize=16384)
 def _facts(job: JobView, policy: Policy) -> _Facts:
+    try:
+        return _cached_facts(job, policy)
+    except TypeError:  # a field given as a list or set: unhashable, so derive without the cache
+        return _derive_facts(job, policy)
+
+
+def _derive_facts(job: JobView, policy: Policy) -> _Facts:
     claim_paths = frozenset(_canon(p) for p in job.claim.paths)
     touched = claim_paths | frozenset(_canon(p) for p in job.actual)
     counted, claim_merge = claims.split_mergeable(claim_paths, policy.mergeable, job.mergeable)
     held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
-    names = frozenset(_name(p) for p in counted)
-    held_names = frozenset(_name(p) for p in held)
+    names = frozenset(name_of(p) for p in counted)
+    held_names = frozenset(name_of(p) for p in held)
     ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy)
     barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
     return _Facts(
@@ -106,13 +109,16 @@ def _facts(job: JobView, policy: Policy) -> _Facts:
         held_merge=held_merge,
         claim_index=PathIndex(counted),
         names=names,
-        under=frozenset(a for n in names for a in claims._ancestors(n)),
+        under=frozenset(a for n in names for a in claims.ancestors(n)),
         held_names=held_names,
-        held_under=frozenset(a for n in held_names for a in claims._ancestors(n)),
+        held_under=frozenset(a for n in held_names for a in claims.ancestors(n)),
         ambiguous=ambiguous,
         barriers=barriers,
         exclusive=ambiguous is not None or bool(barriers),
     )
+
+
+_cached_facts = lru_cache(maxsize=16384)(_derive_facts)
 
 
 def runs_alone(job: JobView, policy: Policy) -> str | None:
@@ -123,7 +129,7 @@ def runs_alone(job: JobView, policy: Policy) -> str | None:
 
 def clear_caches() -> None:
     """Forget cached per-job facts and per-snapshot indexes (for benchmarks that measure cold calls)."""
-    _facts.cache_clear()
+    _cached_facts.cache_clear()
     _STATES.clear()
 
 
@@ -161,9 +167,9 @@ class _Waiting:
         found = set(self.exclusive[: bisect_left(self.exclusive, key)])
         hit_paths = []
         for p in sorted(f.counted):
-            n = _name(p)
+            n = name_of(p)
             buckets = [self.names.get(n), self.under.get(n)]
-            buckets.extend(self.names.get(a) for a in claims._ancestors(n))
+            buckets.extend(self.names.get(a) for a in claims.ancestors(n))
             hit = False
             for bucket in buckets:
                 if bucket:
@@ -206,9 +212,9 @@ class _Active:
         met: set[str] = set()
         names, under = self.names, self.under
         for p in f.counted:
-            n = _name(p)
+            n = name_of(p)
             hit = False
-            for ids in (names.get(n), under.get(n)):
+            for ids in (names.get(n), under.get(n), *(names.get(a) for a in claims.ancestors(n))):
                 if ids:
                     owners.update(ids)
                     hit = True

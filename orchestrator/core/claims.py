@@ -22,7 +22,9 @@ __all__ = [
     "ClaimError",
     "PathIndex",
     "ambiguity",
+    "ancestors",
     "matches",
+    "name_of",
     "normalize",
     "normalize_all",
     "overlapping",
@@ -72,14 +74,17 @@ def normalize_all(paths: Iterable[str]) -> frozenset[str]:
     return frozenset(normalize(p) for p in paths)
 
 
-def _name(path: str) -> str:
+def name_of(path: str) -> str:
     """The path without its directory marker: `src/` and `src` name the same thing."""
     return path[:-1] if path.endswith("/") else path
 
 
 @lru_cache(maxsize=65536)
-def _ancestors(name: str) -> tuple[str, ...]:
-    """The strict ancestors of a name, outermost first, ROOT included (`a/b/c` → `"", a, a/b`)."""
+def ancestors(name: str) -> tuple[str, ...]:
+    """The strict ancestors of a path name (no trailing slash), outermost first, ROOT included.
+
+    `a/b/c` → `("", "a", "a/b")`; ROOT has none. Names, not directories: `a/b/` is named `a/b`.
+    """
     if not name:
         return ()
     out = [ROOT]
@@ -96,7 +101,7 @@ def overlaps(a: str, b: str) -> bool:
     Equal names overlap, and so does any path with any path under it: `src/` and `src` both overlap
     `src/a.py`; ROOT overlaps everything. `src/a.py` does not overlap `src/ab.py`.
     """
-    na, nb = _name(a), _name(b)
+    na, nb = name_of(a), name_of(b)
     if na == nb or not na or not nb:
         return True
     short, long = (na, nb) if len(na) < len(nb) else (nb, na)
@@ -119,20 +124,20 @@ class PathIndex:
             self.add(p)
 
     def add(self, path: str) -> None:
-        name = _name(path)
+        name = name_of(path)
         self._names.add(name)
-        self._under.update(_ancestors(name))
+        self._under.update(ancestors(name))
 
     def __bool__(self) -> bool:
         return bool(self._names)
 
     def meets(self, path: str) -> bool:
         """True when `path` overlaps some path of the index."""
-        name = _name(path)
+        name = name_of(path)
         if name in self._names or name in self._under:
             return True
         names = self._names
-        return any(a in names for a in _ancestors(name))
+        return any(a in names for a in ancestors(name))
 
     def meeting(self, paths: Iterable[str]) -> frozenset[str]:
         """The paths of `paths` that overlap some path of the index."""
@@ -164,7 +169,7 @@ def matches(path: str, patterns: Iterable[str]) -> bool:
     matches nothing.
     """
     rx = _compile(patterns if isinstance(patterns, tuple) else tuple(patterns))
-    name = _name(path)
+    name = name_of(path)
     if rx is None or not name:
         return False
     return rx.match(name) is not None or ("/" in name and rx.match(_basename(name)) is not None)
@@ -197,7 +202,7 @@ def reaches(path: str, patterns: Iterable[str]) -> bool:
     pats = patterns if isinstance(patterns, tuple) else tuple(patterns)
     if matches(path, pats):
         return True
-    name = _name(path)
+    name = name_of(path)
     if not name:
         return bool(pats)
     return any(d.startswith(name + "/") for d in _literal_dirs(pats))

@@ -22,6 +22,8 @@ import unidiff
 from pygit2.enums import DiffFind, DiffOption
 from watchfiles._rust_notify import RustNotify
 
+from orchestrator.logging import Event
+
 __all__ = ["ChangeWatcher", "OnChange", "actual_paths", "paths_from_diff", "unified_diff"]
 
 log = structlog.get_logger(__name__)
@@ -55,7 +57,7 @@ def actual_paths(worktree: Path | str, base: str) -> frozenset[str]:
     try:
         paths |= paths_from_diff(text)
     except unidiff.UnidiffParseError as exc:
-        log.warning("changes.unparsable_diff", worktree=str(worktree), error=str(exc))
+        log.warning(Event.CHANGES_UNPARSABLE_DIFF, worktree=str(worktree), error=str(exc))
     if not repo.head_is_unborn:
         head = repo.head.peel(pygit2.Tree)
         if head.id != base_tree.id:
@@ -148,7 +150,7 @@ class ChangeWatcher:
         try:
             await asyncio.wait_for(asyncio.shield(task), self._stop_timeout)
         except TimeoutError:
-            log.warning("changes.watch_stop_timeout", worktree=self._root, timeout=self._stop_timeout)
+            log.warning(Event.CHANGES_WATCH_STOP_TIMEOUT, worktree=self._root, timeout=self._stop_timeout)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -178,7 +180,7 @@ class ChangeWatcher:
 
         try:
             notify = RustNotify([self._root], False, False, 300, True, True)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting start()
             ready.set_exception(exc)
             return
         try:
@@ -191,7 +193,7 @@ class ChangeWatcher:
                         if changed:
                             send(changed)
         except Exception:
-            log.exception("changes.watch_failed", worktree=self._root)
+            log.exception(Event.WORKTREE_ERROR, worktree=self._root, stage="watch")
         finally:
             send(None)
 
@@ -208,7 +210,7 @@ class ChangeWatcher:
                         await self._publish(paths)
             except Exception:
                 # One bad batch (a file vanishing mid-diff, a failing callback) must not end the watch.
-                log.exception("changes.batch_failed", worktree=self._root)
+                log.exception(Event.WORKTREE_ERROR, worktree=self._root, stage="change batch")
             if more is None:
                 break
 

@@ -39,6 +39,7 @@ from typing import BinaryIO
 import pygit2
 from pygit2.enums import FileStatus
 
+from orchestrator.git import repos
 from orchestrator.git.merging import Mergeable, MergeResult, merge_for_landing
 
 TAIL_BYTES = 4096
@@ -118,7 +119,7 @@ def advance(repo_path: Path, branch: str, expected_head: str, new_sha: str, *, j
 
     checkouts = _checkouts_on(repo_path, refname)
     if checkouts:
-        changed = _changed_paths(repo, old, new)
+        changed = repos.changed_paths(repo_path, str(old), str(new))
         for checkout in checkouts:
             blocked = _in_the_way(checkout, changed) or _dry_run(checkout, old, new)
             if blocked:
@@ -172,7 +173,7 @@ def land(
     """
     result: LandResult | None = None
     for _ in range(retries + 1):
-        head = branch_head(repo_path, branch)
+        head = repos.branch_head(repo_path, branch)
         merged = merge_for_landing(repo_path, head, job_commit, mergeable, message=message)
         early = _merge_outcome(merged, branch, job_id)
         if early is not None:
@@ -195,7 +196,7 @@ async def land_checked(
     job_id: int,
     message: str,
     command: str,
-    timeout: float,  # noqa: ASYNC109 -- a per-call limit for the check command, not for this coroutine
+    timeout: float,
     log_path: Path | None = None,
     scratch_root: Path | None = None,
     mergeable: Mergeable | None = None,
@@ -207,7 +208,7 @@ async def land_checked(
     """
     result: LandResult | None = None
     for _ in range(retries + 1):
-        head = await asyncio.to_thread(branch_head, repo_path, branch)
+        head = await asyncio.to_thread(repos.branch_head, repo_path, branch)
         merged = await asyncio.to_thread(merge_for_landing, repo_path, head, job_commit, mergeable, message=message)
         early = _merge_outcome(merged, branch, job_id)
         if early is not None:
@@ -236,18 +237,12 @@ async def land_checked(
     )
 
 
-def branch_head(repo_path: Path, branch: str) -> str:
-    """The full sha `branch` points at."""
-    repo = pygit2.Repository(str(repo_path))
-    return str(repo.lookup_reference(_refname(branch)).peel(pygit2.Commit).id)
-
-
 async def run_check(
     repo_path: Path,
     sha: str,
     command: str,
     *,
-    timeout: float,  # noqa: ASYNC109 -- a per-call limit for the check command, not for this coroutine
+    timeout: float,
     log_path: Path | None = None,
     scratch_root: Path | None = None,
 ) -> CheckResult:
@@ -373,12 +368,6 @@ def _checkouts_on(repo_path: Path, refname: str) -> list[Path]:
         if fields.get("branch") == refname and "bare" not in fields and Path(fields["worktree"]).is_dir():
             found.append(Path(fields["worktree"]))
     return found
-
-
-def _changed_paths(repo: pygit2.Repository, old: pygit2.Oid, new: pygit2.Oid) -> frozenset[str]:
-    """Every path whose entry differs between the two commits' trees (both sides of a rename)."""
-    diff = repo[old].peel(pygit2.Tree).diff_to_tree(repo[new].peel(pygit2.Tree))
-    return frozenset(p for d in diff.deltas for p in (d.old_file.path, d.new_file.path))
 
 
 def _in_the_way(checkout: Path, changed: frozenset[str]) -> tuple[tuple[str, ...], str] | None:

@@ -94,7 +94,9 @@ def resolve_rev(repo_path: Path | str, rev: str) -> str:
     try:
         return str(repo.revparse_single(rev).peel(pygit2.Commit).id)
     except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
-        raise RepoError(f"revision {rev!r} does not name a commit in {_workdir(repo)}: pass --base with one that does") from None
+        raise RepoError(
+            f"revision {rev!r} does not name a commit in {_workdir(repo)}: pass --base with one that does"
+        ) from None
 
 
 def changed_paths(repo_path: Path | str, old_sha: str, new_sha: str) -> frozenset[str]:

@@ -6,9 +6,13 @@ Layout, per repository, under the pool's root::
     <root>/<repo-key>/pool-<token>  a warm worktree, detached at some recent commit, clean
     <root>/<repo-key>/trash-<token> a worktree being deleted (left behind only by a crash)
 
-Why the git CLI and not libgit2 for work-tree writes: measured by `orchestrator.bench.worktrees`, git
-checks out a 10k-file tree about twice as fast as libgit2, and re-pointing a warm worktree
-(`git checkout -f -B` + `git clean`) only rewrites files that differ. pygit2 answers the reads.
+Speed, as measured by `python -m orchestrator.bench.worktrees` (10k files): a fresh worktree writes
+every file, so it is bound by the disk, and libgit2 is no faster there than `git worktree add`. A
+warm one is re-pointed with `git read-tree -m -u <old> <base>`, which only looks at and rewrites
+the entries that differ (a `git checkout` would first lstat all 10k); pygit2 then points the job
+branch and HEAD, and the directory is renamed in-process. Only clean worktrees enter the pool
+(release and recover reset them), which is what makes the two-tree merge exact; when it refuses
+anyway, a full `checkout -f` + `clean -ffdx` takes over.
 
 Why the per-repo lock: `git worktree add`, the pruning of worktree metadata and branch deletion
 (which rewrites packed-refs) take git's repository-wide locks and fail instead of waiting when two run
@@ -32,6 +36,7 @@ import pygit2
 import structlog
 
 from orchestrator.git.repos import canonical
+from orchestrator.logging import Event
 
 __all__ = ["WorktreeError", "WorktreePool", "branch_name", "repo_key"]
 
@@ -119,25 +124,27 @@ class WorktreePool:
             try:
                 await asyncio.to_thread(_move, warm.path, dest)
             except OSError as exc:
-                log.warning("worktree.pooled_failed", repo=str(st.path), job_id=job_id, error=str(exc))
+                log.warning(Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, error=str(exc))
                 await self._remove(st, warm.path)
                 await self._remove(st, dest)
                 continue
             try:
                 await _repoint(dest, warm.sha, sha, branch)
             except (WorktreeError, pygit2.GitError) as exc:
-                log.warning("worktree.repoint_failed", repo=str(st.path), job_id=job_id, error=str(exc))
+                log.warning(
+                    Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, fallback="reset", error=str(exc)
+                )
                 try:
                     await _reset(dest, sha, branch)
                 except WorktreeError as exc2:
-                    log.warning("worktree.pooled_failed", repo=str(st.path), job_id=job_id, error=str(exc2))
+                    log.warning(Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, error=str(exc2))
                     await self._remove(st, dest)
                     continue
-            log.info("worktree.acquired", repo=str(st.path), job_id=job_id, base=sha, pooled=True, path=str(dest))
+            log.info(Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=True, path=str(dest))
             return dest
         async with st.lock:
             await _git(st.path, "worktree", "add", "-q", "-B", branch, str(dest), sha)
-        log.info("worktree.acquired", repo=str(st.path), job_id=job_id, base=sha, pooled=False, path=str(dest))
+        log.info(Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=False, path=str(dest))
         return dest
 
     async def release(self, repo: Path, job_id: int, *, keep: bool = False, delete_branch: bool = False) -> None:
@@ -150,7 +157,7 @@ class WorktreePool:
         st = await self._state(repo)
         path = st.home / f"job-{job_id}"
         if keep:
-            log.info("worktree.kept", repo=str(st.path), job_id=job_id, path=str(path))
+            log.info(Event.WORKTREE_KEPT, repo=str(st.path), job_id=job_id, path=str(path))
             return
         if path.exists():
             if len(st.pool) + st.pending < self.warm:
@@ -188,7 +195,7 @@ class WorktreePool:
             # Even unsettled (a failure or cancel part way), a made worktree is valid and clean.
             st.pending -= want
             st.pool.extend(made)
-        log.info("worktree.pool_filled", repo=str(st.path), at=sha, added=len(made), size=len(st.pool))
+        log.info(Event.WORKTREE_POOL_FILLED, repo=str(st.path), at=sha, added=len(made), size=len(st.pool))
 
     async def recover(self, repo: Path) -> frozenset[int]:
         """Rebuild the pool from disk after a restart; returns the ids of jobs whose worktrees exist.
@@ -207,19 +214,18 @@ class WorktreePool:
             if name.startswith("trash-"):
                 await asyncio.to_thread(shutil.rmtree, entry, True)
             elif name.startswith("pool-"):
-                # Its state is unknown (the crash may have hit a recycle half-way): reset it fully.
-                try:
-                    if entry not in live or len(adopted) >= self.warm:
-                        raise WorktreeError("not needed")
-                    adopted.append(_Warm(entry, await _detach_clean(entry)))
-                except WorktreeError:
-                    await self._remove(st, entry)
+                if entry in live and len(adopted) < self.warm:
+                    # Its state is unknown (the crash may have hit a recycle half-way): reset it fully.
+                    with contextlib.suppress(WorktreeError, pygit2.GitError):
+                        adopted.append(_Warm(entry, await _detach_clean(entry)))
+                        continue
+                await self._remove(st, entry)
             elif name.startswith("job-") and name[4:].isdigit():
                 jobs.add(int(name[4:]))
         if adopted:
             await _settle([w.path for w in adopted])
         st.pool.extend(adopted)
-        log.info("worktree.recovered", repo=str(st.path), pooled=len(adopted), jobs=sorted(jobs))
+        log.info(Event.WORKTREE_RECOVERED, repo=str(st.path), pooled=len(adopted), jobs=sorted(jobs))
         return frozenset(jobs)
 
     def pooled(self, repo: Path) -> list[Path]:
@@ -261,8 +267,8 @@ class WorktreePool:
             try:
                 sha = await _detach_clean(path)
                 await asyncio.to_thread(_move, path, dest)
-            except (WorktreeError, OSError) as exc:
-                log.warning("worktree.recycle_failed", repo=str(st.path), path=str(path), error=str(exc))
+            except (WorktreeError, pygit2.GitError, OSError) as exc:
+                log.warning(Event.WORKTREE_RECYCLE_FAILED, repo=str(st.path), path=str(path), error=str(exc))
                 await self._remove(st, path)
                 await self._remove(st, dest)
                 return
@@ -270,7 +276,7 @@ class WorktreePool:
         finally:
             st.pending -= 1
         st.pool.append(_Warm(dest, sha))
-        log.info("worktree.recycled", repo=str(st.path), path=str(dest), size=len(st.pool))
+        log.info(Event.WORKTREE_RECYCLED, repo=str(st.path), path=str(dest), size=len(st.pool))
 
     async def _remove(self, st: _Repo, path: Path) -> None:
         # Rename first (instant), unregister under the lock, delete the files outside it: the lock is
@@ -280,7 +286,7 @@ class WorktreePool:
             moved = await asyncio.to_thread(_unregister, st.path, st.home, path, trash)
         if moved:
             await asyncio.to_thread(shutil.rmtree, trash, True)
-            log.info("worktree.removed", repo=str(st.path), path=str(path))
+            log.info(Event.WORKTREE_REMOVED, repo=str(st.path), path=str(path))
 
     async def _delete_branch(self, st: _Repo, branch: str) -> None:
         async with st.lock:

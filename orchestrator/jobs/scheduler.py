@@ -79,6 +79,7 @@ class Scheduler:
         self._overlaps: set[tuple[int, int]] = set()
         self._seen = _Seen()
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
+        self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
         board.on_change(self.wake)
 
@@ -95,7 +96,12 @@ class Scheduler:
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
             self._wakeup.clear()
-            await self._round()
+            try:
+                await self._round()
+            except Exception as e:  # noqa: BLE001 - a bad round must not take running jobs down with it
+                olog.get().error(olog.Event.SCHEDULER_ERROR, error=f"{type(e).__name__}: {e}", exc_info=True)
+                await asyncio.sleep(1.0)
+                self.wake()
             # Every fact that can change a decision wakes us; the timeout is only a safety net.
             timeout = 30.0
             if self.burst and not await self.board.store.jobs(OPEN_STATES):
@@ -169,36 +175,57 @@ class Scheduler:
 
     async def _snapshot(self, planned: list[Job], active: list[Job]) -> Snapshot:
         heads: dict[tuple[str, str], str | None] = {}
-        moved: dict[int, frozenset[str] | None] = {}
-        for job in planned:
+        for job in (*planned, *active):
             key = (job.repo, job.branch)
             if key not in heads:
                 try:
                     heads[key] = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
                 except repos.RepoError:
                     heads[key] = None
-            head = heads[key]
-            if job.base and head and head != job.base:
-                moved[job.id] = await self._moved(job.repo, job.base, head)
-            elif head is None:
+        moved: dict[int, frozenset[str] | None] = {}
+        for job in planned:
+            head = heads[(job.repo, job.branch)]
+            if head is None:
                 moved[job.id] = None
-        finished = await self.board.store.jobs([JobState.LANDED, *DEAD_STATES])
+            elif job.base and head != job.base:
+                moved[job.id] = await self._moved(job.repo, job.base, head)
+        mergeable = {repo: await self._mergeable(repo, head) for (repo, _), head in heads.items()}
+        deps = {dep for job in planned for dep in job.after}
+        states = await self.board.store.states(deps)
+
+        def view(job: Job) -> JobView:
+            v = job.view(mergeable.get(job.repo, frozenset()))
+            return replace(v, actual=self._actual[job.id]) if job.id in self._actual else v
+
         return Snapshot(
-            active=tuple(j.view() if j.id not in self._actual else _with_actual(j, self._actual[j.id]) for j in active),
-            waiting=tuple(j.view() for j in planned),
+            active=tuple(view(j) for j in active),
+            waiting=tuple(view(j) for j in planned),
             moved=moved,
             landing=frozenset(self.lander.inflight),
-            landed=frozenset(j.id for j in finished if j.state is JobState.LANDED),
-            dead=frozenset(j.id for j in finished if j.state is not JobState.LANDED),
+            landed=frozenset(i for i, st in states.items() if st is JobState.LANDED),
+            dead=frozenset(i for i, st in states.items() if st in DEAD_STATES),
             policy=self.cfg.policy(),
         )
 
+    async def _mergeable(self, repo: str, head: str | None) -> frozenset[str]:
+        """A repo's own union-mergeable entries: its config's, and what `.gitattributes` marks merge=union."""
+        key = (repo, head or "")
+        if key not in self._attr_cache:
+            marked: frozenset[str] = frozenset()
+            if head:
+                with contextlib.suppress(Exception):
+                    marked = await asyncio.to_thread(repos.gitattributes_union, Path(repo), head)
+            self._attr_cache[key] = marked | frozenset(self.cfg.repo(repo).mergeable)
+        return self._attr_cache[key]
+
     async def _moved(self, repo: str, base: str, head: str) -> frozenset[str] | None:
         key = (repo, base, head)
+        if len(self._moved_cache) > 4096:
+            self._moved_cache.clear()  # bounded: entries are cheap to recompute
         if key not in self._moved_cache:
             try:
                 self._moved_cache[key] = await asyncio.to_thread(repos.changed_paths, Path(repo), base, head)
-            except Exception:
+            except Exception:  # noqa: BLE001 - an unreadable base means "unknown": the job re-plans
                 self._moved_cache[key] = None
         return self._moved_cache[key]
 
@@ -271,9 +298,9 @@ class Scheduler:
         self._actual[job_id] = actual
         job = await self.board.store.update(job_id, actual=actual)
         olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual))
-        patterns = (*self.cfg.jobs.mergeable, *self.cfg.repo(job.repo).mergeable)
-        escaped = frozenset(
-            p for p in actual if not claims.overlapping({p}, job.claim.paths) and not claims.matches(p, patterns)
+        shared = await self._mergeable(job.repo, job.base)
+        escaped, _ = claims.split_mergeable(
+            (p for p in actual if not claims.overlapping({p}, job.claim.paths)), self.cfg.jobs.mergeable, shared
         )
         if not escaped:
             return
@@ -323,11 +350,13 @@ class Scheduler:
             ours = await asyncio.to_thread(merging.tree_of_worktree, Path(job.worktree))
             theirs = await asyncio.to_thread(merging.tree_of_worktree, Path(other.worktree))
             conflicts = await asyncio.to_thread(merging.merge_conflicts, Path(job.repo), job.base, ours, theirs)
-        except Exception as e:
-            olog.get(job_id=job.id, repo=job.repo).debug(olog.Event.JOB_OVERLAP, other=other.id, hunks_error=str(e))
+        except Exception as e:  # noqa: BLE001 - advisory only: the landing makes the real check
+            olog.get(job_id=job.id, repo=job.repo).debug(
+                olog.Event.JOB_OVERLAP_CHECKED, other=other.id, hunks_error=str(e)
+            )
             return
         olog.get(job_id=job.id, repo=job.repo).warning(
-            olog.Event.JOB_OVERLAP,
+            olog.Event.JOB_OVERLAP_CHECKED,
             other=other.id,
             paths=sorted(meet),
             conflict=bool(conflicts),
@@ -418,10 +447,6 @@ class Scheduler:
 
         await self.board.wait_until(done, timeout)
         return [j for i in ids if (j := await self.board.store.get(i)) is not None]
-
-
-def _with_actual(job: Job, actual: frozenset[str]) -> JobView:
-    return replace(job.view(), actual=actual)
 
 
 def _decision_fields(d: Decision) -> dict[str, Any]:
