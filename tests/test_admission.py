@@ -21,13 +21,13 @@ from orchestrator.core.models import (
 CHECK_NAMES = [
     "DependencyFailed",
     "Dependency",
-    "Landing",
     "BaseMoved",
     "Exclusive",
     "Ambiguous",
     "Barrier",
     "Overlap",
     "Priority",
+    "Landing",
     "Concurrency",
 ]
 POLICY = Policy(max_concurrent=8, per_repo=8, barriers=("pyproject.toml", ".github/workflows/*"))
@@ -276,7 +276,7 @@ def test_concurrency_per_repo_limit() -> None:
 
 
 def test_first_failing_check_wins_and_all_are_evaluated() -> None:
-    """Every check runs; the reason follows the fixed order (here Landing before Overlap and Concurrency)."""
+    """Every check runs; the reason follows the fixed order (here Overlap before Priority, Landing, Concurrency)."""
     a = job(10, "src/a.py")
     s = snap(
         active=(job(1, "src/"),),
@@ -285,8 +285,16 @@ def test_first_failing_check_wins_and_all_are_evaluated() -> None:
         policy=Policy(max_concurrent=1),
     )
     d = decide(a, s)
-    assert d.reason is Reason.LANDING
-    assert failing(d) == ["Landing", "Overlap", "Priority", "Concurrency"]
+    assert d.reason is Reason.OVERLAP
+    assert failing(d) == ["Overlap", "Priority", "Landing", "Concurrency"]
+
+
+def test_landing_in_flight_is_reported_when_nothing_durable_blocks() -> None:
+    """A landing in flight defers an otherwise admissible job, with reason Landing."""
+    a = job(10, "docs/")
+    d = decide(a, snap(active=(job(1, "src/"),), waiting=(a,), landing=frozenset({("r", "main")})))
+    assert (d.outcome, d.reason) == (Outcome.DEFER, Reason.LANDING)
+    assert failing(d) == ["Landing"]
 
 
 def test_decide_all_admits_disjoint_jobs_together() -> None:

@@ -5,12 +5,13 @@ failing one, in this order, gives the reason and the outcome:
 
  1. DependencyFailed (fail)  a job it runs after ended without landing
  2. Dependency               a job it runs after has not landed yet
- 3. Landing                  a landing into its target branch is in flight
- 4. BaseMoved (re-plan)      its branch moved in claimed paths (or unknown paths) since it was planned
- 5. Exclusive                an active job of its repo runs alone
- 6. Ambiguous / Barrier      it must run alone, and its repo has active jobs
- 7. Overlap                  its claim meets what an active job of its repo claims or has touched
- 8. Priority                 an earlier waiting job of its repo that it conflicts with goes first
+ 3. BaseMoved (re-plan)      its branch moved in claimed paths (or unknown paths) since it was planned
+ 4. Exclusive                an active job of its repo runs alone
+ 5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
+ 6. Overlap                  its claim meets what an active job of its repo claims or has touched
+ 7. Priority                 an earlier waiting job of its repo that it conflicts with goes first
+ 8. Landing                  a landing into its target branch is in flight (transient, so reported
+                             only when nothing more durable holds the job back)
  9. Concurrency              the global or per-repo limit of active jobs is reached
 
 A job "runs alone" (is exclusive) when its claim is ambiguous (`claims.ambiguity`) or its claim or
@@ -367,14 +368,7 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 
-    # 3. Landing in flight.
-    if (job.repo, job.branch) in snap.landing:
-        msg = f"a landing into {job.branch} is in flight"
-        c.fail(Reason.LANDING, msg, f"waits for the landing into {job.branch} to finish")
-    else:
-        c.ok("Landing", f"no landing into {job.branch} in flight")
-
-    # 4. Base moved. A job that runs alone starts on the current head anyway.
+    # 3. Base moved. A job that runs alone starts on the current head anyway.
     moved = snap.moved.get(job.id, frozenset())
     if f.exclusive:
         c.ok("BaseMoved", "runs alone: starts on the current head")
@@ -392,7 +386,7 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
         else:
             c.ok("BaseMoved", f"{job.branch} moved in {_n(len(moved), 'path')} since planning, none claimed")
 
-    # 5. An active job of the repo runs alone.
+    # 4. An active job of the repo runs alone.
     alone = [a for a in repo_active if a.exclusive]
     if alone:
         ids = [a.job.id for a in alone]
@@ -404,7 +398,7 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Exclusive", "no active job in repo runs alone")
 
-    # 6. It must run alone.
+    # 5. It must run alone.
     wait_alone = f"waits to run alone: {in_repo}"
     if f.ambiguous is None:
         c.ok(
@@ -422,7 +416,7 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Barrier", f"touches barrier {_plist(f.barriers)}: runs alone, no active job in repo")
 
-    # 7. Overlap with what active jobs claim or have touched.
+    # 6. Overlap with what active jobs claim or have touched.
     owners, met = active.meeting(f) if active is not None else (set(), set())
     shared = active.merged.meeting(f.claim_merge) if active is not None and active.merged else frozenset()
     if owners:
@@ -440,7 +434,7 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
             f"claim is disjoint from {in_repo}{_shared_note(shared)}" if repo_active else "no active job in repo",
         )
 
-    # 8. Earlier waiting jobs it conflicts with go first.
+    # 7. Earlier waiting jobs it conflicts with go first.
     waiting = st.waiting.get(job.repo)
     early, early_paths = waiting.earlier(f) if waiting is not None else ([], [])
     if early:
@@ -453,6 +447,13 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
         c.fail(Reason.PRIORITY, msg, f"waits for {_jobs(early)} to start", early, early_paths)
     else:
         c.ok("Priority", "no earlier waiting job in repo conflicts with it")
+
+    # 8. Landing in flight: transient (a landing takes a moment), so the durable reasons above come first.
+    if (job.repo, job.branch) in snap.landing:
+        msg = f"a landing into {job.branch} is in flight"
+        c.fail(Reason.LANDING, msg, f"waits for the landing into {job.branch} to finish")
+    else:
+        c.ok("Landing", f"no landing into {job.branch} in flight")
 
     # 9. Capacity.
     limit, per_repo = policy.max_concurrent, policy.per_repo
