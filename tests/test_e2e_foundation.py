@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import socket
 import time
@@ -218,3 +219,34 @@ def test_cli_without_daemon_exits_3(tmp_path):
     d = Daemon(tmp_path / "nohome")
     out = d.cli("status")
     assert out.returncode == 3 and "orchestrator daemon" in out.stderr
+
+
+def test_sigterm_stops_gracefully_and_interrupts_running_jobs(make_repo, daemon_factory, tmp_path):
+    """SIGTERM: the daemon exits 0 promptly, the running job is interrupted and its process is gone."""
+    repo = make_repo()
+    pidfile = tmp_path / "runner.pid"
+    d = daemon_factory().start()
+    job = d.enqueue(repo, f"echo $$ > {pidfile}; exec sleep 60", "--path", "slow.txt")
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    started = time.monotonic()
+    d.kill(signal.SIGTERM)
+    assert d.proc is not None and d.proc.returncode == 0
+    assert time.monotonic() - started < 15
+    events = [e["event"] for e in d.events()]
+    assert "daemon.stopping" in events and events[-1] == "daemon.stopped"
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "no runner process outlives the daemon's shutdown"
+
+    d2 = daemon_factory()
+    d2.home, d2.env, d2.log_path, d2.socket = d.home, d.env, d.home / "after.log", d.socket
+    d2.start()
+    shown = d2.cli_json("show", str(job))
+    assert shown["state"] == "interrupted"

@@ -25,7 +25,7 @@ from orchestrator.core.models import JobState
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.retire import retire_attempt
+from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 
 USER_DIRTY_RETRY = (1.0, 30.0)  # first and longest wait before trying again when the user's changes are in the way
@@ -192,13 +192,7 @@ class Lander:
             kept = await retire_attempt(self.pool, job)
             await self.board.update(
                 job.id,
-                state=JobState.QUEUED,
-                attempts=job.attempts + 1,
-                base=None,
-                result=None,
-                actual=frozenset(),
-                worktree=None,
-                started_at=None,
+                **fresh_attempt(job),
                 event="requeued",
                 data={"conflicts": conflicts, "kept": kept},
                 reason=(

@@ -9,12 +9,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import pygit2
 
 from orchestrator.core.job import Job
+from orchestrator.core.models import JobState
 from orchestrator.git import commits
 from orchestrator.git.worktrees import WorktreePool
+
+
+def fresh_attempt(job: Job) -> dict[str, Any]:
+    """The fields that put a job back in the queue for a fresh attempt, planned anew on the current head."""
+    return {
+        "state": JobState.QUEUED,
+        "attempts": job.attempts + 1,
+        "base": None,
+        "result": None,
+        "actual": frozenset(),
+        "worktree": None,
+        "started_at": None,
+        "finished_at": None,
+        "exit_code": None,
+        "land_after": (),
+        "decision": None,
+    }
 
 
 def _keep_branch(repo_path: Path, job: Job) -> str | None:

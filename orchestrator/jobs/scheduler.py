@@ -27,7 +27,7 @@ from orchestrator.jobs import retire
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
-from orchestrator.jobs.retire import retire_attempt
+from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.runners import Runner
@@ -401,17 +401,7 @@ class Scheduler:
         kept = await retire_attempt(self.pool, job) if job.worktree or job.result else None
         job = await self.board.update(
             job_id,
-            state=JobState.QUEUED,
-            attempts=job.attempts + 1,
-            base=None,
-            result=None,
-            actual=frozenset(),
-            worktree=None,
-            started_at=None,
-            finished_at=None,
-            exit_code=None,
-            land_after=(),
-            decision=None,
+            **fresh_attempt(job),
             reason="retried" + (f"; previous attempt kept on {kept}" if kept else ""),
             event="retried",
             data={"kept": kept},
