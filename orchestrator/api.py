@@ -98,6 +98,15 @@ def _job_id(request: web.Request) -> int:
         raise BadRequest(f"job id must be a number, got {raw!r}") from None
 
 
+def _read_from(path: Path, pos: int, size: int = 1 << 20) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(pos)
+            return f.read(size)
+    except FileNotFoundError:
+        return b""
+
+
 class Api:
     def __init__(self, scheduler: Scheduler, runners: dict[str, Runner], stop: Callable[[], None]) -> None:
         self.scheduler = scheduler
@@ -246,13 +255,10 @@ class Api:
         await resp.prepare(request)
         pos = 0
         while True:
-            if path.exists():
-                with path.open("rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-                if chunk:
-                    pos += len(chunk)
-                    await resp.write(chunk)
+            # Reads go to a thread in bounded chunks: a big log never stalls the loop or fills memory.
+            while chunk := await asyncio.to_thread(_read_from, path, pos):
+                pos += len(chunk)
+                await resp.write(chunk)
             if not follow:
                 break
             current = await self.store.get(job.id)
