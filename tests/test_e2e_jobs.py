@@ -304,3 +304,17 @@ def test_branch_moving_in_claimed_paths_replans_before_start(make_repo, daemon_f
     assert git(repo, "show", "main:README.md").splitlines() == ["hello", "user", "waiting"]
     replans = [e for e in d.events() if e["event"] == "admission.replan" and e["job_id"] == waiting]
     assert replans and replans[0]["reason"] == "BaseMoved" and "README.md" in replans[0]["paths"]
+
+
+def test_after_waits_for_landing_and_fails_when_the_dependency_fails(started):
+    """`--after` starts a job only once its dependency landed, and fails it if the dependency cannot land."""
+    repo, d = started
+    first = d.enqueue(repo, "sleep 0.5; echo first > first.txt", "--path", "first.txt")
+    second = d.enqueue(repo, "cat first.txt > second.txt", "--path", "second.txt", "--after", str(first))
+    broken = d.enqueue(repo, "exit 1", "--path", "broken.txt")
+    orphan = d.enqueue(repo, "echo never > orphan.txt", "--path", "orphan.txt", "--after", str(broken))
+    d.cli("wait", str(first), str(second), str(broken), str(orphan), "--timeout", "60")
+    assert git(repo, "show", "main:second.txt") == "first", "it ran on a base that had its dependency"
+    o = d.cli_json("show", str(orphan))
+    assert o["state"] == "failed" and o["decision"]["reason"] == "DependencyFailed"
+    assert d.cli("enqueue", "--repo", str(repo), "--after", "999", "true").returncode == 2

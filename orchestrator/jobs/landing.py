@@ -88,13 +88,11 @@ class Lander:
                     outcome = await self._attempt(job, log)
                 except Exception as e:
                     log.error(olog.Event.JOB_FAILED, reason=f"landing failed: {e}", exc_info=True)
-                    await self.board.update(
-                        job.id,
-                        state=JobState.FAILED,
-                        finished_at=time.time(),
-                        event="failed",
-                        reason=f"landing failed: {type(e).__name__}: {e}; its result {job.result} is kept on "
-                        f"branch orchestrator/{job.id}",
+                    await self._fail(
+                        job,
+                        "failed",
+                        f"landing failed: {type(e).__name__}: {e}; its result {job.result} is kept "
+                        f"on branch orchestrator/{job.id}",
                     )
                     outcome = "done"
                 finally:
@@ -104,6 +102,10 @@ class Lander:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, USER_DIRTY_RETRY[1])
+
+    async def _fail(self, job: Job, event: str, reason: str) -> None:
+        """The job did not land and will not by itself; its branch and worktree stay for a person."""
+        await self.board.update(job.id, state=JobState.FAILED, finished_at=time.time(), event=event, reason=reason)
 
     async def _ended(self, ids: tuple[int, ...]) -> bool:
         for i in ids:
@@ -175,13 +177,11 @@ class Lander:
         if outcome is git_landing.LandOutcome.HEAD_MOVED:
             return "wait"
         if outcome is git_landing.LandOutcome.CHECK_FAILED:
-            await self.board.update(
-                job.id,
-                state=JobState.FAILED,
-                finished_at=time.time(),
-                event="check_failed",
-                reason=f"the landing check `{self.cfg.repo(job.repo).check}` failed on the merged result; "
-                f"not landed; worktree kept (see `orchestrator logs {job.id}`)",
+            await self._fail(
+                job,
+                "check_failed",
+                f"the landing check `{self.cfg.repo(job.repo).check}` failed on the merged "
+                f"result; not landed; worktree kept (see `orchestrator logs {job.id}`)",
             )
             log.warning(olog.Event.LANDING_CHECK_FAILED, output=result.check_output[-2000:])
             return "done"
