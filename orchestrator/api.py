@@ -138,19 +138,20 @@ class Api:
             {"ok": True, "pid": os.getpid(), "version": __version__, "burst": self.scheduler.burst}
         )
 
-    async def _resolve(self, data: dict[str, Any]) -> tuple[Path, str]:
+    async def _resolve(self, data: dict[str, Any]) -> tuple[Path, str, str]:
+        """The request's repository, target branch and that branch's head, or a RepoError saying what to fix."""
         repo_raw = _field(data, "repo", str, required=True)
         repo = await asyncio.to_thread(repos.canonical, Path(repo_raw))
         branch = _field(data, "branch", str) or await asyncio.to_thread(repos.default_branch, repo)
-        await asyncio.to_thread(repos.branch_head, repo, branch)
-        return repo, branch
+        head = await asyncio.to_thread(repos.branch_head, repo, branch)
+        return repo, branch, head
 
     async def enqueue(self, request: web.Request) -> web.Response:
         data = await _body(request)
         text = _field(data, "text", str, required=True)
         if not text.strip():
             raise BadRequest("the job text is empty: say what the job should do (for the shell runner, a command)")
-        repo, branch = await self._resolve(data)
+        repo, branch, _ = await self._resolve(data)
         paths = _str_list(data, "paths")
         claim = declared.claim(paths)
         runner = _field(data, "runner", str) or self.scheduler.cfg.jobs.default_runner
@@ -194,13 +195,13 @@ class Api:
         return web.json_response({"jobs": [j.to_json() for j in jobs]})
 
     async def show(self, request: web.Request) -> web.Response:
-        job = await self.scheduler._get(_job_id(request))
+        job = await self.scheduler.get(_job_id(request))
         body = job.to_json()
         body["events"] = await self.store.events(job.id)
         return web.json_response(body)
 
     async def why(self, request: web.Request) -> web.Response:
-        job = await self.scheduler._get(_job_id(request))
+        job = await self.scheduler.get(_job_id(request))
         return web.json_response(
             {
                 "id": job.id,
@@ -231,24 +232,21 @@ class Api:
         if not ids:
             ids = [j.id for j in await self.store.jobs() if not j.state.terminal]
         for i in ids:
-            await self.scheduler._get(i)
+            await self.scheduler.get(i)
         jobs = await self.scheduler.wait(ids, timeout)
         return web.json_response({"jobs": [j.to_json() for j in jobs], "done": all(j.state.terminal for j in jobs)})
 
     async def plan(self, request: web.Request) -> web.Response:
         data = await _body(request)
         _field(data, "text", str, default="")
-        repo, branch = await self._resolve(data)
+        repo, branch, head = await self._resolve(data)
         base = _field(data, "base", str)
-        if base:
-            base = await asyncio.to_thread(repos.resolve_rev, repo, base)
-        else:
-            base = await asyncio.to_thread(repos.branch_head, repo, branch)
+        base = await asyncio.to_thread(repos.resolve_rev, repo, base) if base else head
         claim = declared.claim(_str_list(data, "paths"))
         return web.json_response({"repo": str(repo), "branch": branch, "base": base, "claim": claim.to_json()})
 
     async def log(self, request: web.Request) -> web.StreamResponse:
-        job = await self.scheduler._get(_job_id(request))
+        job = await self.scheduler.get(_job_id(request))
         follow = request.query.get("follow") in ("1", "true")
         path = self.scheduler.paths.job_log(job.id)
         resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})

@@ -41,6 +41,12 @@ class Job:
     decision: dict[str, Any] | None = None
     exit_code: int | None = None
 
+    @property
+    def subject(self) -> str:
+        """The first line of the job's text, cut to a commit subject's length."""
+        first = self.text.strip().splitlines()[0] if self.text.strip() else f"job {self.id}"
+        return first if len(first) <= 72 else first[:69] + "..."
+
     def view(self, mergeable: frozenset[str] = frozenset()) -> JobView:
         return JobView(
             id=self.id,

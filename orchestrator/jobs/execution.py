@@ -98,7 +98,7 @@ class Executor:
                 log.warning(olog.Event.JOB_FAILED, reason=job.reason, exit_code=result.exit_code)
                 return job
             sha = await asyncio.to_thread(
-                commits.commit_worktree, worktree, message=_subject(job), job_id=job.id, base=base
+                commits.commit_worktree, worktree, message=_message(job), job_id=job.id, base=base
             )
             actual = await asyncio.to_thread(actual_paths, worktree, base)
             if sha is None:
@@ -164,8 +164,7 @@ class Executor:
             structlog.contextvars.unbind_contextvars("job_id", "repo")
 
 
-def _subject(job: Job) -> str:
-    first = job.text.strip().splitlines()[0] if job.text.strip() else f"job {job.id}"
-    if len(first) > 72:
-        first = first[:69] + "..."
-    return f"{first}\n\n{job.text.strip()}" if job.text.strip() != first else first
+def _message(job: Job) -> str:
+    """The result commit's message: the job's subject, then its full text when that says more."""
+    text = job.text.strip()
+    return job.subject if text == job.subject else f"{job.subject}\n\n{text}"

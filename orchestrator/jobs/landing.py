@@ -119,9 +119,7 @@ class Lander:
         repo = Path(job.repo)
         log.info(olog.Event.LANDING_STARTED, result=job.result, branch=job.branch)
         check = self.cfg.repo(job.repo).check
-        message = (
-            f"Merge orchestrator job {job.id}: {job.text.strip().splitlines()[0][:60] if job.text.strip() else ''}"
-        )
+        message = f"Merge orchestrator job {job.id}: {job.subject}"
         if check:
             result = await git_landing.land_checked(
                 repo,

@@ -300,7 +300,7 @@ class Scheduler:
         olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual))
         shared = await self._mergeable(job.repo, job.base)
         escaped, _ = claims.split_mergeable(
-            (p for p in actual if not claims.overlapping({p}, job.claim.paths)), self.cfg.jobs.mergeable, shared
+            actual - claims.overlapping(actual, job.claim.paths), self.cfg.jobs.mergeable, shared
         )
         if not escaped:
             return
@@ -372,7 +372,7 @@ class Scheduler:
     # -- requests from the API ------------------------------------------------------------------
 
     async def cancel(self, job_id: int) -> Job:
-        job = await self._get(job_id)
+        job = await self.get(job_id)
         if job.state.terminal:
             raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
         if job.state is JobState.LANDING:
@@ -387,13 +387,13 @@ class Scheduler:
             task = self._running[job_id]
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            return await self._get(job_id)
+            return await self.get(job_id)
         return await self.board.update(
             job_id, state=JobState.CANCELLED, finished_at=time.time(), reason="cancelled by request", event="cancelled"
         )
 
     async def retry(self, job_id: int) -> Job:
-        job = await self._get(job_id)
+        job = await self.get(job_id)
         if job.state not in DEAD_STATES:
             raise JobError(
                 f"job {job_id} is {job.state}; only failed, cancelled, conflicted or interrupted jobs can be retried"
@@ -411,7 +411,7 @@ class Scheduler:
 
     async def clean(self, job_id: int) -> list[str]:
         """Drop what an ended job kept (its worktree, its branch and its earlier attempts' branches)."""
-        job = await self._get(job_id)
+        job = await self.get(job_id)
         if not job.state.terminal:
             raise JobError(f"job {job_id} is {job.state}; cancel it first (`orchestrator cancel {job_id}`)")
         await self.pool.clean(Path(job.repo), job_id)
@@ -419,7 +419,7 @@ class Scheduler:
         await self.board.update(job_id, worktree=None, event="cleaned", data={"branches": dropped})
         return dropped
 
-    async def _get(self, job_id: int) -> Job:
+    async def get(self, job_id: int) -> Job:
         job = await self.board.store.get(job_id)
         if job is None:
             raise JobError(f"no job {job_id}: `orchestrator status` lists the jobs", status=404)
