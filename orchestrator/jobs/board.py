@@ -38,11 +38,12 @@ class Board:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._changed = asyncio.Condition()
-        self._wake: Callable[[], None] = lambda: None
+        self._listeners: list[Callable[[], None]] = []
         self._subscribers: set[Subscription] = set()
 
     def on_change(self, wake: Callable[[], None]) -> None:
-        self._wake = wake
+        """Call `wake` (cheap, synchronous) after every change: the scheduler, the service status line."""
+        self._listeners.append(wake)
 
     def subscribe(self) -> Subscription:
         sub = Subscription()
@@ -65,7 +66,8 @@ class Board:
         return job
 
     async def announce(self) -> None:
-        self._wake()
+        for wake in self._listeners:
+            wake()
         self.publish({"type": "changed"})
         async with self._changed:
             self._changed.notify_all()
