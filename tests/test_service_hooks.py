@@ -67,9 +67,9 @@ def test_trailer_and_ticket_file_queue_jobs_when_daemon_up(make_repo, daemon_fac
     assert set(by_text) == {"true login", "true docs"}
     assert by_text["true login"]["claim"]["paths"] == ["docs/", "src/a.py"]
     assert by_text["true docs"]["claim"]["paths"] == ["docs/x.md"] and by_text["true docs"]["priority"] == 2
-    lines = _wait("four hook runs", lambda: len(ls := _log_lines(d)) >= 3 and ls)
+    lines = _wait("three hook runs", lambda: len(ls := _log_lines(d)) >= 3 and ls)
     assert len(lines) == 3, lines  # the skipped commit never started the Python side
-    assert "no tickets" in lines[0]  # the daemon's own commit
+    assert sum("no tickets" in ln for ln in lines) == 1  # the daemon's own commit (runs may finish in any order)
     assert not _spooled(d)
 
 
