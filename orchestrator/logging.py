@@ -61,6 +61,13 @@ class Event(StrEnum):
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
     GATE_ADMITTED = "gate.admitted"
     GATE_REJECTED = "gate.rejected"
+    PROCESS_SURVIVORS_ENDED = "process.survivors_ended"
+    """A restarted daemon ended process groups its dead predecessor had started."""
+    PROCESS_LINGERS = "process.lingers"
+    """A killed process group still has members after the wait (uninterruptible sleep?)."""
+    PROCESS_NOT_OURS = "process.not_ours"
+    PROCESS_UNEXPECTED = "process.unexpected"
+    """A cleanup step around a job's process or worktree failed in a way nobody expected; logged, not swallowed."""
 
 
 EVENTS = frozenset(e.value for e in Event)
