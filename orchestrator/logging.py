@@ -34,6 +34,7 @@ class Event(StrEnum):
     JOB_FAILED = "job.failed"
     JOB_CANCELLED = "job.cancelled"
     JOB_RETRIED = "job.retried"
+    JOB_CLEANED = "job.cleaned"
     JOB_REQUEUED = "job.requeued"
     JOB_CHANGED = "job.changed"
     JOB_OVERLAP = "job.overlap"
@@ -58,6 +59,8 @@ class Event(StrEnum):
     WORKTREE_REMOVED = "worktree.removed"
     CHANGES_UNPARSABLE_DIFF = "changes.unparsable_diff"
     CHANGES_WATCH_STOP_TIMEOUT = "changes.watch_stop_timeout"
+    CLAUDE_CALL = "claude.call"
+    CLAUDE_RETRY = "claude.retry"
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
     GATE_ADMITTED = "gate.admitted"
     GATE_REJECTED = "gate.rejected"
@@ -68,6 +71,13 @@ class Event(StrEnum):
     PROCESS_NOT_OURS = "process.not_ours"
     PROCESS_UNEXPECTED = "process.unexpected"
     """A cleanup step around a job's process or worktree failed in a way nobody expected; logged, not swallowed."""
+    SERVICE_NOTIFY_FAILED = "service.notify_failed"
+    SERVICE_WATCHDOG_STALLED = "service.watchdog_stalled"
+    SPOOL_SUBMITTED = "spool.submitted"
+    SPOOL_REJECTED = "spool.rejected"
+    SPOOL_ERROR = "spool.error"
+    TICKET_DUPLICATE = "ticket.duplicate"
+    TICKET_SUPERSEDED = "ticket.superseded"
 
 
 EVENTS = frozenset(e.value for e in Event)
