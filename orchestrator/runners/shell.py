@@ -1,4 +1,4 @@
-"""The `shell` runner: the job's text is a shell script run by `/bin/sh` in its worktree, with a timeout.
+"""The `shell` runner: the job's text is a shell script run by `/bin/sh` (or its argv a command), in its worktree.
 
 It runs through `process.run`: its process group is owned (recorded in the store), its output goes to the
 per-job log file (capped), never to the daemon's log, and on timeout or stop the whole group gets
@@ -29,8 +29,9 @@ class ShellRunner:
     name = "shell"
 
     async def run(self, ctx: RunContext) -> RunResult:
+        # An argv job runs exactly as given (exec, no shell, no re-splitting); a text job through sh.
         result = await process.run(
-            ctx.job.text,
+            list(ctx.job.argv) if ctx.job.argv else ctx.job.text,
             cwd=ctx.worktree,
             env=job_env(ctx),
             timeout=ctx.timeout,
