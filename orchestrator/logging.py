@@ -34,6 +34,7 @@ class Event(StrEnum):
     JOB_FAILED = "job.failed"
     JOB_CANCELLED = "job.cancelled"
     JOB_RETRIED = "job.retried"
+    JOB_CLEANED = "job.cleaned"
     JOB_REQUEUED = "job.requeued"
     JOB_CHANGED = "job.changed"
     JOB_OVERLAP = "job.overlap"
