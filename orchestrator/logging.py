@@ -59,6 +59,8 @@ class Event(StrEnum):
     WORKTREE_REMOVED = "worktree.removed"
     CHANGES_UNPARSABLE_DIFF = "changes.unparsable_diff"
     CHANGES_WATCH_STOP_TIMEOUT = "changes.watch_stop_timeout"
+    CLAUDE_CALL = "claude.call"
+    CLAUDE_RETRY = "claude.retry"
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
     GATE_ADMITTED = "gate.admitted"
     GATE_REJECTED = "gate.rejected"
