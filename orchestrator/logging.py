@@ -64,6 +64,13 @@ class Event(StrEnum):
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
     GATE_ADMITTED = "gate.admitted"
     GATE_REJECTED = "gate.rejected"
+    SERVICE_NOTIFY_FAILED = "service.notify_failed"
+    SERVICE_WATCHDOG_STALLED = "service.watchdog_stalled"
+    SPOOL_SUBMITTED = "spool.submitted"
+    SPOOL_REJECTED = "spool.rejected"
+    SPOOL_ERROR = "spool.error"
+    TICKET_DUPLICATE = "ticket.duplicate"
+    TICKET_SUPERSEDED = "ticket.superseded"
 
 
 EVENTS = frozenset(e.value for e in Event)
