@@ -24,7 +24,7 @@ from orchestrator.api import Api
 from orchestrator.config import Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.ownership import end_survivors
+from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_landings
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
 from orchestrator.paths import Paths
 from orchestrator.runners import registry
@@ -90,9 +90,11 @@ class Daemon:
             runners = registry()
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
             for repo in sorted({j.repo for j in await store.jobs()}):
-                with contextlib.suppress(Exception):
+                with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                     await pool.recover(Path(repo))
             board = Board(store)
+            # Interrupted landings next: the user's checkouts are level before anything lands again.
+            await settle_landings(board, pool)
             scheduler = Scheduler(board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace)
             runner = await self._start_api(Api(scheduler, runners, self.request_stop))
             log.info(

@@ -20,6 +20,7 @@ import aiosqlite
 
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, JobState
+from orchestrator.git.journal import Intent
 from orchestrator.runners.process import Group
 
 MIGRATIONS: tuple[str, ...] = (
@@ -89,7 +90,8 @@ MIGRATIONS: tuple[str, ...] = (
         slots INTEGER
     );
     """,
-    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors.
+    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors;
+    # the landing journal (a landing's intent, stored before the ref moves while a checkout is on the branch).
     """
     CREATE TABLE processes (
         pgid INTEGER NOT NULL,
@@ -99,6 +101,16 @@ MIGRATIONS: tuple[str, ...] = (
         what TEXT NOT NULL DEFAULT '',
         started_at REAL NOT NULL,
         PRIMARY KEY (pgid, start_time)
+    );
+    CREATE TABLE landing_journal (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER,
+        repo TEXT NOT NULL,
+        branch TEXT NOT NULL,
+        old TEXT NOT NULL,
+        new TEXT NOT NULL,
+        checkouts TEXT NOT NULL,
+        at REAL NOT NULL
     );
     """,
 )
@@ -349,6 +361,44 @@ class Store:
         async with self._db.execute("SELECT * FROM processes ORDER BY started_at") as cur:
             rows = await cur.fetchall()
         return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
+
+    # -- landing journal --------------------------------------------------------------------------
+
+    async def journal_begin(self, intent: Intent) -> int:
+        async with self._transaction():
+            cur = await self._db.execute(
+                "INSERT INTO landing_journal (job_id, repo, branch, old, new, checkouts, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    intent.job_id,
+                    intent.repo,
+                    intent.branch,
+                    intent.old,
+                    intent.new,
+                    json.dumps(list(intent.checkouts)),
+                    intent.at,
+                ),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def journal_end(self, entry: int) -> None:
+        async with self._transaction():
+            await self._db.execute("DELETE FROM landing_journal WHERE id = ?", (entry,))
+
+    async def journal_open(self) -> list[tuple[int, Intent]]:
+        """Landings whose checkouts were not level again when the daemon stopped, oldest first."""
+        async with self._db.execute("SELECT * FROM landing_journal ORDER BY id") as cur:
+            rows = await cur.fetchall()
+        return [
+            (
+                r["id"],
+                Intent(
+                    r["repo"], r["branch"], r["old"], r["new"], tuple(json.loads(r["checkouts"])), r["job_id"], r["at"]
+                ),
+            )
+            for r in rows
+        ]
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash: running jobs become interrupted, planning ones go back to the queue.
