@@ -21,15 +21,15 @@ from aiohttp import web
 from orchestrator import __version__
 from orchestrator import logging as olog
 from orchestrator.api import Api
-from orchestrator.config import Config
+from orchestrator.config import EX_CONFIG, Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_landings
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
-from orchestrator.paths import Paths
+from orchestrator.paths import PathError, Paths
 from orchestrator.runners import registry
 from orchestrator.service.systemd import Notifier, status_line
-from orchestrator.store import Store
+from orchestrator.store import EX_STATE, Store, StoreUnusable
 
 
 class AlreadyRunning(RuntimeError):
@@ -37,7 +37,7 @@ class AlreadyRunning(RuntimeError):
 
 
 def _lock(paths: Paths) -> IO[str]:
-    f = paths.lock.open("a+")
+    f = os.fdopen(os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o600), "r+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -45,7 +45,7 @@ def _lock(paths: Paths) -> IO[str]:
         pid = f.read().strip() or "?"
         f.close()
         raise AlreadyRunning(
-            f"another orchestrator daemon (pid {pid}) is running on {paths.socket}: stop it first "
+            f"another orchestrator daemon (pid {pid}) owns {paths.state_dir}: stop it first "
             "(`systemctl --user stop orchestrator`), or set ORCHESTRATOR_HOME to run a second instance elsewhere"
         ) from None
     f.seek(0)
@@ -163,3 +163,10 @@ def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -
     except AlreadyRunning as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         return 1
+    except StoreUnusable as e:
+        olog.get().error(olog.Event.DAEMON_REFUSED, reason=str(e), exit_code=EX_STATE)
+        print(f"orchestrator: {e}", file=sys.stderr)
+        return EX_STATE
+    except PathError as e:
+        print(f"orchestrator: {e}", file=sys.stderr)
+        return EX_CONFIG
