@@ -61,6 +61,17 @@ class Event(StrEnum):
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
     GATE_ADMITTED = "gate.admitted"
     GATE_REJECTED = "gate.rejected"
+    OLLAMA_GATE_BUSY = "ollama.gate.busy"
+    OLLAMA_GATE_PREEMPTED = "ollama.gate.preempted"
+    OLLAMA_GATE_STATS = "ollama.gate.stats"
+    OLLAMA_CALL_RETRY = "ollama.call.retry"
+    OLLAMA_CALL_PREEMPTED = "ollama.call.preempted"
+    OLLAMA_CALL_FAILED = "ollama.call.failed"
+    CHAT_TURN_DONE = "chat.turn.done"
+    CHAT_TURN_FAILED = "chat.turn.failed"
+    CHAT_TURN_CANCELLED = "chat.turn.cancelled"
+    CHAT_EXTRACTION_DONE = "chat.extraction.done"
+    CHAT_EXTRACTION_FAILED = "chat.extraction.failed"
 
 
 EVENTS = frozenset(e.value for e in Event)
