@@ -410,13 +410,22 @@ class Scheduler:
         return job
 
     async def clean(self, job_id: int) -> list[str]:
-        """Drop what an ended job kept (its worktree, its branch and its earlier attempts' branches)."""
+        """Forget an ended job: its worktree, its branch, its earlier attempts' branches, its log and its record.
+
+        Landed commits stay in git; only the bookkeeping goes.
+        """
         job = await self.get(job_id)
         if not job.state.terminal:
             raise JobError(f"job {job_id} is {job.state}; cancel it first (`orchestrator cancel {job_id}`)")
+        waiting = [j.id for j in await self.board.store.jobs(OPEN_STATES) if job_id in j.after]
+        if waiting:
+            raise JobError(f"job {job_id} is a dependency (--after) of open jobs {waiting}; clean it once they end")
         await self.pool.clean(Path(job.repo), job_id)
         dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
-        await self.board.update(job_id, worktree=None, event="cleaned", data={"branches": dropped})
+        await self.board.store.delete_job(job_id)
+        self.paths.job_log(job_id).unlink(missing_ok=True)
+        olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
+        await self.board.announce()
         return dropped
 
     async def get(self, job_id: int) -> Job:
