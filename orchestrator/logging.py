@@ -75,6 +75,13 @@ class Event(StrEnum):
     CHAT_TURN_CANCELLED = "chat.turn.cancelled"
     CHAT_EXTRACTION_DONE = "chat.extraction.done"
     CHAT_EXTRACTION_FAILED = "chat.extraction.failed"
+    SERVICE_NOTIFY_FAILED = "service.notify_failed"
+    SERVICE_WATCHDOG_STALLED = "service.watchdog_stalled"
+    SPOOL_SUBMITTED = "spool.submitted"
+    SPOOL_REJECTED = "spool.rejected"
+    SPOOL_ERROR = "spool.error"
+    TICKET_DUPLICATE = "ticket.duplicate"
+    TICKET_SUPERSEDED = "ticket.superseded"
 
 
 EVENTS = frozenset(e.value for e in Event)

@@ -70,6 +70,10 @@ class Scheduler:
         self.burst = burst
         self.grace = grace
         self._last_wake = 0.0
+        self.heartbeat = time.monotonic()
+        """Stamped each round and each idle wait: the service watchdog pings only while it is fresh."""
+        self.tick: float | None = None
+        """Longest idle wait (set under a watchdog), so a healthy idle loop still stamps its heartbeat."""
         self.executor = Executor(board, cfg, paths, pool, runners, self._on_change)
         self.lander = Lander(board, cfg, paths, pool)
         self._wakeup = asyncio.Event()
@@ -96,6 +100,7 @@ class Scheduler:
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
             self._wakeup.clear()
+            self.heartbeat = time.monotonic()
             try:
                 await self._round()
             except Exception as e:  # noqa: BLE001 - a bad round must not take running jobs down with it
@@ -110,6 +115,9 @@ class Scheduler:
                 if quiet >= self.grace:
                     return
                 timeout = self.grace - quiet
+            if self.tick is not None:
+                timeout = min(timeout, self.tick)
+            self.heartbeat = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
 
