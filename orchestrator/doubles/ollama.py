@@ -367,8 +367,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=11434)
     ap.add_argument("--profile", default="seed", help=f"one of {', '.join(PROFILES)}")
     ap.add_argument("--parallel", type=int, help="override the profile's num_parallel")
+    ap.add_argument("--decode-s", type=float, help="override the profile's decode time per token")
+    ap.add_argument("--reply-tokens", type=int, help="override the profile's reply length")
+    ap.add_argument("--max-queue", type=int, help="override the profile's queue bound (503 past it)")
     args = ap.parse_args(argv)
-    profile = profile_named(args.profile, num_parallel=args.parallel)
+    profile = profile_named(
+        args.profile, num_parallel=args.parallel, decode_s=args.decode_s, reply_tokens=args.reply_tokens,
+        max_queue=args.max_queue,
+    )  # fmt: skip
 
     async def serve() -> None:
         runner, url, _ = await start(profile, args.host, args.port)

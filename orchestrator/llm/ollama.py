@@ -306,9 +306,7 @@ class OllamaBackend:
 
 
 def gate_policy(cfg: OllamaConfig, *, naive: bool = False) -> GatePolicy:
-    if naive:
-        return GatePolicy(slots=cfg.parallel, unbounded=True)
-    return GatePolicy(slots=cfg.parallel)
+    return GatePolicy(slots=cfg.parallel, max_queue=cfg.max_queue, unbounded=naive)
 
 
 def from_config(cfg: OllamaConfig, gates: dict[str, Gate], *, naive: bool = False, **kwargs: Any) -> OllamaBackend:
@@ -316,6 +314,7 @@ def from_config(cfg: OllamaConfig, gates: dict[str, Gate], *, naive: bool = Fals
     gate = gates.get(cfg.host)
     if gate is None:
         gate = gates[cfg.host] = Gate(cfg.host, gate_policy(cfg, naive=naive))
+    kwargs.setdefault("timeouts", Timeouts(first_token=cfg.first_token_timeout, total=cfg.total_timeout))
     return OllamaBackend(cfg.host, cfg.model, gate, **kwargs)
 
 
