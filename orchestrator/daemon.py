@@ -26,6 +26,7 @@ from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import end_survivors
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
@@ -89,6 +90,8 @@ class Daemon:
         store = await Store.open(self.paths.db)
         notifier = Notifier()
         try:
+            # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
+            await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
             runners = registry()
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
