@@ -32,6 +32,8 @@ from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 from orchestrator.paths import Paths
 from orchestrator.runners import registry
+from orchestrator.service import intake
+from orchestrator.service.spool import Spool
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.store import Store
 
@@ -89,6 +91,7 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         store = await Store.open(self.paths.db)
         notifier = Notifier()
+        spool: Spool | None = None
         try:
             # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
@@ -106,7 +109,8 @@ class Daemon:
                 ollama.from_config(self.cfg.ollama, self.gates, naive=self.cfg.chat.policy == "naive"),
                 self.cfg.chat,
             )
-            runner = await self._start_api(Api(scheduler, runners, self.request_stop), ChatApi(chat).routes())
+            api = Api(scheduler, runners, self.request_stop)
+            runner = await self._start_api(api, ChatApi(chat).routes())
             log.info(
                 olog.Event.DAEMON_STARTED,
                 pid=os.getpid(),
@@ -122,11 +126,15 @@ class Daemon:
             async def open_jobs() -> list[dict[str, Any]]:
                 return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN_STATES)]
 
+            # What the git hook spooled while no daemon answered is queued before we say we are ready.
+            spool = intake.spool(api, self.paths.spool)
+            await spool.drain()
             # Under systemd: ready only now (socket listening, recovery done); status on change; watchdog.
             scheduler.tick = notifier.tick
             board.on_change(notifier.changed)
             notifier.ready(status_line(await open_jobs()))
             notifier.start(open_jobs, lambda: scheduler.heartbeat)
+            spool.start()
             main = asyncio.create_task(scheduler.run(), name="scheduler")
             stop = asyncio.create_task(self._stop.wait(), name="stop")
             await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -143,6 +151,8 @@ class Daemon:
             await chat.close()
             await runner.cleanup()
         finally:
+            if spool is not None:
+                await spool.close()
             await notifier.close()
             await store.close()
             with contextlib.suppress(FileNotFoundError):

@@ -42,6 +42,16 @@ class Paths:
         return self.state_dir / "scratch"
 
     @property
+    def spool(self) -> Path:
+        """Requests the git hook could not hand to the daemon; drained at start and watched."""
+        return self.state_dir / "spool"
+
+    @property
+    def hook_log(self) -> Path:
+        """One line per request the git hook sent, spooled or had refused."""
+        return self.state_dir / "hook.log"
+
+    @property
     def socket(self) -> Path:
         return self.runtime_dir / "orchestrator.sock"
 

@@ -101,6 +101,17 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (pgid, start_time)
     );
     """,
+    # 4: tickets a git hook queued: one job per idempotency key; the ticket id lets a newer one supersede.
+    """
+    CREATE TABLE tickets (
+        key TEXT PRIMARY KEY,
+        repo TEXT NOT NULL,
+        ticket TEXT,
+        job_id INTEGER NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
+    """,
 )
 
 _JSON_LIST = {"after", "declared", "actual", "land_after"}
@@ -201,8 +212,10 @@ class Store:
         after: Sequence[int] = (),
         declared: Sequence[str] = (),
         claim: Claim | None = None,
+        ticket: tuple[str, str | None] | None = None,
         argv: Sequence[str] | None = None,
     ) -> Job:
+        """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises)."""
         now = time.time()
         job = Job(
             id=0,
@@ -226,7 +239,26 @@ class Store:
             job_id = cur.lastrowid
             assert job_id is not None
             await self._event(job_id, "enqueued", {"state": "queued"}, now)
+            if ticket is not None:
+                await self._db.execute(
+                    "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
+                    (ticket[0], repo, ticket[1], job_id, now),
+                )
         return replace(job, id=job_id)
+
+    async def ticket_job(self, key: str) -> int | None:
+        """The job a ticket key already queued, if any."""
+        async with self._db.execute("SELECT job_id FROM tickets WHERE key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else None
+
+    async def ticket_jobs(self, repo: str, ticket: str) -> list[int]:
+        """Every job queued for this ticket id in this repository, oldest first."""
+        async with self._db.execute(
+            "SELECT job_id FROM tickets WHERE repo = ? AND ticket = ? ORDER BY at, job_id", (repo, ticket)
+        ) as cur:
+            rows = await cur.fetchall()
+        return [int(r[0]) for r in rows]
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
