@@ -136,3 +136,23 @@ async def test_down_server_fails_the_turn_with_a_clear_error(daemon_factory, tmp
     d = chat_daemon(daemon_factory, tmp_path, "http://127.0.0.1:9")
     out = await asyncio.to_thread(d.cli, "chat", "--session", "x", "what", "is", "up", timeout=60)
     assert out.returncode == 1 and "127.0.0.1:9" in out.stderr and "unreachable" in out.stderr
+
+
+def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
+    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    rows = {(r["policy"], r["n"]): r for r in data["rows"]}
+    assert set(rows) == {("gate", 1), ("gate", 2), ("naive", 1), ("naive", 2)}
+    keys = {"policy", "n", "ttfa_mean_s", "first_ollama_mean_s", "done_min_s", "done_mean_s", "done_max_s",
+            "wall_done_s", "wall_drained_s", "cpu_max_pct", "min_free_ram_mb"}  # fmt: skip
+    assert all(keys <= set(r) and not r["errors"] for r in rows.values())
+    assert all(r["wall_drained_s"] >= r["wall_done_s"] >= r["done_max_s"] for r in rows.values())
+    assert data["machine"]["cores"] >= 1

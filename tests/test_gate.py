@@ -30,9 +30,13 @@ def test_interactive_first_in_arrival_order() -> None:
 
 
 def test_background_keeps_one_slot_free_with_two_or_more() -> None:
-    """With 2+ slots background may hold at most slots - 1, so an arriving turn finds a slot."""
+    """With 2+ slots and a turn about, background holds at most slots - 1; idle, it may fill the last one
+    only while it can still be preempted."""
     waiting = [Waiting(i, B, float(i)) for i in range(1, 5)]
-    assert decide(GatePolicy(slots=3), [], waiting, now=5.0).grant == (1, 2)
+    assert decide(GatePolicy(slots=3), [Running(9, I)], waiting, now=5.0).grant == (1, 2)
+    assert decide(GatePolicy(slots=3), [], waiting, now=5.0).grant == (1, 2, 3)
+    spent = [Waiting(i, B, float(i), preemptible=False) for i in range(1, 5)]
+    assert decide(GatePolicy(slots=3), [], spent, now=5.0).grant == (1, 2)
     assert decide(GatePolicy(slots=1), [], waiting, now=5.0).grant == (1,)
 
 
@@ -66,7 +70,8 @@ def test_never_more_than_slots(slots: int, running: list[Priority], waiting: lis
     assert len(d.grant) <= slots - len(r)
     kinds = {x.id: x.priority for x in w}
     bg = sum(1 for p in running if p is B) + sum(1 for g in d.grant if kinds[g] is B)
-    if slots > 1 and any(kinds[g] is B for g in d.grant):
+    turns = any(p is I for p in running) or any(p is I for p, _ in waiting)
+    if slots > 1 and turns and any(kinds[g] is B for g in d.grant):
         assert bg <= slots - 1
     assert len(d.preempt) <= sum(1 for p in running if p is B)
 

@@ -42,8 +42,16 @@ CLASSIFY = (
 )
 REPLY = "Reply to the user's last message in a few sentences."
 EXTRACT = (
-    'List what is worth remembering about the user from their messages above. Answer only JSON: {"memories": '
-    '["short fact", ...]}; an empty list when there is nothing.'
+    "Task: extract long-term memories about the user from the conversation above. A memory is a short, "
+    "self-contained fact in the third person that will still be true and useful in a later conversation: "
+    "their name, family, pets, home town, job, projects, tools, preferences, plans with a date, and things "
+    "they explicitly asked you to remember. Rules: use only what the user said, never what the assistant "
+    "said; do not guess or generalise; skip small talk, questions, opinions about the weather and anything "
+    "that is only true today; merge duplicates; keep each memory under fifteen words; write names exactly "
+    "as the user wrote them. Examples: the user says 'my sister Ana lives in Porto and I'm visiting her in "
+    "May' gives ['The user has a sister named Ana', 'Ana lives in Porto', 'The user visits Ana in May']; "
+    "the user says 'thanks, that helped' gives []. "
+    'Answer only JSON: {"memories": ["short fact", ...]}; an empty list when there is nothing.'
 )
 
 _SMALLTALK = re.compile(r"^\s*(hi|hello|hey|thanks|thank you|ok|okay|bye|good (morning|night|evening))\b[\s!.]*$", re.I)

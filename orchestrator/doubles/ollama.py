@@ -34,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 VERSION = "0.6.5"
+_CHUNK = 128  # prompt tokens processed per batch before decoding sequences get a turn
 _BUSY = "server busy, please try again.  maximum pending requests exceeded"
 
 
@@ -71,12 +72,12 @@ PROFILES: dict[str, Profile] = {
     "seed": Profile(
         name="seed",
         num_parallel=2,
-        overhead_s=0.06,
-        prefill_s=0.0012,
-        decode_s=0.030,
-        contention=(1.0, 1.25),
+        overhead_s=0.05,
+        prefill_s=0.0036,
+        decode_s=0.032,
+        contention=(1.0, 1.1),
         reply_tokens=36,
-        json_tokens=(("intent", 8), ("memories", 230)),
+        json_tokens=(("intent", 8), ("memories", 200)),
     ),
 }
 
@@ -156,7 +157,11 @@ class Engine:
         self.profile = profile
         self.slots = [Slot(i) for i in range(profile.num_parallel)]
         self.active = 0
+        self.decoding = 0
         self.queue = 0
+        self.compute = asyncio.Lock()
+        self.no_prefill = asyncio.Event()
+        self.no_prefill.set()
         self.free = asyncio.Condition()
         self.seen: deque[dict[str, Any]] = deque(maxlen=2000)
         self.faults = Faults()
@@ -182,8 +187,20 @@ class Engine:
             self.active -= 1
             self.free.notify_all()
 
-    async def step(self, seconds_alone: float) -> None:
-        await asyncio.sleep(seconds_alone * self.profile.slowdown(self.active))
+    async def prefill(self, tokens: int) -> None:
+        """Prompt processing is compute-bound: one chunk at a time for the whole server, decoding waits."""
+        for start in range(0, tokens, _CHUNK):
+            async with self.compute:
+                self.no_prefill.clear()
+                try:
+                    await asyncio.sleep(min(_CHUNK, tokens - start) * self.profile.prefill_s)
+                finally:
+                    self.no_prefill.set()
+
+    async def decode(self) -> None:
+        """One token of one sequence; sequences decode together, each slowed by the contention factor."""
+        await self.no_prefill.wait()
+        await asyncio.sleep(self.profile.decode_s * self.profile.slowdown(self.decoding))
 
 
 def _now() -> str:
@@ -285,19 +302,23 @@ class Server:
         prompt = render(messages)
         reply = script(e.profile, messages, fmt)
         resp: web.StreamResponse | None = None
+        decoding = False
         slot = await e.take(prompt)
         try:
             took = time.monotonic()
             hit = _common(slot.cached, prompt)
             slot.cached = prompt[:hit]  # the rest of the old cache is overwritten from here on
             uncached = len(prompt) - hit
-            await e.step(e.profile.overhead_s + uncached * e.profile.prefill_s)
+            await asyncio.sleep(e.profile.overhead_s)
+            await e.prefill(uncached)
             slot.cached = list(prompt)
             prefilled = time.monotonic()
             if stream:
                 resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
                 await resp.prepare(request)
             out: list[str] = []
+            e.decoding += 1
+            decoding = True
             for i, tok in enumerate(reply):
                 if e.faults.error_after is not None and i >= e.faults.error_after:
                     e.faults.error_after = None
@@ -306,11 +327,13 @@ class Server:
                             json.dumps({"error": "an error was encountered while running the model"}).encode() + b"\n"
                         )
                         return resp
-                await e.step(e.profile.decode_s)
+                await e.decode()
                 out.append(tok)
                 slot.cached.append(tok)
                 if resp is not None:
                     await resp.write(self._chunk(model, chat, tok) + b"\n")
+            e.decoding -= 1
+            decoding = False
             done = time.monotonic()
             stats = {
                 "total_duration": int((done - received) * 1e9),
@@ -331,6 +354,8 @@ class Server:
             e.counts["closed_early"] += 1  # the client closed the stream: the slot is free again at once
             raise
         finally:
+            if decoding:
+                e.decoding -= 1
             await e.give(slot)
 
     @staticmethod

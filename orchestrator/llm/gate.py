@@ -7,7 +7,9 @@ a background call (memory extraction, a pre-plan) holds one for one call.
 
 The decisions are one pure function, `decide(policy, running, waiting, now)`:
 - interactive waiters first, in arrival order; background after them, in arrival order;
-- with 2+ slots background may hold at most `slots - 1`, so an arriving turn always finds a slot;
+- with 2+ slots background may hold at most `slots - 1`, so an arriving turn always finds a slot; when no
+  turn is running or waiting, a still-preemptible background call may take that last slot too (a turn
+  that arrives takes it straight back), so extraction uses the server's parallelism when nobody waits;
 - with no free slot, each interactive waiter beyond the free slots preempts one running background
   lease that is still preemptible (its stream is closed, it queues again with its original arrival
   time; after `max_preemptions` it may finish);
@@ -98,6 +100,8 @@ class Waiting:
     priority: Priority
     arrived: float
     session: str | None = None
+    preemptible: bool = True
+    """A background waiter that may still be preempted (it has not used up its preemptions)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,11 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
     free = policy.slots - len(running)
     background = sum(1 for r in running if r.priority is Priority.BACKGROUND)
     bg_cap = policy.slots if policy.slots == 1 else policy.slots - 1
+    # No turn running or waiting: background may also take the reserved slot, but only preemptibly,
+    # so a turn that arrives takes it back at once instead of waiting (with one slot this is the only way).
+    turns = any(r.priority is Priority.INTERACTIVE for r in running) or any(
+        w.priority is Priority.INTERACTIVE for w in waiting
+    )
     grant: list[int] = []
     blocked_interactive = 0
     for w in _order(policy, waiting, now):
@@ -137,7 +146,7 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
                 free -= 1
             else:
                 blocked_interactive += 1
-        elif free > 0 and background < bg_cap and blocked_interactive == 0:
+        elif free > 0 and blocked_interactive == 0 and (background < bg_cap or (not turns and w.preemptible)):
             grant.append(w.id)
             free -= 1
             background += 1
