@@ -114,8 +114,6 @@ class Lander:
                     self._attempting.discard(job.id)
                     await self.board.announce()
             if outcome != "wait":
-                if self._waiting.pop(job.id, None) is not None:
-                    log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, USER_DIRTY_RETRY[1])
@@ -169,6 +167,9 @@ class Lander:
                 mergeable=self._mergeable(job),
             )
         outcome = result.outcome
+        if outcome is not git_landing.LandOutcome.USER_DIRTY and self._waiting.get(job.id):
+            self._waiting[job.id] = None
+            log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY, outcome=str(outcome))
         if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
             landed = result.sha or job.result
             await self.pool.release(repo, job.id, keep=False, delete_branch=True)
