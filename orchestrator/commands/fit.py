@@ -32,6 +32,10 @@ def cut_middle(text: str, width: int) -> str:
 
 def reason(job: dict[str, Any]) -> str:
     """A job's reason with what happens next, for a waiting job ("...; waits for job 4 to land")."""
+    if job["state"] == "running":
+        claim = ", ".join(job["claim"]["paths"]) or "no paths: runs alone"
+        touched = f"; touched {', '.join(job['actual'])}" if job.get("actual") else ""
+        return f"claims {claim}{touched}"
     nxt = (job.get("decision") or {}).get("next", "") if job["state"] in WAITING else ""
     return f"{job['reason']}; {nxt}" if nxt and nxt not in job["reason"] else job["reason"]
 
