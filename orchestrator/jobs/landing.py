@@ -22,6 +22,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
+from orchestrator.git import commits
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
@@ -142,7 +143,12 @@ class Lander:
         repo = Path(job.repo)
         log.info(olog.Event.LANDING_STARTED, result=job.result, branch=job.branch)
         check = self.cfg.repo(job.repo).check
-        message = f"Merge orchestrator job {job.id}: {job.subject}"
+        style = self.cfg.repo(job.repo).land_style
+        # Subjects come from the ticket's first line; a squash is the job's one commit, trailer kept.
+        if style == "squash":
+            message = commits.job_message(job.commit_text, job.id)
+        else:
+            message = f"Merge orchestrator job {job.id}: {job.subject}"
         if check:
             result = await git_landing.land_checked(
                 repo,
@@ -155,6 +161,7 @@ class Lander:
                 log_path=self.paths.job_log(job.id),
                 scratch_root=self.paths.scratch,
                 mergeable=self._mergeable(job),
+                style=style,
             )
         else:
             result = await asyncio.to_thread(
@@ -165,6 +172,7 @@ class Lander:
                 job_id=job.id,
                 message=message,
                 mergeable=self._mergeable(job),
+                style=style,
             )
         outcome = result.outcome
         if outcome is not git_landing.LandOutcome.USER_DIRTY and self._waiting.get(job.id):
