@@ -86,7 +86,7 @@ def test_logs_follow_waits_for_a_queued_job_then_exits_with_its_failure(started,
     """`logs -f` on a waiting job waits for it, shows each attempt's header and exit status, exits 1 on failure."""
     repo, d = started
     gate = tmp_path / "gate"
-    holder = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
+    holder = d.enqueue(repo, f"{wait_for_file(gate, 1200)}; echo a > src/a.py", "--path", "src/a.py")
     until(lambda: d.cli_json("show", str(holder))["state"] == "running", what="running")
     job = d.enqueue(repo, "echo doomed-output; exit 3", "--path", "src/")
     until(lambda: d.cli_json("show", str(job))["state"] == "planned", what="waiting")
@@ -97,10 +97,12 @@ def test_logs_follow_waits_for_a_queued_job_then_exits_with_its_failure(started,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert follower.stderr is not None
+    first = follower.stderr.readline()  # the job is held back until the gate opens, so this comes first
     gate.touch()
     out, errs = follower.communicate(timeout=60)
     assert follower.returncode == 1, errs
-    assert f"job {job} is planned (" in errs and f"job {job}: failed (RunnerFailed)" in errs
+    assert first.startswith(f"job {job} is planned (") and f"job {job}: failed (RunnerFailed)" in errs
     lines = out.splitlines()
     assert lines[0].startswith(f"==> attempt 1 of job {job}") and "doomed-output" in lines
     assert lines[-1].startswith("==> exit status 3")
