@@ -24,9 +24,12 @@ from orchestrator.api import Api
 from orchestrator.config import Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import end_survivors
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
 from orchestrator.paths import Paths
 from orchestrator.runners import registry
+from orchestrator.service import intake
+from orchestrator.service.spool import Spool
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.store import Store
 
@@ -82,7 +85,10 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         store = await Store.open(self.paths.db)
         notifier = Notifier()
+        spool: Spool | None = None
         try:
+            # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
+            await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
             runners = registry()
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
@@ -91,7 +97,8 @@ class Daemon:
                     await pool.recover(Path(repo))
             board = Board(store)
             scheduler = Scheduler(board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace)
-            runner = await self._start_api(Api(scheduler, runners, self.request_stop))
+            api = Api(scheduler, runners, self.request_stop)
+            runner = await self._start_api(api)
             log.info(
                 olog.Event.DAEMON_STARTED,
                 pid=os.getpid(),
@@ -107,11 +114,15 @@ class Daemon:
             async def open_jobs() -> list[dict[str, Any]]:
                 return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN_STATES)]
 
+            # What the git hook spooled while no daemon answered is queued before we say we are ready.
+            spool = intake.spool(api, self.paths.spool)
+            await spool.drain()
             # Under systemd: ready only now (socket listening, recovery done); status on change; watchdog.
             scheduler.tick = notifier.tick
             board.on_change(notifier.changed)
             notifier.ready(status_line(await open_jobs()))
             notifier.start(open_jobs, lambda: scheduler.heartbeat)
+            spool.start()
             main = asyncio.create_task(scheduler.run(), name="scheduler")
             stop = asyncio.create_task(self._stop.wait(), name="stop")
             await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -127,6 +138,8 @@ class Daemon:
                 log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
             await runner.cleanup()
         finally:
+            if spool is not None:
+                await spool.close()
             await notifier.close()
             await store.close()
             with contextlib.suppress(FileNotFoundError):

@@ -42,6 +42,16 @@ class Paths:
         return self.state_dir / "scratch"
 
     @property
+    def spool(self) -> Path:
+        """Requests the git hook could not hand to the daemon; drained at start and watched."""
+        return self.state_dir / "spool"
+
+    @property
+    def hook_log(self) -> Path:
+        """One line per request the git hook sent, spooled or had refused."""
+        return self.state_dir / "hook.log"
+
+    @property
     def socket(self) -> Path:
         return self.runtime_dir / "orchestrator.sock"
 
@@ -51,6 +61,10 @@ class Paths:
 
     def job_log(self, job_id: int) -> Path:
         return self.job_logs / f"{job_id}.log"
+
+    def job_private(self, job_id: int) -> Path:
+        """A job's own dir for what its runner writes outside the worktree (scripts, prompts)."""
+        return self.state_dir / "private" / str(job_id)
 
     def ensure(self) -> None:
         """Create the dirs; the runtime dir is 0700 so only the owner can reach the socket."""

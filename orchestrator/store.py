@@ -20,6 +20,7 @@ import aiosqlite
 
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, JobState
+from orchestrator.runners.process import Group
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: jobs and their history; chat sessions, messages and memories.
@@ -87,6 +88,29 @@ MIGRATIONS: tuple[str, ...] = (
         paused INTEGER NOT NULL DEFAULT 0,
         slots INTEGER
     );
+    """,
+    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors.
+    """
+    CREATE TABLE processes (
+        pgid INTEGER NOT NULL,
+        start_time INTEGER NOT NULL,
+        boot_id TEXT NOT NULL,
+        job_id INTEGER,
+        what TEXT NOT NULL DEFAULT '',
+        started_at REAL NOT NULL,
+        PRIMARY KEY (pgid, start_time)
+    );
+    """,
+    # 4: tickets a git hook queued: one job per idempotency key; the ticket id lets a newer one supersede.
+    """
+    CREATE TABLE tickets (
+        key TEXT PRIMARY KEY,
+        repo TEXT NOT NULL,
+        ticket TEXT,
+        job_id INTEGER NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
     """,
 )
 
@@ -188,8 +212,10 @@ class Store:
         after: Sequence[int] = (),
         declared: Sequence[str] = (),
         claim: Claim | None = None,
+        ticket: tuple[str, str | None] | None = None,
         argv: Sequence[str] | None = None,
     ) -> Job:
+        """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises)."""
         now = time.time()
         job = Job(
             id=0,
@@ -213,7 +239,26 @@ class Store:
             job_id = cur.lastrowid
             assert job_id is not None
             await self._event(job_id, "enqueued", {"state": "queued"}, now)
+            if ticket is not None:
+                await self._db.execute(
+                    "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
+                    (ticket[0], repo, ticket[1], job_id, now),
+                )
         return replace(job, id=job_id)
+
+    async def ticket_job(self, key: str) -> int | None:
+        """The job a ticket key already queued, if any."""
+        async with self._db.execute("SELECT job_id FROM tickets WHERE key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else None
+
+    async def ticket_jobs(self, repo: str, ticket: str) -> list[int]:
+        """Every job queued for this ticket id in this repository, oldest first."""
+        async with self._db.execute(
+            "SELECT job_id FROM tickets WHERE repo = ? AND ticket = ? ORDER BY at, job_id", (repo, ticket)
+        ) as cur:
+            rows = await cur.fetchall()
+        return [int(r[0]) for r in rows]
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
@@ -313,6 +358,29 @@ class Store:
         ) as cur:
             rows = await cur.fetchall()
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    # -- process groups ---------------------------------------------------------------------------
+
+    async def own_process(self, group: Group, job_id: int | None = None) -> None:
+        """Record a process group before it may run (see `runners.process`)."""
+        async with self._transaction():
+            await self._db.execute(
+                "INSERT OR REPLACE INTO processes (pgid, start_time, boot_id, job_id, what, started_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time()),
+            )
+
+    async def disown_process(self, group: Group) -> None:
+        async with self._transaction():
+            await self._db.execute(
+                "DELETE FROM processes WHERE pgid = ? AND start_time = ?", (group.pgid, group.start_time)
+            )
+
+    async def processes(self) -> list[tuple[Group, int | None]]:
+        """Every recorded process group, with the job it ran for."""
+        async with self._db.execute("SELECT * FROM processes ORDER BY started_at") as cur:
+            rows = await cur.fetchall()
+        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash: running jobs become interrupted, planning ones go back to the queue.

@@ -26,6 +26,7 @@ from orchestrator.git import commits
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 
@@ -162,6 +163,7 @@ class Lander:
                 scratch_root=self.paths.scratch,
                 mergeable=self._mergeable(job),
                 style=style,
+                owner=StoreOwner(self.board.store, job.id),
             )
         else:
             result = await asyncio.to_thread(
