@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 
 @asynccontextmanager
-async def _daemon(url: str, policy: str, slots: int, model: str):  # type: ignore[no-untyped-def]
+async def _daemon(url: str, policy: str, slots: int, model: str) -> AsyncIterator[Path]:
     home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
     (home / "config").mkdir()
     (home / "config" / "config.toml").write_text(
