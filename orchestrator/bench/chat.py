@@ -299,6 +299,12 @@ def main(argv: list[str]) -> None:
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--ollama", metavar="URL", help="a real Ollama server (its model must be pulled)")
     src.add_argument("--double", metavar="PROFILE", default="seed", help="the Ollama double's profile (default seed)")
+    src.add_argument(
+        "--backend",
+        choices=["llama-server"],
+        help="real compute: llama.cpp's llama-server with a random-weight model behind an Ollama shim, one fresh "
+        "engine per run with the run's slot count (set up once with bench/llama-server-setup.sh)",
+    )
     ap.add_argument("--model", default="hermes3")
     ap.add_argument("--policy", default="gate,naive", help="policies side by side: gate,naive")
     ap.add_argument("--slots", type=int, help="the gate's slots (default: the double's num_parallel, or 1)")
@@ -316,13 +322,28 @@ def main(argv: list[str]) -> None:
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     from orchestrator.doubles.ollama import profile_named
 
-    default_slots = args.slots or (1 if args.ollama else profile_named(args.double).num_parallel)
+    if args.backend == "llama-server":
+        from orchestrator.bench.llama_server import SetupMissing, locate
+
+        try:
+            locate()
+        except SetupMissing as e:
+            raise SystemExit(f"orchestrator: {e}") from None
+        default_slots = args.slots or 2
+    else:
+        default_slots = args.slots or (1 if args.ollama else profile_named(args.double).num_parallel)
     plan: list[tuple[str, int, int]] = [(p, n, default_slots) for p in policies for n in args.n]
     for k in args.sweep_slots or []:
         plan += [("gate", n, k) for n in args.n if k != default_slots or "gate" not in policies]
     rows = []
     for i, (policy, n, slots) in enumerate(plan, 1):
         print(f"[{i}/{len(plan)}] {policy} N={n} slots={slots} ...", file=sys.stderr, flush=True)
+        if args.backend == "llama-server":
+            from orchestrator.bench.llama_server import LlamaServer
+
+            async with LlamaServer(slots) as url:  # the engine's slots match the gate's, as OLLAMA_NUM_PARALLEL would
+                rows.append(await run_one(url, policy, n, slots, args.model, args.timeout))
+            continue
         proc = None
         url = args.ollama
         if not url:
@@ -334,7 +355,7 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
                 _stop(proc)
     _ratios(rows)
     if args.json:
-        source = args.ollama or f"double:{args.double}"
+        source = args.ollama or ("llama-server" if args.backend else f"double:{args.double}")
         print(json.dumps({"machine": machine(), "source": source, "rows": rows}, indent=2))
     else:
         _table(rows)
