@@ -115,3 +115,23 @@ async def test_background_call_is_preempted_by_a_turn_and_restarts(server: tuple
     assert b.gate.preemptions == 1 and turn.tokens == result.tokens == 20
     assert b.gate.stats[Priority.BACKGROUND].served == 2  # the preempted attempt, then the full one
     await b.close()
+
+
+async def test_double_serves_queued_requests_in_arrival_order() -> None:
+    """With every slot busy the double queues FIFO: a freed slot goes to the oldest waiter, not a newcomer."""
+    engine = double.Engine(dataclasses.replace(double.PROFILES["fast"], num_parallel=1))
+    held = await engine.take(["a"])
+    queued = asyncio.create_task(engine.take(["b"]))
+    for _ in range(100):
+        if engine.queue == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.queue == 1
+    engine.give(held)
+    late = asyncio.create_task(engine.take(["c"]))
+    slot = await asyncio.wait_for(queued, 5)
+    await asyncio.sleep(0.05)
+    assert not late.done() and engine.queue == 1
+    engine.give(slot)
+    engine.give(await asyncio.wait_for(late, 5))
+    assert engine.active == 0 and engine.queue == 0

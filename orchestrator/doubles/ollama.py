@@ -8,12 +8,15 @@ client, the same paths, the same NDJSON): `/api/chat` and `/api/generate` (strea
 
 The engine model (see `Profile`): `num_parallel` slots, each with its own prefix cache (a prompt pays
 prefill only for the tokens past the longest prefix its slot has cached; a free slot with the longest
-match is chosen, as llama.cpp does); prefill is compute-bound, one chunk at a time for the whole server,
-and decoding waits while it runs; decode time per token, slowed by a contention factor that grows with
-the number of sequences decoding together (parallel decoding pays off, but not linearly). Replies are
-scripted: plain text of the profile's length, or for `format="json"` an object shaped by the
-instruction (`"intent"` → a guessed intent, `"memories"` → first-person facts found in the user's
-messages). The `seed` profile is calibrated to the seed's measured table (hermes3 8B, naive pipeline).
+match is chosen, else the least recently used, as llama.cpp and Ollama's runner do); while every slot
+is busy, requests wait in the server's own FIFO queue (Ollama's per-runner semaphore); prefill is
+compute-bound, one chunk at a time for the whole server, and decoding waits while it runs; decode time
+per token, slowed by a contention factor that grows with the number of sequences decoding together
+(parallel decoding pays off, but not linearly). Replies are scripted: plain text of the profile's
+length, or for `format="json"` an object shaped by the instruction (`"intent"` → a guessed intent,
+`"memories"` → first-person facts found in the user's messages). The `seed` profile is calibrated to
+the seed's single-session row (hermes3 8B, naive pipeline); it does not reproduce the seed's N=4 row
+(see the profile's comment).
 
 Run it alone for demos: `python -m orchestrator.doubles.ollama --port 11434 --profile seed`.
 Test hooks (not Ollama's API): `GET /_double/requests` (prompts seen), `POST /_double/faults`.
@@ -72,6 +75,12 @@ PROFILES: dict[str, Profile] = {
     # parallel slots): N=1 first-Ollama ≈0.9 s, done ≈2.1 s, drained ≈9.5 s; N=4 drained ≈20.7 s. Prompt
     # processing is compute-bound (prefill_s per uncached token, stalls decoding); decoding is batched
     # (4 sequences at once each run 1.6× slower, so 4 together finish in 1.6× the time of one).
+    # Not reproduced: the seed's naive N=4 done-wall (10.3 s, done 5.9-10.3 s). The N=1 row pins the
+    # per-token costs; with 4+ slots the 4 sessions run alike (done-wall ≈ done-min), and a 10 s done-wall
+    # needs ~6x per-sequence slowdown, which drains in 40 s+; with 2 slots the FIFO queue puts each
+    # extraction behind the other sessions' replies (done-wall ≤ 6 s, drained ≥ 22 s); with 3, a 10 s
+    # done-wall needs ~2.6x slowdown at 3 sequences and drains in 32 s. Matching the row needs a cause
+    # these mechanisms do not have (e.g. replies of very different lengths).
     "seed": Profile(
         name="seed",
         num_parallel=4,
@@ -165,30 +174,46 @@ class Engine:
         self.compute = asyncio.Lock()
         self.no_prefill = asyncio.Event()
         self.no_prefill.set()
-        self.free = asyncio.Condition()
+        self.waiters: deque[tuple[list[str], asyncio.Future[Slot]]] = deque()
         self.seen: deque[dict[str, Any]] = deque(maxlen=2000)
         self.faults = Faults()
         self.counts = {"calls": 0, "busy": 0, "closed_early": 0, "max_active": 0}
 
     async def take(self, prompt: list[str]) -> Slot:
-        async with self.free:
-            self.queue += 1
-            try:
-                await self.free.wait_for(lambda: any(not s.busy for s in self.slots))
-            finally:
-                self.queue -= 1
-            slot = max((s for s in self.slots if not s.busy), key=lambda s: (_common(s.cached, prompt), -s.used))
-            slot.busy = True
-            self.active += 1
-            self.counts["max_active"] = max(self.counts["max_active"], self.active)
-            return slot
+        """A slot for `prompt`, in arrival order: the server's own FIFO queue holds a request while all are busy."""
+        if not self.waiters and any(not s.busy for s in self.slots):
+            return self._assign(prompt)
+        fut: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
+        entry = (prompt, fut)
+        self.waiters.append(entry)
+        self.queue += 1
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.give(fut.result())  # granted just as the client went away: hand it on
+            elif entry in self.waiters:
+                self.waiters.remove(entry)
+            raise
+        finally:
+            self.queue -= 1
 
-    async def give(self, slot: Slot) -> None:
-        async with self.free:
-            slot.busy = False
-            slot.used = time.monotonic()
-            self.active -= 1
-            self.free.notify_all()
+    def _assign(self, prompt: list[str]) -> Slot:
+        # The free slot that has the longest prefix of this prompt cached, else the least recently used one.
+        slot = max((s for s in self.slots if not s.busy), key=lambda s: (_common(s.cached, prompt), -s.used))
+        slot.busy = True
+        self.active += 1
+        self.counts["max_active"] = max(self.counts["max_active"], self.active)
+        return slot
+
+    def give(self, slot: Slot) -> None:
+        slot.busy = False
+        slot.used = time.monotonic()
+        self.active -= 1
+        while self.waiters and any(not s.busy for s in self.slots):
+            prompt, fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(self._assign(prompt))
 
     async def prefill(self, tokens: int) -> None:
         """Prompt processing is compute-bound: one chunk at a time for the whole server, decoding waits."""
@@ -359,7 +384,7 @@ class Server:
         finally:
             if decoding:
                 e.decoding -= 1
-            await e.give(slot)
+            e.give(slot)
 
     @staticmethod
     def _chunk(model: str, chat: bool, text: str) -> bytes:
