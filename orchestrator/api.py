@@ -17,6 +17,7 @@ from aiohttp import web
 from orchestrator import __version__
 from orchestrator import logging as olog
 from orchestrator.core import claims
+from orchestrator.core.job import Job
 from orchestrator.core.models import JobState
 from orchestrator.git import repos
 from orchestrator.jobs.scheduler import JobError, Scheduler
@@ -237,13 +238,16 @@ class Api:
         return web.json_response({"jobs": [j.to_json() for j in jobs], "done": all(j.state.terminal for j in jobs)})
 
     async def plan(self, request: web.Request) -> web.Response:
+        """The claim the daemon's planner makes for a text, with the evidence for each path; nothing is queued."""
         data = await _body(request)
-        _field(data, "text", str, default="")
+        text = _field(data, "text", str, default="")
         repo, branch, head = await self._resolve(data)
         base = _field(data, "base", str)
         base = await asyncio.to_thread(repos.resolve_rev, repo, base) if base else head
-        claim = declared.claim(_str_list(data, "paths"))
-        return web.json_response({"repo": str(repo), "branch": branch, "base": base, "claim": claim.to_json()})
+        paths = sorted(declared.claim(_str_list(data, "paths")).paths)
+        probe = Job(0, str(repo), branch, text, "", JobState.QUEUED, declared=tuple(paths))
+        plan = await self.scheduler.planning.planner.plan(probe, base)
+        return web.json_response({"repo": str(repo), "branch": branch, "base": base, **plan.to_json()})
 
     async def log(self, request: web.Request) -> web.StreamResponse:
         job = await self.scheduler.get(_job_id(request))

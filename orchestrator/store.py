@@ -78,13 +78,25 @@ MIGRATIONS: tuple[str, ...] = (
         at REAL NOT NULL
     );
     """,
+    # 2: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
+    # and each repository's mined change history (co-change evidence), extended incrementally.
+    """
+    ALTER TABLE jobs ADD COLUMN plan_text TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN evidence TEXT NOT NULL DEFAULT '[]';
+    CREATE TABLE plan_history (
+        repo TEXT PRIMARY KEY,
+        head TEXT NOT NULL,
+        changes TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
 )
 
-_JSON_LIST = {"after", "declared", "actual", "land_after"}
+_JSON_LIST = {"after", "declared", "actual", "land_after", "evidence"}
 _COLUMNS = [
     "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
     "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code",
+    "reason", "decision", "exit_code", "plan_text", "evidence",
 ]  # fmt: skip
 
 
@@ -125,6 +137,8 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
         reason=row["reason"],
         decision=json.loads(row["decision"]) if row["decision"] else None,
         exit_code=row["exit_code"],
+        plan_text=row["plan_text"],
+        evidence=tuple(json.loads(row["evidence"])),
     )
 
 
@@ -275,6 +289,22 @@ class Store:
         ) as cur:
             rows = await cur.fetchall()
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    # -- planning evidence ------------------------------------------------------------------------
+
+    async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
+        """A repository's cached change history: (the head it was mined to, its changes), or None."""
+        async with self._db.execute("SELECT head, changes FROM plan_history WHERE repo = ?", (repo,)) as cur:
+            row = await cur.fetchone()
+        return (row["head"], json.loads(row["changes"])) if row else None
+
+    async def save_plan_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
+        async with self._transaction():
+            await self._db.execute(
+                "INSERT INTO plan_history (repo, head, changes, at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
+                (repo, head, json.dumps(changes), time.time()),
+            )
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash: running jobs become interrupted, planning ones go back to the queue.

@@ -40,6 +40,10 @@ class Job:
     reason: str = ""
     decision: dict[str, Any] | None = None
     exit_code: int | None = None
+    plan_text: str = ""
+    """The model's plan for the job ("" when no model planned it): the runner starts from it."""
+    evidence: tuple[dict[str, str], ...] = ()
+    """Why each claimed path is there: `{"path", "kind", "why"}` per entry (see `plan.base.Evidence`)."""
 
     @property
     def subject(self) -> str:
@@ -84,4 +88,6 @@ class Job:
             "worktree": self.worktree,
             "exit_code": self.exit_code,
             "decision": self.decision,
+            "plan_text": self.plan_text,
+            "evidence": list(self.evidence),
         }

@@ -27,9 +27,11 @@ from orchestrator.jobs import retire
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
+from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
-from orchestrator.plan import declared
+from orchestrator.plan import composite
+from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
 
 OPEN_STATES = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING)
@@ -62,6 +64,7 @@ class Scheduler:
         *,
         burst: bool = False,
         grace: float = 2.0,
+        planner: Planner | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -81,6 +84,9 @@ class Scheduler:
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
+        self.planning = Planning(
+            board, planner or composite.build(cfg, board.store), cfg.plan.concurrency, cfg.plan.deadline, self.wake
+        )
         board.on_change(self.wake)
 
     def wake(self) -> None:
@@ -126,6 +132,7 @@ class Scheduler:
             task.cancel()
             cut.append(job_id)
         await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await self.planning.stop()
         cut += await self.lander.drain(timeout)
         for t in list(self._side_tasks):
             t.cancel()
@@ -146,32 +153,8 @@ class Scheduler:
             await self._act(by_id[decision.job_id], decision)
 
     async def _plan(self, job: Job) -> None:
-        """Predict the claim and fix the base. Declared paths only, for now (the pre-plan pass comes next)."""
-        job = await self.board.update(job.id, state=JobState.PLANNING)
-        try:
-            head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
-        except repos.RepoError as e:
-            await self.board.update(
-                job.id, state=JobState.FAILED, finished_at=time.time(), reason=str(e), event="failed"
-            )
-            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, reason=str(e))
-            return
-        claim = declared.claim(job.declared)
-        await self.board.update(
-            job.id,
-            state=JobState.PLANNED,
-            base=head,
-            claim=claim,
-            event="planned",
-            data={"base": head, "claim": claim.to_json()},
-        )
-        olog.get(job_id=job.id, repo=job.repo).info(
-            olog.Event.JOB_PLANNED,
-            base=head,
-            claim=sorted(claim.paths),
-            confidence=claim.confidence,
-            source=str(claim.source),
-        )
+        """Hand the job to planning: its plan runs as a task of its own and wakes us when done."""
+        await self.planning.submit(job)
 
     async def _snapshot(self, planned: list[Job], active: list[Job]) -> Snapshot:
         heads: dict[tuple[str, str], str | None] = {}
@@ -382,6 +365,8 @@ class Scheduler:
             if landing:
                 landing.cancel()
             await self.pool.release(Path(job.repo), job_id, keep=True)
+        if job.state in (JobState.QUEUED, JobState.PLANNING):
+            await self.planning.cancel(job_id)
         if job.state is JobState.RUNNING and job_id in self._running:
             self.executor.stops[job_id] = Stop(JobState.CANCELLED, "cancelled by request")
             task = self._running[job_id]
