@@ -29,7 +29,8 @@ def shop(make_repo) -> Path:
     """A repo where pricing.py and money.py have always changed together (three commits)."""
     repo = make_repo("shop", FILES)
     for n in range(3):
-        write(repo, {"src/shop/pricing.py": FILES["src/shop/pricing.py"] + f"# {n}\n", "src/shop/money.py": f"R = {n}\n"})
+        pricing = FILES["src/shop/pricing.py"] + f"# {n}\n"
+        write(repo, {"src/shop/pricing.py": pricing, "src/shop/money.py": f"R = {n}\n"})
         git(repo, "commit", "-qam", f"pricing rounding tweak {n}")
     write(repo, {"README.md": "shop!\n"})
     git(repo, "commit", "-qam", "readme")
