@@ -277,6 +277,12 @@ class Store:
             raise KeyError(job_id)
         return job
 
+    async def delete_job(self, job_id: int) -> None:
+        """Forget an ended job: its record and its history (`orchestrator clean`)."""
+        async with self._transaction():
+            await self._db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
+            await self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
     async def _event(self, job_id: int, kind: str, data: dict[str, Any], at: float) -> None:
         await self._db.execute(
             "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",

@@ -18,10 +18,11 @@ class Board:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._changed = asyncio.Condition()
-        self._wake: Callable[[], None] = lambda: None
+        self._listeners: list[Callable[[], None]] = []
 
     def on_change(self, wake: Callable[[], None]) -> None:
-        self._wake = wake
+        """Call `wake` (cheap, synchronous) after every change: the scheduler, the service status line."""
+        self._listeners.append(wake)
 
     async def update(
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
@@ -31,7 +32,8 @@ class Board:
         return job
 
     async def announce(self) -> None:
-        self._wake()
+        for wake in self._listeners:
+            wake()
         async with self._changed:
             self._changed.notify_all()
 
