@@ -59,6 +59,9 @@ class Planning:
         for t in list(self.tasks.values()):
             t.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        close = getattr(self.planner, "close", None)
+        if close is not None:
+            await close()
 
     async def _run(self, job: Job) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)

@@ -56,6 +56,12 @@ class Composite:
         self.deadline = deadline
         self.name = f"{model.name}+local" if model else local.name
 
+    async def close(self) -> None:
+        """Close the model's client, if it holds one."""
+        close = getattr(self.model, "close", None)
+        if close is not None:
+            await close()
+
     async def plan(self, job: Job, base: str) -> Plan:
         early = declared_plan(job)
         if early is not None:
@@ -65,7 +71,7 @@ class Composite:
             return local
         log = olog.get(job_id=job.id, repo=job.repo)
         try:
-            model = await asyncio.wait_for(self.model.plan(job, base), self.deadline)
+            model = await asyncio.wait_for(self.model.plan(job, base, local), self.deadline)  # type: ignore[call-arg]
         except TimeoutError:
             code, reason = Note.DEADLINE, f"the model did not answer within {self.deadline:g}s"
         except ModelUnusable as e:
@@ -79,8 +85,9 @@ class Composite:
         return Plan(local.claim, local.evidence, "", local.basis, ((code, reason), *local.notes))
 
 
-ModelFactory = Callable[[Config, Store | None], Planner | None]
-"""Builds a model planner from the config, or None when that backend is not configured."""
+ModelFactory = Callable[[Config, Store | None, Callable[[str], dict[str, int]]], Planner | None]
+"""Builds a model planner from the config (and a repo's file change counts, to rank the file list it shows
+the model), or None when that backend is not configured. A model planner's `plan` also takes the local plan."""
 
 MODELS: dict[str, ModelFactory] = {}
 """Model planners by name ("claude", "ollama"): registered by their modules (see `_load_models`)."""
@@ -99,13 +106,14 @@ def _load_models() -> None:
 def build(cfg: Config, store: Store | None) -> Composite:
     """The planner the config names (`plan.planner`): auto picks the first configured model, if any."""
     _load_models()
-    local = LocalPlanner(Histories(store))
+    histories = Histories(store)
+    local = LocalPlanner(histories)
     wanted = cfg.plan.planner
     model: Planner | None = None
     if wanted != "local":
         for name in (wanted,) if wanted != "auto" else tuple(MODELS):
             factory = MODELS.get(name)
-            model = factory(cfg, store) if factory else None
+            model = factory(cfg, store, histories.counts) if factory else None
             if model is not None:
                 break
     return Composite(local, model, cfg.plan.deadline)

@@ -23,6 +23,11 @@ class Histories:
         self._mem: dict[str, History] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
+    def counts(self, repo: str) -> dict[str, int]:
+        """How often each file changed in the repo's mined history (empty before the first plan)."""
+        history = self._mem.get(repo)
+        return dict(history.count) if history is not None else {}
+
     async def at(self, repo: str, head: str) -> History:
         """The repo's history up to `head` (mined now where the cache stops short of it)."""
         async with self._locks.setdefault(repo, asyncio.Lock()):
