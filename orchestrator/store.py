@@ -78,7 +78,17 @@ MIGRATIONS: tuple[str, ...] = (
         at REAL NOT NULL
     );
     """,
-    # 2: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
+    # 2: argv jobs, reason codes on jobs, run-time controls (pause, per-repo slot limits).
+    """
+    ALTER TABLE jobs ADD COLUMN argv TEXT;
+    ALTER TABLE jobs ADD COLUMN code TEXT NOT NULL DEFAULT '';
+    CREATE TABLE controls (
+        scope TEXT PRIMARY KEY,
+        paused INTEGER NOT NULL DEFAULT 0,
+        slots INTEGER
+    );
+    """,
+    # 3: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
     # and each repository's mined change history (co-change evidence), extended incrementally.
     """
     ALTER TABLE jobs ADD COLUMN plan_text TEXT NOT NULL DEFAULT '';
@@ -96,7 +106,7 @@ _JSON_LIST = {"after", "declared", "actual", "land_after", "evidence"}
 _COLUMNS = [
     "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
     "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code", "plan_text", "evidence",
+    "reason", "decision", "exit_code", "argv", "code", "plan_text", "evidence",
 ]  # fmt: skip
 
 
@@ -105,8 +115,8 @@ def _encode(name: str, value: Any) -> Any:
         return json.dumps(sorted(value) if isinstance(value, frozenset | set) else list(value))
     if name == "claim":
         return json.dumps(value.to_json())
-    if name == "decision":
-        return None if value is None else json.dumps(value)
+    if name in ("decision", "argv"):
+        return None if value is None else json.dumps(value if name == "decision" else list(value))
     if name == "state":
         return str(value)
     return value
@@ -137,6 +147,8 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
         reason=row["reason"],
         decision=json.loads(row["decision"]) if row["decision"] else None,
         exit_code=row["exit_code"],
+        argv=tuple(json.loads(row["argv"])) if row["argv"] else None,
+        code=row["code"],
         plan_text=row["plan_text"],
         evidence=tuple(json.loads(row["evidence"])),
     )
@@ -190,6 +202,7 @@ class Store:
         after: Sequence[int] = (),
         declared: Sequence[str] = (),
         claim: Claim | None = None,
+        argv: Sequence[str] | None = None,
     ) -> Job:
         now = time.time()
         job = Job(
@@ -204,6 +217,7 @@ class Store:
             declared=tuple(declared),
             claim=claim or Claim(),
             created_at=now,
+            argv=None if argv is None else tuple(argv),
         )
         values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
         async with self._transaction():
@@ -283,6 +297,24 @@ class Store:
             await self._db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
             await self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
+    # -- run-time controls (pause, per-repo slot limits) ---------------------------------------
+
+    async def controls(self) -> dict[str, tuple[bool, int | None]]:
+        """Every control scope (a repo path, or `*` for all) → (paused, slot limit or None)."""
+        async with self._db.execute("SELECT scope, paused, slots FROM controls") as cur:
+            rows = await cur.fetchall()
+        return {r["scope"]: (bool(r["paused"]), r["slots"]) for r in rows}
+
+    async def set_control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
+        """Set a scope's pause flag and/or slot limit (`slots=None` clears the limit; False leaves it)."""
+        async with self._transaction():
+            await self._db.execute("INSERT OR IGNORE INTO controls (scope) VALUES (?)", (scope,))
+            if paused is not None:
+                await self._db.execute("UPDATE controls SET paused = ? WHERE scope = ?", (int(paused), scope))
+            if slots is not False:
+                await self._db.execute("UPDATE controls SET slots = ? WHERE scope = ?", (slots, scope))
+            await self._db.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
+
     async def _event(self, job_id: int, kind: str, data: dict[str, Any], at: float) -> None:
         await self._db.execute(
             "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",
@@ -325,6 +357,7 @@ class Store:
                 job_id,
                 state=JobState.INTERRUPTED,
                 reason="the daemon stopped while this job ran; `orchestrator retry` runs it again",
+                code="Interrupted",
                 event="interrupted",
             )
         for job_id in planning:

@@ -40,6 +40,10 @@ class Job:
     reason: str = ""
     decision: dict[str, Any] | None = None
     exit_code: int | None = None
+    argv: tuple[str, ...] | None = None
+    """The exact argv to run (`enqueue -- cmd arg ...`), never re-split; None when `text` is the job."""
+    code: str = ""
+    """The closed code of `reason`: a `models.Code`, or the admission `Reason` while it waits."""
     plan_text: str = ""
     """The model's plan for the job ("" when no model planned it): the runner starts from it."""
     evidence: tuple[dict[str, str], ...] = ()
@@ -87,6 +91,8 @@ class Job:
             "result": self.result,
             "worktree": self.worktree,
             "exit_code": self.exit_code,
+            "argv": None if self.argv is None else list(self.argv),
+            "code": self.code,
             "decision": self.decision,
             "plan_text": self.plan_text,
             "evidence": list(self.evidence),

@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
-from orchestrator.core.models import JobState
+from orchestrator.core.models import Code, JobState
 from orchestrator.git import repos
 from orchestrator.jobs.board import Board
 from orchestrator.plan.base import Note, Plan, Planner
@@ -68,8 +68,16 @@ class Planning:
         try:
             head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
         except repos.RepoError as e:
-            await self._finish(job, state=JobState.FAILED, finished_at=time.time(), reason=str(e), event="failed")
-            log.warning(olog.Event.JOB_FAILED, reason=str(e))
+            await self._finish(
+                job,
+                state=JobState.FAILED,
+                finished_at=time.time(),
+                reason=str(e),
+                code=Code.REPO_ERROR,
+                event="failed",
+                data={"code": Code.REPO_ERROR},
+            )
+            log.warning(olog.Event.JOB_FAILED, code=Code.REPO_ERROR, reason=str(e))
             return
         started = time.monotonic()
         plan = declared_plan(job)

@@ -1,4 +1,4 @@
-"""The `shell` runner: the job's text is a shell command run in its worktree, with a timeout.
+"""The `shell` runner: the job's text is a shell command (or its argv a command) run in its worktree.
 
 Its output goes to the per-job log file, never to the daemon's log. On timeout or cancellation the whole
 process group is killed, so no agent process outlives its job.
@@ -40,8 +40,10 @@ class ShellRunner:
         with ctx.log_path.open("ab") as log:
             log.write(f"$ {ctx.job.text}\n".encode())
             log.flush()
-            proc = await asyncio.create_subprocess_shell(
-                ctx.job.text,
+            # An argv job runs exactly as given (exec, no shell, no re-splitting); a text job through sh.
+            argv = ctx.job.argv or ("/bin/sh", "-c", ctx.job.text)
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
                 cwd=ctx.worktree,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
