@@ -328,6 +328,12 @@ class Store:
             rows = await cur.fetchall()
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
 
+    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
+        """(job id, data) of every event of one kind, oldest first (e.g. `overlap` for calibration)."""
+        async with self._db.execute("SELECT job_id, data FROM job_events WHERE kind = ? ORDER BY id", (kind,)) as cur:
+            rows = await cur.fetchall()
+        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
+
     # -- planning evidence ------------------------------------------------------------------------
 
     async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:

@@ -106,7 +106,7 @@ def _derive_facts(job: JobView, policy: Policy) -> _Facts:
     held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
     names = frozenset(name_of(p) for p in counted if not claims.is_glob(p))
     held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p))
-    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy)
+    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy, job.repo)
     barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
     return _Facts(
         job=job,

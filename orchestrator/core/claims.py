@@ -289,12 +289,16 @@ def split_mergeable(
     return frozenset(counted), frozenset(mergeable)
 
 
-def ambiguity(claim: Claim, policy: Policy) -> str | None:
-    """None when the claim is specific and confident enough to run beside others; else a short reason."""
+def ambiguity(claim: Claim, policy: Policy, repo: str = "") -> str | None:
+    """None when the claim is specific and confident enough to run beside others; else a short reason.
+
+    The threshold is the repo's own when calibration raised it (`Policy.raised`)."""
     if not claim.paths:
         return "empty claim"
     if ROOT in claim.paths:
         return "root-wide claim"
-    if claim.confidence < policy.min_confidence:
-        return f"confidence {claim.confidence:.2f} below {policy.min_confidence:.2f}"
+    threshold = policy.min_confidence_for(repo) if repo else policy.min_confidence
+    if claim.confidence < threshold:
+        raised = " (raised: this repo's confident claims kept missing)" if threshold > policy.min_confidence else ""
+        return f"confidence {claim.confidence:.2f} below {threshold:.2f}{raised}"
     return None

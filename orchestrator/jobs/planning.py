@@ -17,16 +17,34 @@ from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import TERMINAL_STATES, Code, JobState, Policy
 from orchestrator.git import repos
 from orchestrator.jobs.board import Board
+from orchestrator.plan import accuracy
 from orchestrator.plan.base import Note, Plan, Planner
 from orchestrator.plan.composite import declared_plan
 
+REFRESH = 10.0
+"""Seconds between recomputations of the calibrated per-repo thresholds (they change as jobs end)."""
+
 
 class Planning:
-    def __init__(self, board: Board, planner: Planner, concurrency: int, deadline: float, wake: Callable[[], None]):
+    def __init__(
+        self,
+        board: Board,
+        planner: Planner,
+        concurrency: int,
+        deadline: float,
+        wake: Callable[[], None],
+        policy: Callable[[], Policy] = Policy,
+        calibrate_after: int = 5,
+    ):
         self.board = board
+        self.policy = policy
+        self.calibrate_after = calibrate_after
+        self.raised: tuple[tuple[str, float], ...] = ()
+        """Calibrated per-repo thresholds, for the admission snapshot's policy."""
+        self._refreshed = float("-inf")
         self.planner = planner
         self.deadline = deadline
         self.wake = wake
@@ -40,10 +58,37 @@ class Planning:
         """Mark the job `planning` and start its plan; returns at once."""
         if job.id in self.tasks:
             return
+        await self.refresh()
         job = await self.board.store.update(job.id, state=JobState.PLANNING, event="planning")
         task = asyncio.create_task(self._run(job), name=f"plan-{job.id}")
         self.tasks[job.id] = task
         task.add_done_callback(lambda _t, i=job.id: self._done(i))
+
+    async def records(self) -> list[accuracy.Record]:
+        """Every ended job's predicted and actual paths, for calibration and `stats predict`."""
+        store = self.board.store
+        ended = await store.jobs(TERMINAL_STATES)
+        hit = accuracy.collisions(ended, await store.event_jobs("overlap"))
+        return accuracy.records(ended, hit, self.policy())
+
+    async def refresh(self, force: bool = False) -> None:
+        """Recompute the calibrated thresholds (at most every REFRESH seconds); log each change."""
+        now = time.monotonic()
+        if not force and now - self._refreshed < REFRESH:
+            return
+        self._refreshed = now
+        raised = accuracy.thresholds(await self.records(), self.policy(), self.calibrate_after)
+        if raised != self.raised:
+            before = dict(self.raised)
+            for repo, threshold in raised:
+                if before.get(repo) != threshold:
+                    olog.get(repo=repo).warning(
+                        olog.Event.PLAN_THRESHOLD,
+                        code="ConfidentClaimsMissed",
+                        threshold=threshold,
+                        reason=f"confident claims in this repo kept missing files: min confidence {threshold:.2f}",
+                    )
+            self.raised = raised
 
     def _done(self, job_id: int) -> None:
         self.tasks.pop(job_id, None)

@@ -89,7 +89,13 @@ class Scheduler:
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.planning = Planning(
-            board, planner or composite.build(cfg, board.store), cfg.plan.concurrency, cfg.plan.deadline, self.wake
+            board,
+            planner or composite.build(cfg, board.store),
+            cfg.plan.concurrency,
+            cfg.plan.deadline,
+            self.wake,
+            cfg.policy,
+            cfg.plan.calibrate_after,
         )
         self.controls: dict[str, tuple[bool, int | None]] = {}
         """Run-time controls by scope (a repo, or ALL_REPOS): (paused, slot limit). Mirrors the store."""
@@ -204,7 +210,7 @@ class Scheduler:
             dead=frozenset(i for i, st in states.items() if st in DEAD_STATES),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
-            policy=self.cfg.policy(),
+            policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )
 
     async def _mergeable(self, repo: str, head: str | None) -> frozenset[str]:
