@@ -363,7 +363,6 @@ class Store:
                 (repo, head, json.dumps(changes), time.time()),
             )
 
-
     # -- process groups ---------------------------------------------------------------------------
 
     async def own_process(self, group: Group, job_id: int | None = None) -> None:
