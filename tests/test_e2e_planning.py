@@ -93,3 +93,25 @@ def test_declared_jobs_are_admitted_without_waiting_for_model_plans(
     assert len(slow_model.requests) >= len(model_jobs)
     assert all("# declared" not in r["messages"][0]["content"] for r in slow_model.requests)
     assert time.time() > first_model_plan  # sanity: timestamps are wall-clock seconds
+
+
+def test_plan_command_shows_evidence_and_stats_predict_reports(make_repo, daemon_factory) -> None:
+    """`plan` shows each path's evidence; a text naming nothing is an ambiguous claim and the log says so;
+    an undeclared job is planned from local evidence, and `stats predict` compares claim and actual."""
+    repo = make_repo("r", {"src/api.py": "def serve():\n    pass\n", "tests/test_api.py": "x\n", "README.md": "r\n"})
+    d = daemon_factory().start()
+    shown = d.cli_json("plan", "--repo", str(repo), "refactor src/api.py")
+    assert {e["path"]: e["kind"] for e in shown["evidence"]} == {"src/api.py": "named", "tests/test_api.py": "test"}
+    assert shown["claim"]["source"] == "evidence"
+    vague = d.cli_json("plan", "--repo", str(repo), "make it faster")
+    assert vague["claim"]["paths"] == [] and vague["notes"][0]["code"] == "NamesNothing"
+    named = d.enqueue(repo, "echo more >> src/api.py  # edit src/api.py")
+    nothing = d.enqueue(repo, "true  # tidy up")
+    out = d.cli("wait", str(named), str(nothing), "--timeout", "60")
+    assert out.returncode == 0, out.stderr
+    events = d.events()
+    notes = [e for e in events if e.get("event") == "plan.note" and e.get("code") == "NamesNothing"]
+    assert [e["job_id"] for e in notes] == [nothing]
+    stats = d.cli_json("stats", "predict", "--repo", str(repo))
+    row = stats["repos"][str(repo.resolve())]["all"]
+    assert row["jobs"] == 1 and row["recall"] == 1.0

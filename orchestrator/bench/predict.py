@@ -34,7 +34,7 @@ from orchestrator.git import repos
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import Change, History, mine
 
-WARMUP = 200
+WARMUP = 1000
 """Changes before the replayed range that seed the history (when the range leaves room)."""
 
 
@@ -73,7 +73,7 @@ def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> lis
         message = getattr(commit, "message", change.subject)
         actual, _ = claims.split_mergeable(change.files, policy.mergeable)
         if parents and actual:
-            plan = local_plan(repo, str(parents[0]), message, history)
+            plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable)
             confident = claims.ambiguity(plan.claim, policy) is None
             covered, useful = score(plan.claim.paths, actual)
             out.append(

@@ -62,6 +62,8 @@ class Note(StrEnum):
     """The model answered without a usable claim: local evidence stands in."""
     DEADLINE = "Deadline"
     """The plan took longer than its deadline: the job goes on with what local evidence gave."""
+    WIDE = "Wide"
+    """Past changes to the named files often reached beyond the claim: it is not confident."""
     NO_MODEL = "NoModel"
     """No model backend is configured or reachable: local evidence only."""
     FAILED = "Failed"

@@ -27,7 +27,7 @@ from orchestrator.core import claims
 from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.git.worktrees import _git_env
 from orchestrator.plan.base import Evidence, Kind, Note, Plan
-from orchestrator.plan.history import History
+from orchestrator.plan.history import History, title
 from orchestrator.plan.text import Mentions, mentions
 
 STRONG = 0.8
@@ -36,6 +36,16 @@ STEM = 0.6
 """A word of the text is a file's stem, or past changes in the same words agree."""
 WEAK = 0.3
 """Some evidence, but too loose to run beside others."""
+CLOSED = 0.8
+"""The share of past changes a claim must have contained for local evidence to be confident in it."""
+WIDEN_MAX = 6
+"""Most co-changed files added to make a claim hold the repo's past changes to its files."""
+SIMILAR = 0.34
+"""Word overlap (Jaccard) at which a past change counts as described in the same words."""
+NEIGHBOURS = 6
+"""Most similar past changes looked at."""
+MIN_SEEN = 3
+"""Past changes to the named files needed before their record decides the confidence."""
 MAX_PER_NAME = 4
 """A name matching more files than this says little: it is left out."""
 _TEST_DIR = re.compile(r"(^|/)(tests?|spec|__tests__|testing)/")
@@ -207,13 +217,18 @@ def _new_file(name: str, files: Files) -> bool:
     return bool(parent) and parent in files.dirs and re.fullmatch(r"[\w-]+\.[A-Za-z][A-Za-z0-9]{0,7}", base) is not None
 
 
-def local_plan(repo: Path, base: str, text: str, history: History | None = None) -> Plan:
-    """The claim local evidence supports for `text` at `base` (blocking: run it in a thread)."""
+def local_plan(
+    repo: Path, base: str, text: str, history: History | None = None, ignore: Sequence[str] = ()
+) -> Plan:
+    """The claim local evidence supports for `text` at `base` (blocking: run it in a thread).
+
+    `ignore`: union-mergeable patterns (changelogs), which never count as a miss.
+    """
     m = mentions(text)
     files = tree_files(str(repo), base)
     ev = _Collector()
     explicit = _named(m, files, ev)
-    idents = [i for i in m.identifiers if "." not in i or i.count(".") == 0][:12]
+    idents = [i for i in m.identifiers if "." not in i][:12]
     defined = definitions(repo, base, idents) if idents else {}
     for ident, where in defined.items():
         if 0 < len(where) <= MAX_PER_NAME - 1:
@@ -229,43 +244,103 @@ def local_plan(repo: Path, base: str, text: str, history: History | None = None)
             if module not in _GENERIC_STEMS:
                 for t in importers(repo, base, module)[:MAX_PER_NAME]:
                     ev.add(t, Kind.TEST, f"imports {module}")
-    basis = Kind.NAMED if explicit else None
     if history is not None:
         for p in seeds:
             for g, together, n in history.cochanged(p)[:MAX_PER_NAME]:
                 if g in files.paths:
                     ev.add(g, Kind.COCHANGE, f"changed with {p} in {together} of its {n} past changes")
     notes: list[tuple[Note, str]] = []
-    if not ev.evidence and history is not None:
-        _similar(text, history, files, ev)
+    if ev.evidence:
+        paths = frozenset(claims.normalize(p) for p in ev.paths())
+        if history is not None and seeds:
+            paths = _widen(seeds, paths, history, files, ignore, ev)
+        confidence = _anchored_confidence(seeds, paths, explicit, history, ignore, notes)
+        basis = Kind.NAMED if explicit or Kind.SYMBOL not in {e.kind for e in ev.evidence} else Kind.SYMBOL
+        return Plan(Claim(paths, confidence, ClaimSource.EVIDENCE), tuple(ev.evidence), "", str(basis), tuple(notes))
+    if history is not None:
+        similar = _similar(text, history, files, ignore)
+        if similar is not None:
+            return similar
+    notes.append((Note.NAMES_NOTHING, "the text names no path, file, module or identifier of the repository"))
+    return Plan(Claim(), (), "", "none", tuple(notes))
+
+
+def _widen(
+    seeds: Sequence[str], paths: frozenset[str], history: History, files: Files, ignore: Sequence[str], ev: _Collector
+) -> frozenset[str]:
+    """Add, most frequent first, the files past changes to the seeds also touched, until the claim holds
+    most of those changes (at most WIDEN_MAX files; none when that is not enough)."""
+    n, inside = history.closure(seeds, paths, ignore)
+    if n < MIN_SEEN or inside / n >= CLOSED:
+        return paths
+    added: list[tuple[str, int]] = []
+    wider = set(paths)
+    for f, k in history.escapes(seeds, paths, ignore).most_common(WIDEN_MAX):
+        if f not in files.paths or k < 2:
+            break
+        wider.add(f)
+        added.append((f, k))
+        n, inside = history.closure(seeds, wider, ignore)
+        if inside / n >= CLOSED:
+            for g, kk in added:
+                ev.add(g, Kind.COCHANGE, f"touched by {kk} of the {n} past changes to {', '.join(seeds[:2])}")
+            return frozenset(wider)
+    return paths
+
+
+def _anchored_confidence(
+    seeds: Sequence[str],
+    paths: frozenset[str],
+    explicit: bool,
+    history: History | None,
+    ignore: Sequence[str],
+    notes: list[tuple[Note, str]],
+) -> float:
+    """How far to trust a claim anchored on named files: the repo's own record of past changes to those
+    files staying inside such a claim, when it has one; else by how explicitly the text named them."""
+    n, inside = history.closure(seeds, paths, ignore) if history is not None and seeds else (0, 0)
+    if n >= MIN_SEEN:
+        if inside / n >= CLOSED:
+            return STRONG
+        notes.append((Note.WIDE, f"only {inside} of the {n} past changes to these files stayed inside this claim"))
+        return WEAK
+    return STEM if explicit else WEAK
+
+
+def _similar(text: str, history: History, files: Files, ignore: Sequence[str]) -> Plan | None:
+    """Files of past changes described in the same words, trusted when each of them is covered by the
+    others (leave-one-out), widened to their directories when that is what makes them agree."""
+    near = [c for s, c in history.similar(title(text), limit=NEIGHBOURS) if s >= SIMILAR]  # history keeps titles
+    sets = []
+    for c in near:
+        kept = frozenset(f for f in c.files if not (ignore and claims.matches(f, tuple(ignore))))
+        if kept:
+            sets.append(kept)
+    if len(sets) < 2:
+        return None
+    claim = frozenset().union(*sets)
+    if _leave_one_out(sets) < CLOSED:
+        dirs = {posixpath.dirname(f) for f in claim}
+        if "" in dirs or len(dirs) > 3:
+            return None
+        sets = [frozenset(posixpath.dirname(f) + "/" for f in s) for s in sets]
+        claim = frozenset().union(*sets)
+        if _leave_one_out(sets) < CLOSED:
+            return None
+    ev = _Collector()
+    for p in sorted(claim):
+        if p in files.paths or (p.endswith("/") and p[:-1] in files.dirs):
+            ev.add(p, Kind.HISTORY, f"touched by past changes described in the same words ({len(sets)} of them)")
     if not ev.evidence:
-        notes.append((Note.NAMES_NOTHING, "the text names no path, file, module or identifier of the repository"))
-        return Plan(Claim(), (), "", "none", tuple(notes))
-    kinds = {e.kind for e in ev.evidence}
-    if explicit:
-        confidence = STRONG
-    elif Kind.NAMED in kinds:
-        confidence, basis = STEM, Kind.NAMED
-    else:
-        confidence, basis = _history_confidence(ev), Kind.HISTORY
-    paths = frozenset(claims.normalize(p) for p in ev.paths())
-    return Plan(Claim(paths, confidence, ClaimSource.EVIDENCE), tuple(ev.evidence), "", str(basis), tuple(notes))
+        return None
+    paths = frozenset(ev.paths())
+    return Plan(Claim(paths, STEM, ClaimSource.EVIDENCE), tuple(ev.evidence), "", str(Kind.HISTORY))
 
 
-def _similar(text: str, history: History, files: Files, ev: _Collector) -> None:
-    """Files of past changes described in the same words, when at least two of them agree."""
-    near = [(s, c) for s, c in history.similar(text) if s >= 0.5]
-    if len(near) < 2:
-        return
-    union: dict[str, int] = defaultdict(int)
-    for _, c in near[:3]:
-        for f in c.files:
-            union[f] += 1
-    for f in sorted(union):
-        if f in files.paths:
-            ev.add(f, Kind.HISTORY, f"touched by {union[f]} of {min(3, len(near))} past changes in the same words")
-
-
-def _history_confidence(ev: _Collector) -> float:
-    return STEM if 0 < len(ev.evidence) <= 8 else WEAK
-
+def _leave_one_out(sets: Sequence[frozenset[str]]) -> float:
+    """The share of the sets that the union of the others covers."""
+    hits = 0
+    for i, s in enumerate(sets):
+        others = frozenset().union(*(t for j, t in enumerate(sets) if j != i))
+        hits += len(claims.PathIndex(others).meeting(s)) == len(s)
+    return hits / len(sets)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pygit2
 
+from orchestrator.core import claims
 from orchestrator.git import repos
 
 MAX_FILES = 40
@@ -47,6 +48,17 @@ class Change:
         return cls(str(sha), str(subject), tuple(str(f) for f in files))
 
 
+def title(message: str) -> str:
+    """The line that says what a change does: the first one, or for a merged pull request (`Merge pull
+    request #1 from user/branch`) the pull request's title below it."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Merge pull request") and len(lines) > 1:
+        return lines[1]
+    return lines[0]
+
+
 def tokens(text: str) -> frozenset[str]:
     """Content words of a change description, for similarity (numbers, refs and noise words dropped)."""
     text = re.sub(r"#\d+|\b[0-9a-f]{7,40}\b", " ", text.lower())
@@ -55,6 +67,9 @@ def tokens(text: str) -> frozenset[str]:
 
 class History:
     """Co-change counts and a word index over past changes, oldest first; `add` extends it."""
+
+    window = 1000
+    """Recent changes the similarity and closure estimates look at."""
 
     def __init__(self, changes: Iterable[Change] = ()) -> None:
         self.changes: list[Change] = []
@@ -95,12 +110,42 @@ class History:
         out = [(g, k, n) for g, k in self.pairs[path].items() if k >= min_support and k / n >= min_ratio]
         return sorted(out, key=lambda t: (-t[1], t[0]))
 
-    def similar(self, text: str, limit: int = 5, window: int = 1000) -> list[tuple[float, Change]]:
+    def closure(self, seeds: Iterable[str], claim: Iterable[str], ignore: Sequence[str] = ()) -> tuple[int, int]:
+        """Of the recent past changes that touched a seed file: (how many, how many stayed inside `claim`).
+
+        The share is the repo's own estimate of how likely a change to these files stays within the claim:
+        what local evidence's confidence rests on. Files matching `ignore` (union-mergeable) do not count.
+        """
+        index = claims.PathIndex(claim)
+        wanted = set(seeds)
+        n = inside = 0
+        for change in reversed(self.changes[-self.window :]):
+            if len(change.files) > MAX_FILES or wanted.isdisjoint(change.files):
+                continue
+            n += 1
+            rest = [f for f in change.files if not (ignore and claims.matches(f, tuple(ignore)))]
+            inside += len(index.meeting(rest)) == len(rest)
+        return n, inside
+
+    def escapes(self, seeds: Iterable[str], claim: Iterable[str], ignore: Sequence[str] = ()) -> Counter[str]:
+        """Files outside `claim` that recent past changes to a seed file touched, by how many of them."""
+        index = claims.PathIndex(claim)
+        wanted = set(seeds)
+        out: Counter[str] = Counter()
+        for change in self.changes[-self.window :]:
+            if len(change.files) > MAX_FILES or wanted.isdisjoint(change.files):
+                continue
+            for f in change.files:
+                if not index.meets(f) and not (ignore and claims.matches(f, tuple(ignore))):
+                    out[f] += 1
+        return out
+
+    def similar(self, text: str, limit: int = 5) -> list[tuple[float, Change]]:
         """Recent past changes described in the most similar words (Jaccard on content words), best first."""
         q = tokens(text)
         if not q:
             return []
-        first = max(0, len(self.changes) - window)
+        first = max(0, len(self.changes) - self.window)
         hits: Counter[int] = Counter()
         for t in q:
             for i in self.index.get(t, ()):
@@ -137,7 +182,7 @@ def mine(repo_path: Path | str, head: str, since: str | None = None, limit: int 
         if since is not None and str(commit.id) == since:
             met = True
             break
-        out.append(Change(str(commit.id), commit.message.split("\n", 1)[0].strip(), _files(repo, commit)))
+        out.append(Change(str(commit.id), title(commit.message), _files(repo, commit)))
         commit = commit.parents[0] if commit.parents else None
     out.reverse()
     return out, met
