@@ -133,6 +133,7 @@ class Api:
                 web.post("/wait", self.wait),
                 web.post("/plan", self.plan),
                 web.get("/stats/predict", self.stats_predict),
+                web.post("/tickets", self.tickets),
                 web.get("/controls", self.get_controls),
                 web.post("/pause", self.pause),
                 web.post("/resume", self.resume),
@@ -156,7 +157,14 @@ class Api:
         return repo, branch, head
 
     async def enqueue(self, request: web.Request) -> web.Response:
-        data = await _body(request)
+        job = await self.submit(await _body(request))
+        return web.json_response(job.to_json(), status=201)
+
+    async def submit(self, data: dict[str, Any], ticket: tuple[str, str | None] | None = None) -> Job:
+        """Validate one enqueue request and queue it (the API, the hook's tickets and the spool share it).
+
+        `ticket` is (idempotency key, ticket id), stored with the job in one transaction.
+        """
         argv = _str_list(data, "argv") or None
         text = shlex.join(argv) if argv else _field(data, "text", str, required=True)
         if not text.strip():
@@ -182,6 +190,7 @@ class Api:
             declared=sorted(claim.paths),
             claim=claim,
             argv=argv,
+            ticket=ticket,
         )
         olog.get(job_id=job.id, repo=job.repo).info(
             olog.Event.JOB_ENQUEUED,
@@ -192,7 +201,13 @@ class Api:
             after=after,
         )
         self.scheduler.wake()
-        return web.json_response(job.to_json(), status=201)
+        return job
+
+    async def tickets(self, request: web.Request) -> web.Response:
+        """The git hook's request: a commit's tickets, each queued once (see `service.intake`)."""
+        from orchestrator.service import intake
+
+        return web.json_response({"results": await intake.submit(self, await _body(request))})
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         states = request.query.get("state")
