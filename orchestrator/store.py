@@ -126,7 +126,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
     """,
-    # 4: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
+    # 5: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
     # and each repository's mined change history (co-change evidence), extended incrementally.
     """
     ALTER TABLE jobs ADD COLUMN plan_text TEXT NOT NULL DEFAULT '';
