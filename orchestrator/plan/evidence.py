@@ -25,7 +25,7 @@ from pathlib import Path
 
 from orchestrator.core import claims
 from orchestrator.core.models import Claim, ClaimSource
-from orchestrator.git.worktrees import _git_env
+from orchestrator.git import repos
 from orchestrator.plan.base import Evidence, Kind, Note, Plan
 from orchestrator.plan.history import History, title
 from orchestrator.plan.text import Mentions, mentions
@@ -89,8 +89,15 @@ def is_test(path: str) -> bool:
 
 
 def _git(repo: Path, *args: str) -> str:
+    # A repository's object store only: no work tree is read (`-C` plus a revision in every call).
     out = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=_git_env(), timeout=60, check=False
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        env=repos.git_env(Path(repo)),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
     )
     if out.returncode not in (0, 1):  # git grep exits 1 when nothing matched
         raise RuntimeError(f"git {args[0]} failed: {out.stderr.strip()[:200]}")

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
 from orchestrator.core import claims
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, ClaimSource
-from orchestrator.git.worktrees import _git_env
+from orchestrator.git import repos
 from orchestrator.llm.anthropic import Claude, ModelUnavailable
 from orchestrator.plan.base import Evidence, Kind, Note, Plan
 from orchestrator.plan.composite import MODELS, ModelUnusable
@@ -76,7 +77,12 @@ def _ranked(files: list[str], first: list[str], count: dict[str, int], budget_ch
 
 def _snippet(repo: str, base: str, path: str) -> str:
     out = subprocess.run(
-        ["git", "-C", repo, "show", f"{base}:{path}"], capture_output=True, env=_git_env(), timeout=30, check=False
+        ["git", "-C", repo, "show", f"{base}:{path}"],
+        capture_output=True,
+        env=repos.git_env(Path(repo)),
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+        check=False,
     )
     if out.returncode != 0 or b"\0" in out.stdout[:8000]:
         return ""
@@ -112,7 +118,13 @@ def parse(message: Any) -> tuple[frozenset[str], float, str]:
     call = next((b for b in calls if getattr(b, "name", "") == TOOL["name"]), None)
     if call is None:
         raise ModelUnusable(Note.MODEL_MALFORMED, "the model did not call submit_plan")
-    data = call.input if isinstance(call.input, dict) else {}
+    return parse_input(call.input if isinstance(call.input, dict) else {})
+
+
+def parse_input(data: dict[str, Any]) -> tuple[frozenset[str], float, str]:
+    """The claim paths, confidence and plan text of a plan object (`TOOL`'s input schema), or `ModelUnusable`."""
+    if not isinstance(data, dict):
+        raise ModelUnusable(Note.MODEL_MALFORMED, "the plan is not a JSON object")
     raw, confidence, text = data.get("paths"), data.get("confidence"), data.get("plan", "")
     if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
         raise ModelUnusable(Note.MODEL_MALFORMED, "submit_plan without a list of paths")
@@ -173,4 +185,4 @@ def _factory(cfg: Config, store: Store | None, counts: Callable[[str], dict[str,
 
 MODELS["claude"] = _factory
 
-__all__ = ["TOOL", "ClaudePlanner", "parse", "prompt"]
+__all__ = ["TOOL", "ClaudePlanner", "parse", "parse_input", "prompt"]
