@@ -90,32 +90,40 @@ ModelFactory = Callable[[Config, Store | None, Callable[[str], dict[str, int]]],
 the model), or None when that backend is not configured. A model planner's `plan` also takes the local plan."""
 
 MODELS: dict[str, ModelFactory] = {}
-"""Model planners by name ("claude", "ollama"): registered by their modules (see `_load_models`)."""
+"""Model planners by name ("claude", "ollama"): registered by their modules, imported by `build` only when wanted."""
 
 
-def _load_models() -> None:
-    import importlib
+_MODULES = {"claude": "orchestrator.plan.model", "ollama": "orchestrator.plan.ollama_model"}
 
-    for name in ("orchestrator.plan.model", "orchestrator.plan.ollama_model"):
-        try:
-            importlib.import_module(name)
-        except ImportError as e:  # a backend whose client is missing: local evidence still plans
-            olog.get().info(olog.Event.PLAN_NOTE, code=str(Note.NO_MODEL), reason=f"{name}: {e}")
+
+def _wanted(cfg: Config) -> tuple[str, ...]:
+    """The model backends to try, in order: the one the config names, or for `auto` the configured ones."""
+    if cfg.plan.planner == "local":
+        return ()
+    if cfg.plan.planner != "auto":
+        return (cfg.plan.planner,)
+    # `auto` takes Claude only when a key or a server is configured, and never waits on a local server it
+    # has not been told to use; the SDK is imported only then (it costs seconds of start-up).
+    return ("claude",) if cfg.anthropic.api_key or cfg.anthropic.base_url else ()
 
 
 def build(cfg: Config, store: Store | None) -> Composite:
-    """The planner the config names (`plan.planner`): auto picks the first configured model, if any."""
-    _load_models()
+    """The planner the config names (`plan.planner`): auto picks Claude when it is configured."""
+    import importlib
+
     histories = Histories(store)
     local = LocalPlanner(histories)
-    wanted = cfg.plan.planner
     model: Planner | None = None
-    if wanted != "local":
-        for name in (wanted,) if wanted != "auto" else tuple(MODELS):
-            factory = MODELS.get(name)
-            model = factory(cfg, store, histories.counts) if factory else None
-            if model is not None:
-                break
+    for name in _wanted(cfg):
+        try:
+            importlib.import_module(_MODULES[name])
+        except ImportError as e:  # a backend whose client is missing: local evidence still plans
+            olog.get().warning(olog.Event.PLAN_NOTE, code=str(Note.NO_MODEL), reason=f"{name}: {e}")
+            continue
+        factory = MODELS.get(name)
+        model = factory(cfg, store, histories.counts) if factory else None
+        if model is not None:
+            break
     return Composite(local, model, cfg.plan.deadline)
 
 

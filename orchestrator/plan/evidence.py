@@ -263,6 +263,10 @@ def local_plan(
             paths = _widen(seeds, paths, history, files, ignore, ev)
         confidence = _anchored_confidence(seeds, paths, explicit, history, ignore, notes)
         basis = Kind.NAMED if explicit or Kind.SYMBOL not in {e.kind for e in ev.evidence} else Kind.SYMBOL
+        if confidence < STEM and history is not None:
+            similar = _similar(text, history, files, ignore)
+            if similar is not None:  # past changes in the same words agree: they carry the claim
+                return similar
         return Plan(Claim(paths, confidence, ClaimSource.EVIDENCE), tuple(ev.evidence), "", str(basis), tuple(notes))
     if history is not None:
         similar = _similar(text, history, files, ignore)
@@ -305,13 +309,15 @@ def _anchored_confidence(
 ) -> float:
     """How far to trust a claim anchored on named files: the repo's own record of past changes to those
     files staying inside such a claim, when it has one; else by how explicitly the text named them."""
+    if not explicit:
+        return WEAK  # a bare word matching a file's name says little about whether the job touches it
     n, inside = history.closure(seeds, paths, ignore) if history is not None and seeds else (0, 0)
     if n >= MIN_SEEN:
         if inside / n >= CLOSED:
             return STRONG
         notes.append((Note.WIDE, f"only {inside} of the {n} past changes to these files stayed inside this claim"))
         return WEAK
-    return STEM if explicit else WEAK
+    return STEM
 
 
 def _similar(text: str, history: History, files: Files, ignore: Sequence[str]) -> Plan | None:

@@ -66,8 +66,6 @@ _gates: dict[str, Any] = {}
 
 
 def _factory(cfg: Config, store: Store | None, counts: Callable[[str], dict[str, int]]) -> OllamaPlanner | None:
-    if cfg.plan.planner != "ollama":
-        return None  # `auto` never waits on a local server it has not been told to use
     return OllamaPlanner(llm_ollama.from_config(cfg.ollama, _gates), cfg.plan.prompt_tokens, counts)
 
 

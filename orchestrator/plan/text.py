@@ -23,6 +23,8 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 # Code-like identifiers: snake_case with an underscore, camelCase/PascalCase with an inner capital, dotted.
 _CODELIKE = re.compile(r"^(?:_*[a-z0-9]+(?:_[a-z0-9]+)+_*|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*|\w+(?:\.\w+)+)$")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+|\S+@\S+\.\w+")
+_TRAILER = re.compile(r"^[A-Z][\w-]*-by:.*$", re.M)
+"""Commit trailers (`Signed-off-by:`, `Co-authored-by:`): people, not code."""
 _VERSION = re.compile(r"v?\d+(?:\.\w+)+/?")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\(\)")
 _STOP = frozenset(
@@ -88,7 +90,7 @@ def front_matter(text: str) -> tuple[tuple[str, ...], str]:
 def mentions(text: str) -> Mentions:
     """Everything `text` names (see `Mentions`)."""
     declared, body = front_matter(text)
-    body = _URL.sub(" ", body)
+    body = _URL.sub(" ", _TRAILER.sub("", body))
     quoted = _BACKTICK.findall(body)
     paths: list[str] = []
     idents: list[str] = []
