@@ -24,13 +24,14 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core import claims
 from orchestrator.core.models import Policy
 from orchestrator.git import repos
+from orchestrator.plan import accuracy
+from orchestrator.plan.accuracy import Record
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import Change, History, mine
 
@@ -38,85 +39,41 @@ WARMUP = 1000
 """Changes before the replayed range that seed the history (when the range leaves room)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    sha: str
-    subject: str
-    basis: str
-    confident: bool
-    actual: frozenset[str]
-    claim: frozenset[str]
-    covered: int
-    useful: int
-
-    @property
-    def missed(self) -> bool:
-        return self.covered < len(self.actual)
-
-
-def score(claim: frozenset[str], actual: frozenset[str]) -> tuple[int, int]:
-    """(actual files the claim covers, claim entries that cover some actual file)."""
-    index = claims.PathIndex(claim)
-    covered = len(index.meeting(actual))
-    useful = len(claims.PathIndex(actual).meeting(claim))
-    return covered, useful
-
-
-def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> list[Outcome]:
+def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> list[Record]:
     """Plan changes[start:] each on its parent, the history growing one change at a time."""
     history = History(changes[:start])
     out = []
     commits = repos.open_repo(repo)
-    for change in changes[start:]:
+    for n, change in enumerate(changes[start:]):
         commit = commits[change.sha]
         parents = getattr(commit, "parent_ids", [])
         message = getattr(commit, "message", change.subject)
         actual, _ = claims.split_mergeable(change.files, policy.mergeable)
         if parents and actual:
             plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable)
-            confident = claims.ambiguity(plan.claim, policy) is None
-            covered, useful = score(plan.claim.paths, actual)
-            out.append(
-                Outcome(
-                    change.sha, change.subject, plan.basis, confident, actual, plan.claim.paths, covered, useful
-                )
-            )
+            out.append(Record(n, str(repo), plan.claim, plan.basis, actual))
         history.add(change)
     return out
 
 
-def _rate(n: float, d: float) -> float | None:
-    return round(n / d, 3) if d else None
-
-
-def summarise(outcomes: list[Outcome], window: int) -> dict[str, Any]:
-    groups: dict[str, list[Outcome]] = defaultdict(list)
-    for o in outcomes:
-        groups[o.basis].append(o)
-    groups["all"] = outcomes
-
-    def row(group: list[Outcome]) -> dict[str, Any]:
-        conf = [o for o in group if o.confident]
-        return {
-            "changes": len(group),
-            "confident": len(conf),
-            "confident_share": _rate(len(conf), len(group)),
-            "recall": _rate(sum(o.covered for o in conf), sum(len(o.actual) for o in conf)),
-            "precision": _rate(sum(o.useful for o in conf), sum(len(o.claim) for o in conf)),
-            "confident_miss_rate": _rate(sum(o.missed for o in conf), len(conf)),
-            "recall_all": _rate(sum(o.covered for o in group), sum(len(o.actual) for o in group)),
-        }
-
+def summarise(records: list[Record], window: int, policy: Policy) -> dict[str, Any]:
+    """Per basis and in total (`accuracy.summary`), and the pairs of changes the claims would have run
+    concurrently, among those within `window` of each other, with how many really overlapped."""
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        groups[r.basis].append(r)
+    groups["all"] = records
     pairs = concurrent = bad = 0
-    for i, a in enumerate(outcomes):
-        for b in outcomes[i + 1 : i + 1 + window]:
+    confident = [r.confident(policy) for r in records]
+    for i, a in enumerate(records):
+        for j in range(i + 1, min(len(records), i + 1 + window)):
+            b = records[j]
             pairs += 1
-            if a.confident and b.confident and not claims.PathIndex(a.claim).meeting(b.claim):
+            if confident[i] and confident[j] and not claims.PathIndex(a.claim.paths).meeting(b.claim.paths):
                 concurrent += 1
-                if claims.PathIndex(a.actual).meeting(b.actual):
-                    bad += 1
+                bad += bool(claims.PathIndex(a.actual).meeting(b.actual))
     return {
-        "by_basis": {k: row(v) for k, v in sorted(groups.items())},
+        "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
         "pairs": {"window": window, "pairs": pairs, "concurrent": concurrent, "really_overlapped": bad},
     }
 
@@ -157,9 +114,10 @@ def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8) -
     if parents:
         warm, _ = mine(repo, str(parents[0]), None, WARMUP)
     t = time.perf_counter()
-    outcomes = replay(repo, warm + replayed, len(warm), Policy())
+    policy = Policy()
+    outcomes = replay(repo, warm + replayed, len(warm), policy)
     elapsed = time.perf_counter() - t
-    out = summarise(outcomes, window)
+    out = summarise(outcomes, window, policy)
     out.update(repo=str(repo), range=f"{since_sha or ''}..{head_sha}", replayed=len(outcomes))
     out["seconds"] = round(elapsed, 2)
     out["ms_per_plan"] = round(1000 * elapsed / max(1, len(outcomes)), 1)
@@ -168,8 +126,8 @@ def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8) -
 
 def _print(r: dict[str, Any]) -> None:
     print(f"predict: {r['replayed']} changes of {r['repo']} replayed, local evidence only ({r['ms_per_plan']} ms/plan)")
-    cols = ("changes", "confident_share", "recall", "precision", "confident_miss_rate", "recall_all")
-    print(f"  {'basis':<10}" + "".join(f"{c:>21}" for c in cols))
+    cols = ("jobs", "confident_share", "recall", "precision", "confident_miss_rate")
+    print(f"  {'basis':<10}" + "".join(f"{'changes' if c == 'jobs' else c:>21}" for c in cols))
     for basis, row in r["by_basis"].items():
         print(f"  {basis:<10}" + "".join(f"{'-' if row[c] is None else row[c]!s:>21}" for c in cols))
     p = r["pairs"]
