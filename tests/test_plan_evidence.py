@@ -53,7 +53,8 @@ def kinds(p) -> dict[str, set[Kind]]:
 def test_named_file_brings_its_test(shop: Path) -> None:
     """A path the text names is claimed with confidence, and its test file comes with it."""
     p = plan(shop, "refactor src/shop/cart.py to add logging")
-    assert p.claim.source is ClaimSource.EVIDENCE and p.claim.confidence >= 0.8
+    # Too few past changes to cart.py to judge by: an explicitly named path is confident, not strongly.
+    assert p.claim.source is ClaimSource.EVIDENCE and 0.5 <= p.claim.confidence < 0.8
     k = kinds(p)
     assert Kind.NAMED in k["src/shop/cart.py"]
     assert Kind.TEST in k["tests/test_cart.py"]
@@ -67,7 +68,9 @@ def test_named_identifier_finds_its_definition_cochange_and_importing_test(shop:
     assert Kind.SYMBOL in k["src/shop/pricing.py"]
     assert Kind.COCHANGE in k["src/shop/money.py"]
     assert Kind.TEST in k["tests/test_checkout.py"]
-    assert p.claim.confidence >= 0.8
+    # The repo's own record decides the confidence: the first commit touched pricing.py and much else.
+    assert p.claim.confidence < 0.5 and p.notes[0] == (Note.WIDE, "only 3 of the 4 past changes to these files "
+                                                       "stayed inside this claim")
 
 
 def test_text_naming_nothing_is_ambiguous_with_a_note(shop: Path) -> None:
