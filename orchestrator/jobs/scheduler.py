@@ -67,6 +67,7 @@ class Scheduler:
         burst: bool = False,
         grace: float = 2.0,
         planner: Planner | None = None,
+        gates: dict[str, Any] | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -92,7 +93,7 @@ class Scheduler:
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.planning = Planning(
             board,
-            planner or composite.build(cfg, board.store),
+            planner or composite.build(cfg, board.store, gates),
             cfg.plan.concurrency,
             cfg.plan.deadline,
             self.wake,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
@@ -85,9 +86,10 @@ class Composite:
         return Plan(local.claim, local.evidence, "", local.basis, ((code, reason), *local.notes))
 
 
-ModelFactory = Callable[[Config, Store | None, Callable[[str], dict[str, int]]], Planner | None]
+ModelFactory = Callable[[Config, Store | None, Callable[[str], dict[str, int]], dict[str, Any]], Planner | None]
 """Builds a model planner from the config (and a repo's file change counts, to rank the file list it shows
-the model), or None when that backend is not configured. A model planner's `plan` also takes the local plan."""
+the model, and the daemon's model gates by host, so a planner shares the chat plane's gate), or None when
+that backend is not configured. A model planner's `plan` also takes the local plan."""
 
 MODELS: dict[str, ModelFactory] = {}
 """Model planners by name ("claude", "ollama"): registered by their modules, imported by `build` only when wanted."""
@@ -107,7 +109,7 @@ def _wanted(cfg: Config) -> tuple[str, ...]:
     return ("claude",) if cfg.anthropic.api_key or cfg.anthropic.base_url else ()
 
 
-def build(cfg: Config, store: Store | None) -> Composite:
+def build(cfg: Config, store: Store | None, gates: dict[str, Any] | None = None) -> Composite:
     """The planner the config names (`plan.planner`): auto picks Claude when it is configured."""
     import importlib
 
@@ -121,7 +123,7 @@ def build(cfg: Config, store: Store | None) -> Composite:
             olog.get().warning(olog.Event.PLAN_NOTE, code=str(Note.NO_MODEL), reason=f"{name}: {e}")
             continue
         factory = MODELS.get(name)
-        model = factory(cfg, store, histories.counts) if factory else None
+        model = factory(cfg, store, histories.counts, {} if gates is None else gates) if factory else None
         if model is not None:
             break
     return Composite(local, model, cfg.plan.deadline)

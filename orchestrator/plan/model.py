@@ -176,7 +176,9 @@ class ClaudePlanner:
         return Plan(Claim(paths, confidence, ClaimSource.MODEL), evidence, text, str(Kind.MODEL))
 
 
-def _factory(cfg: Config, store: Store | None, counts: Callable[[str], dict[str, int]]) -> ClaudePlanner | None:
+def _factory(
+    cfg: Config, store: Store | None, counts: Callable[[str], dict[str, int]], gates: dict[str, Any]
+) -> ClaudePlanner | None:
     claude = Claude(cfg.anthropic)
     if not claude.available:
         return None

@@ -61,12 +61,11 @@ class OllamaPlanner:
         return Plan(Claim(paths, confidence, ClaimSource.MODEL), evidence, text, str(Kind.MODEL))
 
 
-_gates: dict[str, Any] = {}
-"""One gate per Ollama host for the planners this process builds (the chat plane shares the daemon's)."""
-
-
-def _factory(cfg: Config, store: Store | None, counts: Callable[[str], dict[str, int]]) -> OllamaPlanner | None:
-    return OllamaPlanner(llm_ollama.from_config(cfg.ollama, _gates), cfg.plan.prompt_tokens, counts)
+def _factory(
+    cfg: Config, store: Store | None, counts: Callable[[str], dict[str, int]], gates: dict[str, Any]
+) -> OllamaPlanner | None:
+    # `gates` is the daemon's one gate per host: the planner queues behind chat turns, never beside them.
+    return OllamaPlanner(llm_ollama.from_config(cfg.ollama, gates), cfg.plan.prompt_tokens, counts)
 
 
 MODELS["ollama"] = _factory
