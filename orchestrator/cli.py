@@ -59,10 +59,11 @@ def daemon(burst: bool, grace: float) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name", type=click.Choice(["admission", "worktrees"]))
+@click.argument("name", type=click.Choice(["admission", "worktrees", "crash"]))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
-    """Benchmark mode: `admission` (decision time) or `worktrees` (pooled vs fresh); --help for each."""
+    """Benchmark mode: `admission` (decision time), `worktrees` (pooled vs fresh), `crash` (kill -9 and check
+    nothing is lost); --help for each."""
     import importlib
 
     importlib.import_module(f"orchestrator.bench.{name}").main(list(args))

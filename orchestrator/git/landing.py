@@ -321,6 +321,20 @@ async def _run_command(
     return CheckResult(ok=done.ok, returncode=done.returncode, output_tail=done.output_tail, timed_out=done.timed_out)
 
 
+def remove_stale_scratch(repo_path: Path, scratch_root: Path) -> list[str]:
+    """On start: the landing-check worktrees a killed daemon left under `scratch_root` for this repo, removed."""
+    listing = _git(repo_path, "worktree", "list", "--porcelain")
+    root = scratch_root.resolve()
+    stale = [
+        Path(line.removeprefix("worktree "))
+        for line in listing.stdout.splitlines()
+        if line.startswith("worktree ") and Path(line.removeprefix("worktree ")).resolve().is_relative_to(root)
+    ]
+    for worktree in stale:
+        _remove_scratch(repo_path, worktree, worktree.parent)
+    return [str(w) for w in stale]
+
+
 def _remove_scratch(repo_path: Path, worktree: Path, scratch: Path) -> None:
     # Twice --force: removes it even if dirty or locked. If git cannot, delete the files and prune.
     done = _git(repo_path, "worktree", "remove", "--force", "--force", str(worktree))
