@@ -14,7 +14,7 @@ mix of shell jobs (disjoint files, and appends to one shared file that overlap);
 5. after `clean`, no worktree or branch of the orchestrator is left;
 6. `git fsck` is clean.
 
-    orchestrator bench crash [--kills 50] [--seed 0] [--keep DIR] [--json]
+    orchestrator bench crash [--kills 50] [--seed 0] [--max-jobs 6] [--keep DIR] [--json]
 
 Exit 0 when no round broke an invariant, 1 otherwise (each violation printed on stderr).
 """
@@ -157,7 +157,7 @@ def _job_text(token: str, path: str, pids: Path, sleep: float) -> str:
     return f"echo $$ >> {pids}; sleep {sleep:.2f}; echo {token} >> {path}"
 
 
-def run_round(n: int, rng: random.Random, root: Path) -> Round:
+def run_round(n: int, rng: random.Random, root: Path, max_jobs: int = 6) -> Round:
     r = Round(n)
     started = time.monotonic()
     r.slow_checkout = rng.random() < 0.5
@@ -169,7 +169,7 @@ def run_round(n: int, rng: random.Random, root: Path) -> Round:
     d = Daemon(home)
     d.start()
     try:
-        for j in range(rng.randint(3, 6)):
+        for j in range(rng.randint(3, max(3, max_jobs))):
             token = f"token-{n}-{j}-{rng.randrange(1 << 30)}"
             overlapping = rng.random() < 0.4
             path = SHARED if overlapping else f"f{j}.txt"
@@ -271,7 +271,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def run(kills: int, seed: int, keep: Path | None = None, out: Any = None) -> list[Round]:
+def run(kills: int, seed: int, keep: Path | None = None, out: Any = None, max_jobs: int = 6) -> list[Round]:
     """`kills` rounds, each one kill -9 and one restart; the rounds' results (violations empty when all held)."""
     rng = random.Random(seed)
     rounds = []
@@ -280,7 +280,7 @@ def run(kills: int, seed: int, keep: Path | None = None, out: Any = None) -> lis
     for n in range(kills):
         root = Path(tempfile.mkdtemp(prefix=f"orchestrator-crash-{n}-", dir=keep))
         try:
-            r = run_round(n, rng, root)
+            r = run_round(n, rng, root, max_jobs)
         except (RuntimeError, OSError, ApiError, subprocess.SubprocessError) as e:
             r = Round(n, violations=[f"round could not run: {type(e).__name__}: {e}"])
         rounds.append(r)
@@ -303,11 +303,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="orchestrator bench crash", description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=50, help="rounds, one kill -9 each")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-jobs", type=int, default=6, help="jobs per round: 3 to this many")
     ap.add_argument("--keep", type=Path, default=None, help="keep the dirs of rounds that broke an invariant here")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args(argv)
     started = time.monotonic()
-    rounds = run(args.kills, args.seed, args.keep, out=sys.stderr)
+    rounds = run(args.kills, args.seed, args.keep, out=sys.stderr, max_jobs=args.max_jobs)
     broken = [r for r in rounds if r.violations]
     summary = {
         "kills": len(rounds),
