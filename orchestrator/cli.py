@@ -59,11 +59,11 @@ def daemon(burst: bool, grace: float) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name", type=click.Choice(["admission", "worktrees", "crash"]))
+@click.argument("name", type=click.Choice(["admission", "worktrees", "hook", "crash"]))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
-    """Benchmark mode: `admission` (decision time), `worktrees` (pooled vs fresh), `crash` (kill -9 and check
-    nothing is lost); --help for each."""
+    """Benchmark mode: `admission` (decision time), `worktrees` (pooled vs fresh), `hook` (commit time),
+    `crash` (kill -9 the daemon, check nothing is lost); --help for each."""
     import importlib
 
     importlib.import_module(f"orchestrator.bench.{name}").main(list(args))
@@ -73,7 +73,7 @@ def bench(name: str, args: tuple[str, ...]) -> None:
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the demo here instead of a temp dir.")
 @json_option
 def demo(keep: Path | None, as_json: bool) -> None:
-    """Run the main job on embedded defaults: a demo repo, a burst daemon, shell jobs side by side."""
+    """See it work on embedded defaults: a demo repo, a burst daemon, shell jobs side by side."""
     from orchestrator import demo as demo_mod
 
     sys.exit(demo_mod.run(keep, as_json=as_json))
