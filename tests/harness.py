@@ -93,3 +93,13 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def poll(what: str, check, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+    """`check()`'s first truthy value, polled every 50 ms; AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -5,32 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from pathlib import Path
 
+from orchestrator.runners import process
 from tests.conftest import git
-from tests.harness import Daemon
-
-
-def _until(what: str, check, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests.harness import Daemon, poll
 
 
 def restart(daemon_factory, d: Daemon, name: str) -> Daemon:  # type: ignore[no-untyped-def]
@@ -53,15 +32,15 @@ def test_runner_of_a_killed_daemon_is_ended_before_the_retry(make_repo, daemon_f
         "--path",
         "a.txt",
     )
-    worktree = Path(_until("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
-    lines = _until("the job to write", lambda: (worktree / "a.txt").exists() and (worktree / "a.txt").read_text())
+    worktree = Path(poll("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
+    lines = poll("the job to write", lambda: (worktree / "a.txt").exists() and (worktree / "a.txt").read_text())
     old_pid = int(lines.split()[0])
     d.kill()
-    assert _alive(old_pid), "the runner outlives a kill -9 of its daemon (its own process group)"
+    assert process.alive(old_pid), "the runner outlives a kill -9 of its daemon (its own process group)"
     ctl.write_text("5\n")
 
     d2 = restart(daemon_factory, d, "second")
-    assert not _alive(old_pid), "the restarted daemon ended the dead daemon's runner"
+    assert not process.alive(old_pid), "the restarted daemon ended the dead daemon's runner"
     assert d2.cli_json("show", str(job))["state"] == "interrupted"
     assert d2.cli("retry", str(job)).returncode == 0
     assert d2.cli("wait", str(job), "--timeout", "60").returncode == 0
@@ -118,7 +97,7 @@ def test_landing_killed_after_the_ref_moved_is_finished_on_restart(make_repo, da
     git(repo, "config", "core.fsmonitor", str(hook))
     d = daemon_factory().start()
     job = d.enqueue(repo, "echo new > a.txt", "--path", "a.txt")
-    _until("main to move and the checkout update to stall", mark.exists, timeout=60)
+    poll("main to move and the checkout update to stall", mark.exists, timeout=60)
     assert git(repo, "rev-parse", "main") != old
     kill_tree(d)
 

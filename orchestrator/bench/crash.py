@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.runners import process
 
 USER_FILE = "notes/mine.txt"
 USER_EDIT = "the user's own uncommitted edit\n"
@@ -242,7 +243,7 @@ def _check(d: Daemon, repo: Path, r: Round, before_kill: set[str]) -> None:
         v.append("the user's own edit was changed")
     if _git(repo, "symbolic-ref", "HEAD") != "refs/heads/main":
         v.append("the user's checkout is no longer on main")
-    alive = [p for p in before_kill if _alive(int(p))]
+    alive = [p for p in before_kill if process.alive(int(p))]
     if alive:
         v.append(f"runner processes of the dead daemon still alive: {alive}")
     for i in r.jobs:
@@ -261,14 +262,6 @@ def _check(d: Daemon, repo: Path, r: Round, before_kill: set[str]) -> None:
     fsck = subprocess.run(["git", "fsck", "--no-progress"], cwd=repo, capture_output=True, text=True, check=False)
     if fsck.returncode != 0:
         v.append(f"git fsck failed: {fsck.stderr.strip() or fsck.stdout.strip()}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def run(kills: int, seed: int, keep: Path | None = None, out: Any = None, max_jobs: int = 6) -> list[Round]:
