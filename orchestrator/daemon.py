@@ -101,10 +101,13 @@ class Daemon:
             runners = registry()
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
             for repo in sorted({j.repo for j in await store.jobs()}):
+                # Half-made worktrees first: they make every `git worktree list` in the repo fail.
+                with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
+                    await asyncio.to_thread(
+                        git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
+                    )
                 with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                     await pool.recover(Path(repo))
-                with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
-                    await asyncio.to_thread(git_landing.remove_stale_scratch, Path(repo), self.paths.scratch)
             board = Board(store)
             # Interrupted landings next: the user's checkouts are level before anything lands again.
             await settle_landings(board, pool)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 from orchestrator.runners import process
@@ -133,3 +134,22 @@ def test_job_that_deletes_its_git_file_fails_and_commits_nowhere(make_repo, daem
     assert git(outer, "rev-parse", "HEAD") == outer_head, "nothing was committed into the outer repository"
     assert git(outer, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
     assert git(repo, "rev-parse", "main") == outer_head
+
+
+def test_half_made_check_worktree_is_removed_on_start(make_repo, tmp_path):
+    """A `git worktree add` killed before it wrote `commondir` breaks `git worktree list`; recovery removes it."""
+    from orchestrator.git.landing import remove_stale_scratch
+
+    repo = make_repo()
+    scratch = tmp_path / "state" / "scratch"
+    half = scratch / "orchestrator-check-x" / "abc"
+    half.mkdir(parents=True)
+    admin = repo / ".git" / "worktrees" / "abc"
+    admin.mkdir(parents=True)
+    (admin / "locked").write_text("initializing")
+    (admin / "gitdir").write_text(f"{half}/.git\n")
+    (admin / "commondir").write_text("")  # created, never written: the kill came in between
+    assert subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True).returncode != 0
+    remove_stale_scratch(repo, scratch, tmp_path / "state")
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert not admin.exists() and not half.parent.exists()
