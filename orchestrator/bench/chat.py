@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 
 @asynccontextmanager
-async def _daemon(url: str, policy: str, slots: int, model: str):  # type: ignore[no-untyped-def]
+async def _daemon(url: str, policy: str, slots: int, model: str) -> AsyncIterator[Path]:
     home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
     (home / "config").mkdir()
     (home / "config" / "config.toml").write_text(
@@ -211,6 +212,19 @@ async def run_one(url: str, policy: str, n: int, slots: int, model: str, timeout
     }
 
 
+async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> dict[str, Any]:
+    """One run on a fresh llama-server with as many slots as the gate (its prompt cache starts cold)."""
+    from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing
+
+    try:
+        server = LlamaServer(slots)
+    except SetupMissing as e:
+        print(f"orchestrator: {e}", file=sys.stderr)
+        sys.exit(2)
+    async with server as url:
+        return await run_one(url, policy, n, slots, MODEL_NAME, timeout)
+
+
 def _p99(sorted_values: list[float]) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(0.99 * len(sorted_values)))]
 
@@ -312,6 +326,11 @@ def main(argv: list[str]) -> None:
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--ollama", metavar="URL", help="a real Ollama server (its model must be pulled)")
     src.add_argument("--double", metavar="PROFILE", default="seed", help="the Ollama double's profile (default seed)")
+    src.add_argument(
+        "--llama-server", action="store_true",
+        help="real compute: llama.cpp's llama-server with a random-weight model behind an Ollama shim "
+        "(`bash bench/llama-server-setup.sh` builds it once)",
+    )  # fmt: skip
     ap.add_argument("--model", default="hermes3")
     ap.add_argument("--policy", default="gate,naive", help="policies side by side: gate,naive")
     ap.add_argument("--slots", type=int, help="the gate's slots (default: the double's num_parallel, or 1)")
@@ -329,13 +348,17 @@ def main(argv: list[str]) -> None:
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     from orchestrator.doubles.ollama import profile_named
 
-    default_slots = args.slots or (1 if args.ollama else profile_named(args.double).num_parallel)
+    real = args.ollama or args.llama_server
+    default_slots = args.slots or (1 if real else profile_named(args.double).num_parallel)
     plan: list[tuple[str, int, int]] = [(p, n, default_slots) for p in policies for n in args.n]
     for k in args.sweep_slots or []:
         plan += [("gate", n, k) for n in args.n if k != default_slots or "gate" not in policies]
     rows = []
     for i, (policy, n, slots) in enumerate(plan, 1):
         print(f"[{i}/{len(plan)}] {policy} N={n} slots={slots} ...", file=sys.stderr, flush=True)
+        if args.llama_server:
+            rows.append(await _on_llama_server(policy, n, slots, args.timeout))
+            continue
         proc = None
         url = args.ollama
         if not url:
@@ -347,7 +370,7 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
                 _stop(proc)
     _ratios(rows)
     if args.json:
-        source = args.ollama or f"double:{args.double}"
+        source = args.ollama or ("llama-server" if args.llama_server else f"double:{args.double}")
         print(json.dumps({"machine": machine(), "source": source, "rows": rows}, indent=2))
     else:
         _table(rows)
