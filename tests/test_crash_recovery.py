@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator.runners import process
 from tests.conftest import git
-from tests.harness import Daemon, poll
+from tests.harness import Daemon, until
 
 
 def restart(daemon_factory, d: Daemon, name: str) -> Daemon:  # type: ignore[no-untyped-def]
@@ -33,8 +33,8 @@ def test_runner_of_a_killed_daemon_is_ended_before_the_retry(make_repo, daemon_f
         "--path",
         "a.txt",
     )
-    worktree = Path(poll("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
-    lines = poll("the job to write", lambda: (worktree / "a.txt").exists() and (worktree / "a.txt").read_text())
+    worktree = Path(until("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
+    lines = until("the job to write", lambda: (worktree / "a.txt").exists() and (worktree / "a.txt").read_text())
     old_pid = int(lines.split()[0])
     d.kill()
     assert process.alive(old_pid), "the runner outlives a kill -9 of its daemon (its own process group)"
@@ -98,7 +98,7 @@ def test_landing_killed_after_the_ref_moved_is_finished_on_restart(make_repo, da
     git(repo, "config", "core.fsmonitor", str(hook))
     d = daemon_factory().start()
     job = d.enqueue(repo, "echo new > a.txt", "--path", "a.txt")
-    poll("main to move and the checkout update to stall", mark.exists, timeout=60)
+    until("main to move and the checkout update to stall", mark.exists, timeout=60)
     assert git(repo, "rev-parse", "main") != old
     kill_tree(d)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orchestrator.client import Client, _UnixConnection
 from tests.conftest import git
-from tests.harness import poll
+from tests.harness import until
 
 
 def _raw_post(socket: Path, path: str, payload: bytes) -> tuple[int, dict]:
@@ -79,7 +79,7 @@ def test_wait_and_follow_exit_3_when_the_daemon_dies(make_repo, daemon_factory):
     repo = make_repo()
     d = daemon_factory().start()
     job = d.enqueue(repo, "echo started; sleep 60", "--path", "x.txt")
-    poll("the job to run", lambda: d.cli_json("show", str(job))["state"] == "running")
+    until("the job to run", lambda: d.cli_json("show", str(job))["state"] == "running")
     cmd = [sys.executable, "-m", "orchestrator"]
     waiting = subprocess.Popen([*cmd, "wait", str(job)], env=d.env, stderr=subprocess.PIPE, text=True)
     following = subprocess.Popen(
@@ -100,7 +100,7 @@ def test_no_runtime_dir_puts_the_socket_in_the_private_state_dir(make_repo, tmp_
     daemon = subprocess.Popen([*cmd, "daemon"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         sock = tmp_path / "state" / "orchestrator" / "run" / "orchestrator.sock"
-        poll("the socket", sock.exists)
+        until("the socket", sock.exists)
         assert subprocess.run([*cmd, "status"], env=env, capture_output=True, timeout=60).returncode == 0
         assert sock.parent.stat().st_mode & 0o777 == 0o700
     finally:
@@ -115,7 +115,7 @@ def test_graceful_stop_gives_jobs_sigterm_and_a_grace(make_repo, daemon_factory,
     d = daemon_factory().start()
     cleanup = f"trap 'sleep 0.3; echo cleaned >> {out}; exit 0' TERM"
     job = d.enqueue(repo, f"{cleanup}; echo started >> {out}; while :; do sleep 0.1; done")
-    poll("the job to start", out.exists)
+    until("the job to start", out.exists)
     d.kill(signal.SIGTERM)
     assert out.read_text().splitlines() == ["started", "cleaned"]
     assert d.proc is not None and d.proc.returncode == 0
@@ -131,7 +131,7 @@ def test_requeue_interrupted_on_start(make_repo, daemon_factory, tmp_path):
     (d.home / "config" / "config.toml").write_text("[jobs]\nrequeue_interrupted = true\nkill_grace = 1\n")
     d.start()
     job = d.enqueue(repo, f"while [ ! -e {ctl} ]; do sleep 0.05; done; echo done > r.txt", "--path", "r.txt")
-    poll("the job to run", lambda: d.cli_json("show", str(job))["state"] == "running")
+    until("the job to run", lambda: d.cli_json("show", str(job))["state"] == "running")
     d.kill(signal.SIGTERM)
     ctl.touch()
     d2 = daemon_factory("second")
