@@ -83,7 +83,7 @@ class Daemon:
         try:
             recovered = await store.recover()
             runners = registry()
-            pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
+            pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
             for repo in sorted({j.repo for j in await store.jobs()}):
                 with contextlib.suppress(Exception):
                     await pool.recover(Path(repo))
@@ -136,6 +136,11 @@ class Daemon:
             os.umask(old)
         os.chmod(sock, 0o600)
         return runner
+
+
+def warm_size(cfg: Config) -> int:
+    """Warm worktrees per repo: at least one per slot a repo can fill, so a start rarely waits for a checkout."""
+    return max(cfg.jobs.warm_worktrees, min(cfg.jobs.per_repo, cfg.jobs.max_concurrent))
 
 
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:

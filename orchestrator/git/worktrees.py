@@ -189,13 +189,28 @@ class WorktreePool:
                 path = st.home / f"pool-{secrets.token_hex(4)}"
                 async with st.lock:
                     await _git(st.path, "worktree", "add", "-q", "--detach", str(path), sha)
-                made.append(_Warm(path, sha))
-            await _settle([w.path for w in made])
+                # Valid and clean at once: hand it out now rather than after the settle below.
+                warm = _Warm(path, sha)
+                made.append(warm)
+                st.pool.append(warm)
+                st.pending -= 1
+                want -= 1
         finally:
-            # Even unsettled (a failure or cancel part way), a made worktree is valid and clean.
             st.pending -= want
-            st.pool.extend(made)
         log.info(Event.WORKTREE_POOL_FILLED, repo=str(st.path), at=sha, added=len(made), size=len(st.pool))
+        await self._settle_pooled(st, made)
+
+    async def _settle_pooled(self, st: _Repo, made: list[_Warm]) -> None:
+        """Settle those of `made` still in the pool, taking each out while git refreshes its index."""
+        await _sleep_past_second()
+        for warm in made:
+            if warm not in st.pool:
+                continue  # a job took it meanwhile: unsettled only means a slower first status
+            st.pool.remove(warm)
+            try:
+                await _refresh(warm.path)
+            finally:
+                st.pool.append(warm)
 
     async def recover(self, repo: Path) -> frozenset[int]:
         """Rebuild the pool from disk after a restart; returns the ids of jobs whose worktrees exist.
@@ -356,11 +371,19 @@ async def _settle(paths: list[Path]) -> None:
     # Files written in the same second as the index are "racily clean" to git: it re-reads every one
     # of them on the next status or checkout (~5x slower on a 10k-file tree). Refreshing the index
     # once the clock has moved past that second records them as clean for good.
-    await asyncio.sleep(1.02 - time.time() % 1.0)
+    await _sleep_past_second()
     for path in paths:
-        # Exit 1 only means some entries need updating; the next checkout fixes them.
-        with contextlib.suppress(WorktreeError):
-            await _git(path, "update-index", "-q", "--refresh")
+        await _refresh(path)
+
+
+async def _sleep_past_second() -> None:
+    await asyncio.sleep(1.02 - time.time() % 1.0)
+
+
+async def _refresh(path: Path) -> None:
+    # Exit 1 only means some entries need updating; the next checkout fixes them.
+    with contextlib.suppress(WorktreeError):
+        await _git(path, "update-index", "-q", "--refresh")
 
 
 def _resolve(repo: Path, rev: str) -> str:

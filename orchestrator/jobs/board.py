@@ -1,17 +1,29 @@
 """The job board: every job state change goes through here, so it is stored first, then announced.
 
 Storing before acting is what lets a killed daemon restart where it was; announcing wakes the scheduler
-(event-driven, no polling) and anyone waiting on a job (`orchestrator wait`).
+(event-driven, no polling) and anyone waiting for particular jobs to end (`orchestrator wait`, a landing
+that must follow another). Waiters are woken per job: a state change touches only the waiters of that job,
+and nobody re-reads the jobs they wait for.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator.core.job import Job
 from orchestrator.store import Store
+
+
+class _Waiter:
+    """The jobs one caller waits for that have not ended yet."""
+
+    __slots__ = ("done", "pending")
+
+    def __init__(self, ids: set[int]) -> None:
+        self.pending = ids
+        self.done = asyncio.Event()
 
 
 class Board:
@@ -19,6 +31,7 @@ class Board:
         self.store = store
         self._changed = asyncio.Condition()
         self._wake: Callable[[], None] = lambda: None
+        self._waiters: dict[int, set[_Waiter]] = {}
 
     def on_change(self, wake: Callable[[], None]) -> None:
         self._wake = wake
@@ -27,6 +40,11 @@ class Board:
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
     ) -> Job:
         job = await self.store.update(job_id, event=event, data=data, **fields)
+        if job.state.terminal:
+            for w in self._waiters.get(job_id, ()):
+                w.pending.discard(job_id)
+                if not w.pending:
+                    w.done.set()
         await self.announce()
         return job
 
@@ -34,6 +52,31 @@ class Board:
         self._wake()
         async with self._changed:
             self._changed.notify_all()
+
+    async def wait_ended(self, ids: Iterable[int], timeout: float | None) -> bool:
+        """Wait until every one of these jobs has ended (or is unknown); True if they did within `timeout`."""
+        w = _Waiter(set(ids))
+        watched = tuple(w.pending)
+        for i in watched:
+            self._waiters.setdefault(i, set()).add(w)
+        try:
+            # Registered first, read once after: an end stored meanwhile is seen by one or the other.
+            states = await self.store.states(list(w.pending))
+            w.pending.intersection_update(i for i, st in states.items() if not st.terminal)
+            if not w.pending:
+                return True
+            try:
+                await asyncio.wait_for(w.done.wait(), timeout)
+            except TimeoutError:
+                return False
+            return True
+        finally:
+            for i in watched:
+                ws = self._waiters.get(i)
+                if ws is not None:
+                    ws.discard(w)
+                    if not ws:
+                        del self._waiters[i]
 
     async def wait_until(self, predicate: Callable[[], Any], timeout: float | None) -> bool:
         """Wait until `await predicate()` is truthy or the timeout passes; True if it came true."""

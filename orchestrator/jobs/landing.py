@@ -9,11 +9,11 @@ leave it for a person. A user's uncommitted change in the way makes the landing 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -40,6 +40,7 @@ class Lander:
         self.inflight: set[tuple[str, str]] = set()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self._side: set[asyncio.Task[None]] = set()
 
     def submit(self, job: Job) -> None:
         if job.id in self.tasks and not self.tasks[job.id].done():
@@ -51,16 +52,42 @@ class Lander:
     def _forget(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
 
+    def _beside(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `work` as a task this lander owns (awaited by `drain`), off the landing lock."""
+        task = asyncio.create_task(work, name=name)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _recycle(self, repo: Path, job_id: int, landed: str) -> None:
+        """Give a landed job's worktree back and top the warm pool up at the new head."""
+        log = olog.get(job_id=job_id, repo=str(repo))
+        try:
+            await self.pool.release(repo, job_id, keep=False, delete_branch=True)
+        except Exception as e:  # noqa: BLE001 - the job has landed; a stray worktree is only untidy
+            log.warning(olog.Event.WORKTREE_RECYCLE_FAILED, error=f"{type(e).__name__}: {e}")
+        try:
+            await self.pool.fill(repo, landed)
+        except Exception as e:  # noqa: BLE001 - a cold pool only makes the next start slower
+            log.warning(olog.Event.WORKTREE_POOLED_FAILED, error=f"{type(e).__name__}: {e}")
+
     async def drain(self, timeout: float) -> list[int]:
         """Let landings in flight finish within `timeout`; cancel the rest and return their ids."""
         tasks = list(self.tasks.values())
-        if not tasks:
-            return []
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        return sorted(int(t.get_name().split("-")[1]) for t in pending)
+        cut: list[int] = []
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            cut = sorted(int(t.get_name().split("-")[1]) for t in pending)
+        side = list(self._side)
+        if side:
+            # Recycling is only tidying: what is not done in time, `WorktreePool.recover` redoes on start.
+            _, late = await asyncio.wait(side, timeout=max(timeout, 1.0))
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*side, return_exceptions=True)
+        return cut
 
     def _mergeable(self, job: Job) -> Callable[[str], bool]:
         patterns = (*self.cfg.jobs.mergeable, *self.cfg.repo(job.repo).mergeable)
@@ -76,7 +103,7 @@ class Lander:
             await self.board.update(
                 job.id, reason=f"waits for jobs {_ids(job.land_after)} to land first (overlap seen)"
             )
-            await self.board.wait_until(lambda: self._ended(job.land_after), timeout=None)
+            await self.board.wait_ended(job.land_after, timeout=None)
         key = (job.repo, job.branch)
         lock = self._locks.setdefault(key, asyncio.Lock())
         delay = USER_DIRTY_RETRY[0]
@@ -106,13 +133,6 @@ class Lander:
     async def _fail(self, job: Job, event: str, reason: str) -> None:
         """The job did not land and will not by itself; its branch and worktree stay for a person."""
         await self.board.update(job.id, state=JobState.FAILED, finished_at=time.time(), event=event, reason=reason)
-
-    async def _ended(self, ids: tuple[int, ...]) -> bool:
-        for i in ids:
-            other = await self.board.store.get(i)
-            if other is not None and not other.state.terminal:
-                return False
-        return True
 
     async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> str:
         assert job.result is not None
@@ -146,7 +166,6 @@ class Lander:
         outcome = result.outcome
         if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
             landed = result.sha or job.result
-            await self.pool.release(repo, job.id, keep=False, delete_branch=True)
             await self.board.update(
                 job.id,
                 state=JobState.LANDED,
@@ -158,8 +177,8 @@ class Lander:
             )
             event = olog.Event.LANDING_LANDED if outcome is git_landing.LandOutcome.LANDED else olog.Event.LANDING_NOOP
             log.info(event, sha=landed, branch=job.branch)
-            with contextlib.suppress(Exception):
-                await self.pool.fill(repo, landed)
+            # Nothing slow under the landing lock: the worktree goes back and the pool refills beside it.
+            self._beside(self._recycle(repo, job.id, landed), f"recycle-{job.id}")
             return "done"
         if outcome is git_landing.LandOutcome.USER_DIRTY:
             reason = (

@@ -20,10 +20,10 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core import admission, claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import Decision, JobState, JobView, Outcome, Snapshot
+from orchestrator.core.models import Decision, JobState, JobView, Outcome, Reason, Snapshot
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool
-from orchestrator.jobs import retire
+from orchestrator.jobs import retire, rounds
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
@@ -31,9 +31,12 @@ from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.runners import Runner
+from orchestrator.store import Write
 
 OPEN_STATES = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING)
 DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
+ROUND_SLICE = 200
+"""Decisions made between two yields to the event loop in one round."""
 
 
 class JobError(Exception):
@@ -46,9 +49,21 @@ class JobError(Exception):
 
 @dataclass
 class _Seen:
-    """The last logged decision of a waiting job, so each is logged once per change of reason."""
+    """What is known of each waiting job between rounds, so a round writes only what changed.
 
-    last: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    `live` is its latest decision (served by `why` and `status`, never written every round); `written` the
+    reason code last stored and logged for it; `checked` the head of its branch it was last checked
+    against for BaseMoved, so the next round only looks at what moved since.
+    """
+
+    live: dict[int, Decision] = field(default_factory=dict)
+    written: dict[int, Reason] = field(default_factory=dict)
+    checked: dict[int, str] = field(default_factory=dict)
+
+    def forget(self, job_id: int) -> None:
+        self.live.pop(job_id, None)
+        self.written.pop(job_id, None)
+        self.checked.pop(job_id, None)
 
 
 class Scheduler:
@@ -78,6 +93,9 @@ class Scheduler:
         self._actual: dict[int, frozenset[str]] = {}
         self._overlaps: set[tuple[int, int]] = set()
         self._seen = _Seen()
+        self._planned = rounds.Planned(board.store)
+        self._views = rounds.Views()
+        self._repo_facts = rounds.RepoFacts()
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
@@ -133,17 +151,45 @@ class Scheduler:
         return sorted(cut)
 
     async def _round(self) -> None:
+        try:
+            await self._decide_round()
+        except BaseException:
+            self._planned.reset()
+            self._repo_facts.reset()
+            raise
+
+    async def _decide_round(self) -> None:
         store = self.board.store
         for job in await store.jobs([JobState.QUEUED]):
             await self._plan(job)
-        planned = await store.jobs([JobState.PLANNED])
+        planned = await self._planned.jobs()
+        by_id = {j.id: j for j in planned}
+        for job_id in self._seen.live.keys() - by_id.keys():
+            self._seen.forget(job_id)
         if not planned:
+            self._repo_facts.reset()
             return
         active = await store.jobs([JobState.RUNNING, JobState.LANDING])
-        snapshot = await self._snapshot(planned, active)
-        by_id = {j.id: j for j in planned}
-        for decision in admission.decide_all(snapshot):
-            await self._act(by_id[decision.job_id], decision)
+        self._views.keep((*by_id, *(j.id for j in active)))
+        snapshot, heads = await self._snapshot(planned, active)
+        # Repositories whose facts did not change since the last round are not decided again.
+        snapshot = self._repo_facts.narrow(snapshot, self._seen.live)
+        writes: list[Write] = []
+        for n, decision in enumerate(admission.iter_decisions(snapshot), start=1):
+            job = by_id[decision.job_id]
+            if decision.outcome is Outcome.DEFER:
+                self._defer(job, decision, writes)
+                head = heads.get((job.repo, job.branch))
+                if head:
+                    self._seen.checked[job.id] = head  # BaseMoved passed up to here
+            else:
+                self._seen.forget(job.id)
+                await self._act(job, decision)
+            if n % ROUND_SLICE == 0:
+                await asyncio.sleep(0)  # a long queue's tail must not stall the API and the running jobs
+        if writes:
+            await store.update_many(writes)  # one transaction for the round's changed reasons
+        self._repo_facts.commit()
 
     async def _plan(self, job: Job) -> None:
         """Predict the claim and fix the base. Declared paths only, for now (the pre-plan pass comes next)."""
@@ -173,7 +219,9 @@ class Scheduler:
             source=str(claim.source),
         )
 
-    async def _snapshot(self, planned: list[Job], active: list[Job]) -> Snapshot:
+    async def _snapshot(
+        self, planned: list[Job], active: list[Job]
+    ) -> tuple[Snapshot, dict[tuple[str, str], str | None]]:
         heads: dict[tuple[str, str], str | None] = {}
         for job in (*planned, *active):
             key = (job.repo, job.branch)
@@ -187,17 +235,19 @@ class Scheduler:
             head = heads[(job.repo, job.branch)]
             if head is None:
                 moved[job.id] = None
-            elif job.base and head != job.base:
-                moved[job.id] = await self._moved(job.repo, job.base, head)
+            elif job.base:
+                # Only what moved since it was last checked: earlier moves were checked already.
+                since = self._seen.checked.get(job.id, job.base)
+                if head != since:
+                    moved[job.id] = await self._moved(job.repo, since, head)
         mergeable = {repo: await self._mergeable(repo, head) for (repo, _), head in heads.items()}
         deps = {dep for job in planned for dep in job.after}
         states = await self.board.store.states(deps)
 
         def view(job: Job) -> JobView:
-            v = job.view(mergeable.get(job.repo, frozenset()))
-            return replace(v, actual=self._actual[job.id]) if job.id in self._actual else v
+            return self._views.view(job, mergeable.get(job.repo, frozenset()), self._actual.get(job.id))
 
-        return Snapshot(
+        snapshot = Snapshot(
             active=tuple(view(j) for j in active),
             waiting=tuple(view(j) for j in planned),
             moved=moved,
@@ -206,6 +256,7 @@ class Scheduler:
             dead=frozenset(i for i, st in states.items() if st in DEAD_STATES),
             policy=self.cfg.policy(),
         )
+        return snapshot, heads
 
     async def _mergeable(self, repo: str, head: str | None) -> frozenset[str]:
         """A repo's own union-mergeable entries: its config's, and what `.gitattributes` marks merge=union."""
@@ -229,14 +280,42 @@ class Scheduler:
                 self._moved_cache[key] = None
         return self._moved_cache[key]
 
+    def _defer(self, job: Job, decision: Decision, writes: list[Write]) -> None:
+        """Keep a deferred job's live decision; store and log it only when its reason code changes.
+
+        Blocking ids and counts change on nearly every round of a long queue; writing them each time
+        is what made the event log grow quadratically. The transient Landing reason is not written over
+        a more durable one. `live` keeps the exact latest decision for `why` and `status`.
+        """
+        self._seen.live[job.id] = decision
+        last = self._seen.written.get(job.id)
+        if last == decision.reason or (last is not None and decision.reason is Reason.LANDING):
+            return
+        self._seen.written[job.id] = decision.reason
+        olog.get(job_id=job.id, repo=job.repo).info(olog.Event.ADMISSION_DEFERRED, **_decision_fields(decision))
+        writes.append(
+            Write(
+                job.id,
+                {"decision": decision.to_json(), "reason": decision.message},
+                "deferred",
+                {"reason": str(decision.reason)},
+            )
+        )
+
+    def live(self, job: Job) -> Job:
+        """`job` with its latest admission decision when it waits (rounds keep it in memory, not the store)."""
+        d = self._seen.live.get(job.id)
+        if d is None or job.state is not JobState.PLANNED:
+            return job
+        return replace(job, decision=d.to_json(), reason=d.message)
+
     async def _act(self, job: Job, decision: Decision) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)
-        key = (decision.reason, decision.blocking, decision.paths)
-        changed = self._seen.last.get(job.id) != key
-        self._seen.last[job.id] = key
         fields = _decision_fields(decision)
         if decision.outcome is Outcome.ADMIT:
-            self._seen.last.pop(job.id, None)
+            current = await self.board.store.get(job.id)
+            if current is None or current.state is not JobState.PLANNED:
+                return  # cancelled (or re-planned) while the round was deciding: the next round sees it
             head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
             job = await self.board.update(
                 job.id,
@@ -250,13 +329,11 @@ class Scheduler:
             log.info(olog.Event.ADMISSION_ADMITTED, **fields)
             self._start(job)
         elif decision.outcome is Outcome.REPLAN:
-            self._seen.last.pop(job.id, None)
             log.info(olog.Event.ADMISSION_REPLAN, **fields)
             await self.board.update(
                 job.id, state=JobState.QUEUED, decision=decision.to_json(), reason=decision.message, event="replan"
             )
         elif decision.outcome is Outcome.FAIL:
-            self._seen.last.pop(job.id, None)
             log.warning(olog.Event.ADMISSION_FAILED, **fields)
             await self.board.update(
                 job.id,
@@ -265,15 +342,6 @@ class Scheduler:
                 decision=decision.to_json(),
                 reason=decision.message,
                 event="failed",
-            )
-        elif changed:
-            log.info(olog.Event.ADMISSION_DEFERRED, **fields)
-            await self.board.store.update(
-                job.id,
-                decision=decision.to_json(),
-                reason=decision.message,
-                event="deferred",
-                data={"reason": str(decision.reason)},
             )
 
     def _start(self, job: Job) -> None:
@@ -423,20 +491,13 @@ class Scheduler:
         job = await self.board.store.get(job_id)
         if job is None:
             raise JobError(f"no job {job_id}: `orchestrator status` lists the jobs", status=404)
-        return job
+        return self.live(job)
 
     async def wait(self, ids: Iterable[int], timeout: float | None) -> list[Job]:
         ids = list(ids)
-
-        async def done() -> bool:
-            for i in ids:
-                job = await self.board.store.get(i)
-                if job is not None and not job.state.terminal:
-                    return False
-            return True
-
-        await self.board.wait_until(done, timeout)
-        return [j for i in ids if (j := await self.board.store.get(i)) is not None]
+        await self.board.wait_ended(ids, timeout)
+        found = {j.id: j for j in await self.board.store.get_many(ids)}
+        return [self.live(found[i]) for i in ids if i in found]
 
 
 def _decision_fields(d: Decision) -> dict[str, Any]:
