@@ -63,6 +63,17 @@ class OllamaConfig:
 class AnthropicConfig:
     base_url: str = ""
     model: str = "claude-sonnet-4-5"
+    """The model coding agents use."""
+    plan_model: str = "claude-haiku-4-5"
+    """A small, fast model for the pre-plan pass."""
+    concurrency: int = 4
+    """Claude calls in flight at once, planning and agents together (one bound for the whole daemon)."""
+    timeout: float = 120.0
+    """Seconds one request may take before it counts as failed (and is retried)."""
+    max_retries: int = 5
+    """Retries of a transient failure (429, 529, 5xx, connection, timeout) before the call gives up."""
+    max_retry_wait: float = 60.0
+    """Longest single wait between retries, whatever `retry-after` asks for."""
     api_key: Secret = field(default_factory=lambda: Secret(""))
 
 
@@ -117,7 +128,12 @@ parallel = 1                       # match the server's OLLAMA_NUM_PARALLEL
 model = "hermes3"
 
 [anthropic]
-model = "claude-sonnet-4-5"        # key from env ANTHROPIC_API_KEY only
+model = "claude-sonnet-4-5"        # coding agents; key from env ANTHROPIC_API_KEY only
+plan_model = "claude-haiku-4-5"    # the pre-plan pass
+concurrency = 4                    # Claude calls in flight at once, planning and agents together
+timeout = 120                      # seconds per request
+max_retries = 5                    # transient errors (429, 529, 5xx, connection) retried with backoff
+max_retry_wait = 60                # cap on one wait, whatever retry-after says
 
 [daemon]
 shutdown_timeout = 10
@@ -181,6 +197,12 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.timeout: must be positive")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
+    if cfg.anthropic.concurrency < 1:
+        raise ConfigError("anthropic.concurrency: must be at least 1")
+    if cfg.anthropic.timeout <= 0:
+        raise ConfigError("anthropic.timeout: must be positive")
+    if cfg.anthropic.max_retries < 0:
+        raise ConfigError("anthropic.max_retries: must be 0 or more")
 
 
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from aiohttp import web
 
@@ -24,9 +24,10 @@ from orchestrator.api import Api
 from orchestrator.config import Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.scheduler import Scheduler
+from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
 from orchestrator.paths import Paths
 from orchestrator.runners import registry
+from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.store import Store
 
 
@@ -80,6 +81,7 @@ class Daemon:
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         store = await Store.open(self.paths.db)
+        notifier = Notifier()
         try:
             recovered = await store.recover()
             runners = registry()
@@ -101,10 +103,20 @@ class Daemon:
             )
             if any(recovered.values()):
                 log.info(olog.Event.DAEMON_RECOVERED, **recovered)
+
+            async def open_jobs() -> list[dict[str, Any]]:
+                return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN_STATES)]
+
+            # Under systemd: ready only now (socket listening, recovery done); status on change; watchdog.
+            scheduler.tick = notifier.tick
+            board.on_change(notifier.changed)
+            notifier.ready(status_line(await open_jobs()))
+            notifier.start(open_jobs, lambda: scheduler.heartbeat)
             main = asyncio.create_task(scheduler.run(), name="scheduler")
             stop = asyncio.create_task(self._stop.wait(), name="stop")
             await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
             log.info(olog.Event.DAEMON_STOPPING, reason="burst done" if main.done() else "signal")
+            notifier.stopping()
             if main.done() and main.exception():
                 raise main.exception()  # type: ignore[misc]
             cut = await scheduler.stop(self.cfg.daemon.shutdown_timeout)
@@ -115,6 +127,7 @@ class Daemon:
                 log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
             await runner.cleanup()
         finally:
+            await notifier.close()
             await store.close()
             with contextlib.suppress(FileNotFoundError):
                 self.paths.socket.unlink()

@@ -34,6 +34,7 @@ class Event(StrEnum):
     JOB_FAILED = "job.failed"
     JOB_CANCELLED = "job.cancelled"
     JOB_RETRIED = "job.retried"
+    JOB_CLEANED = "job.cleaned"
     JOB_REQUEUED = "job.requeued"
     JOB_CHANGED = "job.changed"
     JOB_OVERLAP = "job.overlap"
@@ -58,9 +59,18 @@ class Event(StrEnum):
     WORKTREE_REMOVED = "worktree.removed"
     CHANGES_UNPARSABLE_DIFF = "changes.unparsable_diff"
     CHANGES_WATCH_STOP_TIMEOUT = "changes.watch_stop_timeout"
+    CLAUDE_CALL = "claude.call"
+    CLAUDE_RETRY = "claude.retry"
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
     GATE_ADMITTED = "gate.admitted"
     GATE_REJECTED = "gate.rejected"
+    SERVICE_NOTIFY_FAILED = "service.notify_failed"
+    SERVICE_WATCHDOG_STALLED = "service.watchdog_stalled"
+    SPOOL_SUBMITTED = "spool.submitted"
+    SPOOL_REJECTED = "spool.rejected"
+    SPOOL_ERROR = "spool.error"
+    TICKET_DUPLICATE = "ticket.duplicate"
+    TICKET_SUPERSEDED = "ticket.superseded"
 
 
 EVENTS = frozenset(e.value for e in Event)

@@ -300,6 +300,13 @@ class Store:
                         payload.setdefault("state", str(w.fields["state"]))
                     await self._event(w.job_id, w.event, payload, now)
 
+    async def delete_job(self, job_id: int) -> None:
+        """Forget an ended job: its record and its history (`orchestrator clean`)."""
+        async with self._transaction():
+            self._changed.add(job_id)
+            await self._db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
+            await self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
     async def _event(self, job_id: int, kind: str, data: dict[str, Any], at: float) -> None:
         await self._db.execute(
             "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",

@@ -56,13 +56,16 @@ def test_disjoint_jobs_run_at_the_same_time_and_both_land(started, tmp_path):
     assert git(repo, "show", "main:src/a.py") == "a" and git(repo, "show", "main:docs/x.md") == "b"
 
 
-def test_overlapping_jobs_never_overlap_in_time_and_land_in_order(started):
+def test_overlapping_jobs_never_overlap_in_time_and_land_in_order(started, tmp_path):
     """A job whose claim meets an active job's waits (Overlap), then runs and lands after it."""
     repo, d = started
-    a = d.enqueue(repo, "sleep 1; echo first > src/a.py", "--path", "src/a.py")
+    gate = tmp_path / "gate"
+    a = d.enqueue(repo, f"{wait_for_file(gate)}; sleep 0.2; echo first > src/a.py", "--path", "src/a.py")
     b = d.enqueue(repo, "echo second >> src/a.py", "--path", "src/")
-    until(lambda: d.cli_json("show", str(a))["state"] in ("running", "landing", "landed"), what="a running")
+    until(lambda: d.cli_json("show", str(a))["state"] == "running", what="a running")
+    until(lambda: d.cli_json("why", str(b))["decision"] is not None, what="b decided")
     why = d.cli_json("why", str(b))
+    gate.touch()
     assert why["decision"]["reason"] in ("Overlap", "Priority")
     assert a in why["decision"]["blocking"]
     assert d.cli("wait", str(a), str(b), "--timeout", "60").returncode == 0
@@ -78,12 +81,15 @@ def test_overlapping_jobs_never_overlap_in_time_and_land_in_order(started):
     )
 
 
-def test_a_job_with_no_claim_runs_alone(started):
+def test_a_job_with_no_claim_runs_alone(started, tmp_path):
     """An unclaimed job waits for the repo to empty, runs alone, and later jobs wait for it."""
     repo, d = started
-    a = d.enqueue(repo, "sleep 0.5; echo a > src/a.py", "--path", "src/a.py")
+    gate = tmp_path / "gate"
+    a = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
     alone = d.enqueue(repo, "sleep 0.5; echo alone > alone.txt")
     c = d.enqueue(repo, "echo c > docs/x.md", "--path", "docs/x.md")
+    until(lambda: d.cli_json("why", str(alone))["decision"] is not None, what="the lone job decided")
+    gate.touch()
     assert d.cli("wait", str(a), str(alone), str(c), "--timeout", "60").returncode == 0
     jobs = {j["id"]: j for j in d.cli_json("status")}
     assert all(j["state"] == "landed" for j in jobs.values())

@@ -30,11 +30,12 @@ class Board:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._changed = asyncio.Condition()
-        self._wake: Callable[[], None] = lambda: None
+        self._listeners: list[Callable[[], None]] = []
         self._waiters: dict[int, set[_Waiter]] = {}
 
     def on_change(self, wake: Callable[[], None]) -> None:
-        self._wake = wake
+        """Call `wake` (cheap, synchronous) after every change: the scheduler, the service status line."""
+        self._listeners.append(wake)
 
     async def update(
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
@@ -49,7 +50,8 @@ class Board:
         return job
 
     async def announce(self) -> None:
-        self._wake()
+        for wake in self._listeners:
+            wake()
         async with self._changed:
             self._changed.notify_all()
 

@@ -85,6 +85,10 @@ class Scheduler:
         self.burst = burst
         self.grace = grace
         self._last_wake = 0.0
+        self.heartbeat = time.monotonic()
+        """Stamped each round and each idle wait: the service watchdog pings only while it is fresh."""
+        self.tick: float | None = None
+        """Longest idle wait (set under a watchdog), so a healthy idle loop still stamps its heartbeat."""
         self.executor = Executor(board, cfg, paths, pool, runners, self._on_change)
         self.lander = Lander(board, cfg, paths, pool)
         self._wakeup = asyncio.Event()
@@ -114,6 +118,7 @@ class Scheduler:
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
             self._wakeup.clear()
+            self.heartbeat = time.monotonic()
             try:
                 await self._round()
             except Exception as e:  # noqa: BLE001 - a bad round must not take running jobs down with it
@@ -128,6 +133,9 @@ class Scheduler:
                 if quiet >= self.grace:
                     return
                 timeout = self.grace - quiet
+            if self.tick is not None:
+                timeout = min(timeout, self.tick)
+            self.heartbeat = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
 
@@ -175,6 +183,8 @@ class Scheduler:
         # Repositories whose facts did not change since the last round are not decided again.
         snapshot = self._repo_facts.narrow(snapshot, self._seen.live)
         writes: list[Write] = []
+        busy = len(active)
+        complete = True
         for n, decision in enumerate(admission.iter_decisions(snapshot), start=1):
             job = by_id[decision.job_id]
             if decision.outcome is Outcome.DEFER:
@@ -183,13 +193,22 @@ class Scheduler:
                 if head:
                     self._seen.checked[job.id] = head  # BaseMoved passed up to here
             else:
+                busy += decision.admitted
                 self._seen.forget(job.id)
                 await self._act(job, decision)
             if n % ROUND_SLICE == 0:
                 await asyncio.sleep(0)  # a long queue's tail must not stall the API and the running jobs
+                if self._wakeup.is_set() and busy >= snapshot.policy.max_concurrent:
+                    # Every slot is taken, so the tail can only be deferred: start over on the newer facts
+                    # rather than finish explaining the old ones (a landing must not wait for that).
+                    complete = False
+                    break
         if writes:
             await store.update_many(writes)  # one transaction for the round's changed reasons
-        self._repo_facts.commit()
+        if complete:
+            self._repo_facts.commit()
+        else:
+            self._repo_facts.reset()
 
     async def _plan(self, job: Job) -> None:
         """Predict the claim and fix the base. Declared paths only, for now (the pre-plan pass comes next)."""
@@ -478,13 +497,22 @@ class Scheduler:
         return job
 
     async def clean(self, job_id: int) -> list[str]:
-        """Drop what an ended job kept (its worktree, its branch and its earlier attempts' branches)."""
+        """Forget an ended job: its worktree, its branch, its earlier attempts' branches, its log and its record.
+
+        Landed commits stay in git; only the bookkeeping goes.
+        """
         job = await self.get(job_id)
         if not job.state.terminal:
             raise JobError(f"job {job_id} is {job.state}; cancel it first (`orchestrator cancel {job_id}`)")
+        waiting = [j.id for j in await self.board.store.jobs(OPEN_STATES) if job_id in j.after]
+        if waiting:
+            raise JobError(f"job {job_id} is a dependency (--after) of open jobs {waiting}; clean it once they end")
         await self.pool.clean(Path(job.repo), job_id)
         dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
-        await self.board.update(job_id, worktree=None, event="cleaned", data={"branches": dropped})
+        await self.board.store.delete_job(job_id)
+        self.paths.job_log(job_id).unlink(missing_ok=True)
+        olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
+        await self.board.announce()
         return dropped
 
     async def get(self, job_id: int) -> Job:

@@ -1,0 +1,56 @@
+"""What every command shares: the API client, exit codes, `--json`, and error mapping.
+
+Data goes to stdout, human messages to stderr. Exit codes: 0 ok, 1 failed, 2 rejected or usage,
+3 daemon unreachable, 4 `wait` timed out, 78 invalid config.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from orchestrator import paths
+from orchestrator.client import ApiError, Client, Unreachable
+
+OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT = 0, 1, 2, 3, 4
+F = TypeVar("F", bound=Callable[..., Any])
+
+ENDED_STATES = ("landed", "failed", "conflicted", "cancelled", "interrupted")
+FAILED_STATES = frozenset({"failed", "conflicted", "cancelled", "interrupted"})
+
+
+def err(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def client() -> Client:
+    return Client(paths.resolve().socket)
+
+
+def api_call(fn: F) -> F:
+    """Map the client's failures onto exit codes with the daemon's own message."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Unreachable as e:
+            err(f"orchestrator: {e}")
+            sys.exit(UNREACHABLE)
+        except ApiError as e:
+            err(f"orchestrator: {e.message}")
+            sys.exit(REJECTED if e.status < 500 else FAILED)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")

@@ -1,0 +1,119 @@
+"""Queue verbs like pueue's: each takes several ids and filters (`--failed`, `--repo`, `--all`).
+
+`cancel`, `retry` and `clean` act on jobs one by one and report each; one refusal does not stop the
+rest (the exit code says some were refused).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.client import ApiError, Client
+from orchestrator.commands.common import (
+    ENDED_STATES,
+    FAILED_STATES,
+    REJECTED,
+    api_call,
+    client,
+    emit,
+    err,
+    json_option,
+)
+
+OPEN_STATES = ("queued", "planning", "planned", "running", "landing")
+
+
+def _filters(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--all", "all_", is_flag=True, help="Every job this verb applies to.")(fn)
+    fn = click.option("--failed", is_flag=True, help="Jobs that ended without landing.")(fn)
+    fn = click.option(
+        "--repo", type=click.Path(path_type=Path), help="Only jobs of this repository (with --all or --failed: theirs)."
+    )(fn)
+    return click.argument("job_ids", type=int, nargs=-1)(fn)
+
+
+def select(
+    c: Client, ids: Iterable[int], *, states: Iterable[str], all_: bool, failed: bool, repo: Path | None
+) -> list[int]:
+    """The ids named, plus every job in `states` that the filters pick; a usage error when nothing is named."""
+    picked = list(dict.fromkeys(ids))
+    if all_ or failed or repo is not None:
+        wanted = set(states) & set(FAILED_STATES) if failed else set(states)
+        where = str(repo.expanduser().resolve()) if repo is not None else None
+        for j in c.jobs(",".join(sorted(wanted))) if wanted else []:
+            if (where is None or j["repo"] == where) and j["id"] not in picked:
+                picked.append(j["id"])
+        return picked
+    if not picked:
+        raise click.UsageError("name job ids, or pick them with --all, --failed or --repo PATH")
+    return picked
+
+
+def each(
+    ids: list[int], act: Callable[[int], dict[str, Any]], line: Callable[[dict[str, Any]], str], as_json: bool
+) -> None:
+    """Act on every id, report each (stderr, or one JSON list), exit 2 if any was refused."""
+    done: list[dict[str, Any]] = []
+    refused = 0
+    for i in ids:
+        try:
+            result = act(i)
+        except ApiError as e:
+            refused += 1
+            done.append({"id": i, "error": e.message})
+            if not as_json:
+                err(f"job {i}: {e.message}")
+            continue
+        done.append(result)
+        if not as_json:
+            err(line(result))
+    if as_json:
+        emit(done)
+    elif not ids:
+        err("no job matched")
+    if refused:
+        sys.exit(REJECTED)
+
+
+@click.command()
+@_filters
+@json_option
+@api_call
+def cancel(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None, as_json: bool) -> None:
+    """Cancel jobs that have not landed (`--all`: every open job)."""
+    if failed:
+        raise click.UsageError("--failed jobs have ended already; nothing to cancel")
+    c = client()
+    ids = select(c, job_ids, states=OPEN_STATES, all_=all_, failed=failed, repo=repo)
+    each(ids, c.cancel, lambda j: f"job {j['id']}: {j['state']}", as_json)
+
+
+@click.command()
+@_filters
+@json_option
+@api_call
+def retry(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None, as_json: bool) -> None:
+    """Queue failed, cancelled, conflicted or interrupted jobs again (`--all`/`--failed`: every such job)."""
+    c = client()
+    ids = select(c, job_ids, states=FAILED_STATES, all_=all_, failed=failed, repo=repo)
+    each(ids, c.retry, lambda j: f"job {j['id']}: {j['state']} ({j['reason']})", as_json)
+
+
+@click.command()
+@_filters
+@json_option
+@api_call
+def clean(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None, as_json: bool) -> None:
+    """Remove ended jobs: their worktrees, kept branches, logs and records (landed commits stay in git)."""
+    c = client()
+    ids = select(c, job_ids, states=ENDED_STATES, all_=all_, failed=failed, repo=repo)
+
+    def line(d: dict[str, Any]) -> str:
+        return f"job {d['id']}: cleaned" + (f" (dropped {', '.join(d['branches'])})" if d["branches"] else "")
+
+    each(ids, c.clean, line, as_json)

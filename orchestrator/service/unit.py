@@ -1,0 +1,118 @@
+"""The systemd user unit, rendered for the entry point that is really installed.
+
+`render()` is pure; `entry_point()` finds the interpreter running this package, so the unit works
+the same for a venv, pipx or a user install (`sys.executable -m orchestrator`). The copy under
+`systemd/` in the repository is `render(GENERIC)`: it finds `orchestrator` on the unit's PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from orchestrator import config
+
+NAME = "orchestrator.service"
+
+NO_RESTART: tuple[int, ...] = (config.EX_CONFIG,)
+"""Exit codes that restarting cannot fix (a bad config, a database it must not open): no restart loop."""
+
+GENERIC: tuple[str, ...] = ("/usr/bin/env", "orchestrator")
+"""The entry point of the repository's example unit: `orchestrator` found on the unit's PATH."""
+
+WATCHDOG_SEC = 60
+BASE_PATH = ("%h/.local/bin", "/usr/local/bin", "/usr/bin", "/bin")
+
+
+def no_restart_codes() -> tuple[int, ...]:
+    """`NO_RESTART` plus every `EX_*` exit code the package declares besides the generic ones."""
+    codes = set(NO_RESTART)
+    for module in _exit_code_modules():
+        for name, value in vars(module).items():
+            if name.startswith("EX_") and isinstance(value, int) and value not in (0, 1, 2, 3):
+                codes.add(value)
+    return tuple(sorted(codes))
+
+
+def _exit_code_modules() -> list[object]:
+    import importlib
+
+    out: list[object] = [config]
+    for name in ("orchestrator.store", "orchestrator.daemon", "orchestrator.cli", "orchestrator.exitcodes"):
+        try:
+            out.append(importlib.import_module(name))
+        except ImportError:
+            continue  # not every build has every module; the ones present are enough
+    return out
+
+
+def entry_point() -> tuple[str, ...]:
+    """The interpreter running us with `-m orchestrator`: absolute, and never resolved through a venv's symlink."""
+    return (os.path.abspath(sys.executable), "-m", "orchestrator")
+
+
+def _quote(arg: str) -> str:
+    # systemd splits ExecStart like a shell, but `%` and `$` are its own specifiers: escape them.
+    return shlex.quote(arg.replace("%", "%%").replace("$", "$$"))
+
+
+def render(
+    command: Sequence[str] = GENERIC,
+    *,
+    environment: Mapping[str, str] | None = None,
+    extra_path: Iterable[str] = (),
+    no_restart: Iterable[int] | None = None,
+    watchdog_sec: int = WATCHDOG_SEC,
+) -> str:
+    """The unit text for `command daemon`; `environment` adds `Environment=` lines (e.g. ORCHESTRATOR_HOME)."""
+    codes = " ".join(str(c) for c in (no_restart_codes() if no_restart is None else no_restart))
+    path = ":".join(dict.fromkeys([*extra_path, *BASE_PATH]))
+    env_lines = "".join(f'Environment="{k}={v}"\n' for k, v in sorted((environment or {}).items()))
+    exec_start = " ".join(_quote(a) for a in (*command, "daemon"))
+    return f"""\
+# orchestrator: systemd user unit. `orchestrator service install` writes it with this machine's paths.
+# Logs: journalctl --user -u orchestrator -o cat   (one JSON object per line)
+[Unit]
+Description=orchestrator: git-aware worktree orchestrator daemon
+# No network-online.target: a user manager has none, and the daemon needs no network to start.
+StartLimitIntervalSec=300
+StartLimitBurst=5
+
+[Service]
+# Ready only once the API socket listens and recovery is done; STATUS= says what runs and waits.
+Type=notify
+NotifyAccess=main
+ExecStart={exec_start}
+Restart=on-failure
+RestartSec=2
+# These exit codes will not fix themselves by restarting (78: invalid config).
+RestartPreventExitStatus={codes}
+# Pings come only while the scheduler loop makes progress; a stuck loop is restarted.
+WatchdogSec={watchdog_sec}
+TimeoutStartSec=90
+TimeoutStopSec=45
+# SIGTERM to the daemon only: it stops its own runners, then systemd kills what is left.
+KillMode=mixed
+UMask=0077
+Environment=PYTHONUNBUFFERED=1
+Environment="PATH={path}"
+{env_lines}# Agent CLIs' settings and API keys (ANTHROPIC_API_KEY=...), one KEY=value a line; optional.
+EnvironmentFile=-%E/orchestrator/env
+
+[Install]
+WantedBy=default.target
+"""
+
+
+def unit_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where a user's own units live: `$XDG_CONFIG_HOME/systemd/user` (default ~/.config/systemd/user)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "systemd" / "user"
+
+
+if __name__ == "__main__":  # regenerate the repository's example: python -m orchestrator.service.unit
+    sys.stdout.write(render())
