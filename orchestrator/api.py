@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from aiohttp import web
 from orchestrator import __version__
 from orchestrator import logging as olog
 from orchestrator.core import claims
-from orchestrator.core.models import JobState
+from orchestrator.core.explain import explain
+from orchestrator.core.models import ALL_REPOS, JobState
 from orchestrator.git import repos
 from orchestrator.jobs.scheduler import JobError, Scheduler
 from orchestrator.plan import declared
@@ -129,6 +131,11 @@ class Api:
                 web.post("/jobs/{id}/clean", self.clean),
                 web.post("/wait", self.wait),
                 web.post("/plan", self.plan),
+                web.get("/controls", self.get_controls),
+                web.post("/pause", self.pause),
+                web.post("/resume", self.resume),
+                web.post("/limit", self.limit),
+                web.get("/events", self.events),
             ]
         )
         return app
@@ -148,7 +155,8 @@ class Api:
 
     async def enqueue(self, request: web.Request) -> web.Response:
         data = await _body(request)
-        text = _field(data, "text", str, required=True)
+        argv = _str_list(data, "argv") or None
+        text = shlex.join(argv) if argv else _field(data, "text", str, required=True)
         if not text.strip():
             raise BadRequest("the job text is empty: say what the job should do (for the shell runner, a command)")
         repo, branch, _ = await self._resolve(data)
@@ -171,6 +179,7 @@ class Api:
             after=after,
             declared=sorted(claim.paths),
             claim=claim,
+            argv=argv,
         )
         olog.get(job_id=job.id, repo=job.repo).info(
             olog.Event.JOB_ENQUEUED,
@@ -202,15 +211,8 @@ class Api:
 
     async def why(self, request: web.Request) -> web.Response:
         job = await self.scheduler.get(_job_id(request))
-        return web.json_response(
-            {
-                "id": job.id,
-                "state": str(job.state),
-                "reason": job.reason,
-                "decision": job.decision,
-                "land_after": list(job.land_after),
-            }
-        )
+        landing_now = job.state is JobState.LANDING and self.scheduler.lander.landing_now(job.id)
+        return web.json_response(explain(job, landing_now))
 
     async def cancel(self, request: web.Request) -> web.Response:
         job = await self.scheduler.cancel(_job_id(request))
@@ -266,3 +268,86 @@ class Api:
             await asyncio.sleep(0.2)
         await resp.write_eof()
         return resp
+
+    # -- run-time controls -----------------------------------------------------------------------
+
+    def _controls_json(self) -> dict[str, Any]:
+        return {
+            scope: {"paused": paused, "slots": slots} for scope, (paused, slots) in self.scheduler.controls.items()
+        }
+
+    async def _scope(self, data: dict[str, Any]) -> str:
+        repo = _field(data, "repo", str)
+        if repo is None:
+            return ALL_REPOS
+        return str(await asyncio.to_thread(repos.canonical, Path(repo)))
+
+    async def get_controls(self, request: web.Request) -> web.Response:
+        return web.json_response({"controls": self._controls_json()})
+
+    async def pause(self, request: web.Request) -> web.Response:
+        scope = await self._scope(await _body(request))
+        await self.scheduler.control(scope, paused=True)
+        return web.json_response({"scope": scope, "controls": self._controls_json()})
+
+    async def resume(self, request: web.Request) -> web.Response:
+        scope = await self._scope(await _body(request))
+        await self.scheduler.control(scope, paused=False)
+        return web.json_response({"scope": scope, "controls": self._controls_json()})
+
+    async def limit(self, request: web.Request) -> web.Response:
+        data = await _body(request)
+        if _field(data, "repo", str) is None:
+            raise BadRequest("name the repository: `orchestrator limit --repo PATH N` (the global limit is config)")
+        scope = await self._scope(data)
+        slots = _field(data, "slots", int)
+        if slots is not None and slots < 0:
+            raise BadRequest("slots must be 0 or more (0 holds every new job of the repo back)")
+        await self.scheduler.control(scope, slots=slots)
+        return web.json_response({"scope": scope, "controls": self._controls_json()})
+
+    # -- the event stream ------------------------------------------------------------------------
+
+    def _state_json(self) -> dict[str, Any]:
+        return {
+            "type": "state",
+            "controls": self._controls_json(),
+            "landing": sorted([repo, branch] for repo, branch in self.scheduler.lander.inflight),
+        }
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """NDJSON: a snapshot of the jobs, then every job change the board announces, as it happens.
+
+        Fed by the board's announcements (no polling); a ping every 15 s when quiet lets a client notice
+        a dead daemon. A subscriber that falls too far behind is dropped: it reconnects and re-reads.
+        """
+        sub = self.scheduler.board.subscribe()
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+            await resp.prepare(request)
+            jobs = await self.store.jobs()
+            await _send(resp, {"type": "snapshot", "jobs": [self.scheduler.live(j).to_json() for j in jobs]})
+            state = self._state_json()
+            await _send(resp, state)
+            while not sub.overflowed:
+                try:
+                    item = await asyncio.wait_for(sub.queue.get(), 15.0)
+                except TimeoutError:
+                    await _send(resp, {"type": "ping"})
+                    continue
+                if item["type"] == "changed":
+                    now = self._state_json()
+                    if now != state:
+                        state = now
+                        await _send(resp, state)
+                    continue
+                await _send(resp, item)
+            await _send(resp, {"type": "overflow"})
+            await resp.write_eof()
+            return resp
+        finally:
+            self.scheduler.board.unsubscribe(sub)
+
+
+async def _send(resp: web.StreamResponse, item: dict[str, Any]) -> None:
+    await resp.write(json.dumps(item, default=str).encode() + b"\n")

@@ -89,6 +89,9 @@ main.add_command(status.wait)
 main.add_command(queue.cancel)
 main.add_command(queue.retry)
 main.add_command(queue.clean)
+main.add_command(queue.pause)
+main.add_command(queue.resume)
+main.add_command(queue.limit)
 
 
 if __name__ == "__main__":  # pragma: no cover

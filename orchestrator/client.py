@@ -128,3 +128,25 @@ class Client:
 
     def plan(self, **body: Any) -> dict[str, Any]:
         return self.request("POST", "/plan", body)
+
+    def controls(self) -> dict[str, Any]:
+        return self.request("GET", "/controls")["controls"]
+
+    def pause(self, repo: str | None) -> dict[str, Any]:
+        return self.request("POST", "/pause", {"repo": repo})
+
+    def resume(self, repo: str | None) -> dict[str, Any]:
+        return self.request("POST", "/resume", {"repo": repo})
+
+    def limit(self, repo: str, slots: int | None) -> dict[str, Any]:
+        return self.request("POST", "/limit", {"repo": repo, "slots": slots})
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The daemon's event stream, one JSON object per line, until the daemon closes it."""
+        buf = b""
+        for chunk in self.stream("/events"):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)

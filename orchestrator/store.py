@@ -20,6 +20,7 @@ import aiosqlite
 
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, JobState
+from orchestrator.runners.process import Group
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: jobs and their history; chat sessions, messages and memories.
@@ -78,13 +79,35 @@ MIGRATIONS: tuple[str, ...] = (
         at REAL NOT NULL
     );
     """,
+    # 2: argv jobs, reason codes on jobs, run-time controls (pause, per-repo slot limits).
+    """
+    ALTER TABLE jobs ADD COLUMN argv TEXT;
+    ALTER TABLE jobs ADD COLUMN code TEXT NOT NULL DEFAULT '';
+    CREATE TABLE controls (
+        scope TEXT PRIMARY KEY,
+        paused INTEGER NOT NULL DEFAULT 0,
+        slots INTEGER
+    );
+    """,
+    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors.
+    """
+    CREATE TABLE processes (
+        pgid INTEGER NOT NULL,
+        start_time INTEGER NOT NULL,
+        boot_id TEXT NOT NULL,
+        job_id INTEGER,
+        what TEXT NOT NULL DEFAULT '',
+        started_at REAL NOT NULL,
+        PRIMARY KEY (pgid, start_time)
+    );
+    """,
 )
 
 _JSON_LIST = {"after", "declared", "actual", "land_after"}
 _COLUMNS = [
     "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
     "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code",
+    "reason", "decision", "exit_code", "argv", "code",
 ]  # fmt: skip
 
 
@@ -93,8 +116,8 @@ def _encode(name: str, value: Any) -> Any:
         return json.dumps(sorted(value) if isinstance(value, frozenset | set) else list(value))
     if name == "claim":
         return json.dumps(value.to_json())
-    if name == "decision":
-        return None if value is None else json.dumps(value)
+    if name in ("decision", "argv"):
+        return None if value is None else json.dumps(value if name == "decision" else list(value))
     if name == "state":
         return str(value)
     return value
@@ -125,6 +148,8 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
         reason=row["reason"],
         decision=json.loads(row["decision"]) if row["decision"] else None,
         exit_code=row["exit_code"],
+        argv=tuple(json.loads(row["argv"])) if row["argv"] else None,
+        code=row["code"],
     )
 
 
@@ -188,6 +213,7 @@ class Store:
         after: Sequence[int] = (),
         declared: Sequence[str] = (),
         claim: Claim | None = None,
+        argv: Sequence[str] | None = None,
     ) -> Job:
         now = time.time()
         job = Job(
@@ -202,6 +228,7 @@ class Store:
             declared=tuple(declared),
             claim=claim or Claim(),
             created_at=now,
+            argv=None if argv is None else tuple(argv),
         )
         values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
         async with self._transaction():
@@ -307,6 +334,24 @@ class Store:
             await self._db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
             await self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
+    # -- run-time controls (pause, per-repo slot limits) ---------------------------------------
+
+    async def controls(self) -> dict[str, tuple[bool, int | None]]:
+        """Every control scope (a repo path, or `*` for all) → (paused, slot limit or None)."""
+        async with self._db.execute("SELECT scope, paused, slots FROM controls") as cur:
+            rows = await cur.fetchall()
+        return {r["scope"]: (bool(r["paused"]), r["slots"]) for r in rows}
+
+    async def set_control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
+        """Set a scope's pause flag and/or slot limit (`slots=None` clears the limit; False leaves it)."""
+        async with self._transaction():
+            await self._db.execute("INSERT OR IGNORE INTO controls (scope) VALUES (?)", (scope,))
+            if paused is not None:
+                await self._db.execute("UPDATE controls SET paused = ? WHERE scope = ?", (int(paused), scope))
+            if slots is not False:
+                await self._db.execute("UPDATE controls SET slots = ? WHERE scope = ?", (slots, scope))
+            await self._db.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
+
     async def _event(self, job_id: int, kind: str, data: dict[str, Any], at: float) -> None:
         await self._db.execute(
             "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",
@@ -319,6 +364,29 @@ class Store:
         ) as cur:
             rows = await cur.fetchall()
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    # -- process groups ---------------------------------------------------------------------------
+
+    async def own_process(self, group: Group, job_id: int | None = None) -> None:
+        """Record a process group before it may run (see `runners.process`)."""
+        async with self._transaction():
+            await self._db.execute(
+                "INSERT OR REPLACE INTO processes (pgid, start_time, boot_id, job_id, what, started_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time()),
+            )
+
+    async def disown_process(self, group: Group) -> None:
+        async with self._transaction():
+            await self._db.execute(
+                "DELETE FROM processes WHERE pgid = ? AND start_time = ?", (group.pgid, group.start_time)
+            )
+
+    async def processes(self) -> list[tuple[Group, int | None]]:
+        """Every recorded process group, with the job it ran for."""
+        async with self._db.execute("SELECT * FROM processes ORDER BY started_at") as cur:
+            rows = await cur.fetchall()
+        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash: running jobs become interrupted, planning ones go back to the queue.
@@ -333,6 +401,7 @@ class Store:
                 job_id,
                 state=JobState.INTERRUPTED,
                 reason="the daemon stopped while this job ran; `orchestrator retry` runs it again",
+                code="Interrupted",
                 event="interrupted",
             )
         for job_id in planning:

@@ -21,6 +21,7 @@ from orchestrator.core.models import (
 CHECK_NAMES = [
     "DependencyFailed",
     "Dependency",
+    "Paused",
     "BaseMoved",
     "Exclusive",
     "Ambiguous",
@@ -341,3 +342,22 @@ def test_unhashable_fields_are_tolerated() -> None:
     a = JobView(10, "r", "main", Claim({"src/a.py"}, 0.9), after=[1])  # type: ignore[arg-type]
     d = decide(a, snap(active=(job(4, "src/"),), waiting=(a,), landed=frozenset({1})))
     assert (d.reason, d.blocking) == (Reason.OVERLAP, (4,))
+
+
+def test_a_paused_repo_or_daemon_defers_with_paused_and_says_how_to_resume() -> None:
+    """Pause is a snapshot fact: a paused repo's jobs (or every job, for `*`) defer as Paused."""
+    a, other = job(1, "src/a.py"), job(2, "x", repo="s")
+    d = decide_all(snap(waiting=(a, other), paused=frozenset({"r"})))
+    assert [(x.reason, x.outcome) for x in d] == [(Reason.PAUSED, Outcome.DEFER), (Reason.ADMITTED, Outcome.ADMIT)]
+    assert "resume --repo r" in d[0].next
+    everywhere = decide_all(snap(waiting=(a, other), paused=frozenset({"*"})))
+    assert {x.reason for x in everywhere} == {Reason.PAUSED}
+
+
+def test_a_run_time_slot_limit_overrides_the_per_repo_policy() -> None:
+    """`slots` (from `orchestrator limit`) replaces the policy's per-repo limit for that repo only."""
+    active = (job(1, "src/a.py"),)
+    waiting = (job(2, "src/b.py"), job(3, "y", repo="s"))
+    d = decide_all(snap(active=active, waiting=waiting, slots={"r": 1}))
+    assert [x.reason for x in d] == [Reason.CONCURRENCY, Reason.ADMITTED]
+    assert "per-repo limit 1" in d[0].message

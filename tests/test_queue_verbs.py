@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from tests.conftest import git
-from tests.test_e2e_jobs import wait_for_file
+from tests.test_e2e_jobs import until, wait_for_file
 
 ENV = {"MAX_CONCURRENT_JOBS": "4"}
 
@@ -64,3 +65,79 @@ def test_clean_removes_ended_jobs_records_and_logs(started):
     assert not log.exists()
     assert d.cli("show", str(landed)).returncode == 2
     assert git(repo, "cat-file", "-t", sha) == "commit" and git(repo, "show", "main:src/a.py") == "landed"
+
+
+def test_pause_holds_new_jobs_back_and_resume_lets_them_start(started, make_repo, tmp_path):
+    """A paused repo starts nothing new (code Paused) while its running job goes on; other repos run."""
+    repo, d = started
+    other = make_repo("other")
+    gate = tmp_path / "gate"
+    running = d.enqueue(repo, f"{wait_for_file(gate)}; echo r > src/a.py", "--path", "src/a.py")
+    until(lambda: states(d, running) == ["running"], what="running")
+    assert d.cli("pause", "--repo", str(repo)).returncode == 0
+    held = d.enqueue(repo, "echo h > src/b.py", "--path", "src/b.py")
+    free = d.enqueue(other, "echo f > f.txt", "--path", "f.txt")
+    assert d.cli("wait", str(free), "--timeout", "60").returncode == 0, "another repo is not paused"
+    until(lambda: d.cli_json("show", str(held))["code"] == "Paused", what="held back")
+    assert states(d, held, running) == ["planned", "running"]
+    assert "resume" in d.cli("why", str(held)).stdout
+    gate.touch()
+    assert d.cli("wait", str(running), "--timeout", "60").returncode == 0, "the running job went on"
+    assert states(d, held) == ["planned"]
+    assert d.cli("pause").returncode == 0 and d.cli("resume", "--repo", str(repo)).returncode == 0
+    time.sleep(0.5)
+    assert states(d, held) == ["planned"], "the whole daemon is still paused"
+    assert d.cli("resume").returncode == 0
+    assert d.cli("wait", str(held), "--timeout", "60").returncode == 0
+    deferred = [e for e in d.events() if e["event"] == "admission.deferred" and e["job_id"] == held]
+    assert deferred and deferred[0]["reason"] == "Paused"
+
+
+def test_limit_changes_a_repos_slots_at_run_time_and_is_kept(started, tmp_path):
+    """`limit --repo R 1` makes the repo's jobs run one at a time at once, and survives a daemon restart."""
+    repo, d = started
+    assert d.cli("limit", "--repo", str(repo), "1").returncode == 0
+    gate = tmp_path / "gate"
+    a = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
+    b = d.enqueue(repo, "echo b > src/b.py", "--path", "src/b.py")
+    until(lambda: d.cli_json("show", str(b))["code"] == "Concurrency", what="b held by the limit")
+    assert "per-repo limit 1" in d.cli_json("why", str(b))["reason"]
+    assert states(d, a) == ["running"]
+    assert d.cli("limit", "--repo", str(repo), "2").returncode == 0
+    assert d.cli("wait", str(b), "--timeout", "60").returncode == 0, "two slots now: b runs beside a"
+    assert states(d, a) == ["running"]
+    gate.touch()
+    assert d.cli("wait", str(a), "--timeout", "60").returncode == 0
+    d.stop()
+    d.start()
+    controls = json.loads(d.cli("limit", "--repo", str(repo), "--json").stdout)["controls"]
+    assert controls[str(repo)]["slots"] == 2
+    assert d.cli("limit", "--repo", str(repo), "-1").returncode == 2
+
+
+def test_argv_job_keeps_spaces_quotes_and_dollar_parens(started):
+    """`enqueue -- cmd arg "a b"` runs exactly that argv: no shell, no re-splitting, `$(...)` kept literal."""
+    repo, d = started
+    args = ["a b", "it's", 'say "hi"', "$(touch pwned)", "*"]
+    out = d.cli(
+        "enqueue",
+        "--repo",
+        str(repo),
+        "--path",
+        "out.txt",
+        "--",
+        "sh",
+        "-c",
+        'printf "%s\\n" "$@" > out.txt',
+        "sh",
+        *args,
+    )
+    assert out.returncode == 0, out.stderr
+    job = int(out.stdout)
+    assert d.cli("wait", str(job), "--timeout", "60").returncode == 0
+    j = d.cli_json("show", str(job))
+    assert j["argv"][-5:] == args
+    assert git(repo, "show", "main:out.txt").splitlines() == args
+    assert not (repo / "pwned").exists() and "pwned" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+    assert d.cli("enqueue", "--repo", str(repo), "echo", "two").returncode == 2, "several words need quotes or --"
+    assert d.cli_json("plan", "--repo", str(repo), "pytest", "-q")["claim"]["source"] == "none"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,42 @@ import click
 from orchestrator.commands.common import api_call, client, emit, err, json_option
 
 
-@click.command()
+class ArgvCommand(click.Command):
+    """A command whose words after `--` are kept apart, exactly, in `ctx.meta["argv"]`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["argv"] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+def job_words(ctx: click.Context, text: tuple[str, ...], *, join: bool = False) -> dict[str, Any]:
+    """The job as the API takes it: `{"text": ...}` (one argument) or `{"argv": [...]}` (after `--`).
+
+    `-- cmd arg "a b"` keeps the argv exactly; `-- "one text"` (a single word) is that text. With `join`
+    (for `plan`, which never runs it) several words are simply the text.
+    """
+    argv = ctx.meta.get("argv")
+    if argv is not None and text:
+        raise click.UsageError("give the job either as one TEXT argument or as an argv after --, not both")
+    words = list(argv if argv is not None else text)
+    if not words:
+        raise click.UsageError('say what the job does: enqueue "TEXT", or enqueue -- CMD ARG...')
+    if len(words) == 1:
+        return {"text": words[0]}
+    if argv is not None and not join:
+        return {"argv": words}
+    if join:
+        return {"text": shlex.join(words) if argv is not None else " ".join(words)}
+    raise click.UsageError(
+        f"the job text is one argument, got {len(words)} words: quote it "
+        f'(enqueue "{" ".join(words)}") or give an exact argv after -- (enqueue -- {" ".join(words)})'
+    )
+
+
+@click.command(cls=ArgvCommand)
 @click.option(
     "--repo",
     "repo",
@@ -28,9 +64,11 @@ from orchestrator.commands.common import api_call, client, emit, err, json_optio
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--after", type=int, multiple=True, help="Start only after this job has landed.")
 @json_option
-@click.argument("text", nargs=-1, required=True)
+@click.argument("text", nargs=-1)
+@click.pass_context
 @api_call
 def enqueue(
+    ctx: click.Context,
     repo: Path,
     branch: str | None,
     paths_: tuple[str, ...],
@@ -40,10 +78,14 @@ def enqueue(
     as_json: bool,
     text: tuple[str, ...],
 ) -> None:
-    """Queue a job; prints its id."""
+    """Queue a job; prints its id.
+
+    The job is one TEXT argument (for the shell runner, a shell command), or an exact argv after `--`
+    (`enqueue -- printf '%s\\n' "a b"`), stored as a list and run without a shell.
+    """
     body: dict[str, Any] = {
         "repo": str(repo.expanduser().resolve()),
-        "text": " ".join(text),
+        **job_words(ctx, text),
         "paths": list(paths_),
         "priority": priority,
         "after": list(after),
@@ -74,19 +116,23 @@ def show(job_id: int, as_json: bool) -> None:
     for key in (
         "id",
         "state",
+        "code",
         "repo",
         "branch",
         "runner",
         "text",
+        "argv",
         "base",
         "landed_sha",
+        "exit_code",
         "reason",
         "attempts",
         "created_at",
         "started_at",
         "finished_at",
     ):
-        click.echo(f"{key:12} {job[key]}")
+        if job.get(key) not in (None, ""):  # a field that does not apply yet is left out, never "None"
+            click.echo(f"{key:12} {json.dumps(job[key]) if key == 'argv' else job[key]}")
     click.echo(
         f"{'claim':12} {', '.join(job['claim']['paths']) or '-'} "
         f"(confidence {job['claim']['confidence']}, {job['claim']['source']})"
@@ -108,12 +154,12 @@ def why(job_id: int, as_json: bool) -> None:
     if as_json:
         emit(data)
         return
-    click.echo(f"job {data['id']} is {data['state']}: {data['reason']}")
+    code = f" ({data['code']})" if data.get("code") else ""
+    click.echo(f"job {data['id']} is {data['state']}{code}: {data['reason']}")
+    click.echo(f"next: {data['next']}")
     d = data.get("decision")
     if d:
         click.echo(f"decision: {d['reason']} — {d['message']}")
-        if d.get("next"):
-            click.echo(f"next: {d['next']}")
         if d.get("shared"):
             click.echo(f"shared (union-merged): {', '.join(d['shared'])}")
         for c in d.get("checks", []):
@@ -148,19 +194,22 @@ def logs(job_id: int | None, follow: bool, as_json: bool) -> None:
         emit(out)
 
 
-@click.command()
+@click.command(cls=ArgvCommand, context_settings={"ignore_unknown_options": True})
 @click.option("--repo", type=click.Path(path_type=Path), default=".", show_default=True)
 @click.option("--branch")
 @click.option("--base", help="Plan against this revision (default: the branch head).")
 @click.option("--path", "paths_", multiple=True)
 @json_option
-@click.argument("text", nargs=-1)
+@click.argument("text", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
 @api_call
 def plan(
+    ctx: click.Context,
     repo: Path, branch: str | None, base: str | None, paths_: tuple[str, ...], as_json: bool, text: tuple[str, ...]
 ) -> None:
-    """Print the claim the daemon would make for a job, without queueing it."""
-    body: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "text": " ".join(text), "paths": list(paths_)}
+    """Print the claim the daemon would make for a job, without queueing it (`plan pytest -q` is fine)."""
+    words = job_words(ctx, text, join=True) if text or ctx.meta.get("argv") else {"text": ""}
+    body: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "text": words["text"], "paths": list(paths_)}
     if branch:
         body["branch"] = branch
     if base:

@@ -117,3 +117,65 @@ def clean(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None,
         return f"job {d['id']}: cleaned" + (f" (dropped {', '.join(d['branches'])})" if d["branches"] else "")
 
     each(ids, c.clean, line, as_json)
+
+
+def _scope_line(data: dict[str, Any]) -> str:
+    scope = data["scope"]
+    c = data["controls"].get(scope, {"paused": False, "slots": None})
+    where = "every repo" if scope == "*" else scope
+    slots = "" if c["slots"] is None else f", {c['slots']} slot{'s' if c['slots'] != 1 else ''}"
+    return f"{where}: {'paused' if c['paused'] else 'running'}{slots}"
+
+
+_repo_option = click.option(
+    "--repo", type=click.Path(path_type=Path), help="Only this repository (default: the whole daemon)."
+)
+
+
+def _where(repo: Path | None) -> str | None:
+    return None if repo is None else str(repo.expanduser().resolve())
+
+
+@click.command()
+@_repo_option
+@json_option
+@api_call
+def pause(repo: Path | None, as_json: bool) -> None:
+    """Start nothing new (in one repo, or anywhere); running jobs and landings go on."""
+    data = client().pause(_where(repo))
+    emit(data) if as_json else err(_scope_line(data) + "; running jobs go on (`orchestrator resume` lifts it)")
+
+
+@click.command()
+@_repo_option
+@json_option
+@api_call
+def resume(repo: Path | None, as_json: bool) -> None:
+    """Lift a pause (of one repo, or of the whole daemon)."""
+    data = client().resume(_where(repo))
+    emit(data) if as_json else err(_scope_line(data))
+
+
+@click.command()
+@click.option("--repo", type=click.Path(path_type=Path), required=True, help="The repository.")
+@click.argument("slots", required=False)
+@json_option
+@api_call
+def limit(repo: Path, slots: str | None, as_json: bool) -> None:
+    """Set a repo's slot count (active jobs at once) at run time, kept in the store; `none` restores the config's."""
+    c = client()
+    where = _where(repo)
+    assert where is not None
+    if slots is None:
+        controls = c.controls()
+        data = {"scope": where, "controls": controls}
+    else:
+        if slots.lower() in ("none", "default"):
+            n: int | None = None
+        else:
+            try:
+                n = int(slots)
+            except ValueError:
+                raise click.UsageError(f"SLOTS must be a number or `none`, got {slots!r}") from None
+        data = c.limit(where, n)
+    emit(data) if as_json else err(_scope_line(data))

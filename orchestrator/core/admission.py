@@ -5,6 +5,7 @@ failing one, in this order, gives the reason and the outcome:
 
  1. DependencyFailed (fail)  a job it runs after ended without landing
  2. Dependency               a job it runs after has not landed yet
+ 2b. Paused                  its repo, or the whole daemon, is paused (`orchestrator pause`)
  3. BaseMoved (re-plan)      its branch moved in claimed paths (or unknown paths) since it was planned
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
@@ -38,7 +39,7 @@ from operator import itemgetter
 
 from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
-from orchestrator.core.models import ROOT, Check, Claim, Decision, JobView, Outcome, Policy, Reason, Snapshot
+from orchestrator.core.models import ALL_REPOS, ROOT, Check, Claim, Decision, JobView, Outcome, Policy, Reason, Snapshot
 
 __all__ = ["clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
@@ -383,6 +384,14 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 
+    # 2b. Paused: nothing new starts in a paused repo (running jobs go on).
+    if job.repo in snap.paused or ALL_REPOS in snap.paused:
+        scope = "the daemon" if ALL_REPOS in snap.paused else "its repo"
+        how = "`orchestrator resume" + ("`" if ALL_REPOS in snap.paused else f" --repo {job.repo}`")
+        c.fail(Reason.PAUSED, f"{scope} is paused: nothing new starts", f"waits for {how}")
+    else:
+        c.ok("Paused", "not paused")
+
     # 3. Base moved. A job that runs alone starts on the current head anyway.
     moved = snap.moved.get(job.id, frozenset())
     if f.exclusive:
@@ -471,7 +480,7 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
         c.ok("Landing", f"no landing into {job.branch} in flight")
 
     # 9. Capacity.
-    limit, per_repo = policy.max_concurrent, policy.per_repo
+    limit, per_repo = policy.max_concurrent, snap.slots.get(job.repo, policy.per_repo)
     if st.count >= limit:
         msg = (
             f"{max(limit - st.count, 0)}/{limit} slots free: {_n(st.count, 'active job')} (MAX_CONCURRENT_JOBS={limit})"

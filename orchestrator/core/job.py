@@ -40,6 +40,10 @@ class Job:
     reason: str = ""
     decision: dict[str, Any] | None = None
     exit_code: int | None = None
+    argv: tuple[str, ...] | None = None
+    """The exact argv to run (`enqueue -- cmd arg ...`), never re-split; None when `text` is the job."""
+    code: str = ""
+    """The closed code of `reason`: a `models.Code`, or the admission `Reason` while it waits."""
 
     @property
     def subject(self) -> str:
@@ -83,5 +87,7 @@ class Job:
             "result": self.result,
             "worktree": self.worktree,
             "exit_code": self.exit_code,
+            "argv": None if self.argv is None else list(self.argv),
+            "code": self.code,
             "decision": self.decision,
         }

@@ -151,9 +151,17 @@ class Snapshot:
     """(repo, branch) pairs with a landing in flight."""
     landed: frozenset[int] = frozenset()
     """Ids of landed jobs (for `after` dependencies)."""
+    paused: frozenset[str] = frozenset()
+    """Repos where nothing new starts (`orchestrator pause`); `ALL_REPOS` pauses every repo."""
+    slots: Mapping[str, int] = field(default_factory=dict)
+    """Per-repo slot limits set at run time (`orchestrator limit`); they override `policy.per_repo`."""
     dead: frozenset[int] = frozenset()
     """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
     policy: Policy = field(default_factory=Policy)
+
+
+ALL_REPOS = "*"
+"""The scope of a pause (or a control) that covers every repository."""
 
 
 class Reason(StrEnum):
@@ -181,6 +189,48 @@ class Reason(StrEnum):
     """A job it must run after has not landed yet."""
     DEPENDENCY_FAILED = "DependencyFailed"
     """A job it must run after ended without landing: it cannot run."""
+    PAUSED = "Paused"
+    """Its repo (or the whole daemon) is paused: nothing new starts until `orchestrator resume`."""
+
+
+class Code(StrEnum):
+    """Why a job is where it is outside admission (runs, landings, ends): a closed set, stable for logs.
+
+    A job's `code` is one of these or, while it waits for admission, its admission `Reason`.
+    """
+
+    REPO_ERROR = "RepoError"
+    """Its repository or target branch could not be read when it was planned."""
+    RUNNER_FAILED = "RunnerFailed"
+    """The runner exited non-zero."""
+    TIMED_OUT = "TimedOut"
+    """The runner took longer than `jobs.timeout` and was killed."""
+    RUNNER_ERROR = "RunnerError"
+    """The runner or the job's worktree could not be set up."""
+    CANCELLED = "Cancelled"
+    """A person cancelled it."""
+    INTERRUPTED = "Interrupted"
+    """The daemon stopped while it ran."""
+    NO_CHANGES = "NoChanges"
+    """It finished without changing anything: nothing to land."""
+    FINISHED = "Finished"
+    """It finished with changes and waits for its landing."""
+    LAND_AFTER = "LandAfter"
+    """Its landing waits for jobs it overlapped to land first."""
+    USER_DIRTY = "UserDirty"
+    """Its landing waits: the person's uncommitted changes are in the way."""
+    HEAD_MOVED = "HeadMoved"
+    """Its landing raced a move of the target branch and tries again."""
+    LANDED = "Landed"
+    """Its changes are on the target branch."""
+    CHECK_FAILED = "CheckFailed"
+    """The repo's landing check failed on the merged result."""
+    LANDING_FAILED = "LandingFailed"
+    """The landing itself failed (an error, not a conflict)."""
+    CONFLICT = "Conflict"
+    """Its changes conflict with the target branch (re-queued, or left for a person)."""
+    RETRIED = "Retried"
+    """A person queued it again."""
 
 
 class Outcome(StrEnum):

@@ -1,9 +1,10 @@
 """The job board: every job state change goes through here, so it is stored first, then announced.
 
 Storing before acting is what lets a killed daemon restart where it was; announcing wakes the scheduler
-(event-driven, no polling) and anyone waiting for particular jobs to end (`orchestrator wait`, a landing
-that must follow another). Waiters are woken per job: a state change touches only the waiters of that job,
-and nobody re-reads the jobs they wait for.
+(event-driven, no polling), anyone waiting for particular jobs to end (`orchestrator wait`, a landing
+that must follow another), and every subscriber of the event stream (`GET /events`, which `orchestrator
+watch` reads). Waiters are woken per job: a state change touches only the waiters of that job, and nobody
+re-reads the jobs they wait for.
 """
 
 from __future__ import annotations
@@ -14,6 +15,25 @@ from typing import Any
 
 from orchestrator.core.job import Job
 from orchestrator.store import Store
+
+SUBSCRIBER_BACKLOG = 4096
+"""Announcements a subscriber may fall behind by before it is dropped (it reconnects and re-reads)."""
+
+
+class Subscription:
+    """One reader of the board's announcements: a bounded queue, and whether it fell too far behind."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(SUBSCRIBER_BACKLOG)
+        self.overflowed = False
+
+    def put(self, item: dict[str, Any]) -> None:
+        if self.overflowed:
+            return
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.overflowed = True
 
 
 class _Waiter:
@@ -32,10 +52,23 @@ class Board:
         self._changed = asyncio.Condition()
         self._listeners: list[Callable[[], None]] = []
         self._waiters: dict[int, set[_Waiter]] = {}
+        self._subscribers: set[Subscription] = set()
 
     def on_change(self, wake: Callable[[], None]) -> None:
         """Call `wake` (cheap, synchronous) after every change: the scheduler, the service status line."""
         self._listeners.append(wake)
+
+    def subscribe(self) -> Subscription:
+        sub = Subscription()
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self._subscribers.discard(sub)
+
+    def publish(self, item: dict[str, Any]) -> None:
+        for sub in self._subscribers:
+            sub.put(item)
 
     async def update(
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
@@ -46,12 +79,14 @@ class Board:
                 w.pending.discard(job_id)
                 if not w.pending:
                     w.done.set()
+        self.publish({"type": "job", "job": job.to_json()})
         await self.announce()
         return job
 
     async def announce(self) -> None:
         for wake in self._listeners:
             wake()
+        self.publish({"type": "changed"})
         async with self._changed:
             self._changed.notify_all()
 

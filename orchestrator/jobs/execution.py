@@ -17,11 +17,13 @@ import structlog
 from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core.job import Job
-from orchestrator.core.models import JobState
+from orchestrator.core.models import Code, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs import joblog
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import StoreOwner
 from orchestrator.paths import Paths
 from orchestrator.runners import Runner
 from orchestrator.runners import get as get_runner
@@ -36,6 +38,7 @@ class Stop:
 
     state: JobState
     reason: str
+    code: Code = Code.INTERRUPTED
 
 
 class Executor:
@@ -78,14 +81,24 @@ class Executor:
             watcher = ChangeWatcher(worktree, base, lambda paths: self.on_change(job.id, paths))
             await watcher.start()
             ctx = RunContext(
-                job=job, worktree=worktree, log_path=self.paths.job_log(job.id), timeout=self.cfg.jobs.timeout
+                job=job,
+                worktree=worktree,
+                log_path=self.paths.job_log(job.id),
+                timeout=self.cfg.jobs.timeout,
+                owner=StoreOwner(self.board.store, job.id),
+                private_dir=self.paths.job_private(job.id),
+                log_cap=self.cfg.jobs.log_max_bytes,
+                grace=self.cfg.jobs.kill_grace,
             )
+            await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job)
             result = await runner.run(ctx)
+            await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
             await watcher.stop()
             watcher = None
             if not result.ok:
                 actual = await asyncio.to_thread(actual_paths, worktree, base)
                 await self.pool.release(repo, job.id, keep=True)
+                code = Code.RUNNER_FAILED if result.exit_code is not None else Code.TIMED_OUT
                 job = await self.board.update(
                     job.id,
                     state=JobState.FAILED,
@@ -93,9 +106,11 @@ class Executor:
                     exit_code=result.exit_code,
                     actual=actual,
                     event="failed",
+                    data={"code": code, "exit_code": result.exit_code},
+                    code=code,
                     reason=f"{result.summary}; worktree kept at {worktree} (see `orchestrator logs {job.id}`)",
                 )
-                log.warning(olog.Event.JOB_FAILED, reason=job.reason, exit_code=result.exit_code)
+                log.warning(olog.Event.JOB_FAILED, code=code, reason=job.reason, exit_code=result.exit_code)
                 return job
             sha = await asyncio.to_thread(
                 commits.commit_worktree, worktree, message=_message(job), job_id=job.id, base=base
@@ -110,6 +125,7 @@ class Executor:
                     exit_code=0,
                     actual=frozenset(),
                     reason="finished with no changes: nothing to land",
+                    code=Code.NO_CHANGES,
                     event="finished",
                 )
                 log.info(olog.Event.JOB_FINISHED, changes=0, landed=False)
@@ -121,6 +137,7 @@ class Executor:
                 actual=actual,
                 exit_code=0,
                 reason="finished; waits for its landing",
+                code=Code.FINISHED,
                 event="finished",
                 data={"result": sha},
             )
@@ -128,6 +145,8 @@ class Executor:
             return job
         except asyncio.CancelledError:
             stop = self.stops.pop(job.id, Stop(JobState.INTERRUPTED, "the daemon stopped while this job ran"))
+            with contextlib.suppress(OSError):
+                await asyncio.shield(asyncio.to_thread(joblog.exit_line, self.paths.job_log(job.id), None, stop.reason))
             if watcher is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(watcher.stop(), 5)
@@ -139,11 +158,13 @@ class Executor:
                     state=stop.state,
                     finished_at=time.time(),
                     reason=stop.reason,
+                    code=stop.code,
                     event=str(stop.state),
+                    data={"code": stop.code},
                 )
             )
             event = olog.Event.JOB_CANCELLED if stop.state is JobState.CANCELLED else olog.Event.DAEMON_CANCELLED
-            log.warning(event, reason=stop.reason)
+            log.warning(event, code=stop.code, reason=stop.reason)
             raise
         except Exception as e:
             if watcher is not None:
@@ -156,9 +177,11 @@ class Executor:
                 state=JobState.FAILED,
                 finished_at=time.time(),
                 reason=f"{type(e).__name__}: {e}",
+                code=Code.RUNNER_ERROR,
                 event="failed",
+                data={"code": Code.RUNNER_ERROR},
             )
-            log.error(olog.Event.JOB_FAILED, reason=job.reason, exc_info=True)
+            log.error(olog.Event.JOB_FAILED, code=Code.RUNNER_ERROR, reason=job.reason, exc_info=True)
             return job
         finally:
             structlog.contextvars.unbind_contextvars("job_id", "repo")

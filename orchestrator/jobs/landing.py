@@ -21,10 +21,11 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core import claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import JobState
+from orchestrator.core.models import Code, JobState
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 
@@ -41,6 +42,9 @@ class Lander:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self._side: set[asyncio.Task[None]] = set()
+        self._attempting: set[int] = set()
+        self._waiting: dict[int, str | None] = {}
+        """Job id → the reason its landing waits on a person (None: not waiting), to log each wait once."""
 
     def submit(self, job: Job) -> None:
         if job.id in self.tasks and not self.tasks[job.id].done():
@@ -49,8 +53,13 @@ class Lander:
         self.tasks[job.id] = task
         task.add_done_callback(functools.partial(self._forget, job.id))
 
+    def landing_now(self, job_id: int) -> bool:
+        """True while this job's merge and branch move are under way (it holds its branch's lock)."""
+        return job_id in self._attempting
+
     def _forget(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
+        self._waiting.pop(job_id, None)
 
     def _beside(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run `work` as a task this lander owns (awaited by `drain`), off the landing lock."""
@@ -100,39 +109,56 @@ class Lander:
         structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
         log = olog.get()
         if job.land_after:
-            await self.board.update(
-                job.id, reason=f"waits for jobs {_ids(job.land_after)} to land first (overlap seen)"
-            )
+            reason = f"waits for jobs {_ids(job.land_after)} to land first (overlap seen)"
+            await self.board.update(job.id, reason=reason, code=Code.LAND_AFTER)
+            log.info(olog.Event.LANDING_WAITING, code=Code.LAND_AFTER, reason=reason, blocking=sorted(job.land_after))
             await self.board.wait_ended(job.land_after, timeout=None)
+            log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.LAND_AFTER)
         key = (job.repo, job.branch)
         lock = self._locks.setdefault(key, asyncio.Lock())
         delay = USER_DIRTY_RETRY[0]
+        self._waiting[job.id] = None
         while True:
             async with lock:
                 self.inflight.add(key)
+                self._attempting.add(job.id)
                 await self.board.announce()
                 try:
                     outcome = await self._attempt(job, log)
                 except Exception as e:
-                    log.error(olog.Event.JOB_FAILED, reason=f"landing failed: {e}", exc_info=True)
+                    log.error(
+                        olog.Event.JOB_FAILED, code=Code.LANDING_FAILED, reason=f"landing failed: {e}", exc_info=True
+                    )
                     await self._fail(
                         job,
                         "failed",
+                        Code.LANDING_FAILED,
                         f"landing failed: {type(e).__name__}: {e}; its result {job.result} is kept "
                         f"on branch orchestrator/{job.id}",
                     )
                     outcome = "done"
                 finally:
                     self.inflight.discard(key)
+                    self._attempting.discard(job.id)
                     await self.board.announce()
             if outcome != "wait":
+                if self._waiting.pop(job.id, None) is not None:
+                    log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, USER_DIRTY_RETRY[1])
 
-    async def _fail(self, job: Job, event: str, reason: str) -> None:
+    async def _fail(self, job: Job, event: str, code: Code, reason: str) -> None:
         """The job did not land and will not by itself; its branch and worktree stay for a person."""
-        await self.board.update(job.id, state=JobState.FAILED, finished_at=time.time(), event=event, reason=reason)
+        await self.board.update(
+            job.id,
+            state=JobState.FAILED,
+            finished_at=time.time(),
+            event=event,
+            data={"code": code},
+            reason=reason,
+            code=code,
+        )
 
     async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> str:
         assert job.result is not None
@@ -152,6 +178,7 @@ class Lander:
                 log_path=self.paths.job_log(job.id),
                 scratch_root=self.paths.scratch,
                 mergeable=self._mergeable(job),
+                owner=StoreOwner(self.board.store, job.id),
             )
         else:
             result = await asyncio.to_thread(
@@ -173,6 +200,7 @@ class Lander:
                 finished_at=time.time(),
                 event="landed",
                 reason=result.message or f"landed on {job.branch} at {landed[:12]}",
+                code=Code.LANDED,
                 data={"sha": landed},
             )
             event = olog.Event.LANDING_LANDED if outcome is git_landing.LandOutcome.LANDED else olog.Event.LANDING_NOOP
@@ -185,11 +213,22 @@ class Lander:
                 f"waits: your uncommitted changes to {', '.join(result.user_paths)} in {job.repo} are in the "
                 f"way of this landing; commit or stash them and it lands"
             )
-            if job.reason != reason:
-                job = await self.board.update(
-                    job.id, reason=reason, event="landing_waits", data={"user_paths": list(result.user_paths)}
+            # Logged when the wait starts (or its paths change), not on every retry; `_land` logs its end.
+            if self._waiting.get(job.id) != reason:
+                self._waiting[job.id] = reason
+                await self.board.update(
+                    job.id,
+                    reason=reason,
+                    code=Code.USER_DIRTY,
+                    event="landing_waits",
+                    data={"user_paths": list(result.user_paths), "code": Code.USER_DIRTY},
                 )
-                log.warning(olog.Event.LANDING_WAITING, user_paths=list(result.user_paths), reason=reason)
+                log.warning(
+                    olog.Event.LANDING_WAITING,
+                    code=Code.USER_DIRTY,
+                    user_paths=list(result.user_paths),
+                    reason=reason,
+                )
             return "wait"
         if outcome is git_landing.LandOutcome.HEAD_MOVED:
             return "wait"
@@ -197,27 +236,29 @@ class Lander:
             await self._fail(
                 job,
                 "check_failed",
+                Code.CHECK_FAILED,
                 f"the landing check `{self.cfg.repo(job.repo).check}` failed on the merged "
                 f"result; not landed; worktree kept (see `orchestrator logs {job.id}`)",
             )
-            log.warning(olog.Event.LANDING_CHECK_FAILED, output=result.check_output[-2000:])
+            log.warning(olog.Event.LANDING_CHECK_FAILED, code=Code.CHECK_FAILED, output=result.check_output[-2000:])
             return "done"
         # A conflict never lands: re-queue on the new head, or leave it for a person.
         conflicts = list(result.conflicts)
-        log.warning(olog.Event.LANDING_CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
+        log.warning(olog.Event.LANDING_CONFLICT, code=Code.CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
         if self.cfg.jobs.retry_on_conflict and job.attempts + 1 < self.cfg.jobs.max_attempts:
             kept = await retire_attempt(self.pool, job)
             await self.board.update(
                 job.id,
                 **fresh_attempt(job),
                 event="requeued",
-                data={"conflicts": conflicts, "kept": kept},
+                code=Code.CONFLICT,
+                data={"conflicts": conflicts, "kept": kept, "code": Code.CONFLICT},
                 reason=(
                     f"conflict in {', '.join(conflicts)} with {job.branch}; re-queued on the new head "
                     f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
                 ),
             )
-            log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, kept=kept)
+            log.info(olog.Event.JOB_REQUEUED, code=Code.CONFLICT, attempt=job.attempts + 2, kept=kept)
         else:
             await self.pool.release(repo, job.id, keep=True)
             await self.board.update(
@@ -225,7 +266,8 @@ class Lander:
                 state=JobState.CONFLICTED,
                 finished_at=time.time(),
                 event="conflicted",
-                data={"conflicts": conflicts},
+                code=Code.CONFLICT,
+                data={"conflicts": conflicts, "code": Code.CONFLICT},
                 reason=(
                     f"conflict in {', '.join(conflicts)} with {job.branch}; not landed; its branch "
                     f"orchestrator/{job.id} and worktree are kept for a person"

@@ -100,6 +100,8 @@ class RepoFacts:
                 frozenset(deps & snapshot.landed),
                 frozenset(deps & snapshot.dead),
                 len(snapshot.active),
+                snapshot.paused,
+                tuple(sorted(snapshot.slots.items())),
                 snapshot.policy,
             )
             self._pending[repo] = facts

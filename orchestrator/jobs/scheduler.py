@@ -20,7 +20,7 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core import admission, claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import Decision, JobState, JobView, Outcome, Reason, Snapshot
+from orchestrator.core.models import ALL_REPOS, Code, Decision, JobState, JobView, Outcome, Reason, Snapshot
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import retire, rounds
@@ -103,6 +103,8 @@ class Scheduler:
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
+        self.controls: dict[str, tuple[bool, int | None]] = {}
+        """Run-time controls by scope (a repo, or ALL_REPOS): (paused, slot limit). Mirrors the store."""
         board.on_change(self.wake)
 
     def wake(self) -> None:
@@ -114,6 +116,7 @@ class Scheduler:
     async def run(self) -> None:
         """Decide, act, sleep until woken. In burst mode, return once nothing is open."""
         self._last_wake = time.monotonic()
+        self.controls = await self.board.store.controls()
         for job in await self.board.store.jobs([JobState.LANDING]):
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
@@ -147,7 +150,11 @@ class Scheduler:
         for job_id, task in list(self._running.items()):
             self.executor.stops.setdefault(
                 job_id,
-                Stop(JobState.INTERRUPTED, "the daemon stopped while this job ran; `orchestrator retry` runs it again"),
+                Stop(
+                    JobState.INTERRUPTED,
+                    "the daemon stopped while this job ran; `orchestrator retry` runs it again",
+                    Code.INTERRUPTED,
+                ),
             )
             task.cancel()
             cut.append(job_id)
@@ -205,6 +212,8 @@ class Scheduler:
                     break
         if writes:
             await store.update_many(writes)  # one transaction for the round's changed reasons
+            for w in writes:  # no wake: a deferral changes no decision
+                self.board.publish({"type": "job", "job": self.live(by_id[w.job_id]).to_json()})
         if complete:
             self._repo_facts.commit()
         else:
@@ -217,9 +226,15 @@ class Scheduler:
             head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
         except repos.RepoError as e:
             await self.board.update(
-                job.id, state=JobState.FAILED, finished_at=time.time(), reason=str(e), event="failed"
+                job.id,
+                state=JobState.FAILED,
+                finished_at=time.time(),
+                reason=str(e),
+                code=Code.REPO_ERROR,
+                event="failed",
+                data={"code": Code.REPO_ERROR},
             )
-            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, reason=str(e))
+            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, code=Code.REPO_ERROR, reason=str(e))
             return
         claim = declared.claim(job.declared)
         await self.board.update(
@@ -273,6 +288,8 @@ class Scheduler:
             landing=frozenset(self.lander.inflight),
             landed=frozenset(i for i, st in states.items() if st is JobState.LANDED),
             dead=frozenset(i for i, st in states.items() if st in DEAD_STATES),
+            paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
+            slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
             policy=self.cfg.policy(),
         )
         return snapshot, heads
@@ -315,9 +332,9 @@ class Scheduler:
         writes.append(
             Write(
                 job.id,
-                {"decision": decision.to_json(), "reason": decision.message},
+                {"decision": decision.to_json(), "reason": decision.message, "code": decision.reason},
                 "deferred",
-                {"reason": str(decision.reason)},
+                {"reason": str(decision.reason), "code": str(decision.reason)},
             )
         )
 
@@ -326,7 +343,7 @@ class Scheduler:
         d = self._seen.live.get(job.id)
         if d is None or job.state is not JobState.PLANNED:
             return job
-        return replace(job, decision=d.to_json(), reason=d.message)
+        return replace(job, decision=d.to_json(), reason=d.message, code=str(d.reason))
 
     async def _act(self, job: Job, decision: Decision) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)
@@ -343,6 +360,7 @@ class Scheduler:
                 base=head,
                 decision=decision.to_json(),
                 reason=decision.message,
+                code=decision.reason,
                 event="admitted",
             )
             log.info(olog.Event.ADMISSION_ADMITTED, **fields)
@@ -350,7 +368,12 @@ class Scheduler:
         elif decision.outcome is Outcome.REPLAN:
             log.info(olog.Event.ADMISSION_REPLAN, **fields)
             await self.board.update(
-                job.id, state=JobState.QUEUED, decision=decision.to_json(), reason=decision.message, event="replan"
+                job.id,
+                state=JobState.QUEUED,
+                decision=decision.to_json(),
+                reason=decision.message,
+                code=decision.reason,
+                event="replan",
             )
         elif decision.outcome is Outcome.FAIL:
             log.warning(olog.Event.ADMISSION_FAILED, **fields)
@@ -360,7 +383,9 @@ class Scheduler:
                 finished_at=time.time(),
                 decision=decision.to_json(),
                 reason=decision.message,
+                code=decision.reason,
                 event="failed",
+                data={"code": str(decision.reason)},
             )
 
     def _start(self, job: Job) -> None:
@@ -470,13 +495,22 @@ class Scheduler:
                 landing.cancel()
             await self.pool.release(Path(job.repo), job_id, keep=True)
         if job.state is JobState.RUNNING and job_id in self._running:
-            self.executor.stops[job_id] = Stop(JobState.CANCELLED, "cancelled by request")
+            self.executor.stops[job_id] = Stop(JobState.CANCELLED, "cancelled by request", Code.CANCELLED)
             task = self._running[job_id]
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             return await self.get(job_id)
+        olog.get(job_id=job_id, repo=job.repo).warning(
+            olog.Event.JOB_CANCELLED, code=Code.CANCELLED, reason="cancelled by request"
+        )
         return await self.board.update(
-            job_id, state=JobState.CANCELLED, finished_at=time.time(), reason="cancelled by request", event="cancelled"
+            job_id,
+            state=JobState.CANCELLED,
+            finished_at=time.time(),
+            reason="cancelled by request",
+            code=Code.CANCELLED,
+            event="cancelled",
+            data={"code": Code.CANCELLED},
         )
 
     async def retry(self, job_id: int) -> Job:
@@ -490,10 +524,11 @@ class Scheduler:
             job_id,
             **fresh_attempt(job),
             reason="retried" + (f"; previous attempt kept on {kept}" if kept else ""),
+            code=Code.RETRIED,
             event="retried",
-            data={"kept": kept},
+            data={"kept": kept, "code": Code.RETRIED},
         )
-        olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_RETRIED, kept=kept)
+        olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_RETRIED, code=Code.RETRIED, kept=kept)
         return job
 
     async def clean(self, job_id: int) -> list[str]:
@@ -510,10 +545,23 @@ class Scheduler:
         await self.pool.clean(Path(job.repo), job_id)
         dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
         await self.board.store.delete_job(job_id)
+        self.board.publish({"type": "removed", "id": job_id})
         self.paths.job_log(job_id).unlink(missing_ok=True)
         olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
         await self.board.announce()
         return dropped
+
+    async def control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
+        """Pause, resume or limit a repo (or every repo): stored first, then a fact of the next snapshot."""
+        await self.board.store.set_control(scope, paused=paused, slots=slots)
+        self.controls = await self.board.store.controls()
+        olog.get(repo=scope).info(
+            olog.Event.CONTROL_CHANGED,
+            scope=scope,
+            paused=self.controls.get(scope, (False, None))[0],
+            slots=self.controls.get(scope, (False, None))[1],
+        )
+        await self.board.announce()
 
     async def get(self, job_id: int) -> Job:
         job = await self.board.store.get(job_id)

@@ -1,13 +1,14 @@
-"""Runners behind one interface (`base.Runner`): `shell` now; the Claude agent, agent CLIs and replay next."""
+"""Runners behind one interface (`base.Runner`), picked by name from one table: `shell`, `replay`, ..."""
 
 from __future__ import annotations
 
 from orchestrator.runners.base import Runner, UnknownRunner
+from orchestrator.runners.replay import ReplayRunner
 from orchestrator.runners.shell import ShellRunner
 
 
 def registry() -> dict[str, Runner]:
-    return {"shell": ShellRunner()}
+    return {"shell": ShellRunner(), "replay": ReplayRunner()}
 
 
 def get(name: str, runners: dict[str, Runner]) -> Runner:

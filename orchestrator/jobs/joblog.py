@@ -1,0 +1,34 @@
+"""The per-job log's own lines: a header per attempt, and the runner's exit status at its end.
+
+The runner writes its output between them. `orchestrator logs` shows the log as is; `logs -f` ends on
+the exit line's outcome. The lines start with `==> ` so they stand out from the runner's output.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from orchestrator.core.job import Job
+
+HEADER = "==> "
+
+
+def attempt_header(path: Path, job: Job) -> None:
+    """Append the header of the job's current attempt (a retried job's log holds every attempt)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    with path.open("ab") as f:
+        f.write(f"{HEADER}attempt {job.attempts + 1} of job {job.id}, {stamp}: {job.subject}\n".encode())
+
+
+def exit_line(path: Path, exit_code: int | None, summary: str) -> None:
+    """Append the runner's exit status (None: it was killed or never exited)."""
+    status = "killed" if exit_code is None else f"exit status {exit_code}"
+    with path.open("a+b") as f:
+        size = f.seek(0, 2)
+        newline = b""
+        if size:
+            f.seek(size - 1)
+            newline = b"" if f.read(1) == b"\n" else b"\n"
+        f.write(newline + f"{HEADER}{status}: {summary}\n".encode())

@@ -1,0 +1,163 @@
+"""The `replay` runner: apply a recorded change to the job's worktree after a given duration.
+
+No model, no agent: real diffs applied with real git, for benchmarks, demos and tests. The job's text
+says what to replay, in one of two forms:
+
+- lines of `key: value` (any other line is free text, so the first line can be the commit subject)::
+
+      Fix the typo in the tutorial
+      commit: 3f2a9c1        # a commit (sha or ref) of the same repository: its change against its parent
+      after: 2.5             # seconds to wait before applying (default 0)
+
+- or one JSON object: `{"commit": "3f2a9c1", "after": 2.5}` / `{"patch": "/abs/change.patch"}`.
+
+`commit` is cherry-picked onto the worktree (a three-way merge with the commit's first parent as base, as
+`git cherry-pick --no-commit` does), so a change recorded on an older base still applies where it
+would for a person; a real conflict fails the job with the paths. `patch` is a unified diff file
+(`git diff` / `git format-patch` output) applied to the worktree as `git apply` does. The daemon commits
+the result like any runner's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from orchestrator.runners.base import RunContext, RunResult
+
+_LINE = re.compile(r"^\s*(commit|patch|after)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
+
+
+class ReplayError(ValueError):
+    """The replay spec is malformed or the recorded change does not apply; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySpec:
+    commit: str | None = None
+    patch: str | None = None
+    after: float = 0.0
+
+
+def parse(text: str) -> ReplaySpec:
+    """Read a replay spec from a job's text (JSON object, or `key: value` lines)."""
+    raw: dict[str, object]
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            loaded = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise ReplayError(f"the replay spec is not valid JSON ({e})") from None
+        if not isinstance(loaded, dict):
+            raise ReplayError("the replay spec must be a JSON object")
+        unknown = set(loaded) - {"commit", "patch", "after"}
+        if unknown:
+            raise ReplayError(f"unknown replay keys {sorted(unknown)}: use commit, patch, after")
+        raw = loaded
+    else:
+        raw = {}
+        for line in text.splitlines():
+            if m := _LINE.match(line):
+                raw[m.group(1).lower()] = m.group(2)
+    commit, patch, after = raw.get("commit"), raw.get("patch"), raw.get("after", 0)
+    if (commit is None) == (patch is None):
+        raise ReplayError(
+            "a replay job names exactly one change: a line `commit: SHA` (a commit of this repository) "
+            "or `patch: /path/to/file.patch`, optionally `after: SECONDS`"
+        )
+    try:
+        delay = float(after)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ReplayError(f"after: expected seconds, got {after!r}") from None
+    if delay < 0:
+        raise ReplayError(f"after: expected seconds >= 0, got {delay:g}")
+    return ReplaySpec(
+        commit=None if commit is None else str(commit), patch=None if patch is None else str(patch), after=delay
+    )
+
+
+def apply_commit(worktree: Path, rev: str) -> list[str]:
+    """Cherry-pick `rev`'s change (against its first parent) into the worktree, uncommitted. Returns its paths."""
+    repo = pygit2.Repository(str(worktree))
+    try:
+        commit = repo.revparse_single(rev).peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError) as e:
+        raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
+    head = repo.head.peel(pygit2.Commit)
+    base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
+    assert isinstance(base_tree, pygit2.Tree)
+    index = repo.merge_trees(base_tree, head.tree, commit.tree)
+    if index.conflicts:
+        paths = sorted({(e.path) for entries in index.conflicts for e in entries if e is not None})
+        raise ReplayError(f"commit {rev} does not apply on this base: conflict in {', '.join(paths)}")
+    tree = repo.get(index.write_tree(repo))
+    assert isinstance(tree, pygit2.Tree)
+    changed = sorted(_paths(head.tree.diff_to_tree(tree)))
+    # Write the merged tree into the worktree (the index follows), leaving HEAD where it is: the daemon
+    # commits the result like any runner's.
+    repo.checkout_tree(tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
+    return changed
+
+
+def apply_patch(worktree: Path, patch_file: Path) -> list[str]:
+    """Apply a unified diff file to the worktree (as `git apply`). Returns its paths."""
+    try:
+        text = patch_file.read_text()
+    except OSError as e:
+        raise ReplayError(f"cannot read patch {patch_file}: {e.strerror}") from None
+    repo = pygit2.Repository(str(worktree))
+    try:
+        diff = pygit2.Diff.parse_diff(text)
+    except pygit2.GitError as e:
+        raise ReplayError(f"{patch_file} is not a unified diff ({e})") from None
+    if not repo.applies(diff, pygit2.enums.ApplyLocation.WORKDIR):
+        raise ReplayError(f"{patch_file} does not apply on this base (its context lines differ)")
+    repo.apply(diff, pygit2.enums.ApplyLocation.WORKDIR)
+    return sorted(_paths(diff))
+
+
+def _paths(diff: pygit2.Diff) -> set[str]:
+    out: set[str] = set()
+    for delta in diff.deltas:
+        out.update(p for p in (delta.old_file.path, delta.new_file.path) if p)
+    return out
+
+
+class ReplayRunner:
+    name = "replay"
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            spec = parse(ctx.job.text)
+        except ReplayError as e:
+            _log(ctx, f"[replay] {e}")
+            return RunResult(False, None, str(e))
+        if spec.after > ctx.timeout:
+            _log(ctx, f"[replay] waits {spec.after:g}s, longer than the {ctx.timeout:g}s timeout")
+            await asyncio.sleep(ctx.timeout)
+            return RunResult(False, None, f"timed out after {ctx.timeout:g}s")
+        what = f"commit {spec.commit}" if spec.commit else f"patch {spec.patch}"
+        _log(ctx, f"[replay] {what} after {spec.after:g}s")
+        await asyncio.sleep(spec.after)
+        try:
+            if spec.commit:
+                paths = await asyncio.to_thread(apply_commit, ctx.worktree, spec.commit)
+            else:
+                assert spec.patch is not None
+                paths = await asyncio.to_thread(apply_patch, ctx.worktree, Path(spec.patch))
+        except ReplayError as e:
+            _log(ctx, f"[replay] {e}")
+            return RunResult(False, None, str(e))
+        _log(ctx, f"[replay] applied {what}: {', '.join(paths) or 'no paths'}")
+        return RunResult(True, 0, f"replayed {what} ({len(paths)} paths)")
+
+
+def _log(ctx: RunContext, line: str) -> None:
+    with ctx.log_path.open("a") as f:
+        f.write(line + "\n")

@@ -1,0 +1,91 @@
+"""The `replay` runner: a recorded change (a commit of the repo, or a patch file) applied with real git."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.runners import replay
+from tests.conftest import git, write
+
+
+def test_spec_reads_key_value_lines_with_a_free_subject_line():
+    """`key: value` lines name the change; other lines (the subject) are free text."""
+    spec = replay.parse("Fix the typo\ncommit: abc123  # from upstream\nafter: 2.5\n")
+    assert spec == replay.ReplaySpec(commit="abc123", after=2.5)
+    assert replay.parse('{"patch": "/tmp/x.patch"}') == replay.ReplaySpec(patch="/tmp/x.patch")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("just some words", "exactly one change"),
+        ("commit: a\npatch: /x", "exactly one change"),
+        ("commit: a\nafter: soon", "after: expected seconds"),
+        ("commit: a\nafter: -1", ">= 0"),
+        ('{"commit": "a", "delay": 1}', "unknown replay keys"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_bad_specs_say_what_to_write(text, says):
+    """A malformed spec is a ReplayError whose message says how to write one."""
+    with pytest.raises(replay.ReplayError, match=says):
+        replay.parse(text)
+
+
+def _side_commit(repo: Path, files: dict[str, str], branch: str = "side") -> str:
+    git(repo, "checkout", "-q", "-b", branch)
+    write(repo, files)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "recorded change")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    return sha
+
+
+def test_a_commit_recorded_on_an_older_base_applies_three_way(make_repo):
+    """The commit's own change lands on a moved base; the base's other changes stay."""
+    repo = make_repo(files={"a.txt": "1\n2\n3\n4\n5\n6\n", "b.txt": "b\n"})
+    sha = _side_commit(repo, {"a.txt": "1\n2\n3\n4\n5\nsix\n", "new.txt": "new\n"})
+    write(repo, {"a.txt": "one\n2\n3\n4\n5\n6\n"})
+    git(repo, "commit", "-qam", "main moved")
+    assert replay.apply_commit(repo, sha) == ["a.txt", "new.txt"]
+    assert (repo / "a.txt").read_text() == "one\n2\n3\n4\n5\nsix\n"
+    assert (repo / "new.txt").read_text() == "new\n"
+    assert git(repo, "rev-parse", "HEAD") != sha, "HEAD stays; the daemon commits the result"
+
+
+def test_a_conflicting_commit_fails_with_its_paths_and_changes_nothing(make_repo):
+    """A real conflict is a ReplayError naming the path; the worktree is left as it was."""
+    repo = make_repo(files={"a.txt": "a\n"})
+    sha = _side_commit(repo, {"a.txt": "theirs\n"})
+    write(repo, {"a.txt": "ours\n"})
+    git(repo, "commit", "-qam", "main moved")
+    with pytest.raises(replay.ReplayError, match=r"conflict in a\.txt"):
+        replay.apply_commit(repo, sha)
+    assert (repo / "a.txt").read_text() == "ours\n"
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path):
+    """A commit replay and a patch replay run as jobs and land; a change that does not apply fails with why."""
+    repo = make_repo()
+    sha = _side_commit(repo, {"src/a.py": "a = 2\n"})
+    patch = tmp_path / "docs.patch"
+    patch.write_text(
+        "diff --git a/docs/x.md b/docs/x.md\n--- a/docs/x.md\n+++ b/docs/x.md\n@@ -1 +1 @@\n-x\n+x, patched\n"
+    )
+    bad = tmp_path / "bad.patch"
+    bad.write_text(patch.read_text().replace("-x\n", "-not there\n"))
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "3"}).start()
+    a = d.enqueue(repo, f"Bump a\ncommit: {sha}\nafter: 0.2", "--runner", "replay", "--path", "src/a.py")
+    b = d.enqueue(repo, f'{{"patch": "{patch}"}}', "--runner", "replay", "--path", "docs/x.md")
+    c = d.enqueue(repo, f"patch: {bad}", "--runner", "replay", "--path", "README.md")
+    d.cli("wait", str(a), str(b), str(c), "--timeout", "60")
+    ja, jb, jc = (d.cli_json("show", str(i)) for i in (a, b, c))
+    assert ja["state"] == jb["state"] == "landed", (ja["reason"], jb["reason"])
+    assert git(repo, "show", "main:src/a.py") == "a = 2"
+    assert git(repo, "show", "main:docs/x.md") == "x, patched"
+    assert "Bump a" in git(repo, "log", "--format=%s", "main").splitlines(), "the subject is the text's first line"
+    assert jc["state"] == "failed" and "does not apply" in jc["reason"]
