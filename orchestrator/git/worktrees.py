@@ -17,7 +17,8 @@ anyway, a full `checkout -f` + `clean -ffdx` takes over.
 Why the per-repo lock: `git worktree add`, the pruning of worktree metadata and branch deletion
 (which rewrites packed-refs) take git's repository-wide locks and fail instead of waiting when two run
 at once. Re-pointing a warm worktree only touches that worktree's index and one new ref, so it runs
-without the lock and several jobs of one repository can start together.
+without the lock and several jobs of one repository can start together; only the rename of its
+directory takes the lock for an instant, since mid-rename it would look prunable to a concurrent prune.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ class WorktreePool:
             warm = next((w for w in st.pool if w.sha == sha), st.pool[-1])
             st.pool.remove(warm)
             try:
-                await asyncio.to_thread(_move, warm.path, dest)
+                async with st.lock:  # mid-move it looks prunable: a concurrent prune must not see it
+                    await asyncio.to_thread(_move, warm.path, dest)
             except OSError as exc:
                 log.warning(Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, error=str(exc))
                 await self._remove(st, warm.path)
@@ -281,7 +283,8 @@ class WorktreePool:
             dest = st.home / f"pool-{secrets.token_hex(4)}"
             try:
                 sha = await _detach_clean(path)
-                await asyncio.to_thread(_move, path, dest)
+                async with st.lock:  # mid-move it looks prunable: a concurrent prune must not see it
+                    await asyncio.to_thread(_move, path, dest)
             except (WorktreeError, pygit2.GitError, OSError) as exc:
                 log.warning(Event.WORKTREE_RECYCLE_FAILED, repo=str(st.path), path=str(path), error=str(exc))
                 await self._remove(st, path)
