@@ -122,3 +122,25 @@ def test_a_long_queue_writes_few_events_per_job(make_repo, daemon_factory):
         job = client.job(i)
         assert job["state"] == "landed"
         assert len(job["events"]) <= 8, [e["kind"] for e in job["events"]]
+
+
+async def test_an_overlap_never_makes_two_jobs_wait_for_each_other(tmp_path):
+    """A re-run job that meets one already landing after it (through a third) is not made to wait for it."""
+    from orchestrator.git.worktrees import WorktreePool
+    from orchestrator.jobs.scheduler import Scheduler
+    from orchestrator.paths import resolve
+
+    store = await _store(tmp_path)
+    try:
+        board = Board(store)
+        paths = resolve({"ORCHESTRATOR_HOME": str(tmp_path / "home")})
+        scheduler = Scheduler(board, Config(), paths, WorktreePool(tmp_path / "wts"), {})
+        a, b, c = [(await store.add_job(repo="/r", branch="main", text="t", runner="shell")).id for _ in range(3)]
+        for job_id, after in ((b, a), (c, b)):
+            await store.update(job_id, state=JobState.RUNNING, land_after=(after,))
+        assert await scheduler._lands_after(c, a), "c lands after b, which lands after a"
+        assert not await scheduler._lands_after(a, c)
+        await store.update(b, state=JobState.LANDED)
+        assert not await scheduler._lands_after(c, a), "an ended job no longer orders anything"
+    finally:
+        await store.close()

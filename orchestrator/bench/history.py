@@ -134,10 +134,15 @@ def synthesise(changes: list[Change], root: Path, mergeable: tuple[str, ...]) ->
         head = "# changes\n" if claims.matches(p, mergeable) else "original\n"
         f.write_text(head + "".join(f"line {i} of {p}\n" for i in range(1, 6)))
     (root / ".gitattributes").write_text("".join(f"{pat} merge=union\n" for pat in mergeable))
-    env_git = ["git", "-C", str(root), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "synthesised base"]):
-        subprocess.run([*env_git, *args], check=True, capture_output=True, timeout=120)
+        git(root, *args)
     return root
+
+
+def git(repo: Path, *args: str) -> None:
+    """The git CLI in `repo` with a fixed identity (benchmark repositories only)."""
+    ident = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run(["git", "-C", str(repo), *ident, *args], check=True, capture_output=True, timeout=120)
 
 
 def script(change: Change, duration: float, mergeable: tuple[str, ...], stamps: Path) -> str:

@@ -242,7 +242,7 @@ def _ratios(rows: list[dict]) -> None:
 @click.option("--last", type=int, default=40, show_default=True, help="Replay the last N changes of the history.")
 @click.option("--slots", type=int, default=4, show_default=True)
 @click.option("--policy", default=",".join(POLICIES), show_default=True)
-@click.option("--predictor", default="declared,oracle", show_default=True, help="Predictors for the claims policy.")
+@click.option("--predictor", default="declared", show_default=True, help="Predictors for the claims policy.")
 @click.option("--scale", type=float, default=0.25, show_default=True, help="Seconds per unit of change size.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")

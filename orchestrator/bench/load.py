@@ -26,20 +26,15 @@ import click
 
 from orchestrator.bench import schedule as sched
 from orchestrator.bench.daemon import BenchDaemon, BenchError, machine
-
-GIT_ID = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *GIT_ID, *args], check=True, capture_output=True, timeout=120)
+from orchestrator.bench.history import git
 
 
 def _repo(path: Path) -> Path:
     path.mkdir(parents=True)
     (path / "README.md").write_text("bench\n")
-    _git(path, "init", "-q", "-b", "main")
-    _git(path, "add", "-A")
-    _git(path, "commit", "-q", "-m", "base")
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "base")
     return path
 
 
@@ -47,13 +42,13 @@ def _config(slots: int) -> str:
     return f"[jobs]\nmax_concurrent = {slots}\nper_repo = {slots}\nwarm_worktrees = {slots}\n"
 
 
-def serial_git(repo: Path, n: int) -> float:
+def serialgit(repo: Path, n: int) -> float:
     """Jobs/s of a plain serial loop: write the file, `git add`, `git commit` (the same changes as the jobs)."""
     t = time.perf_counter()
     for i in range(n):
         (repo / f"f{i}.txt").write_text(f"{i}\n")
-        _git(repo, "add", f"f{i}.txt")
-        _git(repo, "commit", "-q", "-m", f"change {i}")
+        git(repo, "add", f"f{i}.txt")
+        git(repo, "commit", "-q", "-m", f"change {i}")
     return n / (time.perf_counter() - t)
 
 
@@ -94,7 +89,7 @@ def _events_per_job(home: Path) -> tuple[float, int]:
 def throughput(work: Path, n: int, slots: int) -> dict[str, Any]:
     repo = _repo(work / "repo")
     shutil.copytree(repo, work / "serial", symlinks=True)
-    git_rate = serial_git(work / "serial", n)
+    git_rate = serialgit(work / "serial", n)
     with BenchDaemon(work / "home", _config(slots)) as d:
         sampler = _Sampler(d)
         t = time.perf_counter()

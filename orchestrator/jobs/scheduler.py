@@ -441,7 +441,9 @@ class Scheduler:
             message=f"job {job.id} touched {', '.join(sorted(meet))} outside its claim, "
             f"which job {other.id} holds; job {later.id} lands after job {earlier.id}",
         )
-        if earlier.id not in later.land_after:
+        later = await self.get(later.id)  # its current land_after, not the one when the watch began
+        # A job re-run after a conflict may meet a job that already lands after it: the order stands.
+        if earlier.id not in later.land_after and not await self._lands_after(earlier.id, later.id):
             await self.board.update(
                 later.id,
                 land_after=(*later.land_after, earlier.id),
@@ -453,6 +455,23 @@ class Scheduler:
         task = asyncio.create_task(self._check_hunks(job, other, meet))
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
+
+    async def _lands_after(self, job_id: int, other: int) -> bool:
+        """True if `job_id` already lands after `other`, directly or through open jobs between (a cycle else)."""
+        seen: set[int] = set()
+        todo = [job_id]
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            job = await self.board.store.get(i)
+            if job is None or job.state.terminal:
+                continue
+            if other in job.land_after:
+                return True
+            todo.extend(job.land_after)
+        return False
 
     async def _check_hunks(self, job: Job, other: Job, meet: frozenset[str]) -> None:
         """Same file, or a real conflict? An in-memory merge of both current states says."""
