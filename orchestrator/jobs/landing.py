@@ -25,7 +25,7 @@ from orchestrator.core.models import Code, JobState
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.ownership import StoreOwner
+from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 
@@ -69,15 +69,11 @@ class Lander:
 
     async def _recycle(self, repo: Path, job_id: int, landed: str) -> None:
         """Give a landed job's worktree back and top the warm pool up at the new head."""
-        log = olog.get(job_id=job_id, repo=str(repo))
-        try:
+        bound = {"job_id": job_id, "repo": str(repo)}
+        with olog.best_effort("recycle the landed job's worktree", *CLEANUP_ERRORS, **bound):
             await self.pool.release(repo, job_id, keep=False, delete_branch=True)
-        except Exception as e:  # noqa: BLE001 - the job has landed; a stray worktree is only untidy
-            log.warning(olog.Event.WORKTREE_RECYCLE_FAILED, error=f"{type(e).__name__}: {e}")
-        try:
+        with olog.best_effort("refill the worktree pool", *CLEANUP_ERRORS, **bound):
             await self.pool.fill(repo, landed)
-        except Exception as e:  # noqa: BLE001 - a cold pool only makes the next start slower
-            log.warning(olog.Event.WORKTREE_POOLED_FAILED, error=f"{type(e).__name__}: {e}")
 
     async def drain(self, timeout: float) -> list[int]:
         """Let landings in flight finish within `timeout`; cancel the rest and return their ids."""
@@ -179,6 +175,7 @@ class Lander:
                 scratch_root=self.paths.scratch,
                 mergeable=self._mergeable(job),
                 owner=StoreOwner(self.board.store, job.id),
+                journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
             )
         else:
             result = await asyncio.to_thread(
@@ -189,6 +186,7 @@ class Lander:
                 job_id=job.id,
                 message=message,
                 mergeable=self._mergeable(job),
+                journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
             )
         outcome = result.outcome
         if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
