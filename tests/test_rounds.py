@@ -144,3 +144,19 @@ async def test_an_overlap_never_makes_two_jobs_wait_for_each_other(tmp_path):
         assert not await scheduler._lands_after(c, a), "an ended job no longer orders anything"
     finally:
         await store.close()
+
+
+async def test_a_landing_stops_waiting_for_a_job_sent_back_to_the_queue(tmp_path):
+    """A landing waits for the jobs it lands after to leave running/landing; a re-queued one never lands its result."""
+    store = await _store(tmp_path)
+    try:
+        board = Board(store)
+        job = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
+        await store.update(job.id, state=JobState.LANDING)
+        waiter = asyncio.create_task(board.wait_ended([job.id], timeout=10, settled=lambda st: not st.active))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        await board.update(job.id, state=JobState.QUEUED, event="requeued")
+        assert await asyncio.wait_for(waiter, 5) is True
+    finally:
+        await store.close()

@@ -40,6 +40,8 @@ POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 TERMINAL = ("landed", "failed", "conflicted", "cancelled", "interrupted")
+STALL_S = 180.0
+"""A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +104,16 @@ def run_row(row: Row, changes: list[hist.Change], slots: int, scale: float, work
             )["id"]
             for c in changes
         ]
-        deadline = time.monotonic() + 3600
-        while time.monotonic() < deadline:
-            done = len(d.client.jobs(",".join(TERMINAL)))
-            if progress:
-                progress.update(task, completed=done)
-            if done >= len(ids):
-                break
+        done, moved = 0, time.monotonic()
+        while done < len(ids):
             time.sleep(0.5)
+            now = len(d.client.jobs(",".join(TERMINAL)))
+            if now != done:
+                done, moved = now, time.monotonic()
+                if progress:
+                    progress.update(task, completed=done)
+            elif time.monotonic() - moved > STALL_S + max(durations):
+                raise BenchError(f"{row.name}: no job ended for {STALL_S:.0f} s ({done}/{len(ids)}); see {d.log_path}")
         jobs = [d.client.job(i) for i in ids]
         holds = _holds(d)
     return _figures(row, changes, jobs, holds, durations, slots, t0, repo, stamps)
@@ -296,11 +300,10 @@ def main(
             for row in _rows(policies, predictors):
                 rows.append(run_row(row, changes, slots, scale, work, progress))
     except BenchError as e:
-        click.echo(f"orchestrator bench jobs: {e}", err=True)
+        click.echo(f"orchestrator bench jobs: {e} (repositories and logs kept in {work})", err=True)
         sys.exit(1)
-    finally:
-        if keep is None:
-            shutil.rmtree(work, ignore_errors=True)
+    if keep is None:
+        shutil.rmtree(work, ignore_errors=True)
     _ratios(rows)
     info = {"machine": machine(), "history": str(history_file or (repo or hist.bundled())), "changes": len(changes)}
     if as_json:

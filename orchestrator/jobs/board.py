@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator.core.job import Job
+from orchestrator.core.models import JobState
 from orchestrator.store import Store
 
 SUBSCRIBER_BACKLOG = 4096
@@ -36,13 +37,18 @@ class Subscription:
             self.overflowed = True
 
 
+def ended(state: JobState) -> bool:
+    return state.terminal
+
+
 class _Waiter:
-    """The jobs one caller waits for that have not ended yet."""
+    """The jobs one caller waits for that have not settled yet, and what settled means to it."""
 
-    __slots__ = ("done", "pending")
+    __slots__ = ("done", "pending", "settled")
 
-    def __init__(self, ids: set[int]) -> None:
+    def __init__(self, ids: set[int], settled: Callable[[JobState], bool]) -> None:
         self.pending = ids
+        self.settled = settled
         self.done = asyncio.Event()
 
 
@@ -74,8 +80,8 @@ class Board:
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
     ) -> Job:
         job = await self.store.update(job_id, event=event, data=data, **fields)
-        if job.state.terminal:
-            for w in self._waiters.get(job_id, ()):
+        for w in self._waiters.get(job_id, ()):
+            if w.settled(job.state):
                 w.pending.discard(job_id)
                 if not w.pending:
                     w.done.set()
@@ -90,16 +96,21 @@ class Board:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_ended(self, ids: Iterable[int], timeout: float | None) -> bool:
-        """Wait until every one of these jobs has ended (or is unknown); True if they did within `timeout`."""
-        w = _Waiter(set(ids))
+    async def wait_ended(
+        self, ids: Iterable[int], timeout: float | None, settled: Callable[[JobState], bool] = ended
+    ) -> bool:
+        """Wait until every one of these jobs has ended (or is unknown); True if they did within `timeout`.
+
+        `settled` says what counts as done for this caller (default: a terminal state).
+        """
+        w = _Waiter(set(ids), settled)
         watched = tuple(w.pending)
         for i in watched:
             self._waiters.setdefault(i, set()).add(w)
         try:
             # Registered first, read once after: an end stored meanwhile is seen by one or the other.
             states = await self.store.states(list(w.pending))
-            w.pending.intersection_update(i for i, st in states.items() if not st.terminal)
+            w.pending.intersection_update(i for i, st in states.items() if not settled(st))
             if not w.pending:
                 return True
             try:

@@ -109,7 +109,9 @@ class Lander:
             reason = f"waits for jobs {_ids(job.land_after)} to land first (overlap seen)"
             await self.board.update(job.id, reason=reason, code=Code.LAND_AFTER)
             log.info(olog.Event.LANDING_WAITING, code=Code.LAND_AFTER, reason=reason, blocking=sorted(job.land_after))
-            await self.board.wait_ended(job.land_after, timeout=None)
+            # Settled when it landed or ended, or went back to the queue (a conflict re-queued it): its
+            # old result will never land, and its next attempt starts from whatever lands meanwhile.
+            await self.board.wait_ended(job.land_after, timeout=None, settled=lambda st: not st.active)
             log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.LAND_AFTER)
         key = (job.repo, job.branch)
         lock = self._locks.setdefault(key, asyncio.Lock())
