@@ -61,6 +61,22 @@ class OllamaConfig:
     host: str = "http://127.0.0.1:11434"
     parallel: int = 1
     model: str = "hermes3"
+    max_queue: int = 256
+    """Calls waiting at the gate beyond this are answered "busy, retry after" at once."""
+    first_token_timeout: float = 120.0
+    total_timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    policy: str = "gate"
+    """`gate` (turns hold a slot, extraction deferred) or `naive` (every call straight to the server)."""
+    extract_every: int = 3
+    """Turns of one session coalesced into one memory-extraction call."""
+    extract_idle: float = 30.0
+    """Seconds of quiet in a session after which its pending extraction runs."""
+    history: int = 12
+    """Messages of the session's history in each prompt."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,7 @@ class Config:
     ollama: OllamaConfig = field(default_factory=OllamaConfig)
     anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    chat: ChatConfig = field(default_factory=ChatConfig)
     repos: Mapping[str, RepoConfig] = field(default_factory=dict)
 
     def repo(self, path: str) -> RepoConfig:
@@ -133,6 +150,15 @@ requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrup
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
 parallel = 1                       # match the server's OLLAMA_NUM_PARALLEL
 model = "hermes3"
+max_queue = 256                    # gate queue bound: past it, "busy, retry after N s"
+first_token_timeout = 120
+total_timeout = 600
+
+[chat]
+policy = "gate"           # or "naive": every call straight to the server (for comparison)
+extract_every = 3         # turns per memory-extraction call
+extract_idle = 30         # seconds of quiet before a session's pending extraction runs
+history = 12              # messages of history in each prompt
 
 [anthropic]
 model = "claude-sonnet-4-5"        # coding agents; key from env ANTHROPIC_API_KEY only
@@ -212,6 +238,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
+    if cfg.chat.policy not in ("gate", "naive"):
+        raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.anthropic.concurrency < 1:
         raise ConfigError("anthropic.concurrency: must be at least 1")
     if cfg.anthropic.timeout <= 0:
@@ -222,7 +250,10 @@ def _validate(cfg: Config) -> None:
 
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     """Build a `Config` from parsed TOML and environment overrides."""
-    sections = {"jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig}
+    sections = {
+        "jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig,
+        "chat": ChatConfig,
+    }  # fmt: skip
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key == "repos":
