@@ -371,6 +371,14 @@ class Store:
             rows = await cur.fetchall()
         return [_row_to_job(r) for r in rows]
 
+    async def count(self, states: Iterable[JobState]) -> int:
+        """How many jobs are in these states (without reading them)."""
+        names = tuple(str(s) for s in states)
+        sql = f"SELECT count(*) FROM jobs WHERE state IN ({', '.join('?' * len(names))})"
+        async with self._db.execute(sql, names) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     def take_changed(self) -> set[int]:
         """Ids of the jobs written since the last call (for one consumer: the scheduler's rounds)."""
         changed, self._changed = self._changed, set()

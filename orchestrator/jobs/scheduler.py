@@ -39,6 +39,8 @@ OPEN_STATES = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RU
 DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
 ROUND_SLICE = 200
 """Decisions made between two yields to the event loop in one round."""
+EXPLAIN_EVERY = 2.0
+"""Seconds between full passes over a queue whose tail cannot start (every slot taken)."""
 
 
 class JobError(Exception):
@@ -102,6 +104,8 @@ class Scheduler:
         self._planned = rounds.Planned(board.store)
         self._views = rounds.Views()
         self._repo_facts = rounds.RepoFacts()
+        self._explained = 0.0
+        self._cut = 0.0
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
@@ -131,8 +135,8 @@ class Scheduler:
                 await asyncio.sleep(1.0)
                 self.wake()
             # Every fact that can change a decision wakes us; the timeout is only a safety net.
-            timeout = 30.0
-            if self.burst and not await self.board.store.jobs(OPEN_STATES):
+            timeout = 30.0 if self._explained >= self._cut else EXPLAIN_EVERY  # a cut-short tail is explained soon
+            if self.burst and not await self.board.store.count(OPEN_STATES):
                 # Burst: exit once idle, after a short grace for a client that is about to enqueue.
                 quiet = time.monotonic() - self._last_wake
                 if quiet >= self.grace:
@@ -192,7 +196,10 @@ class Scheduler:
         # Repositories whose facts did not change since the last round are not decided again.
         snapshot = self._repo_facts.narrow(snapshot, self._seen.live)
         writes: list[Write] = []
-        busy = len(active)
+        busy, cap = len(active), snapshot.policy.max_concurrent
+        # With every slot taken, the queue's tail can only be deferred: its reasons are refreshed by a full
+        # pass at most every EXPLAIN_EVERY seconds (one a woken round may cut short), not by every round.
+        explain = time.monotonic() - self._explained >= EXPLAIN_EVERY
         complete = True
         for n, decision in enumerate(admission.iter_decisions(snapshot), start=1):
             job = by_id[decision.job_id]
@@ -205,20 +212,23 @@ class Scheduler:
                 busy += decision.admitted
                 self._seen.forget(job.id)
                 await self._act(job, decision)
+            if busy >= cap and not explain:
+                complete = False
+                break
             if n % ROUND_SLICE == 0:
                 await asyncio.sleep(0)  # a long queue's tail must not stall the API and the running jobs
-                if self._wakeup.is_set() and busy >= snapshot.policy.max_concurrent:
-                    # Every slot is taken, so the tail can only be deferred: start over on the newer facts
-                    # rather than finish explaining the old ones (a landing must not wait for that).
-                    complete = False
+                if busy >= cap and self._wakeup.is_set():
+                    complete = False  # newer facts came: start over on them
                     break
         if writes:
             await store.update_many(writes)  # one transaction for the round's changed reasons
             for w in writes:  # no wake: a deferral changes no decision
                 self.board.publish({"type": "job", "job": self.live(by_id[w.job_id]).to_json()})
         if complete:
+            self._explained = time.monotonic()
             self._repo_facts.commit()
         else:
+            self._cut = time.monotonic()
             self._repo_facts.reset()
 
     async def _plan(self, job: Job) -> None:
