@@ -43,6 +43,8 @@ class JobsConfig:
     timeout: float = 3600.0
     warm_worktrees: int = 2
     default_runner: str = "shell"
+    on_end: tuple[str, ...] = ()
+    """An argv template run when a job ends, e.g. ["notify-send", "{summary}"] (see jobs/notify.py)."""
     log_max_bytes: int = 50 * 1024 * 1024
     kill_grace: float = 5.0
     requeue_interrupted: bool = False
@@ -142,6 +144,9 @@ max_attempts = 3
 timeout = 3600            # seconds a runner may take
 warm_worktrees = 2        # pooled worktrees per repo (raised to min(per_repo, max_concurrent))
 default_runner = "shell"
+# Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
+# {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).
+# on_end = ["notify-send", "orchestrator", "{summary}"]
 log_max_bytes = 52428800  # a job's log stops growing here (the log says so)
 kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on timeout or daemon stop
 requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
@@ -229,6 +234,13 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.max_attempts: must be at least 1")
     if cfg.jobs.timeout <= 0:
         raise ConfigError("jobs.timeout: must be positive")
+    if cfg.jobs.on_end:
+        from orchestrator.jobs.notify import TemplateError, check_template
+
+        try:
+            check_template(cfg.jobs.on_end)
+        except TemplateError as e:
+            raise ConfigError(f"jobs.{e}") from None
     for path, rc in cfg.repos.items():
         if rc.land_style not in LAND_STYLES:
             raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')

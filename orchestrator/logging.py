@@ -28,6 +28,8 @@ class Event(StrEnum):
     DAEMON_CANCELLED = "daemon.cancelled"
     API_ERROR = "api.error"
     CONTROL_CHANGED = "control.changed"
+    NOTIFY_RAN = "notify.ran"
+    NOTIFY_FAILED = "notify.failed"
     SCHEDULER_ERROR = "scheduler.error"
     JOB_ENQUEUED = "job.enqueued"
     JOB_PLANNED = "job.planned"

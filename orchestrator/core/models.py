@@ -235,6 +235,8 @@ class Code(StrEnum):
     """Its changes conflict with the target branch (re-queued, or left for a person)."""
     RETRIED = "Retried"
     """A person queued it again."""
+    NOTIFY_FAILED = "NotifyFailed"
+    """The `on_end` command failed or timed out (the job itself is not affected)."""
 
 
 class Outcome(StrEnum):
