@@ -338,7 +338,12 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="per run")
     ap.add_argument("--json", action="store_true", help="print {machine, rows} as JSON on stdout")
     ap.add_argument("--plot", type=Path, help="write a PNG of wall done / drained against N")
+    ap.add_argument("--backend", choices=["double", "ollama", "llama-server"], help="same as the flags above, by name")
     args = ap.parse_args(argv)
+    if args.backend == "llama-server":
+        args.llama_server = True
+    elif args.backend == "ollama" and not args.ollama:
+        ap.error("--backend ollama needs --ollama URL")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if any(p not in ("gate", "naive") for p in policies):
         ap.error(f"--policy: use gate and/or naive, got {args.policy!r}")
