@@ -43,6 +43,9 @@ class JobsConfig:
     timeout: float = 3600.0
     warm_worktrees: int = 2
     default_runner: str = "shell"
+    log_max_bytes: int = 50 * 1024 * 1024
+    kill_grace: float = 5.0
+    requeue_interrupted: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,9 @@ max_attempts = 3
 timeout = 3600            # seconds a runner may take
 warm_worktrees = 2        # pooled worktrees per repo
 default_runner = "shell"
+log_max_bytes = 52428800  # a job's log stops growing here (the log says so)
+kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on timeout or daemon stop
+requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -195,6 +201,10 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.max_attempts: must be at least 1")
     if cfg.jobs.timeout <= 0:
         raise ConfigError("jobs.timeout: must be positive")
+    if cfg.jobs.log_max_bytes < 4096:
+        raise ConfigError("jobs.log_max_bytes: must be at least 4096")
+    if cfg.jobs.kill_grace < 0:
+        raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
     if cfg.anthropic.concurrency < 1:
@@ -257,11 +267,17 @@ def load(path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Read `path` (missing means all defaults) and apply the environment."""
     env = os.environ if env is None else env
     data: dict[str, Any] = {}
-    if path.exists():
+    if path.exists() or path.is_symlink():
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{path}: is a directory, not a file: move it aside and write the config there") from None
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot be read ({e.strerror}): fix its permissions or move it aside") from None
     try:
         return parse(data, env)
     except ConfigError as e:

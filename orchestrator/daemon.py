@@ -24,6 +24,7 @@ from orchestrator.api import Api
 from orchestrator.config import Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import end_survivors
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
 from orchestrator.paths import Paths
 from orchestrator.runners import registry
@@ -83,6 +84,8 @@ class Daemon:
         store = await Store.open(self.paths.db)
         notifier = Notifier()
         try:
+            # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
+            await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
             runners = registry()
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)

@@ -52,6 +52,10 @@ class Paths:
     def job_log(self, job_id: int) -> Path:
         return self.job_logs / f"{job_id}.log"
 
+    def job_private(self, job_id: int) -> Path:
+        """A job's own dir for what its runner writes outside the worktree (scripts, prompts)."""
+        return self.state_dir / "private" / str(job_id)
+
     def ensure(self) -> None:
         """Create the dirs; the runtime dir is 0700 so only the owner can reach the socket."""
         for d in (self.config_dir, self.state_dir, self.job_logs, self.worktrees, self.scratch):

@@ -20,6 +20,7 @@ import aiosqlite
 
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, JobState
+from orchestrator.runners.process import Group
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: jobs and their history; chat sessions, messages and memories.
@@ -86,6 +87,18 @@ MIGRATIONS: tuple[str, ...] = (
         scope TEXT PRIMARY KEY,
         paused INTEGER NOT NULL DEFAULT 0,
         slots INTEGER
+    );
+    """,
+    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors.
+    """
+    CREATE TABLE processes (
+        pgid INTEGER NOT NULL,
+        start_time INTEGER NOT NULL,
+        boot_id TEXT NOT NULL,
+        job_id INTEGER,
+        what TEXT NOT NULL DEFAULT '',
+        started_at REAL NOT NULL,
+        PRIMARY KEY (pgid, start_time)
     );
     """,
 )
@@ -313,6 +326,29 @@ class Store:
         ) as cur:
             rows = await cur.fetchall()
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    # -- process groups ---------------------------------------------------------------------------
+
+    async def own_process(self, group: Group, job_id: int | None = None) -> None:
+        """Record a process group before it may run (see `runners.process`)."""
+        async with self._transaction():
+            await self._db.execute(
+                "INSERT OR REPLACE INTO processes (pgid, start_time, boot_id, job_id, what, started_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time()),
+            )
+
+    async def disown_process(self, group: Group) -> None:
+        async with self._transaction():
+            await self._db.execute(
+                "DELETE FROM processes WHERE pgid = ? AND start_time = ?", (group.pgid, group.start_time)
+            )
+
+    async def processes(self) -> list[tuple[Group, int | None]]:
+        """Every recorded process group, with the job it ran for."""
+        async with self._db.execute("SELECT * FROM processes ORDER BY started_at") as cur:
+            rows = await cur.fetchall()
+        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash: running jobs become interrupted, planning ones go back to the queue.

@@ -23,41 +23,30 @@ checkouts already updated are put back and the ref is swapped back. Bare reposit
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
 
 import pygit2
 from pygit2.enums import FileStatus
 
 from orchestrator.git import repos
 from orchestrator.git.merging import Mergeable, MergeResult, merge_for_landing
+from orchestrator.runners import process
 
-TAIL_BYTES = 4096
+TAIL_BYTES = process.TAIL_BYTES
 """How much of a check's output `CheckResult.output_tail` keeps."""
 KILL_GRACE = 2.0
 """Seconds between SIGTERM and SIGKILL for a check that timed out."""
 LOCK_WAIT = 2.0
 """Seconds to wait for a user's running git command to release a checkout's index.lock."""
 
-# Inherited by a daemon started from a git hook, these would point our git commands at the wrong repo.
-_GIT_LOCATION_ENV = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_PREFIX",
-    "GIT_OBJECT_DIRECTORY",
-)
 
 
 class LandOutcome(StrEnum):
@@ -201,6 +190,7 @@ async def land_checked(
     scratch_root: Path | None = None,
     mergeable: Mergeable | None = None,
     retries: int = 3,
+    owner: process.Owner | None = None,
 ) -> LandResult:
     """`land` with a landing check: the branch moves only to a result on which `command` passed.
 
@@ -215,7 +205,7 @@ async def land_checked(
             return early
         assert merged.sha is not None
         check = await run_check(
-            repo_path, merged.sha, command, timeout=timeout, log_path=log_path, scratch_root=scratch_root
+            repo_path, merged.sha, command, timeout=timeout, log_path=log_path, scratch_root=scratch_root, owner=owner
         )
         if not check.ok:
             status = f"timed out after {timeout:g}s" if check.timed_out else f"exited {check.returncode}"
@@ -245,12 +235,13 @@ async def run_check(
     timeout: float,
     log_path: Path | None = None,
     scratch_root: Path | None = None,
+    owner: process.Owner | None = None,
 ) -> CheckResult:
     """Run the shell `command` in a scratch detached worktree at `sha`; always remove the worktree.
 
-    The command runs in its own process group; on timeout the group gets SIGTERM, then SIGKILL after
-    `KILL_GRACE`, and whatever it left running in the background is killed once it exits anyway (its
-    worktree is about to go). Full output is appended to `log_path` if given.
+    The command runs through `process.run`: its own process group, recorded by `owner`; on timeout the
+    group gets SIGTERM, then SIGKILL after `KILL_GRACE`, and whatever it left running in the background
+    is killed once it exits anyway (its worktree is about to go). Output is appended to `log_path` if given.
     """
     scratch = Path(tempfile.mkdtemp(prefix="orchestrator-check-", dir=scratch_root))
     worktree = scratch / sha[:12]
@@ -272,75 +263,25 @@ async def run_check(
         out, _ = await add.communicate()
         if add.returncode != 0:
             return CheckResult(False, None, f"could not make a worktree at {sha}: {out.decode(errors='replace')}")
-        return await _run_command(command, worktree, timeout, log_path)
+        return await _run_command(command, worktree, timeout, log_path, owner)
     finally:
         await asyncio.to_thread(_remove_scratch, repo_path, worktree, scratch)
 
 
-async def _run_command(command: str, cwd: Path, limit: float, log_path: Path | None) -> CheckResult:
-    log = await asyncio.to_thread(open, log_path, "ab") if log_path is not None else None
-    try:
-        return await _run_logged(command, cwd, limit, log)
-    finally:
-        if log is not None:
-            await asyncio.to_thread(log.close)
-
-
-async def _run_logged(command: str, cwd: Path, limit: float, log: BinaryIO | None) -> CheckResult:
-    proc = await asyncio.create_subprocess_shell(
+async def _run_command(
+    command: str, cwd: Path, limit: float, log_path: Path | None, owner: process.Owner | None
+) -> CheckResult:
+    done = await process.run(
         command,
         cwd=cwd,
-        env=_git_env(),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so a timeout kills its children too
+        env=process.environment(),
+        timeout=limit,
+        log_path=log_path,
+        grace=KILL_GRACE,
+        owner=owner,
+        what=f"landing check in {cwd}",
     )
-    tail = bytearray()
-
-    async def record(data: bytes) -> None:
-        if log is not None:
-            await asyncio.to_thread(log.write, data)
-
-    async def pump() -> None:
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(65536):
-            await record(chunk)
-            tail.extend(chunk)
-            del tail[:-TAIL_BYTES]
-
-    await record(f"$ {command}\n".encode())
-    reader = asyncio.create_task(pump())
-    timed_out = False
-    try:
-        try:
-            await asyncio.wait_for(proc.wait(), limit)
-        except TimeoutError:
-            timed_out = True
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), KILL_GRACE)
-            except TimeoutError:
-                _signal_group(proc.pid, signal.SIGKILL)
-    finally:
-        _signal_group(proc.pid, signal.SIGKILL)  # background leftovers, or everything if we were cancelled
-        await proc.wait()
-        try:
-            await asyncio.wait_for(reader, KILL_GRACE)
-        except TimeoutError:  # something outside the group still holds the pipe
-            reader.cancel()
-    await record(f"\n[{f'timed out after {limit:g}s' if timed_out else f'exit {proc.returncode}'}]\n".encode())
-    return CheckResult(
-        ok=not timed_out and proc.returncode == 0,
-        returncode=proc.returncode,
-        output_tail=tail.decode(errors="replace"),
-        timed_out=timed_out,
-    )
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+    return CheckResult(ok=done.ok, returncode=done.returncode, output_tail=done.output_tail, timed_out=done.timed_out)
 
 
 def _remove_scratch(repo_path: Path, worktree: Path, scratch: Path) -> None:
@@ -442,7 +383,8 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _git_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_ENV}
+    # Inherited by a daemon started from a git hook, these would point our git commands at the wrong repo.
+    return {k: v for k, v in os.environ.items() if k not in process.GIT_LOCATION_ENV}
 
 
 # ---- results --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import joblog
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import StoreOwner
 from orchestrator.paths import Paths
 from orchestrator.runners import Runner
 from orchestrator.runners import get as get_runner
@@ -80,7 +81,14 @@ class Executor:
             watcher = ChangeWatcher(worktree, base, lambda paths: self.on_change(job.id, paths))
             await watcher.start()
             ctx = RunContext(
-                job=job, worktree=worktree, log_path=self.paths.job_log(job.id), timeout=self.cfg.jobs.timeout
+                job=job,
+                worktree=worktree,
+                log_path=self.paths.job_log(job.id),
+                timeout=self.cfg.jobs.timeout,
+                owner=StoreOwner(self.board.store, job.id),
+                private_dir=self.paths.job_private(job.id),
+                log_cap=self.cfg.jobs.log_max_bytes,
+                grace=self.cfg.jobs.kill_grace,
             )
             await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job)
             result = await runner.run(ctx)

@@ -25,6 +25,7 @@ from orchestrator.core.models import Code, JobState
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.ownership import StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 
@@ -157,6 +158,7 @@ class Lander:
                 log_path=self.paths.job_log(job.id),
                 scratch_root=self.paths.scratch,
                 mergeable=self._mergeable(job),
+                owner=StoreOwner(self.board.store, job.id),
             )
         else:
             result = await asyncio.to_thread(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.core.job import Job
+from orchestrator.runners.process import KILL_GRACE, LOG_CAP, Owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +17,13 @@ class RunContext:
     log_path: Path
     timeout: float
     env: dict[str, str] = field(default_factory=dict)
+    owner: Owner = field(default_factory=Owner)
+    """Records each process group the runner starts (the store, in the daemon): pass it to `process.run`."""
+    private_dir: Path | None = None
+    """A 0700 dir of the job's own, outside the worktree, for scripts and prompts the runner writes."""
+    log_cap: int = LOG_CAP
+    grace: float = KILL_GRACE
+    """Seconds between SIGTERM and SIGKILL when the job times out or the daemon stops."""
 
 
 @dataclass(frozen=True, slots=True)
