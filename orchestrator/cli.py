@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from orchestrator import __version__, paths
-from orchestrator.commands import jobs, queue, status
+from orchestrator.commands import jobs, queue, review, status
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -92,6 +92,9 @@ main.add_command(queue.clean)
 main.add_command(queue.pause)
 main.add_command(queue.resume)
 main.add_command(queue.limit)
+main.add_command(review.diff)
+main.add_command(review.land)
+main.add_command(review.reject)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,8 +26,10 @@ from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.ownership import end_survivors
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
+from orchestrator.llm.anthropic import Claude
 from orchestrator.paths import Paths
 from orchestrator.runners import registry
+from orchestrator.runners import sandbox as sandboxes
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.store import Store
 
@@ -87,7 +89,10 @@ class Daemon:
             # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
-            runners = registry()
+            # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
+            claude = Claude(self.cfg.anthropic)
+            sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+            runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
             for repo in sorted({j.repo for j in await store.jobs()}):
                 with contextlib.suppress(Exception):
@@ -129,6 +134,7 @@ class Daemon:
             if cut:
                 log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
             await runner.cleanup()
+            await claude.close()
         finally:
             await notifier.close()
             await store.close()

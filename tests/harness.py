@@ -19,7 +19,8 @@ class Daemon:
 
     def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
         self.home = home
-        self.env = {**os.environ, "ORCHESTRATOR_HOME": str(home), **(env or {})}
+        # No bubblewrap unless a test asks for it: jobs in tests coordinate through files outside the repo.
+        self.env = {**os.environ, "ORCHESTRATOR_HOME": str(home), "ORCHESTRATOR_SANDBOX": "none", **(env or {})}
         self.env.pop("JOURNAL_STREAM", None)
         self.log_path = home / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -20,10 +20,10 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core import admission, claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import ALL_REPOS, Code, Decision, JobState, JobView, Outcome, Snapshot
+from orchestrator.core.models import ACTIVE_STATES, ALL_REPOS, Code, Decision, JobState, JobView, Outcome, Snapshot
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool
-from orchestrator.jobs import retire
+from orchestrator.jobs import retire, review
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
@@ -32,7 +32,9 @@ from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.runners import Runner
 
-OPEN_STATES = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING)
+OPEN_STATES = (
+    JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY
+)  # fmt: skip
 DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
 
 
@@ -154,7 +156,7 @@ class Scheduler:
         planned = await store.jobs([JobState.PLANNED])
         if not planned:
             return
-        active = await store.jobs([JobState.RUNNING, JobState.LANDING])
+        active = await store.jobs(ACTIVE_STATES)
         snapshot = await self._snapshot(planned, active)
         by_id = {j.id: j for j in planned}
         for decision in admission.decide_all(snapshot):
@@ -337,7 +339,7 @@ class Scheduler:
         )
         if not escaped:
             return
-        for other in await self.board.store.jobs([JobState.RUNNING, JobState.LANDING]):
+        for other in await self.board.store.jobs(ACTIVE_STATES):
             if other.id == job_id or other.repo != job.repo:
                 continue
             theirs = other.claim.paths | self._actual.get(other.id, other.actual)
@@ -408,6 +410,8 @@ class Scheduler:
         job = await self.get(job_id)
         if job.state.terminal:
             raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
+        if job.state is JobState.READY:
+            await self.pool.release(Path(job.repo), job_id, keep=True)
         if job.state is JobState.LANDING:
             if (job.repo, job.branch) in self.lander.inflight:
                 raise JobError(f"job {job_id} is landing right now; wait for it (`orchestrator wait {job_id}`)")
@@ -433,6 +437,26 @@ class Scheduler:
             event="cancelled",
             data={"code": Code.CANCELLED},
         )
+
+    async def land(self, job_id: int) -> Job:
+        """Review mode: land a ready job (hand it to its branch's landing queue)."""
+        try:
+            return await review.land(self.board, self.lander, await self.get(job_id))
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
+
+    async def reject(self, job_id: int) -> Job:
+        """Review mode: drop a ready job; its paths are free again, its branch is kept."""
+        try:
+            return await review.reject(self.board, self.pool, await self.get(job_id))
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
+
+    async def diff(self, job_id: int, against_head: bool) -> dict[str, Any]:
+        try:
+            return await review.diff_async(await self.get(job_id), against_head)
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
 
     async def retry(self, job_id: int) -> Job:
         job = await self.get(job_id)

@@ -16,11 +16,12 @@ from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.config import AgentConfig
+from orchestrator.core.models import Code
 from orchestrator.llm.anthropic import Claude, ModelUnavailable
 from orchestrator.llm.pricing import Usage
 from orchestrator.runners import process
 from orchestrator.runners.agent_tools import TOOLS, Outcome, Tools
-from orchestrator.runners.base import RunContext, RunResult
+from orchestrator.runners.base import RunContext, RunResult, note
 from orchestrator.runners.sandbox import Sandbox
 
 SYSTEM = """\
@@ -83,9 +84,9 @@ class ClaudeRunner:
 
         async def run_command(command: str, timeout: float) -> tuple[int | None, str]:
             journal.line(f"[run] {command}")
-            argv = self.sandbox.wrap(["/bin/sh", "-c", command], ctx)
             result = await process.run(
-                argv,
+                command,
+                prefix=self.sandbox.prefix(ctx),
                 cwd=ctx.worktree,
                 env=self.sandbox.env(ctx, process.environment((), _job_vars(ctx))),
                 timeout=timeout,
@@ -94,6 +95,7 @@ class ClaudeRunner:
                 grace=ctx.grace,
                 owner=ctx.owner,
                 what=f"job {ctx.job.id} runner claude: run",
+                script_dir=ctx.private_dir,
             )
             return (None if result.timed_out else result.returncode), result.output_tail
 
@@ -113,8 +115,8 @@ class ClaudeRunner:
         while True:
             if why := budget.exceeded(turn, usage):
                 journal.line(f"[claude] {why}")
-                log.warning(olog.Event.AGENT_BUDGET, reason=why, turns=turn, tokens=usage.tokens)
-                return RunResult(False, None, why, usage=usage.to_json())
+                log.warning(olog.Event.AGENT_BUDGET, reason=why, turns=turn, usage_total=usage.tokens)
+                return RunResult(False, None, why, usage=usage.to_json(), code=Code.BUDGET_SPENT)
             turn += 1
             try:
                 message = await self.claude.create(
@@ -126,7 +128,9 @@ class ClaudeRunner:
                 )
             except ModelUnavailable as e:
                 journal.line(f"[claude] {e}")
-                return RunResult(False, None, f"Claude unavailable: {e}", usage=usage.to_json())
+                return RunResult(
+                    False, None, f"Claude unavailable: {e}", usage=usage.to_json(), code=Code.MODEL_UNAVAILABLE
+                )
             usage.add(message.usage)
             content = [block.model_dump(exclude_none=True) for block in message.content]
             messages.append({"role": "assistant", "content": content})
@@ -143,8 +147,10 @@ class ClaudeRunner:
             for call in calls:
                 args = call.input if isinstance(call.input, dict) else {}
                 outcome = await tools.call(call.name, args)
-                journal.line(f"[tool] {call.name} {_brief(args)} -> {'error: ' if outcome.error else ''}"
-                             f"{_one_line(outcome.text)[:200]}")
+                journal.line(
+                    f"[tool] {call.name} {_brief(args)} -> {'error: ' if outcome.error else ''}"
+                    f"{_one_line(outcome.text)[:200]}"
+                )
                 log.debug(olog.Event.AGENT_TOOL, tool=call.name, error=outcome.error, turn=turn)
                 results.append(
                     {"type": "tool_result", "tool_use_id": call.id, "content": outcome.text, "is_error": outcome.error}
@@ -152,7 +158,7 @@ class ClaudeRunner:
                 if outcome.done:
                     finished = outcome
             if finished is not None:
-                log.info(olog.Event.AGENT_DONE, turns=turn, tokens=usage.tokens, cost_usd=usage.cost_usd)
+                log.info(olog.Event.AGENT_DONE, turns=turn, usage_total=usage.tokens, cost_usd=usage.cost_usd)
                 return RunResult(True, 0, _one_line(finished.text) or "agent done", usage=usage.to_json())
             messages.append({"role": "user", "content": results})
 
@@ -175,8 +181,6 @@ class _Journal:
 
     def __init__(self, ctx: RunContext) -> None:
         self.path = ctx.log_path
-        self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def line(self, text: str) -> None:
-        with self.path.open("a") as f:
-            f.write(text + "\n")
+        note(self.path, text)

@@ -43,14 +43,14 @@ class Sandbox:
     def check(self) -> str | None:
         """Why a job must not run (sandbox required but unusable), or None."""
         if self.required and not self.active:
-            return f"sandbox = \"bwrap\" but {self.reason}; install bubblewrap or set jobs.sandbox = \"auto\""
+            return f'sandbox = "bwrap" but {self.reason}; install bubblewrap or set jobs.sandbox = "auto"'
         return None
 
-    def wrap(self, argv: Sequence[str], ctx: RunContext, *, home: Path | None = None) -> list[str]:
-        """`argv` as run inside the sandbox (unchanged without one)."""
+    def prefix(self, ctx: RunContext, *, home: Path | None = None) -> list[str]:
+        """What goes before a command's argv to run it inside the sandbox (`process.run(prefix=...)`)."""
         if self.bwrap is None:
-            return list(argv)
-        return [self.bwrap, *binds(ctx, home=home), "--", *argv]
+            return []
+        return [self.bwrap, *binds(ctx, home=home), "--"]
 
     def env(self, ctx: RunContext, env: Mapping[str, str]) -> dict[str, str]:
         """The command's environment: its own tmp dir as TMPDIR when sandboxed."""

@@ -7,8 +7,10 @@ SIGTERM then SIGKILL, so no process outlives its job. A long text goes through a
 
 from __future__ import annotations
 
+from orchestrator.core.models import Code
 from orchestrator.runners import process
 from orchestrator.runners.base import RunContext, RunResult
+from orchestrator.runners.sandbox import Sandbox
 
 
 def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:
@@ -28,12 +30,18 @@ def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:
 class ShellRunner:
     name = "shell"
 
+    def __init__(self, sandbox: Sandbox | None = None) -> None:
+        self.sandbox = sandbox or Sandbox()
+
     async def run(self, ctx: RunContext) -> RunResult:
+        if why := self.sandbox.check():
+            return RunResult(False, None, why, code=Code.SANDBOX_UNAVAILABLE)
         # An argv job runs exactly as given (exec, no shell, no re-splitting); a text job through sh.
         result = await process.run(
             list(ctx.job.argv) if ctx.job.argv else ctx.job.text,
+            prefix=self.sandbox.prefix(ctx),
             cwd=ctx.worktree,
-            env=job_env(ctx),
+            env=self.sandbox.env(ctx, job_env(ctx)),
             timeout=ctx.timeout,
             log_path=ctx.log_path,
             log_cap=ctx.log_cap,
