@@ -19,6 +19,7 @@ from orchestrator import __version__
 from orchestrator import logging as olog
 from orchestrator.core import claims
 from orchestrator.core.explain import explain
+from orchestrator.core.job import Job
 from orchestrator.core.models import ALL_REPOS, JobState
 from orchestrator.git import repos
 from orchestrator.jobs.scheduler import JobError, Scheduler
@@ -134,6 +135,7 @@ class Api:
                 web.post("/jobs/{id}/clean", self.clean),
                 web.post("/wait", self.wait),
                 web.post("/plan", self.plan),
+                web.post("/tickets", self.tickets),
                 web.get("/controls", self.get_controls),
                 web.post("/pause", self.pause),
                 web.post("/resume", self.resume),
@@ -157,7 +159,14 @@ class Api:
         return repo, branch, head
 
     async def enqueue(self, request: web.Request) -> web.Response:
-        data = await _body(request)
+        job = await self.submit(await _body(request))
+        return web.json_response(job.to_json(), status=201)
+
+    async def submit(self, data: dict[str, Any], ticket: tuple[str, str | None] | None = None) -> Job:
+        """Validate one enqueue request and queue it (the API, the hook's tickets and the spool share it).
+
+        `ticket` is (idempotency key, ticket id), stored with the job in one transaction.
+        """
         argv = _str_list(data, "argv") or None
         text = shlex.join(argv) if argv else _field(data, "text", str, required=True)
         if not text.strip():
@@ -187,6 +196,7 @@ class Api:
             claim=claim,
             argv=argv,
             land=land,
+            ticket=ticket,
         )
         olog.get(job_id=job.id, repo=job.repo).info(
             olog.Event.JOB_ENQUEUED,
@@ -197,7 +207,13 @@ class Api:
             after=after,
         )
         self.scheduler.wake()
-        return web.json_response(job.to_json(), status=201)
+        return job
+
+    async def tickets(self, request: web.Request) -> web.Response:
+        """The git hook's request: a commit's tickets, each queued once (see `service.intake`)."""
+        from orchestrator.service import intake
+
+        return web.json_response({"results": await intake.submit(self, await _body(request))})
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         states = request.query.get("state")

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from orchestrator import __version__, paths
-from orchestrator.commands import jobs, queue, review, status
+from orchestrator.commands import jobs, queue, review, service, status
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -95,6 +95,9 @@ main.add_command(queue.limit)
 main.add_command(review.diff)
 main.add_command(review.land)
 main.add_command(review.reject)
+main.add_command(service.service)
+main.add_command(service.hook)
+main.add_command(service.doctor)
 
 
 if __name__ == "__main__":  # pragma: no cover

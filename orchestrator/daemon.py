@@ -21,17 +21,19 @@ from aiohttp import web
 from orchestrator import __version__
 from orchestrator import logging as olog
 from orchestrator.api import Api
-from orchestrator.config import Config
+from orchestrator.config import EX_CONFIG, Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.ownership import end_survivors
+from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_landings
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
 from orchestrator.llm.anthropic import Claude
-from orchestrator.paths import Paths
+from orchestrator.paths import PathError, Paths
 from orchestrator.runners import registry
 from orchestrator.runners import sandbox as sandboxes
+from orchestrator.service import intake
+from orchestrator.service.spool import Spool
 from orchestrator.service.systemd import Notifier, status_line
-from orchestrator.store import Store
+from orchestrator.store import EX_STATE, Store, StoreUnusable
 
 
 class AlreadyRunning(RuntimeError):
@@ -39,7 +41,7 @@ class AlreadyRunning(RuntimeError):
 
 
 def _lock(paths: Paths) -> IO[str]:
-    f = paths.lock.open("a+")
+    f = os.fdopen(os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o600), "r+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -47,7 +49,7 @@ def _lock(paths: Paths) -> IO[str]:
         pid = f.read().strip() or "?"
         f.close()
         raise AlreadyRunning(
-            f"another orchestrator daemon (pid {pid}) is running on {paths.socket}: stop it first "
+            f"another orchestrator daemon (pid {pid}) owns {paths.state_dir}: stop it first "
             "(`systemctl --user stop orchestrator`), or set ORCHESTRATOR_HOME to run a second instance elsewhere"
         ) from None
     f.seek(0)
@@ -85,6 +87,7 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         store = await Store.open(self.paths.db)
         notifier = Notifier()
+        spool: Spool | None = None
         try:
             # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
@@ -95,11 +98,14 @@ class Daemon:
             runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
             for repo in sorted({j.repo for j in await store.jobs()}):
-                with contextlib.suppress(Exception):
+                with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                     await pool.recover(Path(repo))
             board = Board(store)
+            # Interrupted landings next: the user's checkouts are level before anything lands again.
+            await settle_landings(board, pool)
             scheduler = Scheduler(board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace)
-            runner = await self._start_api(Api(scheduler, runners, self.request_stop))
+            api = Api(scheduler, runners, self.request_stop)
+            runner = await self._start_api(api)
             log.info(
                 olog.Event.DAEMON_STARTED,
                 pid=os.getpid(),
@@ -115,11 +121,15 @@ class Daemon:
             async def open_jobs() -> list[dict[str, Any]]:
                 return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN_STATES)]
 
+            # What the git hook spooled while no daemon answered is queued before we say we are ready.
+            spool = intake.spool(api, self.paths.spool)
+            await spool.drain()
             # Under systemd: ready only now (socket listening, recovery done); status on change; watchdog.
             scheduler.tick = notifier.tick
             board.on_change(notifier.changed)
             notifier.ready(status_line(await open_jobs()))
             notifier.start(open_jobs, lambda: scheduler.heartbeat)
+            spool.start()
             main = asyncio.create_task(scheduler.run(), name="scheduler")
             stop = asyncio.create_task(self._stop.wait(), name="stop")
             await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -136,6 +146,8 @@ class Daemon:
             await runner.cleanup()
             await claude.close()
         finally:
+            if spool is not None:
+                await spool.close()
             await notifier.close()
             await store.close()
             with contextlib.suppress(FileNotFoundError):
@@ -167,3 +179,10 @@ def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -
     except AlreadyRunning as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         return 1
+    except StoreUnusable as e:
+        olog.get().error(olog.Event.DAEMON_REFUSED, reason=str(e), exit_code=EX_STATE)
+        print(f"orchestrator: {e}", file=sys.stderr)
+        return EX_STATE
+    except PathError as e:
+        print(f"orchestrator: {e}", file=sys.stderr)
+        return EX_CONFIG

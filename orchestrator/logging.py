@@ -6,11 +6,12 @@ task. Secrets never reach a log: keys that name one are masked, and so are value
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -71,6 +72,13 @@ class Event(StrEnum):
     PROCESS_LINGERS = "process.lingers"
     """A killed process group still has members after the wait (uninterruptible sleep?)."""
     PROCESS_NOT_OURS = "process.not_ours"
+    ATTEMPT_KEPT = "job.attempt_kept"
+    """A retired attempt's leftovers could not be committed: its worktree is kept as it is."""
+    LANDING_RECOVERED = "landing.recovered"
+    """On start, an interrupted landing's checkouts were brought level (finished or rolled back)."""
+    DAEMON_REFUSED = "daemon.refused"
+    STEP_FAILED = "step.failed"
+    """A best-effort step (cleanup, cache fill) failed; the daemon carries on (`best_effort`)."""
     PROCESS_UNEXPECTED = "process.unexpected"
     """A cleanup step around a job's process or worktree failed in a way nobody expected; logged, not swallowed."""
     SERVICE_NOTIFY_FAILED = "service.notify_failed"
@@ -176,3 +184,15 @@ def configure(stream: TextIO | None = None, *, level: str = "info", force_json: 
 
 def get(**bound: Any) -> Any:
     return structlog.get_logger("orchestrator").bind(**bound)
+
+
+@contextlib.contextmanager
+def best_effort(step: str, *expected: type[BaseException], **bound: Any) -> Iterator[None]:
+    """Carry on past a failed best-effort step, never silently: an expected failure is a warning, anything
+    else an error with its traceback. Cancellation is never caught."""
+    try:
+        yield
+    except expected as e:
+        get(**bound).warning(Event.STEP_FAILED, step=step, error=f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 - logged with its traceback, not swallowed
+        get(**bound).error(Event.STEP_FAILED, step=step, error=f"{type(e).__name__}: {e}", exc_info=True)

@@ -14,6 +14,10 @@ import platformdirs
 APP = "orchestrator"
 
 
+class PathError(RuntimeError):
+    """A directory orchestrator needs cannot be used; the message says what to set instead."""
+
+
 @dataclass(frozen=True, slots=True)
 class Paths:
     config_dir: Path
@@ -42,12 +46,23 @@ class Paths:
         return self.state_dir / "scratch"
 
     @property
+    def spool(self) -> Path:
+        """Requests the git hook could not hand to the daemon; drained at start and watched."""
+        return self.state_dir / "spool"
+
+    @property
+    def hook_log(self) -> Path:
+        """One line per request the git hook sent, spooled or had refused."""
+        return self.state_dir / "hook.log"
+
+    @property
     def socket(self) -> Path:
         return self.runtime_dir / "orchestrator.sock"
 
     @property
     def lock(self) -> Path:
-        return self.runtime_dir / "daemon.lock"
+        """Next to the database: whichever runtime dir a daemon was started with, one state dir has one owner."""
+        return self.state_dir / "daemon.lock"
 
     def job_log(self, job_id: int) -> Path:
         return self.job_logs / f"{job_id}.log"
@@ -57,11 +72,19 @@ class Paths:
         return self.state_dir / "private" / str(job_id)
 
     def ensure(self) -> None:
-        """Create the dirs; the runtime dir is 0700 so only the owner can reach the socket."""
+        """Create the dirs. State and runtime dirs are 0700 whatever the umask: job texts, logs and the
+        database are private, and only the owner may reach the socket."""
         for d in (self.config_dir, self.state_dir, self.job_logs, self.worktrees, self.scratch):
             d.mkdir(parents=True, exist_ok=True)
-        self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.runtime_dir, 0o700)
+        for d in (self.state_dir, self.runtime_dir):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = d.stat()
+            if st.st_uid != os.getuid():
+                raise PathError(
+                    f"{d} belongs to another user (uid {st.st_uid}): set XDG_RUNTIME_DIR (or ORCHESTRATOR_HOME) "
+                    "to a directory of your own"
+                )
+            os.chmod(d, 0o700)
 
 
 def resolve(env: dict[str, str] | None = None) -> Paths:
@@ -71,10 +94,9 @@ def resolve(env: dict[str, str] | None = None) -> Paths:
     if home:
         root = Path(home).expanduser().resolve()
         return Paths(root / "config", root / "state", root / "run")
+    state = Path(platformdirs.user_state_dir(APP))
     runtime = env.get("XDG_RUNTIME_DIR")
-    runtime_dir = Path(runtime) / APP if runtime else Path(platformdirs.user_runtime_dir(APP))
-    return Paths(
-        Path(platformdirs.user_config_dir(APP)),
-        Path(platformdirs.user_state_dir(APP)),
-        runtime_dir,
-    )
+    # Without XDG_RUNTIME_DIR (an ssh session, a container) the socket lives in the private state dir,
+    # never in a shared /tmp/runtime-<uid> that another user may own.
+    runtime_dir = Path(runtime) / APP if runtime else state / "run"
+    return Paths(Path(platformdirs.user_config_dir(APP)), state, runtime_dir)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import replace
@@ -20,6 +22,7 @@ import aiosqlite
 
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, JobState
+from orchestrator.git.journal import Intent
 from orchestrator.runners.process import Group
 
 MIGRATIONS: tuple[str, ...] = (
@@ -89,7 +92,8 @@ MIGRATIONS: tuple[str, ...] = (
         slots INTEGER
     );
     """,
-    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors.
+    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors;
+    # the landing journal (a landing's intent, stored before the ref moves while a checkout is on the branch).
     """
     CREATE TABLE processes (
         pgid INTEGER NOT NULL,
@@ -100,13 +104,56 @@ MIGRATIONS: tuple[str, ...] = (
         started_at REAL NOT NULL,
         PRIMARY KEY (pgid, start_time)
     );
+    CREATE TABLE landing_journal (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER,
+        repo TEXT NOT NULL,
+        branch TEXT NOT NULL,
+        old TEXT NOT NULL,
+        new TEXT NOT NULL,
+        checkouts TEXT NOT NULL,
+        at REAL NOT NULL
+    );
     """,
-    # 4: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
+    # 4: tickets a git hook queued: one job per idempotency key; the ticket id lets a newer one supersede.
+    """
+    CREATE TABLE tickets (
+        key TEXT PRIMARY KEY,
+        repo TEXT NOT NULL,
+        ticket TEXT,
+        job_id INTEGER NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
+    """,
+    # 5: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
     """
     ALTER TABLE jobs ADD COLUMN usage TEXT;
     ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
     """,
 )
+
+def _private(path: Path) -> None:
+    """Create `path` 0600 if missing, or make it 0600: job texts and reasons are the owner's alone."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
+    except FileNotFoundError:
+        pass  # -wal / -shm not there (yet)
+    except IsADirectoryError:
+        raise StoreUnusable(f"{path} is a directory, not a database: move it aside") from None
+
+
+def _damaged(path: Path, what: str) -> str:
+    return (
+        f"the database {path} is damaged ({what}): stop here, move it aside (mv {path} {path}.broken) "
+        "and restore it from a backup, or start with an empty queue; `sqlite3 FILE .recover` may save its rows"
+    )
+
+
+def _unusable(path: Path, e: sqlite3.Error) -> StoreUnusable:
+    return StoreUnusable(_damaged(path, f"{type(e).__name__}: {e}"))
+
 
 _JSON_LIST = {"after", "declared", "actual", "land_after"}
 _COLUMNS = [
@@ -160,24 +207,52 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
     )
 
 
+EX_STATE = 65
+"""Exit status of a daemon whose database cannot be used (corrupt, truncated, newer schema): EX_DATAERR.
+Restarting cannot fix it, so the systemd unit lists it in RestartPreventExitStatus."""
+
+
+class StoreUnusable(RuntimeError):
+    """The database file cannot be used as it is; the message names the file and what to do."""
+
+
 class Store:
     """Async access to the SQLite file. One connection; aiosqlite serialises its calls."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path | None = None) -> None:
         self._db = conn
+        self.path = path or "the database"
         # One connection serves every task: transactions must not interleave on it.
         self._tx = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: Path) -> Store:
-        conn = await aiosqlite.connect(path, isolation_level=None)
-        conn.row_factory = aiosqlite.Row
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA synchronous=NORMAL")
-        await conn.execute("PRAGMA foreign_keys=ON")
-        await conn.execute("PRAGMA busy_timeout=5000")
-        store = cls(conn)
-        await store._migrate()
+        """Open (or create) the database, private to its owner; StoreUnusable at once if it is corrupt or newer."""
+        _private(path)
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        except sqlite3.Error as e:
+            raise _unusable(path, e) from None
+        try:
+            conn.row_factory = aiosqlite.Row
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=NORMAL")
+            await conn.execute("PRAGMA foreign_keys=ON")
+            await conn.execute("PRAGMA busy_timeout=5000")
+            async with conn.execute("PRAGMA quick_check") as cur:
+                problems = [str(r[0]) for r in await cur.fetchall()]
+            if problems != ["ok"]:
+                raise StoreUnusable(_damaged(path, "; ".join(problems[:3])))
+            store = cls(conn, path)
+            await store._migrate()
+        except sqlite3.Error as e:
+            await conn.close()  # its thread would keep the process alive, holding the daemon's lock
+            raise _unusable(path, e) from None
+        except BaseException:
+            await conn.close()
+            raise
+        for extra in ("-wal", "-shm"):
+            _private(path.with_name(path.name + extra))
         return store
 
     async def close(self) -> None:
@@ -187,6 +262,12 @@ class Store:
         async with self._db.execute("PRAGMA user_version") as cur:
             row = await cur.fetchone()
         version = int(row[0]) if row else 0
+        if version > len(MIGRATIONS):
+            raise StoreUnusable(
+                f"{self.path} has schema version {version}, newer than this orchestrator knows "
+                f"({len(MIGRATIONS)}): a newer orchestrator wrote it. Upgrade orchestrator, or move the file "
+                "aside to start with an empty queue"
+            )
         for n, script in enumerate(MIGRATIONS[version:], start=version + 1):
             await self._db.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={n};\nCOMMIT;")
 
@@ -208,9 +289,11 @@ class Store:
         after: Sequence[int] = (),
         declared: Sequence[str] = (),
         claim: Claim | None = None,
+        ticket: tuple[str, str | None] | None = None,
         argv: Sequence[str] | None = None,
         land: str = "auto",
     ) -> Job:
+        """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises)."""
         now = time.time()
         job = Job(
             id=0,
@@ -235,7 +318,26 @@ class Store:
             job_id = cur.lastrowid
             assert job_id is not None
             await self._event(job_id, "enqueued", {"state": "queued"}, now)
+            if ticket is not None:
+                await self._db.execute(
+                    "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
+                    (ticket[0], repo, ticket[1], job_id, now),
+                )
         return replace(job, id=job_id)
+
+    async def ticket_job(self, key: str) -> int | None:
+        """The job a ticket key already queued, if any."""
+        async with self._db.execute("SELECT job_id FROM tickets WHERE key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else None
+
+    async def ticket_jobs(self, repo: str, ticket: str) -> list[int]:
+        """Every job queued for this ticket id in this repository, oldest first."""
+        async with self._db.execute(
+            "SELECT job_id FROM tickets WHERE repo = ? AND ticket = ? ORDER BY at, job_id", (repo, ticket)
+        ) as cur:
+            rows = await cur.fetchall()
+        return [int(r[0]) for r in rows]
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
@@ -358,6 +460,44 @@ class Store:
         async with self._db.execute("SELECT * FROM processes ORDER BY started_at") as cur:
             rows = await cur.fetchall()
         return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
+
+    # -- landing journal --------------------------------------------------------------------------
+
+    async def journal_begin(self, intent: Intent) -> int:
+        async with self._transaction():
+            cur = await self._db.execute(
+                "INSERT INTO landing_journal (job_id, repo, branch, old, new, checkouts, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    intent.job_id,
+                    intent.repo,
+                    intent.branch,
+                    intent.old,
+                    intent.new,
+                    json.dumps(list(intent.checkouts)),
+                    intent.at,
+                ),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def journal_end(self, entry: int) -> None:
+        async with self._transaction():
+            await self._db.execute("DELETE FROM landing_journal WHERE id = ?", (entry,))
+
+    async def journal_open(self) -> list[tuple[int, Intent]]:
+        """Landings whose checkouts were not level again when the daemon stopped, oldest first."""
+        async with self._db.execute("SELECT * FROM landing_journal ORDER BY id") as cur:
+            rows = await cur.fetchall()
+        return [
+            (
+                r["id"],
+                Intent(
+                    r["repo"], r["branch"], r["old"], r["new"], tuple(json.loads(r["checkouts"])), r["job_id"], r["at"]
+                ),
+            )
+            for r in rows
+        ]
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash: running jobs become interrupted, planning ones go back to the queue.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -69,3 +71,86 @@ def test_runner_of_a_killed_daemon_is_ended_before_the_retry(make_repo, daemon_f
     assert len(landed) == 5 and len({line.split()[0] for line in landed}) == 1, landed
     assert landed[0].split()[0] != str(old_pid)
     assert "process.survivors_ended" in {e["event"] for e in d2.events()}
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(d: Daemon) -> None:
+    """kill -9 the daemon and every process it started (a crash of its whole process tree)."""
+    assert d.proc is not None
+    for pid in [d.proc.pid, *_descendants(d.proc.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    d.proc.wait(timeout=30)
+
+
+def test_landing_killed_after_the_ref_moved_is_finished_on_restart(make_repo, daemon_factory, tmp_path):
+    """kill -9 between the ref move and the checkout update: on restart the user's checkout is brought level
+    (stale index.lock of ours removed, their own edit kept) and the job says it landed after a restart."""
+    repo = make_repo(files={"a.txt": "old\n", "b.txt": "mine\n"})
+    old = git(repo, "rev-parse", "main")
+    (repo / "b.txt").write_text("my own uncommitted edit\n")
+    mark = tmp_path / "slowed"
+    hook = tmp_path / "fsmonitor"
+    # A slow core.fsmonitor widens the window: the first git call in the checkout after main moved sleeps.
+    hook.write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e {mark} ] && [ "$(git --git-dir={repo}/.git rev-parse refs/heads/main)" != "{old}" ]; then\n'
+        f"  touch {mark}; sleep 60\n"
+        "fi\nexit 1\n"
+    )
+    hook.chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(hook))
+    d = daemon_factory().start()
+    job = d.enqueue(repo, "echo new > a.txt", "--path", "a.txt")
+    _until("main to move and the checkout update to stall", mark.exists, timeout=60)
+    assert git(repo, "rev-parse", "main") != old
+    kill_tree(d)
+
+    d2 = restart(daemon_factory, d, "second")
+    assert d2.cli("wait", str(job), "--timeout", "60").returncode == 0
+    shown = d2.cli_json("show", str(job))
+    assert shown["state"] == "landed" and "after a restart" in shown["reason"], shown["reason"]
+    assert "NOT level" not in shown["reason"]
+    assert git(repo, "status", "--porcelain") == "M b.txt", "only the user's own edit is uncommitted"
+    assert (repo / "a.txt").read_text() == "new\n" and (repo / "b.txt").read_text() == "my own uncommitted edit\n"
+    assert not (repo / ".git" / "index.lock").exists()
+    assert git(repo, "log", "--format=%s", f"{old}..main").count("echo new > a.txt") == 1
+    recovered = [e for e in d2.events() if e["event"] == "landing.recovered"]
+    assert recovered and recovered[0]["outcome"] == "finished" and recovered[0]["locks"], recovered
+
+
+def test_job_that_deletes_its_git_file_fails_and_commits_nowhere(make_repo, daemon_factory, tmp_path):
+    """With the state dir inside another repository sharing history, a job that runs `rm -f .git` fails with a
+    clear reason; nothing is committed into the outer repository."""
+    outer = make_repo("outer", files={"README.md": "hello\n", "dotfile": "x\n"})
+    repo = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(outer), str(repo))
+    outer_head = git(outer, "rev-parse", "HEAD")
+    d = daemon_factory()
+    d.home = outer / "home"  # the daemon's state lives inside the outer repository's work tree
+    d.env["ORCHESTRATOR_HOME"] = str(d.home)
+    d.socket, d.log_path = d.home / "run" / "orchestrator.sock", tmp_path / "daemon.log"
+    d.start()
+    job = d.enqueue(repo, "rm -f .git; echo x > new.txt", "--path", "new.txt")
+    d.cli("wait", str(job), "--timeout", "60")
+    shown = d.cli_json("show", str(job))
+    assert shown["state"] == "failed" and "no longer a git worktree" in shown["reason"], shown["reason"]
+    assert git(outer, "rev-parse", "HEAD") == outer_head, "nothing was committed into the outer repository"
+    assert git(outer, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
+    assert git(repo, "rev-parse", "main") == outer_head

@@ -22,6 +22,7 @@ import unidiff
 from pygit2.enums import DiffFind, DiffOption
 from watchfiles._rust_notify import RustNotify
 
+from orchestrator.git import repos
 from orchestrator.logging import Event
 
 __all__ = ["ChangeWatcher", "OnChange", "actual_paths", "paths_from_diff", "unified_diff"]
@@ -36,7 +37,7 @@ _FIND = DiffFind.FIND_RENAMES | DiffFind.FIND_FOR_UNTRACKED
 
 def unified_diff(worktree: Path | str, base: str) -> str:
     """`git diff <base>` of the worktree as it is now, with untracked (not ignored) files as additions."""
-    repo = pygit2.Repository(str(worktree))
+    repo = repos.open_repo(worktree)
     diff, _ = _workdir_diff(repo, _tree(repo, base))
     return diff.patch or ""
 
@@ -47,7 +48,7 @@ def actual_paths(worktree: Path | str, base: str) -> frozenset[str]:
     The union of: the branch's commits (base..HEAD), the index, the work tree and its untracked,
     non-ignored files; renames count both sides. Sync: call it through `asyncio.to_thread`.
     """
-    repo = pygit2.Repository(str(worktree))
+    repo = repos.open_repo(worktree)
     base_tree = _tree(repo, base)
     diff, staged = _workdir_diff(repo, base_tree)
     paths = set(_delta_paths(diff)) | staged
@@ -225,7 +226,7 @@ class ChangeWatcher:
 
     def _recompute(self, changed: Iterable[str]) -> frozenset[str] | None:
         """Runs in a thread: the new set, or None when every changed path is git-ignored."""
-        repo = pygit2.Repository(self._root)
+        repo = repos.open_repo(self._root)
         prefix = len(self._root) + 1
         if all(_ignored(repo, p[prefix:]) for p in changed):
             return None

@@ -11,6 +11,8 @@ from typing import Literal
 
 import pygit2
 
+from orchestrator.git import repos
+
 FALLBACK_NAME = "orchestrator"
 FALLBACK_EMAIL = "orchestrator@localhost"
 TRAILER = "Orchestrator-Job"
@@ -44,15 +46,40 @@ def job_message(message: str, job_id: int) -> str:
     return f"{body}\n\n{TRAILER}: {job_id}\n"
 
 
-def commit_worktree(worktree: Path, *, message: str, job_id: int, base: str) -> str | None:
+class ForeignWorktree(repos.RepoError):
+    """The worktree is not (or no longer) a worktree of the job's repository; nothing was committed."""
+
+
+def check_belongs(worktree: Path, repo_path: Path) -> pygit2.Repository:
+    """Open `worktree` (no parent search) and check it shares `repo_path`'s git dir; ForeignWorktree if not."""
+    try:
+        wt = repos.open_repo(worktree)
+    except repos.RepoError as exc:
+        raise ForeignWorktree(
+            f"the job's worktree {worktree} is no longer a git worktree (its .git is gone or broken: {exc}); "
+            "nothing was committed from it"
+        ) from None
+    ours, theirs = repos.common_dir(wt), repos.common_dir(repos.open_repo(repo_path))
+    if ours != theirs:
+        raise ForeignWorktree(
+            f"the job's worktree {worktree} belongs to the repository at {ours}, not to {theirs}; "
+            "nothing was committed from it"
+        )
+    return wt
+
+
+def commit_worktree(
+    worktree: Path, *, message: str, job_id: int, base: str, repo_path: Path | None = None
+) -> str | None:
     """Stage everything in the job's worktree and commit it on the worktree's HEAD branch.
 
     Stages like `git add -A`: added, modified and deleted files, untracked files unless ignored; `.git`
     never. Returns the new commit's sha; the current HEAD sha when the agent already committed
     everything itself; None when the result does not differ from `base` at all (nothing to land; no
-    commit is made then, even if the agent's own commits cancel out).
+    commit is made then, even if the agent's own commits cancel out). With `repo_path`, the worktree
+    must belong to that repository (`check_belongs`), or ForeignWorktree is raised and nothing committed.
     """
-    repo = pygit2.Repository(str(worktree))
+    repo = check_belongs(worktree, repo_path) if repo_path is not None else repos.open_repo(worktree)
     head = repo.head.peel(pygit2.Commit)
     base_tree = repo.revparse_single(base).peel(pygit2.Tree).id
 

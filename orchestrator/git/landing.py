@@ -26,7 +26,6 @@ import asyncio
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ import pygit2
 from pygit2.enums import FileStatus
 
 from orchestrator.git import repos
+from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.merging import Mergeable, MergeResult, merge_for_landing
 from orchestrator.runners import process
 
@@ -91,14 +91,24 @@ class CheckResult:
     timed_out: bool = False
 
 
-def advance(repo_path: Path, branch: str, expected_head: str, new_sha: str, *, job_id: int | None = None) -> LandResult:
+def advance(
+    repo_path: Path,
+    branch: str,
+    expected_head: str,
+    new_sha: str,
+    *,
+    job_id: int | None = None,
+    journal: Journal | None = None,
+) -> LandResult:
     """Move `branch` from `expected_head` to `new_sha` if it still points at `expected_head`.
 
     HEAD_MOVED if it does not (nothing changed); USER_DIRTY if a checkout of the branch has uncommitted
     work at paths that differ between the two heads (nothing changed); else LANDED, with every checkout
     of the branch updated in index and work tree. Reflog message: "orchestrator: land job N".
+    When a checkout is on the branch, the intent is stored in `journal` before the ref moves and cleared
+    once the checkouts are level again (see git/journal.py), so a crash in between is recoverable.
     """
-    repo = pygit2.Repository(str(repo_path))
+    repo = repos.open_repo(repo_path)
     refname = _refname(branch)
     ref = repo.lookup_reference(refname)
     old = repo.revparse_single(expected_head).peel(pygit2.Commit).id
@@ -114,12 +124,35 @@ def advance(repo_path: Path, branch: str, expected_head: str, new_sha: str, *, j
             if blocked:
                 return _user_dirty(branch, str(old), checkout, *blocked)
 
+    journal = journal or NoJournal()
+    token = (
+        journal.begin(
+            Intent(str(repo_path), refname, str(old), str(new), tuple(map(str, checkouts)), job_id, time.time())
+        )
+        if checkouts
+        else None
+    )
     what = f"land job {job_id}" if job_id is not None else "land"
     try:
         ref.set_target(new, f"orchestrator: {what}")  # CAS against the target `ref` was looked up with
     except pygit2.GitError:
+        journal.end(token)
         return _head_moved(branch, str(old), str(repo.lookup_reference(refname).target))
+    result = _update_checkouts(repo, refname, checkouts, old, new, what, branch)
+    journal.end(token)  # only once every checkout is level again; an exception leaves it for recovery
+    return result
 
+
+def _update_checkouts(
+    repo: pygit2.Repository,
+    refname: str,
+    checkouts: list[Path],
+    old: pygit2.Oid,
+    new: pygit2.Oid,
+    what: str,
+    branch: str,
+) -> LandResult:
+    """After the ref moved: carry each checkout to `new`, or put everything back if git refuses one."""
     updated: list[Path] = []
     for checkout in checkouts:
         refused = _read_tree(checkout, old, new)
@@ -153,6 +186,7 @@ def land(
     message: str,
     mergeable: Mergeable | None = None,
     retries: int = 3,
+    journal: Journal | None = None,
 ) -> LandResult:
     """Merge `job_commit` onto the branch head and advance the branch, retrying if the head moves.
 
@@ -168,7 +202,7 @@ def land(
         if early is not None:
             return early
         assert merged.sha is not None
-        result = advance(repo_path, branch, head, merged.sha, job_id=job_id)
+        result = advance(repo_path, branch, head, merged.sha, job_id=job_id, journal=journal)
         if result.outcome is not LandOutcome.HEAD_MOVED:
             return _landed_message(result, merged, branch, job_id)
     assert result is not None
@@ -191,6 +225,7 @@ async def land_checked(
     mergeable: Mergeable | None = None,
     retries: int = 3,
     owner: process.Owner | None = None,
+    journal: Journal | None = None,
 ) -> LandResult:
     """`land` with a landing check: the branch moves only to a result on which `command` passed.
 
@@ -218,7 +253,9 @@ async def land_checked(
                 f"landing check `{command}` {status} on {merged.sha[:12]}; {branch} stays at {head[:12]}",
                 check.output_tail,
             )
-        result = await asyncio.to_thread(advance, repo_path, branch, head, merged.sha, job_id=job_id)
+        result = await asyncio.to_thread(
+            advance, repo_path, branch, head, merged.sha, job_id=job_id, journal=journal
+        )
         if result.outcome is not LandOutcome.HEAD_MOVED:
             return _landed_message(result, merged, branch, job_id)
     assert result is not None
@@ -255,7 +292,7 @@ async def run_check(
             str(worktree),
             sha,
             cwd=repo_path,
-            env=_git_env(),
+            env=repos.git_env(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -313,7 +350,7 @@ def _checkouts_on(repo_path: Path, refname: str) -> list[Path]:
 
 def _in_the_way(checkout: Path, changed: frozenset[str]) -> tuple[tuple[str, ...], str] | None:
     """The checkout's uncommitted paths that the landing would overwrite, with a reason; None if none."""
-    repo = pygit2.Repository(str(checkout))
+    repo = repos.open_repo(checkout)
     index = repo.index
     if index.conflicts is not None:
         unmerged = sorted({e.path for c in index.conflicts for e in c if e is not None})
@@ -376,15 +413,7 @@ def _swap_back(repo: pygit2.Repository, refname: str, new: pygit2.Oid, old: pygi
     return True
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=_git_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL
-    )
-
-
-def _git_env() -> dict[str, str]:
-    # Inherited by a daemon started from a git hook, these would point our git commands at the wrong repo.
-    return {k: v for k, v in os.environ.items() if k not in process.GIT_LOCATION_ENV}
+_git = repos.run_git
 
 
 # ---- results --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Literal
 import pygit2
 from pygit2.enums import AttrCheck, MergeFavor
 
+from orchestrator.git import repos
 from orchestrator.git.commits import signature
 
 Mergeable = Callable[[str], bool]
@@ -45,7 +46,7 @@ def tree_of_worktree(worktree: Path) -> pygit2.Oid:
     Works on an in-memory copy of the worktree's index: the index file on disk and HEAD are untouched,
     so this is safe while an agent works (and runs git) in that worktree.
     """
-    repo = pygit2.Repository(str(worktree))
+    repo = repos.open_repo(worktree)
     index = repo.index  # read from disk; changes below stay in memory because we never `write()` it
     index.add_all()
     return index.write_tree()
@@ -65,7 +66,7 @@ def merge_conflicts(
     merged and not reported, unless even a union merge cannot settle them (binary files, a rename on
     one side). Any tree-ish works for the three arguments (a commit sha is peeled to its tree).
     """
-    repo = pygit2.Repository(str(repo_path))
+    repo = repos.open_repo(repo_path)
     base_obj = repo.revparse_single(base)
     ancestor, ours, theirs = (_tree(repo, t) for t in (base_obj.id, ours_tree, theirs_tree))
     index = repo.merge_trees(ancestor, ours, theirs)
@@ -98,7 +99,7 @@ def merge_for_landing(
       conflict gives kind "conflict" with the paths and no commit; a clean result gives a merge commit
       with parents `[head, job_commit]` and `message` (default: "Merge <short sha>: <job subject>").
     """
-    repo = pygit2.Repository(str(repo_path))
+    repo = repos.open_repo(repo_path)
     ours = repo.revparse_single(head).peel(pygit2.Commit)
     theirs = repo.revparse_single(job_commit).peel(pygit2.Commit)
     head_sha = str(ours.id)

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pygit2
 from pygit2.enums import DiffFind
+
+GIT_LOCATION_ENV: tuple[str, ...] = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)  # fmt: skip
+"""Inherited from a git hook, these would point git at the wrong repository: never passed on."""
 
 __all__ = [
     "RepoError",
@@ -57,11 +64,20 @@ def canonical(path: Path | str) -> Path:
 
 
 def open_repo(path: Path | str) -> pygit2.Repository:
-    """Open the repository (or linked worktree) whose work dir is `path`."""
+    """Open the repository (or linked worktree) whose work dir is exactly `path`.
+
+    Never searches parent folders: a job's worktree that lost its `.git` must fail here, not open an
+    enclosing repository (a dotfiles repo at $HOME) and have the job's work committed into that.
+    """
     try:
-        return pygit2.Repository(str(path))
+        return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
     except pygit2.GitError as exc:
         raise RepoError(f"{path} is not a git work tree ({exc}): pass --repo with a repository path") from exc
+
+
+def common_dir(repo: pygit2.Repository) -> Path:
+    """The git dir shared by a repository and all its linked worktrees (resolved)."""
+    return _common_dir(Path(repo.path)).resolve()
 
 
 def branch_head(repo_path: Path | str, branch: str) -> str:
@@ -144,6 +160,27 @@ def gitattributes_union(repo_path: Path | str, rev: str) -> frozenset[str]:
             elif attr in ("-merge", "!merge", "merge") or attr.startswith("merge="):
                 union[pattern] = False
     return frozenset(p for p, on in union.items() if on)
+
+
+def git_env(cwd: Path | None = None) -> dict[str, str]:
+    """The daemon's environment without git's location variables (a hook's `GIT_DIR` would misdirect git).
+
+    With `cwd` (a work tree's top), git may not search above it: a worktree that lost its `.git` makes
+    git fail instead of acting on an enclosing repository.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    if cwd is not None:
+        env["GIT_CEILING_DIRECTORIES"] = str(Path(cwd).resolve().parent)
+    return env
+
+
+def run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The git CLI at the top of the work tree `cwd`, output captured as text, never prompting, never
+    raising on a non-zero exit, never searching above `cwd` for a repository."""
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=git_env(cwd), capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
 
 
 def _common_dir(gitdir: Path) -> Path:

@@ -35,6 +35,7 @@ from pathlib import Path
 import pygit2
 import structlog
 
+from orchestrator.git import repos
 from orchestrator.git.repos import canonical
 from orchestrator.logging import Event
 
@@ -45,18 +46,6 @@ log = structlog.get_logger(__name__)
 GIT_TIMEOUT = 600.0
 """Seconds any one git command may take (a checkout through an LFS smudge filter can be slow)."""
 
-# Variables a git hook or a user's shell may export that would point our git commands at another
-# repository or index than the worktree we pass with `-C`.
-_GIT_REDIRECTS = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-)
 
 
 class WorktreeError(RuntimeError):
@@ -130,7 +119,7 @@ class WorktreePool:
                 continue
             try:
                 await _repoint(dest, warm.sha, sha, branch)
-            except (WorktreeError, pygit2.GitError) as exc:
+            except (WorktreeError, pygit2.GitError, repos.RepoError) as exc:
                 log.warning(
                     Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, fallback="reset", error=str(exc)
                 )
@@ -216,7 +205,7 @@ class WorktreePool:
             elif name.startswith("pool-"):
                 if entry in live and len(adopted) < self.warm:
                     # Its state is unknown (the crash may have hit a recycle half-way): reset it fully.
-                    with contextlib.suppress(WorktreeError, pygit2.GitError):
+                    with contextlib.suppress(WorktreeError, pygit2.GitError, repos.RepoError):
                         adopted.append(_Warm(entry, await _detach_clean(entry)))
                         continue
                 await self._remove(st, entry)
@@ -267,7 +256,7 @@ class WorktreePool:
             try:
                 sha = await _detach_clean(path)
                 await asyncio.to_thread(_move, path, dest)
-            except (WorktreeError, pygit2.GitError, OSError) as exc:
+            except (WorktreeError, pygit2.GitError, repos.RepoError, OSError) as exc:
                 log.warning(Event.WORKTREE_RECYCLE_FAILED, repo=str(st.path), path=str(path), error=str(exc))
                 await self._remove(st, path)
                 await self._remove(st, dest)
@@ -298,10 +287,9 @@ class WorktreePool:
 # -- helpers (sync ones run in threads) ------------------------------------------------------------
 
 
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    return env
+def _git_env(cwd: Path) -> dict[str, str]:
+    # Never above `cwd`: git in a worktree that lost its `.git` must fail, not act on an enclosing repo.
+    return repos.git_env(cwd)
 
 
 async def _git(cwd: Path, *args: str) -> str:
@@ -313,7 +301,7 @@ async def _git(cwd: Path, *args: str) -> str:
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=_git_env(),
+        env=_git_env(cwd),
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), GIT_TIMEOUT)
@@ -364,7 +352,7 @@ async def _settle(paths: list[Path]) -> None:
 
 
 def _resolve(repo: Path, rev: str) -> str:
-    r = pygit2.Repository(str(repo))
+    r = repos.open_repo(repo)
     try:
         return str(r.revparse_single(rev).peel(pygit2.Commit).id)
     except (KeyError, ValueError, pygit2.GitError) as exc:
@@ -372,14 +360,14 @@ def _resolve(repo: Path, rev: str) -> str:
 
 
 def _point_head(wt: Path, branch: str, sha: str) -> None:
-    r = pygit2.Repository(str(wt))
+    r = repos.open_repo(wt)
     r.branches.local.create(branch, r[sha].peel(pygit2.Commit), force=True)
     r.set_head(f"refs/heads/{branch}")
 
 
 def _tidy(wt: Path) -> str:
     # A job may leave a merge, rebase or cherry-pick half done; the next job must not inherit it.
-    r = pygit2.Repository(str(wt))
+    r = repos.open_repo(wt)
     r.state_cleanup()
     return str(r.head.target)
 
@@ -393,7 +381,7 @@ def _move(src: Path, dest: Path) -> None:
 
 
 def _has_branch(repo: Path, branch: str) -> bool:
-    return pygit2.Repository(str(repo)).branches.local.get(branch) is not None
+    return repos.open_repo(repo).branches.local.get(branch) is not None
 
 
 def _unregister(repo: Path, home: Path, path: Path, trash: Path) -> bool:
@@ -410,7 +398,7 @@ def _prune_ours(repo: Path, home: Path) -> set[Path]:
     Per worktree, not `git worktree prune`: that would also drop the user's own worktrees on a
     drive that is merely unmounted.
     """
-    r = pygit2.Repository(str(repo))
+    r = repos.open_repo(repo)
     live: set[Path] = set()
     for name in r.list_worktrees():
         wt = r.lookup_worktree(name)

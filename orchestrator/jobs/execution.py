@@ -23,7 +23,7 @@ from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import escapes, joblog
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.ownership import StoreOwner
+from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
 from orchestrator.paths import Paths
 from orchestrator.runners import Runner
 from orchestrator.runners import get as get_runner
@@ -131,7 +131,7 @@ class Executor:
                 log.warning(olog.Event.JOB_FAILED, code=code, reason=job.reason, exit_code=result.exit_code)
                 return job
             sha = await asyncio.to_thread(
-                commits.commit_worktree, worktree, message=_message(job), job_id=job.id, base=base
+                commits.commit_worktree, worktree, message=_message(job), job_id=job.id, base=base, repo_path=repo
             )
             actual = await asyncio.to_thread(actual_paths, worktree, base)
             if sha is None:
@@ -170,9 +170,9 @@ class Executor:
             with contextlib.suppress(OSError):
                 await asyncio.shield(asyncio.to_thread(joblog.exit_line, self.paths.job_log(job.id), None, stop.reason))
             if watcher is not None:
-                with contextlib.suppress(Exception):
+                with olog.best_effort("stop the change watcher", TimeoutError, OSError):
                     await asyncio.wait_for(watcher.stop(), 5)
-            with contextlib.suppress(Exception):
+            with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await asyncio.shield(self.pool.release(repo, job.id, keep=True))
             await asyncio.shield(
                 self.board.update(
@@ -190,9 +190,9 @@ class Executor:
             raise
         except Exception as e:
             if watcher is not None:
-                with contextlib.suppress(Exception):
-                    await watcher.stop()
-            with contextlib.suppress(Exception):
+                with olog.best_effort("stop the change watcher", TimeoutError, OSError):
+                    await asyncio.wait_for(watcher.stop(), 5)
+            with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await self.pool.release(repo, job.id, keep=True)
             job = await self.board.update(
                 job.id,

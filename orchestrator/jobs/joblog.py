@@ -6,26 +6,33 @@ the exit line's outcome. The lines start with `==> ` so they stand out from the 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from orchestrator.core.job import Job
 
 HEADER = "==> "
 
 
+def _open_private(path: Path, flags: int, mode: str) -> BinaryIO:
+    """Job logs hold the job's text and output: 0600 whatever the umask."""
+    return os.fdopen(os.open(path, flags | os.O_CREAT, 0o600), mode)
+
+
 def attempt_header(path: Path, job: Job) -> None:
     """Append the header of the job's current attempt (a retried job's log holds every attempt)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-    with path.open("ab") as f:
+    with _open_private(path, os.O_WRONLY | os.O_APPEND, "ab") as f:
         f.write(f"{HEADER}attempt {job.attempts + 1} of job {job.id}, {stamp}: {job.subject}\n".encode())
 
 
 def exit_line(path: Path, exit_code: int | None, summary: str) -> None:
     """Append the runner's exit status (None: it was killed or never exited)."""
     status = "killed" if exit_code is None else f"exit status {exit_code}"
-    with path.open("a+b") as f:
+    with _open_private(path, os.O_RDWR | os.O_APPEND, "a+b") as f:
         size = f.seek(0, 2)
         newline = b""
         if size:

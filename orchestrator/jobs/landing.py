@@ -9,7 +9,6 @@ leave it for a person. A user's uncommitted change in the way makes the landing 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from orchestrator.core.models import Code, JobState
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.ownership import StoreOwner
+from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 
@@ -159,6 +158,7 @@ class Lander:
                 scratch_root=self.paths.scratch,
                 mergeable=self._mergeable(job),
                 owner=StoreOwner(self.board.store, job.id),
+                journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
             )
         else:
             result = await asyncio.to_thread(
@@ -169,6 +169,7 @@ class Lander:
                 job_id=job.id,
                 message=message,
                 mergeable=self._mergeable(job),
+                journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
             )
         outcome = result.outcome
         if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
@@ -186,7 +187,7 @@ class Lander:
             )
             event = olog.Event.LANDING_LANDED if outcome is git_landing.LandOutcome.LANDED else olog.Event.LANDING_NOOP
             log.info(event, sha=landed, branch=job.branch)
-            with contextlib.suppress(Exception):
+            with olog.best_effort("refill the worktree pool", *CLEANUP_ERRORS):
                 await self.pool.fill(repo, landed)
             return "done"
         if outcome is git_landing.LandOutcome.USER_DIRTY:

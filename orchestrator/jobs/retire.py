@@ -7,16 +7,16 @@ job: the next attempt starts fresh on `orchestrator/<id>`, the old one stays on 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any
 
 import pygit2
 
+from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobState
-from orchestrator.git import commits
-from orchestrator.git.worktrees import WorktreePool
+from orchestrator.git import commits, repos
+from orchestrator.git.worktrees import WorktreeError, WorktreePool
 
 
 def fresh_attempt(job: Job) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def fresh_attempt(job: Job) -> dict[str, Any]:
 
 
 def _keep_branch(repo_path: Path, job: Job) -> str | None:
-    repo = pygit2.Repository(str(repo_path))
+    repo = repos.open_repo(repo_path)
     branch = repo.branches.local.get(f"orchestrator/{job.id}")
     if branch is None:
         return None
@@ -50,6 +50,10 @@ def _keep_branch(repo_path: Path, job: Job) -> str | None:
     return name
 
 
+class AttemptKept(Exception):
+    """The attempt's leftovers could not be committed, so its worktree is kept as it is; the message says what to do."""
+
+
 def _commit_leftovers(job: Job) -> None:
     """Commit whatever the attempt left uncommitted in its worktree, so retiring it loses nothing."""
     if job.worktree and job.base and Path(job.worktree).exists():
@@ -58,22 +62,38 @@ def _commit_leftovers(job: Job) -> None:
             message=f"orchestrator: job {job.id} attempt {job.attempts + 1}, kept",
             job_id=job.id,
             base=job.base,
+            repo_path=Path(job.repo),
         )
 
 
 async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
-    """Commit what the attempt left, release its worktree, and keep its branch under an attempt name."""
+    """Commit what the attempt left, release its worktree, and keep its branch under an attempt name.
+
+    Never wipes work: if the leftovers cannot be committed (an index.lock left by a killed agent, a
+    broken `.git`), the worktree stays exactly as it is and AttemptKept says where and what to do.
+    """
     repo = Path(job.repo)
-    with contextlib.suppress(Exception):
+    log = olog.get(job_id=job.id, repo=job.repo)
+    try:
         await asyncio.to_thread(_commit_leftovers, job)
-    with contextlib.suppress(Exception):
+    except (pygit2.GitError, repos.RepoError, OSError, KeyError, ValueError) as e:
+        log.warning(olog.Event.ATTEMPT_KEPT, worktree=job.worktree, error=f"{type(e).__name__}: {e}")
+        raise AttemptKept(
+            f"job {job.id}'s previous attempt left uncommitted work in {job.worktree} that could not be "
+            f"committed ({type(e).__name__}: {e}); the worktree is kept as it is: save what you need from it, "
+            f"then `orchestrator clean {job.id}` and retry"
+        ) from e
+    try:
         await pool.release(repo, job.id, keep=False, delete_branch=False)
+    except (WorktreeError, OSError) as e:
+        # The work is committed on the branch; only the directory stays behind (`clean` removes it).
+        log.warning(olog.Event.WORKTREE_ERROR, worktree=job.worktree, error=f"{type(e).__name__}: {e}")
     return await asyncio.to_thread(_keep_branch, repo, job)
 
 
 def drop_attempts(repo_path: Path, job_id: int) -> list[str]:
     """Delete the branches that kept a job's earlier attempts (`orchestrator clean`)."""
-    repo = pygit2.Repository(str(repo_path))
+    repo = repos.open_repo(repo_path)
     prefix = f"orchestrator/{job_id}-attempt-"
     dropped = [name for name in repo.branches.local if name.startswith(prefix)]
     for name in dropped:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pygit2
+
 from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core import admission, claims
@@ -27,7 +29,7 @@ from orchestrator.jobs import retire, review
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
-from orchestrator.jobs.retire import fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.runners import Runner
@@ -238,7 +240,7 @@ class Scheduler:
         if key not in self._attr_cache:
             marked: frozenset[str] = frozenset()
             if head:
-                with contextlib.suppress(Exception):
+                with olog.best_effort("read .gitattributes", repos.RepoError, pygit2.GitError, OSError, repo=repo):
                     marked = await asyncio.to_thread(repos.gitattributes_union, Path(repo), head)
             self._attr_cache[key] = marked | frozenset(self.cfg.repo(repo).mergeable)
         return self._attr_cache[key]
@@ -464,7 +466,10 @@ class Scheduler:
             raise JobError(
                 f"job {job_id} is {job.state}; only failed, cancelled, conflicted or interrupted jobs can be retried"
             )
-        kept = await retire_attempt(self.pool, job) if job.worktree or job.result else None
+        try:
+            kept = await retire_attempt(self.pool, job) if job.worktree or job.result else None
+        except AttemptKept as e:
+            raise JobError(str(e)) from None
         job = await self.board.update(
             job_id,
             **fresh_attempt(job),

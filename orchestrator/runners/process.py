@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import logging as olog
+from orchestrator.git.repos import GIT_LOCATION_ENV
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -52,12 +53,6 @@ BASE_ENV: tuple[str, ...] = (
     "COLORTERM", "NO_COLOR",
 )  # fmt: skip
 """Variables every command sees (patterns allowed); anything else only when a runner names it."""
-
-GIT_LOCATION_ENV: tuple[str, ...] = (
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-)  # fmt: skip
-"""Inherited from a git hook, these would point a command's git at the wrong repository: never passed."""
 
 # The gate: wait for the owner to record the group, then become the command. EOF (daemon died) → never run.
 _GATE = 'IFS= read -r _ || exit 125; exec </dev/null; exec "$@"'

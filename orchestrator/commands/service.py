@@ -1,0 +1,162 @@
+"""`orchestrator service ...`, `orchestrator hook ...` and `orchestrator doctor`: running it for real.
+
+The work lives in `orchestrator.service` (unit, manager, hooks, doctor); these are the thin commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator import paths
+from orchestrator.commands.common import FAILED, OK, REJECTED, emit, err, json_option
+
+
+@click.group()
+def service() -> None:
+    """The daemon as a systemd user service: install, uninstall, status."""
+
+
+@service.command("install")
+@click.option("--dry-run", is_flag=True, help="Print the unit on stdout; change nothing.")
+@json_option
+def service_install(dry_run: bool, as_json: bool) -> None:
+    """Write the unit for this installation, enable and start it, wait until it is ready, try linger."""
+    from orchestrator.service import manager
+
+    try:
+        report = manager.install(dry_run=dry_run)
+    except manager.ServiceError as e:
+        err(f"orchestrator: {e}")
+        sys.exit(FAILED)
+    if dry_run and not as_json:
+        click.echo(report.data["unit"], nl=False)
+    _report(report, as_json)
+
+
+@service.command("uninstall")
+@json_option
+def service_uninstall(as_json: bool) -> None:
+    """Stop and disable the service and remove its unit."""
+    from orchestrator.service import manager
+
+    _report(manager.uninstall(), as_json)
+
+
+@service.command("status")
+@json_option
+def service_status(as_json: bool) -> None:
+    """The unit, its state and its STATUS= line; exit 1 unless it is active."""
+    from orchestrator.service import manager
+
+    report = manager.status()
+    _report(report, as_json)
+    sys.exit(OK if report.ok else FAILED)
+
+
+def _report(report: object, as_json: bool) -> None:
+    if as_json:
+        emit({"ok": report.ok, "messages": report.lines, **report.data})  # type: ignore[attr-defined]
+    else:
+        for line in report.lines:  # type: ignore[attr-defined]
+            err(line)
+
+
+repo_option = click.option(
+    "--repo", type=click.Path(path_type=Path, file_okay=False), default=".", show_default=True, help="The repository."
+)
+
+
+@click.group()
+def hook() -> None:
+    """Git hooks that queue work from commits (trailers `Orchestrator: ...`, ticket files)."""
+
+
+@hook.command("install")
+@repo_option
+@click.option("--tickets", help="Ticket folder in this repository (default .orchestrator/tickets).")
+@json_option
+def hook_install(repo: Path, tickets: str | None, as_json: bool) -> None:
+    """Install post-commit and post-rewrite; a hook already there is moved aside and still runs."""
+    import os
+    import subprocess
+
+    from orchestrator.service import hooks
+
+    repo = repo.expanduser().resolve()
+    try:
+        done = hooks.install(repo, home=os.environ.get("ORCHESTRATOR_HOME"))
+    except hooks.HookError as e:
+        err(f"orchestrator: {e}")
+        sys.exit(REJECTED)
+    if tickets:
+        subprocess.run(["git", "-C", str(repo), "config", "orchestrator.tickets", tickets], check=True, timeout=30)
+        done.append(f"ticket folder: {tickets}")
+    _remember(repo)
+    emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
+
+
+@hook.command("uninstall")
+@repo_option
+@json_option
+def hook_uninstall(repo: Path, as_json: bool) -> None:
+    """Remove the hooks and restore the ones install moved aside."""
+    from orchestrator.service import hooks
+
+    repo = repo.expanduser().resolve()
+    try:
+        done = hooks.uninstall(repo)
+    except hooks.HookError as e:
+        err(f"orchestrator: {e}")
+        sys.exit(REJECTED)
+    emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
+
+
+@hook.command("status")
+@repo_option
+@json_option
+def hook_status(repo: Path, as_json: bool) -> None:
+    """Which hooks are installed, chained or someone else's; exit 1 unless both are installed and runnable."""
+    from orchestrator.service import hooks
+
+    repo = repo.expanduser().resolve()
+    try:
+        states = hooks.status(repo)
+    except hooks.HookError as e:
+        err(f"orchestrator: {e}")
+        sys.exit(REJECTED)
+    if as_json:
+        emit({"repo": str(repo), "hooks": [s.to_json() for s in states]})
+    else:
+        for s in states:
+            click.echo(f"{s.hook:13} {s.state:10} {'chained ' if s.chained else ''}{s.detail}")
+    sys.exit(OK if all(s.state == "installed" and s.python_ok for s in states) else FAILED)
+
+
+def _remember(repo: Path) -> None:
+    """Note the repository for `doctor` (which checks the hooks of every known repository)."""
+    p = paths.resolve()
+    p.state_dir.mkdir(parents=True, exist_ok=True)
+    known = p.state_dir / "hooked-repos"
+    lines = known.read_text().splitlines() if known.exists() else []
+    if str(repo) not in lines:
+        with known.open("a") as f:
+            f.write(f"{repo}\n")
+
+
+@click.command()
+@json_option
+def doctor(as_json: bool) -> None:
+    """Check config, dirs, socket, service, linger, hooks, Ollama, the Claude key, bubblewrap; exit 1 on a failure."""
+    from orchestrator.service import doctor as doctor_mod
+
+    checks = doctor_mod.run()
+    failed = any(c.level == doctor_mod.FAIL for c in checks)
+    if as_json:
+        emit({"ok": not failed, "checks": [c.to_json() for c in checks]})
+    else:
+        for c in checks:
+            click.echo(f"{c.level:4}  {c.name:12} {c.detail}")
+    sys.exit(FAILED if failed else OK)

@@ -1,0 +1,257 @@
+"""The landing journal: a landing that moves a branch someone has checked out is two steps (the ref, then
+each checkout's index and work tree), so its intent is stored first and recovery can finish or undo it.
+
+`advance` (git/landing.py) calls `Journal.begin` with the `Intent` before the ref moves and `Journal.end`
+once every checkout is level again (updated, or put back with the ref). A daemon killed in between
+leaves the intent; on start `settle` brings each checkout level with wherever the branch points now:
+
+- the branch at the intent's `new`: the landing happened; the checkouts are carried to `new` (finished);
+- the branch at `old`: the ref never moved or was swapped back; the checkouts are put back to `old`;
+- the branch somewhere else: someone moved it since; the checkouts are left alone and reported.
+
+Only the paths that differ between `old` and `new` are touched, and only where the index entry and the
+file hold `old`'s or `new`'s content (the landing's own bytes): anything else there is a person's edit,
+kept and reported. A `.git/index.lock` is removed only when recovery owns it: it appeared after the
+intent was stored, in a checkout the intent names, and no live process holds it open (its git died).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pygit2
+
+from orchestrator.git import repos
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    repo: str
+    branch: str
+    """The full ref name, `refs/heads/<branch>`."""
+    old: str
+    new: str
+    checkouts: tuple[str, ...]
+    job_id: int | None
+    at: float
+    """When the intent was stored (time.time()); a lock file older than this is not ours."""
+
+
+class Journal(Protocol):
+    """Where intents are stored durably (the daemon's store). Called from a worker thread."""
+
+    def begin(self, intent: Intent) -> object: ...
+
+    def end(self, token: object) -> None: ...
+
+
+class NoJournal:
+    """For callers without a store (tests, benches): nothing is recorded."""
+
+    def begin(self, intent: Intent) -> object:
+        return None
+
+    def end(self, token: object) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What recovery did with one intent."""
+
+    outcome: str
+    """`finished` (branch at new), `rolled-back` (branch at old), `moved-on` (branch elsewhere)."""
+    head: str
+    fixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per checkout, the paths recovery carried to the branch's state."""
+    left: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per checkout, the paths it could not bring level (a person's edit there, or the branch moved on)."""
+    locks: tuple[str, ...] = ()
+    """The stale index.lock files it removed (its own)."""
+
+    @property
+    def consistent(self) -> bool:
+        return not self.left
+
+    def message(self, intent: Intent) -> str:
+        short = intent.branch.removeprefix("refs/heads/")
+        what = {
+            "finished": f"the landing on {short} was finished after a restart",
+            "rolled-back": f"the interrupted landing on {short} was rolled back after a restart",
+            "moved-on": f"{short} moved on to {self.head[:12]} after an interrupted landing",
+        }[self.outcome]
+        if self.consistent:
+            fixed = sum(len(p) for p in self.fixed.values())
+            return f"{what}; checkouts level with {short} ({fixed} path{'s' * (fixed != 1)} brought level)"
+        parts = "; ".join(f"{c}: {', '.join(p[:5])}" for c, p in self.left.items())
+        return (
+            f"{what}; NOT level with {short} at {parts} (edited since, or the branch moved): check `git status` "
+            f"there; `git read-tree -m -u {intent.old[:12]} {self.head[:12]}` brings an unedited checkout level"
+        )
+
+
+def settle(intent: Intent) -> Settled:
+    """Bring every checkout the intent names level with where its branch points now (sync; run in a thread)."""
+    repo = repos.open_repo(intent.repo)
+    try:
+        head = str(repo.lookup_reference(intent.branch).target)
+    except (KeyError, pygit2.InvalidSpecError):
+        head = ""
+    if head not in (intent.old, intent.new):
+        left = {c: ("(branch moved on)",) for c in intent.checkouts if Path(c).is_dir()}
+        return Settled("moved-on", head, left=left)
+    target, other = (intent.new, intent.old) if head == intent.new else (intent.old, intent.new)
+    changed = sorted(repos.changed_paths(Path(intent.repo), intent.old, intent.new))
+    fixed: dict[str, tuple[str, ...]] = {}
+    left: dict[str, tuple[str, ...]] = {}
+    locks: list[str] = []
+    for checkout in intent.checkouts:
+        path = Path(checkout)
+        if not path.is_dir():
+            continue
+        lock = _index_lock(path)
+        if lock is not None and lock.exists():
+            if not _owned_stale_lock(lock, intent.at):
+                left[checkout] = ("(index.lock held by another git command)",)
+                continue
+            lock.unlink()
+            locks.append(str(lock))
+        done, stuck = _level(path, changed, repo, target, other)
+        if done:
+            fixed[checkout] = tuple(done)
+        if stuck:
+            left[checkout] = tuple(stuck)
+        repos.run_git(path, "update-index", "-q", "--refresh")  # stat info for what we wrote; not an edit
+    return Settled("finished" if head == intent.new else "rolled-back", head, fixed, left, tuple(locks))
+
+
+def _level(
+    checkout: Path, changed: list[str], repo: pygit2.Repository, target: str, other: str
+) -> tuple[list[str], list[str]]:
+    """Set each changed path's index entry and file to `target`'s where they hold target's or other's content."""
+    wt = repos.open_repo(checkout)
+    index = wt.index
+    want_tree = repo.revparse_single(target).peel(pygit2.Tree)
+    other_tree = repo.revparse_single(other).peel(pygit2.Tree)
+    done: list[str] = []
+    stuck: list[str] = []
+    for p in changed:
+        want = _entry(want_tree, p)
+        was = _entry(other_tree, p)
+        allowed = {want, was}
+        staged = _staged(index, p)
+        on_disk = _on_disk(checkout / p, repo)
+        if staged not in allowed or on_disk not in allowed:
+            stuck.append(p)
+            continue
+        if staged == want and on_disk == want:
+            continue
+        _write(checkout / p, repo, want)
+        if want is None:
+            if p in index:
+                index.remove(p)
+        else:
+            index.add(pygit2.IndexEntry(p, pygit2.Oid(hex=want[0]), want[1]))
+        done.append(p)
+    if done:
+        index.write()
+    return done, stuck
+
+
+Blob = tuple[str, int] | None
+"""(blob sha, file mode) of a path, or None where the path does not exist."""
+
+
+def _entry(tree: pygit2.Tree, path: str) -> Blob:
+    try:
+        obj = tree[path]
+    except KeyError:
+        return None
+    return (str(obj.id), int(obj.filemode)) if obj.type_str == "blob" else None
+
+
+def _staged(index: pygit2.Index, path: str) -> Blob:
+    try:
+        e = index[path]
+    except KeyError:
+        return None
+    return (str(e.id), int(e.mode))
+
+
+def _on_disk(path: Path, repo: pygit2.Repository) -> Blob:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return ("(blocked)", 0)
+    if stat.S_ISLNK(st.st_mode):
+        return (str(pygit2.hash(os.readlink(path).encode())), pygit2.enums.FileMode.LINK)
+    if not stat.S_ISREG(st.st_mode):
+        return ("(not a file)", 0)
+    mode = pygit2.enums.FileMode.BLOB_EXECUTABLE if st.st_mode & 0o111 else pygit2.enums.FileMode.BLOB
+    return (str(pygit2.hashfile(str(path))), int(mode))
+
+
+def _write(path: Path, repo: pygit2.Repository, blob: Blob) -> None:
+    if blob is None:
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        return
+    sha, mode = blob
+    data = repo[sha].data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    if mode == pygit2.enums.FileMode.LINK:
+        os.symlink(data.decode(), path)
+        return
+    tmp = path.with_name(f".{path.name}.orchestrator-tmp")
+    tmp.write_bytes(data)
+    os.chmod(tmp, 0o755 if mode == pygit2.enums.FileMode.BLOB_EXECUTABLE else 0o644)
+    os.replace(tmp, path)
+
+
+def _index_lock(checkout: Path) -> Path | None:
+    try:
+        gitdir = repos.open_repo(checkout).path
+    except repos.RepoError:
+        return None
+    return Path(gitdir) / "index.lock"
+
+
+def _owned_stale_lock(lock: Path, since: float) -> bool:
+    """The lock appeared after our intent and nobody holds it open: a git of ours that died mid-update."""
+    try:
+        if lock.stat().st_mtime < since - 1.0:  # coarse file times: a second of slack
+            return False
+    except FileNotFoundError:
+        return False
+    return not _held_open(lock)
+
+
+def _held_open(path: Path) -> bool:
+    target = str(path.resolve())
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True  # cannot tell: assume a writer lives, and leave the lock
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir(proc / pid / "fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(proc / pid / "fd" / fd) == target:
+                    return True
+            except OSError:
+                continue
+    return False
+
+

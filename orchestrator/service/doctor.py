@@ -1,0 +1,205 @@
+"""`orchestrator doctor`: every part a working setup needs, each line ok or what to do.
+
+Levels: `ok`; `warn` (works without it, with less: no chat without Ollama, no Claude runner without a
+key, no sandbox without bubblewrap, no boot start without linger); `fail` (something is wrong: exit 1).
+Secrets are checked for presence only and never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from orchestrator import config, paths
+from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.service import hooks, manager, spool, unit
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def check_config(p: paths.Paths) -> tuple[Check, config.Config | None]:
+    try:
+        cfg = config.load(p.config_file)
+    except config.ConfigError as e:
+        return Check("config", FAIL, f"{e}: fix that key (the defaults: orchestrator.config.DEFAULT_TOML)"), None
+    where = p.config_file if p.config_file.exists() else "defaults (no config file)"
+    return Check("config", OK, f"{where}"), cfg
+
+
+def check_dirs(p: paths.Paths) -> Check:
+    problems = []
+    uid = os.getuid()
+    for d, private in ((p.config_dir, False), (p.state_dir, True), (p.runtime_dir, True)):
+        if not d.exists():
+            continue  # the daemon makes them at start
+        st = d.stat()
+        if st.st_uid != uid:
+            problems.append(f"{d} belongs to uid {st.st_uid}: chown it to yourself")
+        elif private and _mode(d) & 0o077:
+            problems.append(f"{d} is open to others (mode {_mode(d):o}): chmod 700 {d}")
+        elif _mode(d) & 0o022:
+            problems.append(f"{d} is writable by others (mode {_mode(d):o}): chmod go-w {d}")
+    if p.db.exists() and _mode(p.db) & 0o077:
+        problems.append(f"{p.db} is readable by others (mode {_mode(p.db):o}): chmod 600 {p.db}")
+    if problems:
+        return Check("dirs", FAIL, "; ".join(problems))
+    return Check("dirs", OK, f"state {p.state_dir}, runtime {p.runtime_dir}: private")
+
+
+def check_socket(p: paths.Paths) -> tuple[Check, Client | None]:
+    c = Client(p.socket, timeout=2.0)
+    try:
+        h = c.health()
+    except (Unreachable, ApiError, OSError) as e:
+        return Check("socket", FAIL, f"{e}" if isinstance(e, Unreachable) else f"{p.socket}: {e}"), None
+    return Check("socket", OK, f"daemon pid {h.get('pid')} (version {h.get('version')}) answers on {p.socket}"), c
+
+
+def check_service() -> list[Check]:
+    why = manager.no_user_manager()
+    if why:
+        return [Check("service", WARN, f"{why}; run `orchestrator daemon` under your own supervisor")]
+    installed = manager.unit_path().exists()
+    state = manager.systemctl("is-active", manager.SERVICE).stdout.strip() or "unknown"
+    out = []
+    if not installed:
+        out.append(Check("service", WARN, "not installed: `orchestrator service install` runs it from login"))
+    elif state != "active":
+        out.append(
+            Check("service", FAIL, f"{unit.NAME} is {state}: journalctl --user -u {manager.SERVICE} -n 50 -o cat")
+        )
+    else:
+        out.append(Check("service", OK, f"{unit.NAME} active"))
+    user = os.environ.get("USER") or str(os.getuid())
+    linger = manager.run_tool("loginctl", "show-user", user, "--property=Linger", "--value", timeout=10).stdout.strip()
+    if linger == "yes":
+        out.append(Check("linger", OK, "on: the service starts at boot and outlives logout"))
+    else:
+        out.append(Check("linger", WARN, f"off: the service stops at logout; run: sudo loginctl enable-linger {user}"))
+    return out
+
+
+def known_repos(p: paths.Paths, client: Client | None) -> list[str]:
+    """Repositories the hooks were installed in, and those the daemon has jobs for."""
+    found: dict[str, None] = {}
+    try:
+        for line in (p.state_dir / "hooked-repos").read_text().splitlines():
+            if line.strip():
+                found[line.strip()] = None
+    except FileNotFoundError:
+        pass  # no hook installed yet
+    if client is not None:
+        try:
+            for j in client.jobs():
+                found[j["repo"]] = None
+        except (Unreachable, ApiError, OSError):
+            pass  # the socket check already said so
+    return list(found)
+
+
+def check_hooks(repos: list[str]) -> list[Check]:
+    out = []
+    for repo in repos:
+        if not Path(repo).exists():
+            continue
+        try:
+            states = hooks.status(Path(repo))
+        except hooks.HookError as e:
+            out.append(Check(f"hooks {repo}", WARN, str(e)))
+            continue
+        bad = [s for s in states if s.state == "installed" and not s.python_ok]
+        missing = [s.hook for s in states if s.state != "installed"]
+        if bad:
+            out.append(Check(f"hooks {repo}", FAIL, bad[0].detail))
+        elif missing:
+            detail = states[0].detail if states[0].state == "elsewhere" else f"no {', '.join(missing)} hook"
+            out.append(Check(f"hooks {repo}", WARN, f"{detail}: orchestrator hook install --repo {repo}"))
+        else:
+            out.append(Check(f"hooks {repo}", OK, "post-commit and post-rewrite installed"))
+    return out
+
+
+def check_spool(p: paths.Paths, daemon_up: bool) -> Check:
+    waiting = spool.pending(p.spool)
+    refused = list((p.spool / "rejected").glob("*.json")) if (p.spool / "rejected").exists() else []
+    if refused:
+        return Check("spool", WARN, f"{len(refused)} spooled requests were refused: see {p.spool / 'rejected'}")
+    if waiting and not daemon_up:
+        return Check("spool", WARN, f"{len(waiting)} requests wait in {p.spool} for the daemon to start")
+    return Check("spool", OK, f"{len(waiting)} waiting")
+
+
+def check_ollama(cfg: config.Config, timeout: float = 1.5) -> Check:
+    url = cfg.ollama.host.rstrip("/") + "/api/tags"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            models = [m.get("name", "") for m in json.load(resp).get("models", [])]
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return Check("ollama", WARN, f"{cfg.ollama.host} unreachable ({reason}): chat needs it; start `ollama serve`")
+    want = cfg.ollama.model
+    if not any(m == want or m.split(":")[0] == want for m in models):
+        return Check("ollama", WARN, f"{len(models)} models, but not {want!r}: ollama pull {want}")
+    return Check("ollama", OK, f"{cfg.ollama.host}: {len(models)} models, {want!r} present")
+
+
+def check_claude(cfg: config.Config) -> Check:
+    if cfg.anthropic.api_key:
+        return Check("claude", OK, "ANTHROPIC_API_KEY is set")
+    return Check(
+        "claude",
+        WARN,
+        "ANTHROPIC_API_KEY is not set: the Claude runner needs it; for the service put it in "
+        f"{paths.resolve().config_dir / 'env'} (mode 600)",
+    )
+
+
+def check_bwrap() -> Check:
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return Check("bubblewrap", WARN, "not installed: agents run unsandboxed; apt install bubblewrap")
+    probe = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-all", "true"]
+    out = subprocess.run(probe, capture_output=True, text=True, timeout=10)
+    if out.returncode != 0:
+        return Check("bubblewrap", WARN, f"{exe} cannot make a sandbox here: {out.stderr.strip()[:200]}")
+    return Check("bubblewrap", OK, exe)
+
+
+def run(p: paths.Paths | None = None) -> list[Check]:
+    p = p or paths.resolve()
+    checks: list[Check] = []
+    cfg_check, cfg = check_config(p)
+    checks.append(cfg_check)
+    checks.append(check_dirs(p))
+    sock, client = check_socket(p)
+    checks.append(sock)
+    checks += check_service()
+    checks += check_hooks(known_repos(p, client))
+    checks.append(check_spool(p, client is not None))
+    steps: list[Callable[[], Check]] = [check_bwrap]
+    if cfg is not None:
+        steps = [lambda: check_ollama(cfg), lambda: check_claude(cfg), *steps]
+    checks += [step() for step in steps]
+    return checks

@@ -1,0 +1,165 @@
+"""What the git hook runs, in the background with its I/O closed: read the commit, send its tickets.
+
+    python -m orchestrator.service.hookrun post-commit SHA [BRANCH]   (the hook reads them before HEAD moves on)
+    python -m orchestrator.service.hookrun post-rewrite rebase FILE   (FILE: git's "old new" lines; deleted)
+
+It runs in the repository's work tree (git runs hooks there). Tickets go to the daemon with a short
+timeout; when no daemon answers (down, or hung: accepting but not answering) they go to the spool,
+which the daemon drains when it can. Every outcome is one line in `<state dir>/hook.log`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator import paths
+from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.service import spool, tickets
+
+TIMEOUT = 2.0
+"""Seconds the daemon has to answer before the request goes to the spool."""
+LOG_CAP = 256 * 1024
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout
+
+
+def in_rebase(git_dir: Path) -> bool:
+    """A rebase is under way: post-commit leaves it to post-rewrite, which sees the finished result once."""
+    return (git_dir / "rebase-merge").is_dir() or (git_dir / "rebase-apply").is_dir()
+
+
+def ticket_folder(repo: Path) -> str:
+    """The repository's ticket folder: `git config orchestrator.tickets`, default `.orchestrator/tickets`."""
+    try:
+        return _git(repo, "config", "--get", "orchestrator.tickets").strip() or tickets.DEFAULT_DIR
+    except subprocess.CalledProcessError:
+        return tickets.DEFAULT_DIR
+
+
+def commit_tickets(repo: Path, sha: str, folder: str) -> list[tickets.Ticket]:
+    """The tickets commit `sha` names: its trailers, then ticket files it adds or changes under `folder`."""
+    message = _git(repo, "show", "-s", "--format=%B", sha)
+    if tickets.is_own_commit(message):
+        return []
+    found = tickets.from_message(message)
+    # --root: a first commit has no parent to compare with; -z: any file name, unquoted.
+    raw = _git(repo, "diff-tree", "-r", "--root", "--no-commit-id", "--name-status", "-z", "--diff-filter=AM", sha)
+    fields = raw.split("\0")
+    for status, path in zip(fields[0::2], fields[1::2], strict=False):
+        if status in ("A", "M") and tickets.is_ticket_file(path, folder):
+            found.append(tickets.from_file(path, _git(repo, "show", f"{sha}:{path}")))
+    return found
+
+
+def _branch(repo: Path) -> str | None:
+    try:
+        return _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD").strip() or None
+    except subprocess.CalledProcessError:
+        return None  # detached: the daemon targets the repository's default branch
+
+
+def request(repo: Path, commit: str, found: list[tickets.Ticket], branch: str | None = None) -> dict[str, Any]:
+    branch = branch or _branch(repo)
+    return {
+        "repo": str(repo),
+        "branch": branch,
+        "commit": commit,
+        "tickets": [t.keyed(branch).to_json() for t in found],
+    }
+
+
+def deliver(req: dict[str, Any], p: paths.Paths, timeout: float = TIMEOUT) -> str:
+    """Send to the daemon; spool when it is down or does not answer in time. Returns what happened."""
+    try:
+        results = Client(p.socket, timeout=timeout).request("POST", "/tickets", req)["results"]
+    except (Unreachable, TimeoutError, ConnectionError, OSError) as e:
+        where = spool.write(p.spool, req)
+        return f"spooled {where.name} ({type(e).__name__}: {e})"
+    except ApiError as e:
+        if e.status >= 500:
+            where = spool.write(p.spool, req)
+            return f"spooled {where.name} (daemon error: {e.message})"
+        return f"refused: {e.message}"
+    return "sent: " + ", ".join(f"{r.get('status')} {r.get('job_id', '')}".strip() for r in results)
+
+
+def _log(p: paths.Paths, line: str) -> None:
+    p.state_dir.mkdir(parents=True, exist_ok=True)
+    log = p.hook_log
+    if log.exists() and log.stat().st_size > LOG_CAP:
+        log.replace(log.with_suffix(".log.1"))
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
+
+
+def post_commit(repo: Path, git_dir: Path, sha: str, branch: str | None) -> tuple[str, dict[str, Any] | None]:
+    if in_rebase(git_dir):
+        return "skipped: rebase under way (post-rewrite takes it)", None
+    found = commit_tickets(repo, sha, ticket_folder(repo))
+    return (f"{sha[:12]}: no tickets", None) if not found else (sha[:12], request(repo, sha, found, branch))
+
+
+def post_rewrite(repo: Path, kind: str, pairs_file: Path) -> tuple[str, dict[str, Any] | None]:
+    """After a rebase: only tickets a rewritten commit has and its original had not (e.g. a reword)."""
+    try:
+        lines = pairs_file.read_text().splitlines()
+    finally:
+        pairs_file.unlink(missing_ok=True)
+    if kind != "rebase":
+        return f"skipped: {kind} (post-commit took it)", None
+    folder = ticket_folder(repo)
+    found: list[tickets.Ticket] = []
+    last = ""
+    for line in lines:
+        old, _, rest = line.partition(" ")
+        new = rest.split(" ")[0]
+        if not old or not new:
+            continue
+        try:
+            before = commit_tickets(repo, old, folder)
+        except subprocess.CalledProcessError:
+            before = []  # the original is gone: every ticket of the new commit is new
+        found += tickets.new_since(before, commit_tickets(repo, new, folder))
+        last = new
+    if not found:
+        return f"rebase of {len(lines)} commits: no new tickets", None
+    return f"rebase of {len(lines)} commits", request(repo, last, found)
+
+
+def main(argv: list[str]) -> int:
+    # Out of the terminal's process group: a Ctrl-C after the commit does not cut us off (EPERM: already a leader).
+    with contextlib.suppress(PermissionError):
+        os.setsid()
+    p = paths.resolve()
+    repo = Path.cwd()
+    try:
+        git_dir = Path(_git(repo, "rev-parse", "--absolute-git-dir").strip())
+        if argv[:1] == ["post-commit"] and len(argv) in (2, 3):
+            what, req = post_commit(repo, git_dir, argv[1], (argv[2:] or [""])[0] or None)
+        elif argv[:1] == ["post-rewrite"] and len(argv) == 3:
+            what, req = post_rewrite(repo, argv[1], Path(argv[2]))
+        else:
+            _log(p, f"{repo}: usage: hookrun post-commit SHA [BRANCH] | post-rewrite KIND FILE (got {argv})")
+            return 2
+        if req is not None:
+            what += ": " + deliver(req, p)
+        _log(p, f"{repo}: {argv[0]}: {what}")
+    except (OSError, subprocess.SubprocessError, tickets.TicketError, ValueError) as e:
+        _log(p, f"{repo}: {argv[:1]}: failed: {type(e).__name__}: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+

@@ -1,0 +1,202 @@
+"""Install, remove and inspect the git hooks that queue work from commits.
+
+The hooks are tiny POSIX sh scripts: they run a hook that was there before (moved aside to
+`<hook>.orchestrator-chained`), then start the Python side (`service.hookrun`) in the background with
+its I/O closed, so a commit is never failed and barely slowed. `core.hooksPath` set by another tool
+(husky, pre-commit, ...) is left alone: `install` says which line to add to that tool's hook instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HOOKS = ("post-commit", "post-rewrite")
+MARK = "# orchestrator-hook"
+CHAINED = ".orchestrator-chained"
+
+
+class HookError(RuntimeError):
+    """The hooks cannot be installed or removed here; the message says what to do instead."""
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def run_line(hook: str, python: str) -> str:
+    """The one line that runs our hook's Python side in the background (for another tool's hook file too)."""
+    if hook == "post-rewrite":
+        return (
+            f'[ "$1" = rebase ] && t=$(mktemp "${{TMPDIR:-/tmp}}/orchestrator-rewrite.XXXXXX") && cat >"$t" && '
+            f'( {_q(python)} -m orchestrator.service.hookrun post-rewrite rebase "$t" </dev/null >/dev/null 2>&1 & )'
+        )
+    return (
+        f'( {_q(python)} -m orchestrator.service.hookrun post-commit "$(git rev-parse HEAD)" '
+        '"$(git symbolic-ref -q --short HEAD)" </dev/null >/dev/null 2>&1 & )'
+    )
+
+
+def script(hook: str, python: str, home: str | None = None) -> str:
+    """The hook file: chain the hook that was there before, then queue in the background. POSIX sh."""
+    env = f': "${{ORCHESTRATOR_HOME:={home}}}"; export ORCHESTRATOR_HOME\n' if home else ""
+    head = f"""#!/bin/sh
+{MARK} ({hook}): queues the work a commit names, in the background; never fails or slows the commit.
+# Written by `orchestrator hook install`; `orchestrator hook uninstall` removes it and restores any hook
+# it moved aside. ORCHESTRATOR_SKIP=1 skips it for one command.
+chained="$0{CHAINED}"
+py={_q(python)}
+{env}"""
+    if hook == "post-commit":
+        return (
+            head
+            + """rc=0
+if [ -x "$chained" ]; then "$chained" "$@"; rc=$?; fi
+[ "${ORCHESTRATOR_SKIP:-}" = 1 ] && exit $rc
+# In a rebase, post-rewrite takes the finished result once (the Python side checks linked worktrees).
+[ -d .git/rebase-merge ] || [ -d .git/rebase-apply ] && exit $rc
+[ -x "$py" ] || exit $rc
+# The commit and its branch now, before the user's next command moves HEAD (no fork in a plain repo).
+sha= ref=
+if [ -f .git/HEAD ] && read -r h <.git/HEAD; then
+  case $h in
+    "ref: "*) ref=${h#ref: }; [ -f ".git/$ref" ] && read -r sha <".git/$ref" ;;
+    *) sha=$h ;;
+  esac
+fi
+[ -n "$sha" ] || sha=$(git rev-parse HEAD 2>/dev/null) || exit $rc
+case $ref in refs/heads/*) branch=${ref#refs/heads/} ;; *) branch= ;; esac
+( "$py" -m orchestrator.service.hookrun post-commit "$sha" "$branch" </dev/null >/dev/null 2>&1 & )
+exit $rc
+"""
+        )
+    return (
+        head
+        + """rc=0
+t=$(mktemp "${TMPDIR:-/tmp}/orchestrator-rewrite.XXXXXX") || t=
+if [ -n "$t" ]; then cat >"$t"; else cat >/dev/null; fi
+if [ -x "$chained" ]; then "$chained" "$@" <"${t:-/dev/null}"; rc=$?; fi
+if [ -n "$t" ] && [ "$1" = rebase ] && [ "${ORCHESTRATOR_SKIP:-}" != 1 ] && [ -x "$py" ]; then
+  ( "$py" -m orchestrator.service.hookrun post-rewrite rebase "$t" </dev/null >/dev/null 2>&1 & )
+elif [ -n "$t" ]; then
+  rm -f "$t"
+fi
+exit $rc
+"""
+    )
+
+
+@dataclass(frozen=True)
+class HookState:
+    hook: str
+    path: str
+    state: str
+    """`installed`, `missing`, `foreign` (someone else's, not ours) or `elsewhere` (core.hooksPath)."""
+    chained: bool
+    python: str | None
+    python_ok: bool
+    detail: str
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
+
+
+def hooks_dir(repo: Path) -> tuple[Path, str | None]:
+    """The repository's hooks folder, and `core.hooksPath` when another tool set it."""
+    if _git(repo, "rev-parse", "--git-dir").returncode != 0:
+        raise HookError(f"{repo} is not a git repository: pass --repo with the path of one")
+    custom = _git(repo, "config", "--get", "core.hooksPath").stdout.strip() or None
+    common = _git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
+    return Path(common) / "hooks", custom
+
+
+def _python_of(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith("py="):
+            parts = shlex.split(line[3:])
+            return parts[0] if parts else None
+    return None
+
+
+def _tool_advice(custom: str, python: str) -> str:
+    tool = "husky" if "husky" in custom else "the tool that set it"
+    lines = "\n".join(f"  {custom}/{h}:  {run_line(h, python)}" for h in HOOKS)
+    return (
+        f"core.hooksPath is {custom!r} (set by {tool}); not changing it. Add these lines to its hooks instead:\n{lines}"
+    )
+
+
+def status(repo: Path) -> list[HookState]:
+    folder, custom = hooks_dir(repo)
+    out = []
+    for hook in HOOKS:
+        path = folder / hook
+        if custom:
+            out.append(HookState(hook, str(path), "elsewhere", False, None, False, f"core.hooksPath is {custom!r}"))
+            continue
+        chained = (folder / (hook + CHAINED)).exists()
+        if not path.exists():
+            out.append(HookState(hook, str(path), "missing", chained, None, False, "run `orchestrator hook install`"))
+            continue
+        text = path.read_text(errors="replace")
+        if MARK not in text:
+            out.append(HookState(hook, str(path), "foreign", False, None, False, "another hook; install chains it"))
+            continue
+        py = _python_of(text)
+        ok = bool(py) and os.access(py or "", os.X_OK)
+        detail = "ok" if ok else f"its Python {py} is gone: run `orchestrator hook install` again"
+        out.append(HookState(hook, str(path), "installed", chained, py, ok, detail))
+    return out
+
+
+def install(repo: Path, python: str | None = None, home: str | None = None) -> list[str]:
+    """Write our hooks; a hook already there is moved aside and still run. Returns what was done."""
+    python = python or os.path.abspath(sys.executable)
+    folder, custom = hooks_dir(repo)
+    if custom:
+        raise HookError(_tool_advice(custom, python))
+    folder.mkdir(parents=True, exist_ok=True)
+    done = []
+    for hook in HOOKS:
+        path = folder / hook
+        aside = folder / (hook + CHAINED)
+        if path.exists() and MARK not in path.read_text(errors="replace"):
+            if aside.exists():
+                raise HookError(f"{path} is not ours and {aside} already exists: move one of them away first")
+            path.rename(aside)
+            done.append(f"{hook}: moved the existing hook to {aside.name}; it still runs first")
+        tmp = path.with_name(f".{hook}.orchestrator-tmp")
+        tmp.write_text(script(hook, python, home))
+        tmp.chmod(0o755)
+        tmp.replace(path)
+        done.append(f"{hook}: installed ({path})")
+    return done
+
+
+def uninstall(repo: Path) -> list[str]:
+    """Remove our hooks and put back the ones install moved aside; someone else's hook is left alone."""
+    folder, custom = hooks_dir(repo)
+    if custom:
+        raise HookError(f"core.hooksPath is {custom!r}: remove the orchestrator lines from that tool's hooks")
+    done = []
+    for hook in HOOKS:
+        path = folder / hook
+        aside = folder / (hook + CHAINED)
+        if path.exists() and MARK not in path.read_text(errors="replace"):
+            done.append(f"{hook}: not ours, left alone")
+            continue
+        if path.exists():
+            path.unlink()
+            done.append(f"{hook}: removed")
+        if aside.exists():
+            aside.rename(path)
+            done.append(f"{hook}: restored the hook that was there before")
+    return done

@@ -1,0 +1,198 @@
+"""The git hooks on real temp repositories: commits queue work, and never fail or wait for the daemon."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.service import hooks
+from tests.conftest import git, write
+from tests.harness import Daemon
+
+
+def _wait(what: str, fn: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _commit(d: Daemon, repo: Path, message: str, files: dict[str, str] | None = None, **env: str) -> float:
+    """Commit with the real git CLI (hooks and all) in the daemon's environment; returns the seconds it took."""
+    write(repo, files or {f"f-{time.monotonic_ns()}.txt": "x\n"})
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=d.env, timeout=30)
+    started = time.monotonic()
+    subprocess.run(["git", "commit", "-q", "-m", message], cwd=repo, check=True, env={**d.env, **env}, timeout=30)
+    return time.monotonic() - started
+
+
+def _install(d: Daemon, repo: Path) -> None:
+    out = d.cli("hook", "install", "--repo", str(repo))
+    assert out.returncode == 0, out.stderr
+
+
+
+
+def _log_lines(d: Daemon) -> list[str]:
+    path = d.home / "state" / "hook.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _spooled(d: Daemon) -> list[Path]:
+    folder = d.home / "state" / "spool"
+    return sorted(folder.glob("*.json")) if folder.exists() else []
+
+
+def test_trailer_and_ticket_file_queue_jobs_when_daemon_up(make_repo, daemon_factory) -> None:
+    """A trailer and an added ticket file each queue one job with their paths; SKIP and own commits queue none."""
+    repo = make_repo()
+    d = daemon_factory().start()
+    _install(d, repo)
+    _commit(d, repo, "skipped\n\nOrchestrator: true skipped", ORCHESTRATOR_SKIP="1")
+    _commit(d, repo, "own\n\nOrchestrator: true own\nOrchestrator-Job: 7")
+    _commit(d, repo, "add login\n\nOrchestrator: true login\nOrchestrator-Paths: src/a.py, docs/")
+    ticket = "---\nid: docs\npaths: [docs/x.md]\npriority: 2\n---\ntrue docs\n"
+    _commit(d, repo, "plan docs", {".orchestrator/tickets/docs.md": ticket})
+    jobs = _wait("two jobs", lambda: (js := d.cli_json("status")) and len(js) >= 2 and js)
+    by_text = {j["text"]: j for j in jobs}
+    assert set(by_text) == {"true login", "true docs"}
+    assert by_text["true login"]["claim"]["paths"] == ["docs/", "src/a.py"]
+    assert by_text["true docs"]["claim"]["paths"] == ["docs/x.md"] and by_text["true docs"]["priority"] == 2
+    lines = _wait("three hook runs", lambda: len(ls := _log_lines(d)) >= 3 and ls)
+    assert len(lines) == 3, lines  # the skipped commit never started the Python side
+    assert sum("no tickets" in ln for ln in lines) == 1  # the daemon's own commit (runs may finish in any order)
+    assert not _spooled(d)
+
+
+def test_commit_spools_when_daemon_down_and_start_queues_it(make_repo, daemon_factory) -> None:
+    """With no daemon the request is spooled (0600); the daemon queues it at start and empties the spool."""
+    repo = make_repo()
+    d = daemon_factory()
+    _install(d, repo)
+    _commit(d, repo, "work\n\nOrchestrator: true spooled\nOrchestrator-Paths: src/b.py")
+    files = _wait("a spooled request", lambda: _spooled(d))
+    assert oct(files[0].stat().st_mode & 0o777) == "0o600"
+    d.start()
+    jobs = _wait("the spooled job", lambda: d.cli_json("status"))
+    assert [(j["text"], j["claim"]["paths"]) for j in jobs] == [("true spooled", ["src/b.py"])]
+    assert not _spooled(d)
+    # The same commit's request again (an amend, a late copy) queues nothing new.
+    _commit(d, repo, "work\n\nOrchestrator: true spooled\nOrchestrator-Paths: src/b.py")
+    _wait("the second hook run", lambda: len(_log_lines(d)) >= 2)
+    assert "duplicate" in _log_lines(d)[-1]
+    assert len(d.cli_json("status")) == 1
+
+
+def test_commit_with_hung_daemon_is_fast_and_spools(make_repo, daemon_factory) -> None:
+    """A daemon that accepts but never answers: the commit still ends at once; the request is spooled."""
+    repo = make_repo()
+    d = daemon_factory()
+    _install(d, repo)
+    d.socket.parent.mkdir(parents=True, exist_ok=True)
+    held: list[socket.socket] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(d.socket))
+    server.listen(8)
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept_and_hang() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    t = threading.Thread(target=accept_and_hang, daemon=True)
+    t.start()
+    try:
+        took = _commit(d, repo, "hung\n\nOrchestrator: true hung")
+        assert took < 1.0, f"the commit took {took:.2f} s with a hung daemon"
+        _wait("the spooled request", lambda: _spooled(d), timeout=20)
+        assert held, "the hook did reach the hung daemon first"
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        for c in held:
+            c.close()
+        server.close()
+
+
+def test_existing_hook_chained_then_restored(make_repo, daemon_factory) -> None:
+    """A hook that was there still runs after install, and uninstall puts it back unchanged."""
+    repo = make_repo()
+    d = daemon_factory()
+    hook = repo / ".git" / "hooks" / "post-commit"
+    original = "#!/bin/sh\necho ran >> chained.txt\n"
+    hook.write_text(original)
+    hook.chmod(0o755)
+    _install(d, repo)
+    assert hooks.MARK in hook.read_text()
+    _commit(d, repo, "one\n\nOrchestrator: true chained", {"a.txt": "a\n"})
+    assert (repo / "chained.txt").read_text() == "ran\n"
+    _wait("the spooled request", lambda: _spooled(d))
+    status = d.cli_json("hook", "status", "--repo", str(repo))
+    assert {h["hook"]: (h["state"], h["chained"]) for h in status["hooks"]} == {
+        "post-commit": ("installed", True),
+        "post-rewrite": ("installed", False),
+    }
+    out = d.cli("hook", "uninstall", "--repo", str(repo))
+    assert out.returncode == 0, out.stderr
+    assert hook.read_text() == original and os.access(hook, os.X_OK)
+    assert not (hook.parent / "post-rewrite").exists()
+    assert not (hook.parent / ("post-commit" + hooks.CHAINED)).exists()
+
+
+def test_hooks_path_of_another_tool_is_reported_not_clobbered(make_repo, daemon_factory) -> None:
+    """core.hooksPath (husky) is left alone; install says which line to add to that tool's hooks."""
+    repo = make_repo()
+    d = daemon_factory()
+    git(repo, "config", "core.hooksPath", ".husky")
+    out = d.cli("hook", "install", "--repo", str(repo))
+    assert out.returncode == 2
+    assert ".husky/post-commit" in out.stderr and "orchestrator.service.hookrun post-commit" in out.stderr
+    assert not (repo / ".husky").exists() and not (repo / ".git" / "hooks" / "post-commit").exists()
+
+
+def test_rebase_of_three_commits_queues_nothing_again(make_repo, daemon_factory) -> None:
+    """Three ticket commits queue three jobs; rebasing them onto a moved main queues no more."""
+    repo = make_repo()
+    d = daemon_factory().start()
+    git(repo, "switch", "-q", "-c", "feature")
+    _install(d, repo)
+    for name in ("a", "b", "c"):
+        _commit(d, repo, f"{name}\n\nOrchestrator: true {name}", {f"{name}.txt": name})
+    _wait("three jobs", lambda: len(d.cli_json("status")) == 3)
+    git(repo, "switch", "-q", "main")
+    _commit(d, repo, "main moves", {"m.txt": "m"})
+    git(repo, "switch", "-q", "feature")
+    subprocess.run(["git", "rebase", "-q", "main"], cwd=repo, check=True, env=d.env, timeout=60)
+    lines = _wait("the post-rewrite run", lambda: [ln for ln in _log_lines(d) if "post-rewrite" in ln])
+    assert "rebase of 3 commits: no new tickets" in lines[0]
+    assert len(d.cli_json("status")) == 3
+    assert sum("post-commit" in ln for ln in _log_lines(d)) == 4  # three commits and main's; none mid-rebase
+
+
+def test_newer_ticket_with_same_id_supersedes_a_waiting_job(make_repo, daemon_factory) -> None:
+    """A changed ticket file (same id) cancels the job of the older version that has not started."""
+    repo = make_repo()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}).start()
+    blocker = d.enqueue(repo, "sleep 60", "--path", "src/a.py")
+    _wait("the blocker to run", lambda: d.cli_json("show", str(blocker))["state"] == "running")
+    _install(d, repo)
+    _commit(d, repo, "t1", {".orchestrator/tickets/docs.md": "---\npaths: [docs/]\n---\ntrue v1\n"})
+    first = _wait("the first ticket's job", lambda: [j for j in d.cli_json("status") if j["text"] == "true v1"])[0]
+    _commit(d, repo, "t2", {".orchestrator/tickets/docs.md": "---\npaths: [docs/]\n---\ntrue v2\n"})
+    second = _wait("the second ticket's job", lambda: [j for j in d.cli_json("status") if j["text"] == "true v2"])[0]
+    old = d.cli_json("show", str(first["id"]))
+    assert old["state"] == "cancelled" and f"superseded by job {second['id']}" in old["reason"]
+    assert d.cli_json("show", str(second["id"]))["state"] in ("queued", "planning", "planned")
