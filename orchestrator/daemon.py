@@ -26,7 +26,7 @@ from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_landings
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
-from orchestrator.llm.anthropic import Claude
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.runners import registry
 from orchestrator.runners import sandbox as sandboxes
@@ -93,7 +93,7 @@ class Daemon:
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
             # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
-            claude = Claude(self.cfg.anthropic)
+            claude = SharedClaude(self.cfg.anthropic)
             sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
             runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)

@@ -173,12 +173,12 @@ async def test_no_key_fails_clearly(tmp_path):
     from orchestrator.config import AgentConfig, AnthropicConfig
     from orchestrator.core.job import Job
     from orchestrator.core.models import JobState
-    from orchestrator.llm.anthropic import Claude
+    from orchestrator.llm.shared import SharedClaude
     from orchestrator.runners.base import RunContext
     from orchestrator.runners.claude import ClaudeRunner
     from orchestrator.runners.sandbox import Sandbox
 
-    runner = ClaudeRunner(Claude(AnthropicConfig()), AgentConfig(), "claude-sonnet-4-5", Sandbox())
+    runner = ClaudeRunner(SharedClaude(AnthropicConfig()), AgentConfig(), "claude-sonnet-4-5", Sandbox())
     job = Job(id=1, repo=str(tmp_path), branch="main", text="anything", runner="claude", state=JobState.RUNNING)
     result = await runner.run(RunContext(job=job, worktree=tmp_path, log_path=tmp_path / "1.log", timeout=60))
     assert not result.ok and result.code == "ModelUnavailable" and "ANTHROPIC_API_KEY" in result.summary

@@ -15,11 +15,11 @@ from orchestrator.runners.shell import ShellRunner
 
 if TYPE_CHECKING:
     from orchestrator.config import Config
-    from orchestrator.llm.anthropic import Claude
+    from orchestrator.llm.shared import SharedClaude
 
 
 def registry(
-    cfg: Config | None = None, claude: Claude | None = None, sandbox: Sandbox | None = None
+    cfg: Config | None = None, claude: SharedClaude | None = None, sandbox: Sandbox | None = None
 ) -> dict[str, Runner]:
     """Every runner this daemon offers, by name."""
     sandbox = sandbox or Sandbox()

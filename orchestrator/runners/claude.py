@@ -10,6 +10,7 @@ marked for prompt caching, so every turn after the first reads it from the cache
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +18,8 @@ from typing import Any
 from orchestrator import logging as olog
 from orchestrator.config import AgentConfig
 from orchestrator.core.models import Code
-from orchestrator.llm.anthropic import Claude, ModelUnavailable
 from orchestrator.llm.pricing import Usage
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.runners import process
 from orchestrator.runners.agent_tools import TOOLS, Outcome, Tools
 from orchestrator.runners.base import RunContext, RunResult, note
@@ -67,7 +68,7 @@ class _Budget:
 class ClaudeRunner:
     name = "claude"
 
-    def __init__(self, claude: Claude, cfg: AgentConfig, model: str, sandbox: Sandbox) -> None:
+    def __init__(self, claude: SharedClaude, cfg: AgentConfig, model: str, sandbox: Sandbox) -> None:
         self.claude = claude
         self.cfg = cfg
         self.model = model
@@ -108,18 +109,31 @@ class ClaudeRunner:
         )
         seconds = min(self.cfg.max_seconds, ctx.timeout)
         budget = _Budget(self.cfg.max_turns, self.cfg.max_tokens, time.monotonic() + seconds)
+        try:
+            # The wall-time budget is hard: a slow model call or tool command is cut (its process group too).
+            return await asyncio.wait_for(self._loop(ctx, tools, budget, usage, journal), seconds)
+        except TimeoutError:
+            return self._spent(f"time budget spent: {seconds:g}s (agent.max_seconds or jobs.timeout)", usage, journal)
+
+    def _spent(self, why: str, usage: Usage, journal: _Journal) -> RunResult:
+        journal.line(f"[claude] {why}")
+        olog.get().warning(olog.Event.AGENT_BUDGET, reason=why, usage_total=usage.tokens)
+        return RunResult(False, None, why, usage=usage.to_json(), code=Code.BUDGET_SPENT)
+
+    async def _loop(self, ctx: RunContext, tools: Tools, budget: _Budget, usage: Usage, journal: _Journal) -> RunResult:
+        from orchestrator.llm.anthropic import ModelUnavailable  # the SDK loads with the first agent job
+
+        log = olog.get()
         plan = str(getattr(ctx.job, "plan_text", "") or "")
         messages: list[dict[str, Any]] = [{"role": "user", "content": first_message(ctx.job.text, plan)}]
         journal.line(f"[claude] {self.model}; {'starts from the pre-plan' if plan else 'no pre-plan'}")
         turn = 0
         while True:
             if why := budget.exceeded(turn, usage):
-                journal.line(f"[claude] {why}")
-                log.warning(olog.Event.AGENT_BUDGET, reason=why, turns=turn, usage_total=usage.tokens)
-                return RunResult(False, None, why, usage=usage.to_json(), code=Code.BUDGET_SPENT)
+                return self._spent(why, usage, journal)
             turn += 1
             try:
-                message = await self.claude.create(
+                message = await self.claude.get().create(
                     model=self.model,
                     max_tokens=self.cfg.response_tokens,
                     system=[{"type": "text", "text": SYSTEM, "cache_control": CACHED}],
