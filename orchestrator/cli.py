@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from orchestrator import __version__, paths
-from orchestrator.commands import jobs, queue, review, service, status
+from orchestrator.commands import jobs, queue, review, service, status, watch
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -59,10 +59,10 @@ def daemon(burst: bool, grace: float) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name", type=click.Choice(["admission", "worktrees"]))
+@click.argument("name", type=click.Choice(["admission", "worktrees", "hook"]))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
-    """Benchmark mode: `admission` (decision time) or `worktrees` (pooled vs fresh); --help for each."""
+    """Benchmark mode: `admission` (decision time), `worktrees` (pooled vs fresh), `hook` (commit time); --help."""
     import importlib
 
     importlib.import_module(f"orchestrator.bench.{name}").main(list(args))
@@ -72,7 +72,7 @@ def bench(name: str, args: tuple[str, ...]) -> None:
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the demo here instead of a temp dir.")
 @json_option
 def demo(keep: Path | None, as_json: bool) -> None:
-    """Run the main job on embedded defaults: a demo repo, a burst daemon, shell jobs side by side."""
+    """See it work on embedded defaults: a demo repo, a burst daemon, shell jobs side by side."""
     from orchestrator import demo as demo_mod
 
     sys.exit(demo_mod.run(keep, as_json=as_json))
@@ -95,6 +95,7 @@ main.add_command(queue.limit)
 main.add_command(review.diff)
 main.add_command(review.land)
 main.add_command(review.reject)
+main.add_command(watch.watch)
 main.add_command(service.service)
 main.add_command(service.hook)
 main.add_command(service.doctor)

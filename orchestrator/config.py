@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from orchestrator.core.models import Policy
+from orchestrator.core.models import LAND_STYLES, Policy
 
 EX_CONFIG = 78
 BUILTIN_RUNNERS = ("shell", "replay", "claude")
@@ -58,6 +58,7 @@ class RepoConfig:
     check: str = ""
     check_timeout: float = 900.0
     mergeable: tuple[str, ...] = ()
+    land_style: str = "merge"
     land: str = ""
     """`auto` | `review` for this repository (empty: `jobs.land`)."""
 
@@ -223,6 +224,7 @@ output_cap = 20000        # characters of tool output the model sees
 # check_timeout = 900
 # mergeable = ["docs/changelog/*"]   # more union-mergeable files for this repo
 # land = "review"          # hold finished jobs for `orchestrator diff` / `land` / `reject`
+# land_style = "merge"    # "merge" (merge commits), "rebase" (replayed: linear) or "squash" (one commit per job)
 """
 
 
@@ -275,6 +277,9 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.max_attempts: must be at least 1")
     if cfg.jobs.timeout <= 0:
         raise ConfigError("jobs.timeout: must be positive")
+    for path, rc in cfg.repos.items():
+        if rc.land_style not in LAND_STYLES:
+            raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
     if cfg.jobs.log_max_bytes < 4096:
         raise ConfigError("jobs.log_max_bytes: must be at least 4096")
     if cfg.jobs.kill_grace < 0:

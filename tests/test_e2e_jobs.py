@@ -229,7 +229,7 @@ def test_failed_job_keeps_its_worktree_and_output_until_clean(started):
     log = d.cli("logs", str(job))
     assert "to-stdout" in log.stdout and "to-stderr" in log.stdout
     followed = d.cli("logs", "-f", str(job), timeout=20)
-    assert followed.returncode == 0 and followed.stdout == log.stdout, "--follow ends when the job has ended"
+    assert followed.returncode == 1 and followed.stdout == log.stdout, "--follow ends with the outcome"
     assert d.cli_json("logs")[str(job)] == log.stdout
     assert "to-stdout" not in d.log_path.read_text(), "runner output stays out of the daemon log"
     worktree = Path(j["worktree"])

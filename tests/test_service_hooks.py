@@ -196,3 +196,14 @@ def test_newer_ticket_with_same_id_supersedes_a_waiting_job(make_repo, daemon_fa
     old = d.cli_json("show", str(first["id"]))
     assert old["state"] == "cancelled" and f"superseded by job {second['id']}" in old["reason"]
     assert d.cli_json("show", str(second["id"]))["state"] in ("queued", "planning", "planned")
+
+
+def test_repository_copies_are_the_installed_scripts() -> None:
+    """`hooks/` in the repository holds exactly what install writes (with python3 from PATH), as POSIX sh."""
+    root = Path(__file__).resolve().parent.parent / "hooks"
+    for hook in hooks.HOOKS:
+        assert (root / hook).read_text() == hooks.script(hook, "python3"), (
+            "hooks/ is stale: python -m orchestrator.service.hooks hooks/"
+        )
+        assert os.access(root / hook, os.X_OK)
+        assert subprocess.run(["sh", "-n", str(root / hook)], timeout=30).returncode == 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from orchestrator.commands.common import api_call, client, emit, err, json_option
+from orchestrator.commands.common import FAILED, FAILED_STATES, api_call, client, emit, err, json_option
 
 
 class ArgvCommand(click.Command):
@@ -190,12 +190,22 @@ def why(job_id: int, as_json: bool) -> None:
 @json_option
 @api_call
 def logs(job_id: int | None, follow: bool, as_json: bool) -> None:
-    """Print a job's output (the runner's stdout and stderr); without ID, every job's."""
+    """Print a job's output (the runner's stdout and stderr); without ID, every job's.
+
+    With -f, waits for a queued job to start, follows it to its end and exits with its outcome (0
+    landed, 1 ended without landing). Each attempt starts with a `==> attempt N` line and ends with the
+    runner's exit status.
+    """
     c = client()
     ids = [job_id] if job_id is not None else [j["id"] for j in c.jobs()]
     if follow and job_id is None:
         raise click.UsageError("--follow needs a job id")
     out: dict[str, str] = {}
+    if follow and not as_json:
+        job = c.job(ids[0])
+        if job["state"] in ("queued", "planning", "planned"):
+            code = f" ({job['code']})" if job.get("code") else ""
+            err(f"job {job['id']} is {job['state']}{code}: {job['reason'] or 'waits to start'}; its output follows")
     for i in ids:
         stream = c.stream(f"/jobs/{i}/log?follow={'1' if follow else '0'}")
         if as_json:
@@ -208,6 +218,14 @@ def logs(job_id: int | None, follow: bool, as_json: bool) -> None:
             sys.stdout.flush()
     if as_json:
         emit(out)
+    if follow:
+        # Followed to its end: exit with the job's outcome, and say it.
+        job = c.job(ids[0])
+        code = f" ({job['code']})" if job.get("code") else ""
+        if not as_json:
+            err(f"job {job['id']}: {job['state']}{code} — {job['reason']}")
+        if job["state"] in FAILED_STATES:
+            sys.exit(FAILED)
 
 
 @click.command(cls=ArgvCommand, context_settings={"ignore_unknown_options": True})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -9,64 +11,154 @@ from typing import Any
 
 import click
 
-from orchestrator.commands.common import FAILED, FAILED_STATES, api_call, client, emit, err, json_option
+from orchestrator.commands import fit
+from orchestrator.commands.common import (
+    FAILED,
+    FAILED_STATES,
+    TIMED_OUT,
+    api_call,
+    client,
+    emit,
+    err,
+    json_option,
+)
+
+STATE_STYLE = {
+    "running": "green",
+    "landing": "cyan",
+    "landed": "dim",
+    "failed": "red",
+    "conflicted": "red",
+    "cancelled": "yellow",
+    "interrupted": "yellow",
+}
 
 
-def _table(jobs: list[dict[str, Any]]) -> None:
+def job_line(j: dict[str, Any], width: int, *, wide: bool = False, now: float | None = None) -> list[tuple[str, str]]:
+    """One job as (text, style) cells on one line of `width` columns; the reason takes what is left, cut from
+    the middle so its end (what to do) stays. `wide` keeps every field whole."""
+    now = time.time() if now is None else now
+    started = fit.ts(j.get("started_at")) or fit.ts(j.get("created_at")) or now
+    ended = fit.ts(j.get("finished_at"))
+    cells = [
+        (f"{j['id']:>4}", "bold"),
+        (f"{j['state']:<11}", STATE_STYLE.get(j["state"], "")),
+        (f"{fit.age((ended or now) - started):>4}", "dim"),
+        (fit.cut_end(Path(j["repo"]).name, 14) if not wide else Path(j["repo"]).name, "blue"),
+        (fit.cut_end(j["text"], 24) if not wide else j["text"], ""),
+        (j.get("code") or "-", "magenta"),
+    ]
+    used = sum(len(t) for t, _ in cells) + len(cells)
+    reason = fit.reason(j) if wide else fit.cut_middle(fit.reason(j), max(width - used, 0))
+    return [*cells, (reason, "")]
+
+
+def print_jobs(jobs: list[dict[str, Any]], wide: bool) -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
-    table = Table(box=None, pad_edge=False)
-    for col in ("id", "state", "repo", "branch", "claim", "text", "reason"):
-        table.add_column(col, overflow="fold")
+    console = Console(highlight=False, soft_wrap=wide)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, soft_wrap=wide, width=100)  # piped: a line a job, 100 columns
+    width = console.width
     for j in jobs:
-        table.add_row(
-            str(j["id"]),
-            j["state"],
-            Path(j["repo"]).name,
-            j["branch"],
-            ", ".join(j["claim"]["paths"]) or "-",
-            j["text"][:40],
-            j["reason"][:80],
-        )
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+        line = Text()
+        for n, (text, style) in enumerate(job_line(j, width - 1, wide=wide)):
+            if n:
+                line.append(" ")
+            line.append(text, style=style)
+        console.print(line, no_wrap=not wide, overflow="ellipsis" if not wide else "fold", crop=not wide)
 
 
 @click.command()
-@click.option("--state", help="Only these states (comma-separated).")
+@click.option("--state", help="Only these states (comma-separated; `waiting` = queued, planning, planned).")
+@click.option("--repo", type=click.Path(path_type=Path), help="Only this repository's jobs.")
+@click.option("--since", help="Only jobs queued since: a duration (30m, 2h, 1d) or a time (2026-11-30T09:00).")
+@click.option("--wide", is_flag=True, help="Full text and reasons (lines may wrap).")
 @json_option
 @api_call
-def status(state: str | None, as_json: bool) -> None:
-    """List jobs."""
-    jobs = client().jobs(state)
+def status(state: str | None, repo: Path | None, since: str | None, wide: bool, as_json: bool) -> None:
+    """List jobs, one line each, with a summary; the reason is cut from the middle to fit (--wide: whole)."""
+    states = None
+    if state:
+        names = [s.strip() for s in state.split(",") if s.strip()]
+        states = ",".join(dict.fromkeys(x for n in names for x in (fit.WAITING if n == "waiting" else (n,))))
+    try:
+        cutoff = fit.since_cutoff(since) if since else None
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--since") from None
+    where = str(repo.expanduser().resolve()) if repo is not None else None
+    jobs = [
+        j
+        for j in client().jobs(states)
+        if (where is None or j["repo"] == where) and (cutoff is None or (fit.ts(j["created_at"]) or 0) >= cutoff)
+    ]
     if as_json:
         emit(jobs)
-    elif not jobs:
-        err("no jobs")
-    else:
-        _table(jobs)
+        return
+    if jobs:
+        print_jobs(jobs, wide)
+    err(fit.summary(jobs))
+
+
+def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
+    """Which jobs are still open, and why: `2 open: 4 running · 5 Overlap: waits for job 4 to land`."""
+    open_ = [j for j in jobs if j["state"] not in ENDED]
+    parts = []
+    for j in open_:
+        if j["state"] in fit.WAITING:
+            nxt = (j.get("decision") or {}).get("next", "")
+            parts.append(f"{j['id']} {j.get('code') or j['state']}" + (f": {nxt}" if nxt else ""))
+        elif j["state"] == "landing" and j.get("code") not in ("", None, "Finished"):
+            parts.append(f"{j['id']} landing, {j['code']}")
+        else:
+            parts.append(f"{j['id']} {j['state']}")
+    return fit.cut_end(f"waiting for {len(open_)} of {len(jobs)} jobs: " + " · ".join(parts), width)
+
+
+ENDED = frozenset(FAILED_STATES | {"landed"})
 
 
 @click.command()
 @click.argument("job_ids", type=int, nargs=-1)
-@click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 1).")
+@click.option("--timeout", type=float, default=None, help=f"Give up after this many seconds (exit {TIMED_OUT}).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress line on a terminal.")
 @json_option
 @api_call
-def wait(job_ids: tuple[int, ...], timeout: float | None, as_json: bool) -> None:
-    """Wait until the jobs (default: all open ones) end; exit 1 if any did not land."""
+def wait(job_ids: tuple[int, ...], timeout: float | None, quiet: bool, as_json: bool) -> None:
+    """Wait until the jobs (default: all open ones) end.
+
+    Exit 0 if all landed, 1 if any ended without landing, 4 if the timeout passed first. On a terminal a
+    progress line says which jobs are still open and why.
+    """
     c = client()
     deadline = None if timeout is None else time.monotonic() + timeout
-    ids = list(job_ids) or [j["id"] for j in c.jobs() if j["state"] not in FAILED_STATES | {"landed"}]
+    ids = list(job_ids) or [j["id"] for j in c.jobs() if j["state"] not in ENDED]
+    live = sys.stderr.isatty() and not quiet and not as_json
+    step_max = 1.0 if live else 60.0
+    shown = ""
     while True:
-        step = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
+        step = step_max if deadline is None else max(0.0, min(step_max, deadline - time.monotonic()))
         data = c.wait(ids, step)
+        if live:
+            line = progress_line(data["jobs"], shutil.get_terminal_size().columns - 1)
+            if line != shown:
+                sys.stderr.write("\r\x1b[2K" + line)
+                sys.stderr.flush()
+                shown = line
         if data["done"] or (deadline is not None and time.monotonic() >= deadline):
             break
+    if live and shown:
+        sys.stderr.write("\r\x1b[2K")
+        sys.stderr.flush()
     jobs = data["jobs"]
     if as_json:
         emit(jobs)
     else:
         for j in jobs:
-            err(f"job {j['id']}: {j['state']} — {j['reason']}")
-    if not data["done"] or any(j["state"] in FAILED_STATES for j in jobs):
+            err(f"job {j['id']}: {j['state']}" + (f" ({j['code']})" if j.get("code") else "") + f" — {j['reason']}")
+    if not data["done"]:
+        err(f"orchestrator: timed out after {timeout:g}s; {sum(j['state'] not in ENDED for j in jobs)} still open")
+        sys.exit(TIMED_OUT)
+    if any(j["state"] in FAILED_STATES for j in jobs):
         sys.exit(FAILED)

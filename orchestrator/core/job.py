@@ -55,6 +55,12 @@ class Job:
         first = self.text.strip().splitlines()[0] if self.text.strip() else f"job {self.id}"
         return first if len(first) <= 72 else first[:69] + "..."
 
+    @property
+    def commit_text(self) -> str:
+        """The job's commit message before its trailer: its subject, then its full text when that says more."""
+        text = self.text.strip()
+        return self.subject if text == self.subject else f"{self.subject}\n\n{text}"
+
     def view(self, mergeable: frozenset[str] = frozenset()) -> JobView:
         return JobView(
             id=self.id,

@@ -165,6 +165,10 @@ class Snapshot:
     policy: Policy = field(default_factory=Policy)
 
 
+LAND_STYLES = ("merge", "rebase", "squash")
+"""How a job's work lands on its branch (`[repos."/path"] land_style`): a merge commit (or fast-forward),
+its commits replayed onto the head (linear), or one squashed commit per job (linear)."""
+
 ALL_REPOS = "*"
 """The scope of a pause (or a control) that covers every repository."""
 

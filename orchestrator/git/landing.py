@@ -23,6 +23,7 @@ checkouts already updated are put back and the ref is swapped back. Bare reposit
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import shutil
@@ -37,7 +38,7 @@ from pygit2.enums import FileStatus
 
 from orchestrator.git import repos
 from orchestrator.git.journal import Intent, Journal, NoJournal
-from orchestrator.git.merging import Mergeable, MergeResult, merge_for_landing
+from orchestrator.git.merging import LandStyle, Mergeable, MergeResult, merge_for_landing
 from orchestrator.runners import process
 
 TAIL_BYTES = process.TAIL_BYTES
@@ -186,6 +187,7 @@ def land(
     message: str,
     mergeable: Mergeable | None = None,
     retries: int = 3,
+    style: LandStyle = "merge",
     journal: Journal | None = None,
 ) -> LandResult:
     """Merge `job_commit` onto the branch head and advance the branch, retrying if the head moves.
@@ -197,7 +199,7 @@ def land(
     result: LandResult | None = None
     for _ in range(retries + 1):
         head = repos.branch_head(repo_path, branch)
-        merged = merge_for_landing(repo_path, head, job_commit, mergeable, message=message)
+        merged = merge_for_landing(repo_path, head, job_commit, mergeable, message=message, style=style)
         early = _merge_outcome(merged, branch, job_id)
         if early is not None:
             return early
@@ -224,6 +226,7 @@ async def land_checked(
     scratch_root: Path | None = None,
     mergeable: Mergeable | None = None,
     retries: int = 3,
+    style: LandStyle = "merge",
     owner: process.Owner | None = None,
     journal: Journal | None = None,
 ) -> LandResult:
@@ -234,7 +237,9 @@ async def land_checked(
     result: LandResult | None = None
     for _ in range(retries + 1):
         head = await asyncio.to_thread(repos.branch_head, repo_path, branch)
-        merged = await asyncio.to_thread(merge_for_landing, repo_path, head, job_commit, mergeable, message=message)
+        merged = await asyncio.to_thread(
+            functools.partial(merge_for_landing, message=message, style=style), repo_path, head, job_commit, mergeable
+        )
         early = _merge_outcome(merged, branch, job_id)
         if early is not None:
             return early
@@ -443,7 +448,7 @@ def _merge_outcome(merged: MergeResult, branch: str, job_id: int) -> LandResult 
 def _landed_message(result: LandResult, merged: MergeResult, branch: str, job_id: int) -> LandResult:
     if result.outcome is not LandOutcome.LANDED or result.sha is None:
         return result
-    how = "fast-forward" if merged.kind == "fast-forward" else "merge commit"
+    how = {"fast-forward": "fast-forward", "rebase": "rebased", "squash": "squashed"}.get(merged.kind, "merge commit")
     return replace(result, message=f"landed job {job_id} on {branch}: {how} {result.old_head[:12]} → {result.sha[:12]}")
 
 

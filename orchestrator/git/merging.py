@@ -23,7 +23,7 @@ from orchestrator.git.commits import signature
 Mergeable = Callable[[str], bool]
 """True for a repo-relative path whose concurrent edits are merged line-wise union, never a conflict."""
 
-MergeKind = Literal["fast-forward", "merge", "noop", "conflict"]
+MergeKind = Literal["fast-forward", "merge", "rebase", "squash", "noop", "conflict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,9 @@ def merge_conflicts(
     )
 
 
+LandStyle = Literal["merge", "rebase", "squash"]  # models.LAND_STYLES, the names `_STYLES` maps
+
+
 def merge_for_landing(
     repo_path: Path,
     head: str,
@@ -89,35 +92,40 @@ def merge_for_landing(
     mergeable: Mergeable | None = None,
     *,
     message: str | None = None,
+    style: LandStyle = "merge",
 ) -> MergeResult:
-    """Merge `job_commit` onto `head` in memory; write the merge commit to the odb, move no ref.
+    """Land `job_commit` onto `head` in memory; write the resulting commit(s) to the odb, move no ref.
 
-    - `head` is an ancestor of `job_commit`: fast-forward, `sha` is the job commit.
-    - `job_commit` is already contained in `head`: noop, `sha` is `head`.
-    - otherwise a 3-way merge (recursive over several merge bases, as `git merge`); mergeable and
-      `merge=union` paths (attributes read from `head` and the checkout) are union merged; any other
-      conflict gives kind "conflict" with the paths and no commit; a clean result gives a merge commit
-      with parents `[head, job_commit]` and `message` (default: "Merge <short sha>: <job subject>").
+    - `job_commit` is already contained in `head` (or, squashed, changes nothing): noop, `sha` is `head`.
+    - a conflict (any style): kind "conflict" with the paths and no commit. Mergeable and `merge=union`
+      paths (attributes read from `head` and the checkout) are union merged, never a conflict.
+    - otherwise the landing `style` decides the commit the branch moves to (`_STYLES`, one table):
+      `merge`: fast-forward when `head` is an ancestor of `job_commit`, else a merge commit with parents
+      `[head, job_commit]` and `message` (default "Merge <short sha>: <job subject>");
+      `rebase`: the job's commits replayed one by one onto `head` (authors and messages kept): a linear
+      history; a fast-forward when there is nothing to replay over;
+      `squash`: one commit on `head` with the job's whole change and `message` (default: the job
+      commit's own message): linear, one commit per job.
     """
+    if style not in _STYLES:
+        raise ValueError(f"unknown landing style {style!r}: use one of {', '.join(_STYLES)}")
     repo = repos.open_repo(repo_path)
     ours = repo.revparse_single(head).peel(pygit2.Commit)
     theirs = repo.revparse_single(job_commit).peel(pygit2.Commit)
-    head_sha = str(ours.id)
     if ours.id == theirs.id or repo.descendant_of(ours.id, theirs.id):
-        return MergeResult(head=head_sha, sha=head_sha, conflicts=(), kind="noop")
+        return MergeResult(head=str(ours.id), sha=str(ours.id), conflicts=(), kind="noop")
+    return _STYLES[style](repo, ours, theirs, _union_paths(repo, ours.id, mergeable), message)
+
+
+def _merge(
+    repo: pygit2.Repository, ours: pygit2.Commit, theirs: pygit2.Commit, is_union: Mergeable, message: str | None
+) -> MergeResult:
+    head_sha = str(ours.id)
     if repo.descendant_of(theirs.id, ours.id):
         return MergeResult(head=head_sha, sha=str(theirs.id), conflicts=(), kind="fast-forward")
-
-    index = repo.merge_commits(ours, theirs)
-    conflicts = _settle(
-        repo,
-        index,
-        union=lambda: repo.merge_commits(ours, theirs, favor=MergeFavor.UNION),
-        is_union=_union_paths(repo, ours.id, mergeable),
-    )
-    if conflicts:
+    tree, conflicts = _merged_tree(repo, ours, theirs, is_union)
+    if tree is None:
         return MergeResult(head=head_sha, sha=None, conflicts=conflicts, kind="conflict")
-    tree = index.write_tree(repo)
     if message is None:
         subject = theirs.message.splitlines()[0] if theirs.message.strip() else ""
         message = f"Merge {theirs.short_id}: {subject}"
@@ -125,6 +133,75 @@ def merge_for_landing(
         None, signature(repo, "author"), signature(repo, "committer"), message, tree, [ours.id, theirs.id]
     )
     return MergeResult(head=head_sha, sha=str(sha), conflicts=(), kind="merge")
+
+
+def _squash(
+    repo: pygit2.Repository, ours: pygit2.Commit, theirs: pygit2.Commit, is_union: Mergeable, message: str | None
+) -> MergeResult:
+    head_sha = str(ours.id)
+    if repo.descendant_of(theirs.id, ours.id):
+        tree: pygit2.Oid | None = theirs.tree_id
+        conflicts: tuple[str, ...] = ()
+    else:
+        tree, conflicts = _merged_tree(repo, ours, theirs, is_union)
+    if tree is None:
+        return MergeResult(head=head_sha, sha=None, conflicts=conflicts, kind="conflict")
+    if tree == ours.tree_id:
+        return MergeResult(head=head_sha, sha=head_sha, conflicts=(), kind="noop")
+    sha = repo.create_commit(
+        None, theirs.author, signature(repo, "committer"), message or theirs.message, tree, [ours.id]
+    )
+    return MergeResult(head=head_sha, sha=str(sha), conflicts=(), kind="squash")
+
+
+def _rebase(
+    repo: pygit2.Repository, ours: pygit2.Commit, theirs: pygit2.Commit, is_union: Mergeable, message: str | None
+) -> MergeResult:
+    head_sha = str(ours.id)
+    if repo.descendant_of(theirs.id, ours.id):
+        return MergeResult(head=head_sha, sha=str(theirs.id), conflicts=(), kind="fast-forward")
+    base = repo.merge_base(ours.id, theirs.id)
+    todo: list[pygit2.Commit] = []
+    commit = theirs
+    while commit.id != base:  # first-parent walk back to the merge base: the job's own commits
+        todo.append(commit)
+        if not commit.parents:
+            break
+        commit = commit.parents[0]
+    onto = ours
+    for pick in reversed(todo):
+        parent = pick.parents[0].tree if pick.parents else repo[repo.TreeBuilder().write()]
+        index = repo.merge_trees(parent, onto.tree, pick.tree)
+        conflicts = _settle(
+            repo,
+            index,
+            union=lambda p=parent, o=onto, c=pick: repo.merge_trees(p, o.tree, c.tree, favor=MergeFavor.UNION),
+            is_union=is_union,
+        )
+        if conflicts:
+            return MergeResult(head=head_sha, sha=None, conflicts=conflicts, kind="conflict")
+        tree = index.write_tree(repo)
+        if tree == onto.tree_id:
+            continue  # already there: replaying it changes nothing
+        oid = repo.create_commit(None, pick.author, signature(repo, "committer"), pick.message, tree, [onto.id])
+        onto = repo[oid]
+    if onto.id == ours.id:
+        return MergeResult(head=head_sha, sha=head_sha, conflicts=(), kind="noop")
+    return MergeResult(head=head_sha, sha=str(onto.id), conflicts=(), kind="rebase")
+
+
+def _merged_tree(
+    repo: pygit2.Repository, ours: pygit2.Commit, theirs: pygit2.Commit, is_union: Mergeable
+) -> tuple[pygit2.Oid | None, tuple[str, ...]]:
+    """The 3-way merge of two commits as a tree (union paths settled), or None and the conflicting paths."""
+    index = repo.merge_commits(ours, theirs)
+    conflicts = _settle(
+        repo, index, union=lambda: repo.merge_commits(ours, theirs, favor=MergeFavor.UNION), is_union=is_union
+    )
+    return (None, conflicts) if conflicts else (index.write_tree(repo), ())
+
+
+_STYLES = {"merge": _merge, "rebase": _rebase, "squash": _squash}
 
 
 def _tree(repo: pygit2.Repository, treeish: str | pygit2.Oid) -> pygit2.Tree:

@@ -131,7 +131,7 @@ class Executor:
                 log.warning(olog.Event.JOB_FAILED, code=code, reason=job.reason, exit_code=result.exit_code)
                 return job
             sha = await asyncio.to_thread(
-                commits.commit_worktree, worktree, message=_message(job), job_id=job.id, base=base, repo_path=repo
+                commits.commit_worktree, worktree, message=job.commit_text, job_id=job.id, base=base, repo_path=repo
             )
             actual = await asyncio.to_thread(actual_paths, worktree, base)
             if sha is None:
@@ -208,8 +208,3 @@ class Executor:
         finally:
             structlog.contextvars.unbind_contextvars("job_id", "repo")
 
-
-def _message(job: Job) -> str:
-    """The result commit's message: the job's subject, then its full text when that says more."""
-    text = job.text.strip()
-    return job.subject if text == job.subject else f"{job.subject}\n\n{text}"

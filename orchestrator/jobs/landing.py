@@ -21,6 +21,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
+from orchestrator.git import commits
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
@@ -114,8 +115,6 @@ class Lander:
                     self._attempting.discard(job.id)
                     await self.board.announce()
             if outcome != "wait":
-                if self._waiting.pop(job.id, None) is not None:
-                    log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, USER_DIRTY_RETRY[1])
@@ -144,7 +143,12 @@ class Lander:
         repo = Path(job.repo)
         log.info(olog.Event.LANDING_STARTED, result=job.result, branch=job.branch)
         check = self.cfg.repo(job.repo).check
-        message = f"Merge orchestrator job {job.id}: {job.subject}"
+        style = self.cfg.repo(job.repo).land_style
+        # Subjects come from the ticket's first line; a squash is the job's one commit, trailer kept.
+        if style == "squash":
+            message = commits.job_message(job.commit_text, job.id)
+        else:
+            message = f"Merge orchestrator job {job.id}: {job.subject}"
         if check:
             result = await git_landing.land_checked(
                 repo,
@@ -157,6 +161,7 @@ class Lander:
                 log_path=self.paths.job_log(job.id),
                 scratch_root=self.paths.scratch,
                 mergeable=self._mergeable(job),
+                style=style,
                 owner=StoreOwner(self.board.store, job.id),
                 journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
             )
@@ -169,9 +174,13 @@ class Lander:
                 job_id=job.id,
                 message=message,
                 mergeable=self._mergeable(job),
+                style=style,
                 journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
             )
         outcome = result.outcome
+        if outcome is not git_landing.LandOutcome.USER_DIRTY and self._waiting.get(job.id):
+            self._waiting[job.id] = None
+            log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY, outcome=str(outcome))
         if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
             landed = result.sha or job.result
             await self.pool.release(repo, job.id, keep=False, delete_branch=True)

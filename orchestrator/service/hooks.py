@@ -59,7 +59,7 @@ if [ -x "$chained" ]; then "$chained" "$@"; rc=$?; fi
 [ "${ORCHESTRATOR_SKIP:-}" = 1 ] && exit $rc
 # In a rebase, post-rewrite takes the finished result once (the Python side checks linked worktrees).
 [ -d .git/rebase-merge ] || [ -d .git/rebase-apply ] && exit $rc
-[ -x "$py" ] || exit $rc
+command -v "$py" >/dev/null 2>&1 || exit $rc
 # The commit and its branch now, before the user's next command moves HEAD (no fork in a plain repo).
 sha= ref=
 if [ -f .git/HEAD ] && read -r h <.git/HEAD; then
@@ -77,10 +77,12 @@ exit $rc
     return (
         head
         + """rc=0
+# An amend was taken by post-commit; with no hook of its own to feed, there is nothing to do.
+if [ "$1" != rebase ] && [ ! -x "$chained" ]; then cat >/dev/null; exit 0; fi
 t=$(mktemp "${TMPDIR:-/tmp}/orchestrator-rewrite.XXXXXX") || t=
 if [ -n "$t" ]; then cat >"$t"; else cat >/dev/null; fi
 if [ -x "$chained" ]; then "$chained" "$@" <"${t:-/dev/null}"; rc=$?; fi
-if [ -n "$t" ] && [ "$1" = rebase ] && [ "${ORCHESTRATOR_SKIP:-}" != 1 ] && [ -x "$py" ]; then
+if [ -n "$t" ] && [ "$1" = rebase ] && [ "${ORCHESTRATOR_SKIP:-}" != 1 ] && command -v "$py" >/dev/null 2>&1; then
   ( "$py" -m orchestrator.service.hookrun post-rewrite rebase "$t" </dev/null >/dev/null 2>&1 & )
 elif [ -n "$t" ]; then
   rm -f "$t"
@@ -200,3 +202,10 @@ def uninstall(repo: Path) -> list[str]:
             aside.rename(path)
             done.append(f"{hook}: restored the hook that was there before")
     return done
+
+
+if __name__ == "__main__":  # the repository's generic copies: python -m orchestrator.service.hooks hooks/
+    for _hook in HOOKS:
+        _path = Path(sys.argv[1]) / _hook
+        _path.write_text(script(_hook, "python3"))
+        _path.chmod(0o755)

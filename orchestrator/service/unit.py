@@ -88,7 +88,7 @@ NotifyAccess=main
 ExecStart={exec_start}
 Restart=on-failure
 RestartSec=2
-# These exit codes will not fix themselves by restarting (78: invalid config).
+# Exit codes a restart cannot fix (78: invalid config; 65: a database it must not open).
 RestartPreventExitStatus={codes}
 # Pings come only while the scheduler loop makes progress; a stuck loop is restarted.
 WatchdogSec={watchdog_sec}
