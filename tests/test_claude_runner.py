@@ -182,3 +182,12 @@ async def test_no_key_fails_clearly(tmp_path):
     job = Job(id=1, repo=str(tmp_path), branch="main", text="anything", runner="claude", state=JobState.RUNNING)
     result = await runner.run(RunContext(job=job, worktree=tmp_path, log_path=tmp_path / "1.log", timeout=60))
     assert not result.ok and result.code == "ModelUnavailable" and "ANTHROPIC_API_KEY" in result.summary
+
+
+def test_the_agent_starts_from_the_pre_plan_when_there_is_one():
+    """The first message carries the task, then the pre-plan's text when the planner made one."""
+    from orchestrator.runners.claude import first_message
+
+    assert first_message("Fix a", "") == "Task:\nFix a"
+    with_plan = first_message("Fix a", "Edit src/a.py: change a to 2.")
+    assert with_plan.startswith("Task:\nFix a") and "pre-plan" in with_plan and "Edit src/a.py" in with_plan

@@ -26,6 +26,17 @@ class RunContext:
     grace: float = KILL_GRACE
     """Seconds between SIGTERM and SIGKILL when the job times out or the daemon stops."""
 
+    def process_options(self) -> dict[str, Any]:
+        """What every `process.run` of this job shares: its worktree, log, cap, grace, owner, private dir."""
+        return {
+            "cwd": self.worktree,
+            "log_path": self.log_path,
+            "log_cap": self.log_cap,
+            "grace": self.grace,
+            "owner": self.owner,
+            "script_dir": self.private_dir,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class RunResult:

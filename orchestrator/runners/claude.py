@@ -88,15 +88,10 @@ class ClaudeRunner:
             result = await process.run(
                 command,
                 prefix=self.sandbox.prefix(ctx),
-                cwd=ctx.worktree,
                 env=self.sandbox.env(ctx, process.environment((), _job_vars(ctx))),
                 timeout=timeout,
-                log_path=ctx.log_path,
-                log_cap=ctx.log_cap,
-                grace=ctx.grace,
-                owner=ctx.owner,
                 what=f"job {ctx.job.id} runner claude: run",
-                script_dir=ctx.private_dir,
+                **ctx.process_options(),
             )
             return (None if result.timed_out else result.returncode), result.output_tail
 

@@ -58,14 +58,10 @@ class CommandRunner:
         result = await process.run(
             argv,
             prefix=self.sandbox.prefix(ctx, home=home),
-            cwd=ctx.worktree,
             env=env,
             timeout=timeout,
-            log_path=ctx.log_path,
-            log_cap=ctx.log_cap,
-            grace=ctx.grace,
-            owner=ctx.owner,
             what=f"job {ctx.job.id} runner {self.name}",
+            **ctx.process_options(),
         )
         if result.timed_out:
             return RunResult(False, None, f"{self.name} timed out after {timeout:g}s")

@@ -40,15 +40,10 @@ class ShellRunner:
         result = await process.run(
             list(ctx.job.argv) if ctx.job.argv else ctx.job.text,
             prefix=self.sandbox.prefix(ctx),
-            cwd=ctx.worktree,
             env=self.sandbox.env(ctx, job_env(ctx)),
             timeout=ctx.timeout,
-            log_path=ctx.log_path,
-            log_cap=ctx.log_cap,
-            grace=ctx.grace,
-            owner=ctx.owner,
             what=f"job {ctx.job.id} runner shell",
-            script_dir=ctx.private_dir,
+            **ctx.process_options(),
         )
         if result.timed_out:
             return RunResult(False, None, f"timed out after {ctx.timeout:g}s")
