@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 from orchestrator import __version__, paths
-from orchestrator.commands import jobs, queue, review, service, status, watch
+from orchestrator.chat import cli as chat_cli
+from orchestrator.commands import jobs, queue, review, service, settings, status, watch
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -59,10 +60,10 @@ def daemon(burst: bool, grace: float) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name", type=click.Choice(["admission", "worktrees", "hook"]))
+@click.argument("name", type=click.Choice(["admission", "worktrees", "hook", "chat"]))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
-    """Benchmark mode: `admission` (decision time), `worktrees` (pooled vs fresh), `hook` (commit time); --help."""
+    """Benchmark mode: `admission`, `worktrees` (pooled vs fresh), `hook` (commit time), `chat`; --help for each."""
     import importlib
 
     importlib.import_module(f"orchestrator.bench.{name}").main(list(args))
@@ -89,6 +90,7 @@ main.add_command(status.wait)
 main.add_command(queue.cancel)
 main.add_command(queue.retry)
 main.add_command(queue.clean)
+main.add_command(chat_cli.chat)
 main.add_command(queue.pause)
 main.add_command(queue.resume)
 main.add_command(queue.limit)
@@ -96,6 +98,7 @@ main.add_command(review.diff)
 main.add_command(review.land)
 main.add_command(review.reject)
 main.add_command(watch.watch)
+main.add_command(settings.config)
 main.add_command(service.service)
 main.add_command(service.hook)
 main.add_command(service.doctor)

@@ -96,6 +96,18 @@ class Client:
         finally:
             conn.close()
 
+    def post_lines(self, path: str, body: Any) -> Iterator[dict[str, Any]]:
+        """POST and read an NDJSON answer line by line as it streams (the chat reply)."""
+        conn, resp = self._connect("POST", path, body, timeout=None)
+        try:
+            if resp.status >= 400:
+                data = json.loads(resp.read() or b"{}")
+                raise ApiError(resp.status, data.get("error", f"HTTP {resp.status}"))
+            while line := resp.readline():
+                yield json.loads(line)
+        finally:
+            conn.close()
+
     # The API, one method per endpoint.
     def health(self) -> dict[str, Any]:
         return self.request("GET", "/health")

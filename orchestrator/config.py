@@ -44,6 +44,8 @@ class JobsConfig:
     timeout: float = 3600.0
     warm_worktrees: int = 2
     default_runner: str = "shell"
+    on_end: tuple[str, ...] = ()
+    """An argv template run when a job ends, e.g. ["notify-send", "{summary}"] (see jobs/notify.py)."""
     log_max_bytes: int = 50 * 1024 * 1024
     kill_grace: float = 5.0
     requeue_interrupted: bool = False
@@ -100,6 +102,22 @@ class OllamaConfig:
     host: str = "http://127.0.0.1:11434"
     parallel: int = 1
     model: str = "hermes3"
+    max_queue: int = 256
+    """Calls waiting at the gate beyond this are answered "busy, retry after" at once."""
+    first_token_timeout: float = 120.0
+    total_timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    policy: str = "gate"
+    """`gate` (turns hold a slot, extraction deferred) or `naive` (every call straight to the server)."""
+    extract_every: int = 3
+    """Turns of one session coalesced into one memory-extraction call."""
+    extract_idle: float = 30.0
+    """Seconds of quiet in a session after which its pending extraction runs."""
+    history: int = 12
+    """Messages of the session's history in each prompt."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,7 @@ class Config:
     ollama: OllamaConfig = field(default_factory=OllamaConfig)
     anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    chat: ChatConfig = field(default_factory=ChatConfig)
     repos: Mapping[str, RepoConfig] = field(default_factory=dict)
     agent: AgentConfig = field(default_factory=AgentConfig)
     runners: Mapping[str, RunnerTemplate] = field(default_factory=dict)
@@ -170,6 +189,9 @@ max_attempts = 3
 timeout = 3600            # seconds a runner may take
 warm_worktrees = 2        # pooled worktrees per repo
 default_runner = "shell"
+# Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
+# {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).
+# on_end = ["notify-send", "orchestrator", "{summary}"]
 log_max_bytes = 52428800  # a job's log stops growing here (the log says so)
 kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on timeout or daemon stop
 requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
@@ -180,6 +202,15 @@ land = "auto"             # auto | review: review holds finished jobs `ready` fo
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
 parallel = 1                       # match the server's OLLAMA_NUM_PARALLEL
 model = "hermes3"
+max_queue = 256                    # gate queue bound: past it, "busy, retry after N s"
+first_token_timeout = 120
+total_timeout = 600
+
+[chat]
+policy = "gate"           # or "naive": every call straight to the server (for comparison)
+extract_every = 3         # turns per memory-extraction call
+extract_idle = 30         # seconds of quiet before a session's pending extraction runs
+history = 12              # messages of history in each prompt
 
 [anthropic]
 model = "claude-sonnet-4-5"        # coding agents; key from env ANTHROPIC_API_KEY only
@@ -277,6 +308,13 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.max_attempts: must be at least 1")
     if cfg.jobs.timeout <= 0:
         raise ConfigError("jobs.timeout: must be positive")
+    if cfg.jobs.on_end:
+        from orchestrator.jobs.notify import TemplateError, check_template
+
+        try:
+            check_template(cfg.jobs.on_end)
+        except TemplateError as e:
+            raise ConfigError(f"jobs.{e}") from None
     for path, rc in cfg.repos.items():
         if rc.land_style not in LAND_STYLES:
             raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
@@ -286,6 +324,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
+    if cfg.chat.policy not in ("gate", "naive"):
+        raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.anthropic.concurrency < 1:
         raise ConfigError("anthropic.concurrency: must be at least 1")
     if cfg.anthropic.timeout <= 0:
@@ -307,12 +347,9 @@ def _validate(cfg: Config) -> None:
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     """Build a `Config` from parsed TOML and environment overrides."""
     sections = {
-        "jobs": JobsConfig,
-        "ollama": OllamaConfig,
-        "anthropic": AnthropicConfig,
-        "daemon": DaemonConfig,
-        "agent": AgentConfig,
-    }
+        "jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig,
+        "chat": ChatConfig, "agent": AgentConfig,
+    }  # fmt: skip
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key == "repos":

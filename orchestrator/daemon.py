@@ -21,11 +21,15 @@ from aiohttp import web
 from orchestrator import __version__
 from orchestrator import logging as olog
 from orchestrator.api import Api
+from orchestrator.chat.api import ChatApi
+from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import EX_CONFIG, Config
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_landings
 from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
+from orchestrator.llm import ollama
+from orchestrator.llm.gate import Gate
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.runners import registry
@@ -66,6 +70,8 @@ class Daemon:
         self.burst = burst
         self.grace = grace
         self._stop = asyncio.Event()
+        self.gates: dict[str, Gate] = {}
+        """One bounded gate per Ollama host (`llm.gate`)."""
         self._sigints = 0
 
     def request_stop(self) -> None:
@@ -104,8 +110,14 @@ class Daemon:
             # Interrupted landings next: the user's checkouts are level before anything lands again.
             await settle_landings(board, pool)
             scheduler = Scheduler(board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace)
+            # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
+            chat = ChatPlane(
+                store,
+                ollama.from_config(self.cfg.ollama, self.gates, naive=self.cfg.chat.policy == "naive"),
+                self.cfg.chat,
+            )
             api = Api(scheduler, runners, self.request_stop)
-            runner = await self._start_api(api)
+            runner = await self._start_api(api, ChatApi(chat).routes())
             log.info(
                 olog.Event.DAEMON_STARTED,
                 pid=os.getpid(),
@@ -143,6 +155,7 @@ class Daemon:
             await asyncio.gather(main, stop, return_exceptions=True)
             if cut:
                 log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
+            await chat.close()
             await runner.cleanup()
             await claude.close()
         finally:
@@ -156,11 +169,13 @@ class Daemon:
         log.info(olog.Event.DAEMON_STOPPED)
         return 0
 
-    async def _start_api(self, api: Api) -> web.AppRunner:
+    async def _start_api(self, api: Api, extra: list[web.RouteDef]) -> web.AppRunner:
         sock = self.paths.socket
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()  # stale: we hold the lock, so no live daemon owns it
-        runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+        app = api.app()
+        app.add_routes(extra)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         old = os.umask(0o177)
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,25 @@ def make_repo(root: Path) -> Path:
 
 
 def run(keep: Path | None = None, *, as_json: bool = False) -> int:
-    root = Path(keep).resolve() if keep else Path(tempfile.mkdtemp(prefix="orchestrator-demo-"))
+    """Run the demo in `keep` (kept afterwards) or in a temp dir (removed afterwards); the exit code."""
+    if keep is not None:
+        root = Path(keep).expanduser().resolve()
+        if root.exists() and any(root.iterdir()):
+            print(
+                f"orchestrator: {root} is not empty (a demo kept there before?); "
+                "name a new or empty directory for --keep, or remove that one",
+                file=sys.stderr,
+            )
+            return 2
+        return _run(root, as_json)
+    root = Path(tempfile.mkdtemp(prefix="orchestrator-demo-"))
+    try:
+        return _run(root, as_json)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(root: Path, as_json: bool) -> int:
     repo = make_repo(root)
     home = root / "home"
     env = {**os.environ, "ORCHESTRATOR_HOME": str(home), "MAX_CONCURRENT_JOBS": "4"}

@@ -519,3 +519,53 @@ class Store:
             await self.update(job_id, state=JobState.QUEUED, event="requeued", data={"why": "daemon restarted"})
         landing = [j.id for j in await self.jobs([JobState.LANDING])]
         return {"interrupted": running, "requeued": planning, "landing": landing}
+
+    # -- chat: sessions, messages, memories (the chat plane's; nothing else reads them) --------------
+
+    async def add_message(self, session: str, role: str, content: str) -> int:
+        """Append one message to a session's history (the session is created on its first message)."""
+        now = time.time()
+        async with self._transaction():
+            await self._db.execute(
+                "INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session, now)
+            )
+            cur = await self._db.execute(
+                "INSERT INTO messages (session_id, role, content, at) VALUES (?, ?, ?, ?)",
+                (session, role, content, now),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The session's last `limit` messages, oldest first: `id, role, content, at, extracted`."""
+        async with self._db.execute(
+            "SELECT id, role, content, at, extracted FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?",
+            (session, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [dict(r) for r in reversed(rows)]
+
+    async def unextracted(self, session: str) -> list[dict[str, Any]]:
+        """Messages whose memories have not been extracted yet, oldest first."""
+        async with self._db.execute(
+            "SELECT id, role, content, at FROM messages WHERE session_id = ? AND extracted = 0 ORDER BY id", (session,)
+        ) as cur:
+            return [dict(r) for r in await cur.fetchall()]
+
+    async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
+        """Store extracted memories and mark the session's messages up to `upto` as extracted, atomically."""
+        now = time.time()
+        async with self._transaction():
+            await self._db.executemany(
+                "INSERT INTO memories (session_id, content, at) VALUES (?, ?, ?)", [(session, m, now) for m in memories]
+            )
+            await self._db.execute(
+                "UPDATE messages SET extracted = 1 WHERE session_id = ? AND id <= ?", (session, upto)
+            )
+
+    async def memories(self, session: str, limit: int = 50) -> list[str]:
+        """The session's memories, newest first."""
+        async with self._db.execute(
+            "SELECT content FROM memories WHERE session_id = ? ORDER BY id DESC LIMIT ?", (session, limit)
+        ) as cur:
+            return [r["content"] for r in await cur.fetchall()]

@@ -240,6 +240,8 @@ class Code(StrEnum):
     """Its changes conflict with the target branch (re-queued, or left for a person)."""
     RETRIED = "Retried"
     """A person queued it again."""
+    NOTIFY_FAILED = "NotifyFailed"
+    """The `on_end` command failed or timed out (the job itself is not affected)."""
     BUDGET_SPENT = "BudgetSpent"
     """The built-in agent spent its turn, token or time budget before it was done."""
     MODEL_UNAVAILABLE = "ModelUnavailable"

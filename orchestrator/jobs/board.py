@@ -40,10 +40,15 @@ class Board:
         self._changed = asyncio.Condition()
         self._listeners: list[Callable[[], None]] = []
         self._subscribers: set[Subscription] = set()
+        self._ended: list[Callable[[Job], None]] = []
 
     def on_change(self, wake: Callable[[], None]) -> None:
         """Call `wake` (cheap, synchronous) after every change: the scheduler, the service status line."""
         self._listeners.append(wake)
+
+    def on_end(self, ended: Callable[[Job], None]) -> None:
+        """Call `ended(job)` (cheap, synchronous) once a job reaches an end state (`on_end` notifications)."""
+        self._ended.append(ended)
 
     def subscribe(self) -> Subscription:
         sub = Subscription()
@@ -62,6 +67,9 @@ class Board:
     ) -> Job:
         job = await self.store.update(job_id, event=event, data=data, **fields)
         self.publish({"type": "job", "job": job.to_json()})
+        if "state" in fields and job.state.terminal:
+            for ended in self._ended:
+                ended(job)
         await self.announce()
         return job
 

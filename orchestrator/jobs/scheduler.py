@@ -29,6 +29,8 @@ from orchestrator.jobs import retire, review
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
+from orchestrator.jobs.notify import Notifier
+from orchestrator.jobs.recovery import StoreOwner
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
@@ -92,6 +94,8 @@ class Scheduler:
         self.controls: dict[str, tuple[bool, int | None]] = {}
         """Run-time controls by scope (a repo, or ALL_REPOS): (paused, slot limit). Mirrors the store."""
         board.on_change(self.wake)
+        self.notifier = Notifier(cfg.jobs.on_end, StoreOwner(board.store))
+        board.on_end(self.notifier.job_ended)
 
     def wake(self) -> None:
         self._last_wake = time.monotonic()
@@ -146,6 +150,7 @@ class Scheduler:
             cut.append(job_id)
         await asyncio.gather(*self._running.values(), return_exceptions=True)
         cut += await self.lander.drain(timeout)
+        await self.notifier.drain(min(timeout, 5.0))
         for t in list(self._side_tasks):
             t.cancel()
         await asyncio.gather(*self._side_tasks, return_exceptions=True)
@@ -536,6 +541,7 @@ class Scheduler:
 def _decision_fields(d: Decision) -> dict[str, Any]:
     return {
         "reason": str(d.reason),
+        "code": str(d.reason),
         "message": d.message,
         "blocking": list(d.blocking),
         "paths": list(d.paths),

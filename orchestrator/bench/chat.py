@@ -1,0 +1,353 @@
+"""`orchestrator bench chat`: the seed's chat table, per policy, side by side in one run.
+
+For each policy and each N it starts a fresh daemon (its own home, `[chat] policy`, `[ollama] parallel`)
+in front of one model server — a fresh Ollama protocol double (`--double PROFILE`, the default) or a
+real Ollama (`--ollama URL`) — fires N sessions at once through the daemon's socket (classification,
+reply, memory extraction: the whole pipeline), and measures from the client's side:
+
+- ttfa: request sent → the daemon's acknowledgement line;
+- first-Ollama: request sent → the first reply token;
+- done: request sent → the reply's last line; wall (done): the last session's done;
+- wall (drained): until the daemon reports no call running or pending (extraction included);
+- CPU max and min free RAM: psutil, sampled every 100 ms during the run (whole machine).
+Figures are ratios to the same policy's N=1 row, taken in this run. `naive` is the seed's pipeline:
+every call straight to the server, extraction after every turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from orchestrator import __version__
+from orchestrator.client import Client, Unreachable
+
+PROMPT = "I'm planning a trip to Lisbon with my sister next month. What should we see first?"
+
+
+@dataclass
+class Sample:
+    ttfa: float
+    first: float | None
+    done: float
+    error: str | None = None
+
+
+class Sampler:
+    """CPU max and min available RAM, sampled on a thread so the figures do not depend on the loop."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        self.every = every
+        self.cpu_max = 0.0
+        self.ram_min_mb = float("inf")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        psutil.cpu_percent(None)
+        while not self._stop.wait(self.every):
+            self.cpu_max = max(self.cpu_max, psutil.cpu_percent(None))
+            self.ram_min_mb = min(self.ram_min_mb, psutil.virtual_memory().available / 2**20)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _spawn_double(profile: str, parallel: int | None) -> tuple[subprocess.Popen[str], str]:
+    args = [sys.executable, "-m", "orchestrator.doubles.ollama", "--port", "0", "--profile", profile]
+    if parallel:
+        args += ["--parallel", str(parallel)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise SystemExit("the Ollama double did not start")
+    return proc, json.loads(line)["url"]
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@asynccontextmanager
+async def _daemon(url: str, policy: str, slots: int, model: str):  # type: ignore[no-untyped-def]
+    home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
+    (home / "config").mkdir()
+    (home / "config" / "config.toml").write_text(
+        f'[ollama]\nhost = "{url}"\nparallel = {slots}\nmodel = "{model}"\nmax_queue = 4096\n'
+        f'[chat]\npolicy = "{policy}"\nextract_idle = 5.0\n'
+    )
+    env = {**os.environ, "ORCHESTRATOR_HOME": str(home)}
+    env.pop("OLLAMA_NUM_PARALLEL", None)
+    env.pop("OLLAMA_HOST", None)
+    log = (home / "daemon.log").open("wb")
+    proc = subprocess.Popen(  # noqa: ASYNC220 - starting it is quick; nothing else runs on this loop yet
+        [sys.executable, "-m", "orchestrator", "daemon"], env=env, stdout=log, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    sock = home / "run" / "orchestrator.sock"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"the daemon exited {proc.returncode}: {(home / 'daemon.log').read_text()[-2000:]}")
+            try:
+                Client(sock, timeout=2).health()
+                break
+            except (Unreachable, OSError):
+                if time.monotonic() > deadline:
+                    raise SystemExit("the daemon did not start within 30 s") from None
+                await asyncio.sleep(0.05)
+        yield sock
+    finally:
+        _stop(proc)
+        log.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def _session(http: aiohttp.ClientSession, name: str, t0: float) -> Sample:
+    ttfa = first = None
+    error = None
+    async with http.post(f"http://localhost/chat/{name}", json={"text": PROMPT, "end": True}) as r:
+        if r.status != 200:
+            return Sample(time.monotonic() - t0, None, time.monotonic() - t0, f"HTTP {r.status}")
+        async for line in r.content:
+            ev = json.loads(line)
+            now = time.monotonic() - t0
+            if ev["event"] == "ack":
+                ttfa = now
+            elif ev["event"] == "token" and first is None:
+                first = now
+            elif ev["event"] == "error":
+                error = f"{ev['code']}: {ev['message']}"
+    return Sample(ttfa if ttfa is not None else float("nan"), first, time.monotonic() - t0, error)
+
+
+async def _stats(http: aiohttp.ClientSession) -> dict[str, Any]:
+    async with http.get("http://localhost/chat") as r:
+        return await r.json()
+
+
+def _drained(s: dict[str, Any]) -> bool:
+    return s["gate"]["running"] == 0 and s["gate"]["queued"] == 0 and s["extraction"]["pending"] == 0
+
+
+async def run_one(url: str, policy: str, n: int, slots: int, model: str, timeout: float) -> dict[str, Any]:
+    async with _daemon(url, policy, slots, model) as sock:
+        conn = aiohttp.UnixConnector(path=str(sock), limit=0)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+            with Sampler() as sampler:
+                t0 = time.monotonic()
+                samples = await asyncio.gather(*(_session(http, f"bench{i}", t0) for i in range(n)))
+                wall_done = time.monotonic() - t0
+                while True:
+                    stats = await _stats(http)
+                    if _drained(stats) or time.monotonic() - t0 > timeout:
+                        break
+                    await asyncio.sleep(0.02)
+                wall_drained = time.monotonic() - t0
+    errors = [s.error for s in samples if s.error]
+    done = [s.done for s in samples]
+    ttfas = sorted(s.ttfa for s in samples)
+    firsts = [s.first for s in samples if s.first is not None]
+    gate = stats["gate"]["classes"]
+    return {
+        "policy": policy,
+        "n": n,
+        "slots": slots,
+        "ttfa_mean_s": round(statistics.fmean(ttfas), 4),
+        "ttfa_p99_s": round(ttfas[min(len(ttfas) - 1, int(0.99 * len(ttfas)))], 4),
+        "first_ollama_mean_s": round(statistics.fmean(firsts), 3) if firsts else None,
+        "done_min_s": round(min(done), 3),
+        "done_mean_s": round(statistics.fmean(done), 3),
+        "done_max_s": round(max(done), 3),
+        "wall_done_s": round(wall_done, 3),
+        "wall_drained_s": round(wall_drained, 3),
+        "cpu_max_pct": round(sampler.cpu_max, 1),
+        "min_free_ram_mb": round(sampler.ram_min_mb),
+        "gate_wait_interactive_s": gate["interactive"]["wait_mean_s"],
+        "gate_wait_background_s": gate["background"]["wait_mean_s"],
+        "extraction_calls": stats["extraction"]["calls"],
+        "classify_calls": stats["turns"]["classify_calls"],
+        "errors": errors,
+    }
+
+
+def machine() -> dict[str, Any]:
+    from importlib.metadata import version
+
+    import ollama as ollama_pkg  # noqa: F401 - its version is part of the record
+
+    return {
+        "cores": os.cpu_count(),
+        "ram_mb": round(psutil.virtual_memory().total / 2**20),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "orchestrator": __version__,
+        "ollama_client": version("ollama"),
+        "aiohttp": version("aiohttp"),
+    }
+
+
+def _ratios(rows: list[dict[str, Any]]) -> None:
+    singles = {(r["policy"], r["slots"]): r for r in rows if r["n"] == 1}
+    for r in rows:
+        one = singles.get((r["policy"], r["slots"]))
+        one = one or next((s for s in rows if s["n"] == 1 and s["policy"] == r["policy"]), None)
+        if one:
+            base = one["done_mean_s"]
+            r["wall_done_ratio"] = round(r["wall_done_s"] / (r["n"] * base), 2)
+            r["done_max_x_single"] = round(r["done_max_s"] / base, 2)
+            r["done_mean_x_single"] = round(r["done_mean_s"] / base, 2)
+            r["drained_x_single"] = round(r["wall_drained_s"] / one["wall_drained_s"], 2)
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="bench chat", box=None, pad_edge=False)
+    cols = [
+        ("policy", "policy"), ("slots", "slots"), ("N", "n"), ("ttfa", "ttfa_mean_s"), ("ttfa p99", "ttfa_p99_s"),
+        ("first-Ollama", "first_ollama_mean_s"), ("done min/mean/max", None), ("wall done", "wall_done_s"),
+        ("wall drained", "wall_drained_s"), ("CPU max", "cpu_max_pct"), ("min free RAM", "min_free_ram_mb"),
+        ("wait int/bg", None), ("done/(N×1)", "wall_done_ratio"), ("max×1", "done_max_x_single"),
+        ("mean×1", "done_mean_x_single"), ("errors", None),
+    ]  # fmt: skip
+    for name, _ in cols:
+        t.add_column(name, justify="right")
+    for r in rows:
+        cells = []
+        for name, key in cols:
+            if name.startswith("done min"):
+                cells.append(f"{r['done_min_s']:.1f} / {r['done_mean_s']:.1f} / {r['done_max_s']:.1f} s")
+            elif name.startswith("wait"):
+                cells.append(f"{r['gate_wait_interactive_s']:.2f} / {r['gate_wait_background_s']:.2f} s")
+            elif name == "errors":
+                cells.append(str(len(r["errors"])))
+            else:
+                v = r.get(key or "")
+                cells.append("-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v)))
+        t.add_row(*cells)
+    Console(width=220 if not sys.stdout.isatty() else None).print(t)
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("orchestrator: --plot needs matplotlib (`pip install matplotlib`)", file=sys.stderr)
+        sys.exit(2)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for policy in sorted({r["policy"] for r in rows}):
+        mine = [r for r in rows if r["policy"] == policy]
+        ax.plot([r["n"] for r in mine], [r["wall_done_s"] for r in mine], marker="o", label=f"{policy}: wall done")
+        ns = [r["n"] for r in mine]
+        ax.plot(ns, [r["wall_drained_s"] for r in mine], marker="x", ls="--", label=f"{policy}: drained")
+    ax.set_xlabel("concurrent sessions (N)")
+    ax.set_ylabel("seconds")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def _ints(raw: str) -> list[int]:
+    try:
+        out = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {raw!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError("every value must be at least 1")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="orchestrator bench chat", description=__doc__.split("\n")[0])
+    ap.add_argument("-n", type=_ints, default=[1, 2, 4], help="concurrent sessions, e.g. 1,2,4,8 (default 1,2,4)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--ollama", metavar="URL", help="a real Ollama server (its model must be pulled)")
+    src.add_argument("--double", metavar="PROFILE", default="seed", help="the Ollama double's profile (default seed)")
+    ap.add_argument("--model", default="hermes3")
+    ap.add_argument("--policy", default="gate,naive", help="policies side by side: gate,naive")
+    ap.add_argument("--slots", type=int, help="the gate's slots (default: the double's num_parallel, or 1)")
+    ap.add_argument("--sweep-slots", type=_ints, help="also run the gate at each slot count, e.g. 1,2,4")
+    ap.add_argument("--timeout", type=float, default=300.0, help="per run")
+    ap.add_argument("--json", action="store_true", help="print {machine, rows} as JSON on stdout")
+    ap.add_argument("--plot", type=Path, help="write a PNG of wall done / drained against N")
+    args = ap.parse_args(argv)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    if any(p not in ("gate", "naive") for p in policies):
+        ap.error(f"--policy: use gate and/or naive, got {args.policy!r}")
+    asyncio.run(_main(args, policies))
+
+
+async def _main(args: argparse.Namespace, policies: list[str]) -> None:
+    from orchestrator.doubles.ollama import profile_named
+
+    default_slots = args.slots or (1 if args.ollama else profile_named(args.double).num_parallel)
+    plan: list[tuple[str, int, int]] = [(p, n, default_slots) for p in policies for n in args.n]
+    for k in args.sweep_slots or []:
+        plan += [("gate", n, k) for n in args.n if k != default_slots or "gate" not in policies]
+    rows = []
+    for i, (policy, n, slots) in enumerate(plan, 1):
+        print(f"[{i}/{len(plan)}] {policy} N={n} slots={slots} ...", file=sys.stderr, flush=True)
+        proc = None
+        url = args.ollama
+        if not url:
+            proc, url = _spawn_double(args.double, None)
+        try:
+            rows.append(await run_one(url, policy, n, slots, args.model, args.timeout))
+        finally:
+            if proc is not None:
+                _stop(proc)
+    _ratios(rows)
+    if args.json:
+        source = args.ollama or f"double:{args.double}"
+        print(json.dumps({"machine": machine(), "source": source, "rows": rows}, indent=2))
+    else:
+        _table(rows)
+    if args.sweep_slots:
+        top = max(args.n)
+        best = min((r for r in rows if r["policy"] == "gate" and r["n"] == top), key=lambda r: r["wall_done_s"])
+        print(
+            f"at N={top} the gate's done-wall is lowest with {best['slots']} slots: "
+            f"set [ollama] parallel = {best['slots']} (and OLLAMA_NUM_PARALLEL on the server)",
+            file=sys.stderr,
+        )
+    for r in rows:
+        for e in r["errors"][:3]:
+            print(f"orchestrator: {r['policy']} N={r['n']}: {e}", file=sys.stderr)
+    if args.plot:
+        _plot(rows, args.plot)

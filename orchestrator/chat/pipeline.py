@@ -1,0 +1,241 @@
+"""The chat plane: per turn classify → reply (streamed) → memory extraction (background, coalesced).
+
+A turn is one owned task. Under the `gate` policy it holds ONE interactive lease from classification
+through the reply (the slot's prefix cache stays warm and no other session's call slips in between),
+and its extraction is deferred to the `Extractor`. Under the `naive` policy (the seed's behaviour, kept
+for benchmarks) every call goes straight to the server and every turn is extracted at once.
+
+Turns of one session run in order; at most one turn per session waits: a message that arrives while
+one is waiting merges into it, and both callers read the same reply. When every caller of a turn has
+gone away, the turn is cancelled and its slot freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator import logging as olog
+from orchestrator.chat import prompts
+from orchestrator.chat.memory import Extractor
+from orchestrator.config import ChatConfig
+from orchestrator.llm.gate import GateError, Lease, Priority
+from orchestrator.llm.ollama import OllamaBackend, OllamaError, parse_json
+
+Event = dict[str, Any]
+_END = object()
+
+
+@dataclass
+class Turn:
+    session: str
+    texts: list[str]
+    end: bool = False
+    started: bool = False
+    outs: list[asyncio.Queue[Any]] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    served: Callable[[], None] = lambda: None
+    """Called once when the turn holds a slot (it stops counting against the queue bound)."""
+
+    def emit(self, event: Event | object) -> None:
+        for q in self.outs:
+            q.put_nowait(event)
+
+
+@dataclass
+class PlaneStats:
+    turns: int = 0
+    merged: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    classify_calls: int = 0
+    rule_hits: int = 0
+    active: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class ChatPlane:
+    def __init__(self, store: Any, backend: OllamaBackend, cfg: ChatConfig) -> None:
+        self.store = store
+        self.backend = backend
+        self.gate = backend.gate
+        self.cfg = cfg
+        self.naive = cfg.policy == "naive"
+        self.stats = PlaneStats()
+        self._sessions: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, Turn] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._unserved = 0
+        """Turns accepted that hold no slot yet: they count against the gate's queue bound from the start."""
+        self.extractor = Extractor(
+            store, backend, every=cfg.extract_every, idle=cfg.extract_idle, history=cfg.history,
+            quiet=self._quiet, coalesce=not self.naive,
+        )  # fmt: skip
+        self._log = olog.get(plane="chat")
+
+    def _quiet(self) -> bool:
+        return self.stats.active == 0 and self.gate.idle_slot()
+
+    def busy(self) -> GateError | None:
+        """A refusal to answer at once (before the acknowledgement) when the gate's queue is full."""
+        pol = self.gate.policy
+        if not pol.unbounded and max(self.gate.queued, self._unserved) >= pol.max_queue:
+            from orchestrator.llm.gate import Busy, retry_after
+
+            s = self.gate.stats[Priority.INTERACTIVE]
+            return Busy(retry_after(self.gate.queued, pol.slots, s.service_s / s.served if s.served else 2.0),
+                        self.gate.queued)  # fmt: skip
+        return None
+
+    def submit(self, session: str, text: str, *, end: bool = False) -> tuple[Turn, asyncio.Queue[Any]]:
+        """Queue `text` as a turn of `session` (or merge it into the turn already waiting); read the queue."""
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        waiting = self._waiting.get(session)
+        if waiting is not None and not waiting.started:
+            waiting.texts.append(text)
+            waiting.end = waiting.end or end
+            waiting.outs.append(q)
+            self.stats.merged += 1
+            q.put_nowait({"event": "merged", "session": session, "messages": len(waiting.texts)})
+            return waiting, q
+        turn = Turn(session=session, texts=[text], end=end, outs=[q])
+        self._unserved += 1
+        self._waiting[session] = turn
+        turn.task = asyncio.create_task(self._run(turn), name=f"turn:{session}")
+        self._tasks.add(turn.task)
+        turn.task.add_done_callback(self._tasks.discard)
+        return turn, q
+
+    def leave(self, turn: Turn, q: asyncio.Queue[Any]) -> None:
+        """A caller went away; the last one to leave cancels the turn (freeing its slot)."""
+        if q in turn.outs:
+            turn.outs.remove(q)
+        q.put_nowait(_END)
+        if not turn.outs and turn.task is not None and not turn.task.done():
+            turn.task.cancel()
+
+    async def events(self, q: asyncio.Queue[Any]) -> AsyncIterator[Event]:
+        while True:
+            ev = await q.get()
+            if ev is _END:
+                return
+            yield ev
+
+    async def _run(self, turn: Turn) -> None:
+        lock = self._sessions.setdefault(turn.session, asyncio.Lock())
+        log = self._log.bind(session=turn.session)
+        served = False
+
+        def serve() -> None:
+            nonlocal served
+            if not served:
+                served = True
+                self._unserved -= 1
+
+        turn.served = serve
+        try:
+            async with lock:
+                turn.started = True
+                if self._waiting.get(turn.session) is turn:
+                    del self._waiting[turn.session]
+                self.stats.active += 1
+                try:
+                    await self._turn(turn)
+                finally:
+                    self.stats.active -= 1
+        except asyncio.CancelledError:
+            self.stats.cancelled += 1
+            log.info(olog.Event.CHAT_TURN_CANCELLED, code="ClientGone")
+            raise
+        except (OllamaError, GateError) as e:
+            self.stats.failed += 1
+            log.warning(olog.Event.CHAT_TURN_FAILED, code=str(e.code), error=str(e))
+            extra = {"retry_after": e.retry_after} if hasattr(e, "retry_after") else {}
+            turn.emit({"event": "error", "code": str(e.code), "message": str(e), **extra})
+        except Exception as e:
+            self.stats.failed += 1
+            log.error(olog.Event.CHAT_TURN_FAILED, code="Internal", error=repr(e), exc_info=True)
+            turn.emit({"event": "error", "code": "Internal", "message": f"internal error: {e!r} (see the daemon log)"})
+        finally:
+            serve()
+            if self._waiting.get(turn.session) is turn:
+                del self._waiting[turn.session]
+            turn.emit(_END)
+            turn.done.set()
+            self.extractor.poke()
+
+    async def _turn(self, turn: Turn) -> None:
+        session, text = turn.session, "\n".join(turn.texts)
+        started = time.monotonic()
+        history = await self.store.history(session, self.cfg.history)
+        memories = prompts.relevant(await self.store.memories(session), text)
+        await self.store.add_message(session, "user", text)
+        if self.naive:
+            turn.served()
+            intent, reply = await self._calls(turn, text, history, memories, None)
+        else:
+            async with self.gate.lease(Priority.INTERACTIVE, session=session) as lease:
+                turn.served()
+                turn.emit({"event": "slot", "wait_s": round(lease.granted - lease.arrived, 4)})
+                intent, reply = await self._calls(turn, text, history, memories, lease)
+        await self.store.add_message(session, "assistant", reply.text)
+        self.stats.turns += 1
+        done = {
+            "event": "done", "intent": str(intent), "tokens": reply.tokens,
+            "total_s": round(time.monotonic() - started, 4), "memories_used": len(memories),
+        }  # fmt: skip
+        turn.emit(done)
+        # (a key named "tokens" would be masked as a secret by the log)
+        self._log.info(olog.Event.CHAT_TURN_DONE, session=session, intent=str(intent), eval_count=reply.tokens,
+                       total_s=done["total_s"], memories_used=len(memories))  # fmt: skip
+        self.extractor.turn_done(session, end=turn.end)
+
+    async def _calls(
+        self, turn: Turn, text: str, history: list[dict[str, Any]], memories: list[str], lease: Lease | None
+    ) -> tuple[prompts.Intent, Any]:
+        intent = None if self.naive else prompts.rule_intent(text)
+        source = "rules"
+        if intent is None:
+            source = "model"
+            self.stats.classify_calls += 1
+            got = await self.backend.chat(
+                prompts.classify_messages(history, text), priority=Priority.INTERACTIVE, session=turn.session,
+                lease=lease, format="json", max_tokens=16,
+            )  # fmt: skip
+            intent = prompts.parse_intent(parse_json(got))
+        else:
+            self.stats.rule_hits += 1
+        turn.emit({"event": "intent", "intent": str(intent), "source": source})
+
+        async def on_token(tok: str) -> None:
+            turn.emit({"event": "token", "text": tok})
+
+        reply = await self.backend.chat(
+            prompts.reply_messages(history, text, memories, intent), priority=Priority.INTERACTIVE,
+            session=turn.session, lease=lease, on_token=on_token,
+        )  # fmt: skip
+        return intent, reply
+
+    def end(self, session: str) -> None:
+        self.extractor.end(session)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "policy": self.cfg.policy,
+            "gate": self.gate.snapshot(),
+            "turns": self.stats.to_json(),
+            "extraction": {**self.extractor.stats.to_json(), "pending": self.extractor.busy},
+        }
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.extractor.close()
+        await self.backend.close()

@@ -1,0 +1,97 @@
+"""`orchestrator config show`: the effective config, each value with where it came from (default, file, env)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from orchestrator import paths
+from orchestrator.commands.common import emit, err, json_option
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """`jobs.max_concurrent` → value, for every leaf of a Config (repos keyed `repos."/path".key`)."""
+    out: dict[str, Any] = {}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            out.update(_flatten(getattr(obj, f.name), f"{prefix}{f.name}."))
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out.update(_flatten(v, f'{prefix}"{k}".'))
+    else:
+        out[prefix.rstrip(".")] = obj
+    return out
+
+
+def _shown(key: str, value: Any) -> Any:
+    from orchestrator.config import Secret
+
+    if isinstance(value, Secret):
+        return "****" if value else ""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def sources(data: Mapping[str, Any], env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every effective setting with its source: `env` if the environment changed it, else `file` if the file
+    set it, else `default`. Computed by building the config three ways, so new settings need no table here."""
+    from orchestrator import config
+
+    defaults = _flatten(config.parse({}, {}))
+    from_file = _flatten(config.parse(data, {}))
+    effective = _flatten(config.parse(data, env))
+    rows = []
+    for key, value in effective.items():
+        if key in from_file and from_file[key] != value:
+            source = "env"
+        elif key not in defaults or defaults[key] != from_file.get(key) or _in_file(data, key):
+            source = "file"
+        else:
+            source = "default"
+        rows.append({"key": key, "value": _shown(key, value), "source": source})
+    return rows
+
+
+def _in_file(data: Mapping[str, Any], key: str) -> bool:
+    section, _, name = key.partition(".")
+    table = data.get(section)
+    return isinstance(table, dict) and name in table
+
+
+@click.group()
+def config() -> None:
+    """The daemon's settings."""
+
+
+@config.command()
+@json_option
+def show(as_json: bool) -> None:
+    """Print the effective config: every value, and whether it came from the default, the file or the env."""
+    from orchestrator.config import EX_CONFIG, ConfigError
+
+    p = paths.resolve()
+    data: dict[str, Any] = {}
+    if p.config_file.exists():
+        try:
+            data = tomllib.loads(p.config_file.read_text())
+        except tomllib.TOMLDecodeError as e:
+            err(f"orchestrator: invalid config: {p.config_file}: not valid TOML: {e}")
+            sys.exit(EX_CONFIG)
+    try:
+        rows = sources(data, os.environ)
+    except ConfigError as e:
+        err(f"orchestrator: invalid config: {p.config_file}: {e}")
+        sys.exit(EX_CONFIG)
+    if as_json:
+        emit({"file": str(p.config_file), "exists": p.config_file.exists(), "settings": rows})
+        return
+    err(f"config file: {p.config_file}" + ("" if p.config_file.exists() else " (absent: defaults)"))
+    width = max(len(r["key"]) for r in rows)
+    for r in rows:
+        click.echo(f"{r['key']:<{width}}  {json.dumps(r['value']):<24}  # {r['source']}")

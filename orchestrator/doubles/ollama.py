@@ -1,0 +1,417 @@
+"""A protocol double for Ollama: a real local HTTP server that speaks Ollama's API, with an engine *model*.
+
+It is not a language model and not a replacement for Ollama; it is what tests, the demo and the chat
+benchmark talk to where no Ollama runs. Production code talks to it exactly as to Ollama (the official
+client, the same paths, the same NDJSON): `/api/chat` and `/api/generate` (streamed or not, with the real
+`*_duration` / `*_count` figures on the last line, mid-stream `{"error": ...}` lines on request),
+`/api/tags`, `/api/ps`, `/api/version`, and 503 "server busy" when its own queue is full.
+
+The engine model (see `Profile`): `num_parallel` slots, each with its own prefix cache (a prompt pays
+prefill only for the tokens past the longest prefix its slot has cached; a free slot with the longest
+match is chosen, as llama.cpp does); decode time per token, slowed by a contention factor that grows
+with the number of sequences in flight (parallel decoding pays off, but not linearly). Replies are
+scripted: plain text of the profile's length, or for `format="json"` an object shaped by the
+instruction (`"intent"` → a guessed intent, `"memories"` → first-person facts found in the user's
+messages). The `seed` profile is calibrated to the seed's measured table (hermes3 8B, naive pipeline).
+
+Run it alone for demos: `python -m orchestrator.doubles.ollama --port 11434 --profile seed`.
+Test hooks (not Ollama's API): `GET /_double/requests` (prompts seen), `POST /_double/faults`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+VERSION = "0.6.5"
+_CHUNK = 128  # prompt tokens processed per batch before decoding sequences get a turn
+_BUSY = "server busy, please try again.  maximum pending requests exceeded"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str = "fast"
+    models: tuple[str, ...] = ("hermes3",)
+    num_parallel: int = 1
+    max_queue: int = 512
+    """Requests waiting for a slot beyond this get 503 (Ollama's `OLLAMA_MAX_QUEUE`)."""
+    overhead_s: float = 0.0
+    """Per request: templating, tokenising, sampling set-up."""
+    prefill_s: float = 0.0001
+    """Per uncached prompt token."""
+    decode_s: float = 0.002
+    """Per generated token, one sequence alone."""
+    contention: tuple[float, ...] = (1.0, 1.3, 1.6, 1.9)
+    """Slowdown of each sequence with k sequences in flight (index k-1); linear past the end."""
+    reply_tokens: int = 24
+    json_tokens: tuple[tuple[str, int], ...] = (("intent", 6), ("memories", 40))
+    """Length of a JSON answer by the key the instruction asks for (an 8B model's verbosity)."""
+
+    def slowdown(self, k: int) -> float:
+        c = self.contention
+        if k <= len(c):
+            return c[max(k, 1) - 1]
+        step = c[-1] - c[-2] if len(c) > 1 else 0.0
+        return c[-1] + step * (k - len(c))
+
+
+PROFILES: dict[str, Profile] = {
+    "fast": Profile(),
+    # Calibrated to the seed's table under the naive pipeline (N=1: first-Ollama ≈0.9 s, done ≈2.1 s,
+    # drained ≈9.5 s; N=4: done-wall ≈10.3 s, drained ≈20.7 s): a GPU-served 8B model, 2 parallel slots.
+    "seed": Profile(
+        name="seed",
+        num_parallel=2,
+        overhead_s=0.05,
+        prefill_s=0.0036,
+        decode_s=0.032,
+        contention=(1.0, 1.1),
+        reply_tokens=36,
+        json_tokens=(("intent", 8), ("memories", 200)),
+    ),
+}
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_FACT = re.compile(r"[^.!?\n]*\b(?:I am|I'm|my|I like|I love|I live|I work|I have|remember)\b[^.!?\n]*", re.I)
+_WORDS = ("the", "model", "answers", "with", "a", "plain", "sentence", "about", "it", "and", "then", "more")
+
+
+def tokenize(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+def render(messages: list[dict[str, Any]]) -> list[str]:
+    """The prompt's tokens, as a chat template lays them out (role markers, then content)."""
+    out: list[str] = []
+    for m in messages:
+        out += ["<|im_start|>", str(m.get("role", "user")), *tokenize(str(m.get("content", ""))), "<|im_end|>"]
+    return [*out, "<|im_start|>", "assistant"]
+
+
+def _common(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def script(profile: Profile, messages: list[dict[str, Any]], fmt: Any) -> list[str]:
+    """The reply's tokens: deterministic text shaped by the instruction (this is a model of a model)."""
+    last = str(messages[-1].get("content", "")) if messages else ""
+    users = " ".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
+    if fmt:
+        if '"intent"' in last or "intent" in last:
+            intent = "question" if "?" in users.rsplit("\n", 1)[-1] else "chat"
+            return _json_tokens({"intent": intent})
+        facts = [f.strip() for f in _FACT.findall(users)]
+        target = dict(profile.json_tokens).get("memories", 40)
+        body: dict[str, Any] = {"memories": facts[:8]}
+        body["notes"] = ""
+        while len(_json_tokens(body)) < target:
+            body["notes"] = " ".join(_WORDS[i % len(_WORDS)] for i in range(len(tokenize(body["notes"])) + 8))
+        return _json_tokens(body)
+    topic = tokenize(last)[:6]
+    words = ["You", "asked", "about", *topic, "."]
+    i = 0
+    while len(words) < profile.reply_tokens:
+        words.append(_WORDS[i % len(_WORDS)])
+        i += 1
+    return [w if i == 0 or w in ".,!?" else f" {w}" for i, w in enumerate(words[: profile.reply_tokens])]
+
+
+def _json_tokens(obj: Any) -> list[str]:
+    # Chunks that concatenate back to valid JSON: a token is a run of word characters or one other char.
+    return re.findall(r"\w+|\W", json.dumps(obj))
+
+
+@dataclass
+class Slot:
+    index: int
+    cached: list[str] = field(default_factory=list)
+    busy: bool = False
+    used: float = 0.0
+
+
+@dataclass
+class Faults:
+    status: list[int] = field(default_factory=list)
+    """Answer the next calls with these HTTP statuses (503 = server busy)."""
+    error_after: int | None = None
+    """Send an `{"error"}` line after this many tokens, once."""
+
+
+class Engine:
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.slots = [Slot(i) for i in range(profile.num_parallel)]
+        self.active = 0
+        self.decoding = 0
+        self.queue = 0
+        self.compute = asyncio.Lock()
+        self.no_prefill = asyncio.Event()
+        self.no_prefill.set()
+        self.free = asyncio.Condition()
+        self.seen: deque[dict[str, Any]] = deque(maxlen=2000)
+        self.faults = Faults()
+        self.counts = {"calls": 0, "busy": 0, "closed_early": 0, "max_active": 0}
+
+    async def take(self, prompt: list[str]) -> Slot:
+        async with self.free:
+            self.queue += 1
+            try:
+                await self.free.wait_for(lambda: any(not s.busy for s in self.slots))
+            finally:
+                self.queue -= 1
+            slot = max((s for s in self.slots if not s.busy), key=lambda s: (_common(s.cached, prompt), -s.used))
+            slot.busy = True
+            self.active += 1
+            self.counts["max_active"] = max(self.counts["max_active"], self.active)
+            return slot
+
+    async def give(self, slot: Slot) -> None:
+        async with self.free:
+            slot.busy = False
+            slot.used = time.monotonic()
+            self.active -= 1
+            self.free.notify_all()
+
+    async def prefill(self, tokens: int) -> None:
+        """Prompt processing is compute-bound: one chunk at a time for the whole server, decoding waits."""
+        for start in range(0, tokens, _CHUNK):
+            async with self.compute:
+                self.no_prefill.clear()
+                try:
+                    await asyncio.sleep(min(_CHUNK, tokens - start) * self.profile.prefill_s)
+                finally:
+                    self.no_prefill.set()
+
+    async def decode(self) -> None:
+        """One token of one sequence; sequences decode together, each slowed by the contention factor."""
+        await self.no_prefill.wait()
+        await asyncio.sleep(self.profile.decode_s * self.profile.slowdown(self.decoding))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+class Server:
+    def __init__(self, profile: Profile) -> None:
+        self.engine = Engine(profile)
+        self.started = time.time()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.post("/api/chat", self.chat),
+                web.post("/api/generate", self.generate),
+                web.get("/api/tags", self.tags),
+                web.get("/api/ps", self.ps),
+                web.get("/api/version", self.version),
+                web.get("/", self.root),
+                web.get("/_double/requests", self.requests),
+                web.post("/_double/faults", self.set_faults),
+                web.get("/_double/stats", self.stats),
+            ]
+        )
+        return app
+
+    async def root(self, request: web.Request) -> web.Response:
+        return web.Response(text="Ollama is running")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": VERSION})
+
+    def _model_info(self, name: str) -> dict[str, Any]:
+        full = name if ":" in name else f"{name}:latest"
+        return {
+            "name": full, "model": full, "modified_at": _now(), "size": 4_661_224_676,
+            "digest": "4f6b83f30b62" + "0" * 52,
+            "details": {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+                        "parameter_size": "8.0B", "quantization_level": "Q4_0"},
+        }  # fmt: skip
+
+    async def tags(self, request: web.Request) -> web.Response:
+        return web.json_response({"models": [self._model_info(m) for m in self.engine.profile.models]})
+
+    async def ps(self, request: web.Request) -> web.Response:
+        models = [
+            {**self._model_info(m), "expires_at": _now(), "size_vram": 4_661_224_676, "context_length": 4096}
+            for m in self.engine.profile.models
+        ]
+        return web.json_response({"models": models})
+
+    async def requests(self, request: web.Request) -> web.Response:
+        return web.json_response({"requests": list(self.engine.seen)})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        e = self.engine
+        return web.json_response({**e.counts, "active": e.active, "queue": e.queue, "profile": asdict(e.profile)})
+
+    async def set_faults(self, request: web.Request) -> web.Response:
+        data = await request.json()
+        self.engine.faults = Faults(status=list(data.get("status", [])), error_after=data.get("error_after"))
+        return web.json_response({"ok": True})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        received = time.monotonic()
+        e = self.engine
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": "invalid JSON body"}, status=400)
+        model = str(body.get("model", ""))
+        if model.removesuffix(":latest") not in {m.removesuffix(":latest") for m in e.profile.models}:
+            return web.json_response({"error": f'model "{model}" not found, try pulling it first'}, status=404)
+        if e.faults.status:
+            status = e.faults.status.pop(0)
+            message = _BUSY if status == 503 else f"injected status {status}"
+            return web.json_response({"error": message}, status=status)
+        if e.queue >= e.profile.max_queue:
+            e.counts["busy"] += 1
+            return web.json_response({"error": _BUSY}, status=503)
+        if chat:
+            messages = list(body.get("messages") or [])
+        else:
+            messages = [{"role": "system", "content": body.get("system", "")}] if body.get("system") else []
+            messages.append({"role": "user", "content": str(body.get("prompt", ""))})
+        stream = body.get("stream", True) is not False
+        fmt = body.get("format")
+        e.counts["calls"] += 1
+        e.seen.append({"at": time.time(), "path": request.path, "messages": messages, "format": fmt,
+                       "options": body.get("options") or {}})  # fmt: skip
+        prompt = render(messages)
+        reply = script(e.profile, messages, fmt)
+        resp: web.StreamResponse | None = None
+        decoding = False
+        slot = await e.take(prompt)
+        try:
+            took = time.monotonic()
+            hit = _common(slot.cached, prompt)
+            slot.cached = prompt[:hit]  # the rest of the old cache is overwritten from here on
+            uncached = len(prompt) - hit
+            await asyncio.sleep(e.profile.overhead_s)
+            await e.prefill(uncached)
+            slot.cached = list(prompt)
+            prefilled = time.monotonic()
+            if stream:
+                resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+                await resp.prepare(request)
+            out: list[str] = []
+            e.decoding += 1
+            decoding = True
+            for i, tok in enumerate(reply):
+                if e.faults.error_after is not None and i >= e.faults.error_after:
+                    e.faults.error_after = None
+                    if resp is not None:
+                        await resp.write(
+                            json.dumps({"error": "an error was encountered while running the model"}).encode() + b"\n"
+                        )
+                        return resp
+                await e.decode()
+                out.append(tok)
+                slot.cached.append(tok)
+                if resp is not None:
+                    await resp.write(self._chunk(model, chat, tok) + b"\n")
+            e.decoding -= 1
+            decoding = False
+            done = time.monotonic()
+            stats = {
+                "total_duration": int((done - received) * 1e9),
+                "load_duration": 0,
+                "prompt_eval_count": max(1, uncached),
+                "prompt_eval_duration": int((prefilled - took) * 1e9),
+                "eval_count": len(out),
+                "eval_duration": int((done - prefilled) * 1e9),
+            }
+            if resp is None:
+                full = json.loads(self._chunk(model, chat, "".join(out)))
+                return web.json_response({**full, "done": True, "done_reason": "stop", **stats})
+            last = json.loads(self._chunk(model, chat, ""))
+            await resp.write(json.dumps({**last, "done": True, "done_reason": "stop", **stats}).encode() + b"\n")
+            await resp.write_eof()
+            return resp
+        except (ConnectionResetError, asyncio.CancelledError):
+            e.counts["closed_early"] += 1  # the client closed the stream: the slot is free again at once
+            raise
+        finally:
+            if decoding:
+                e.decoding -= 1
+            await e.give(slot)
+
+    @staticmethod
+    def _chunk(model: str, chat: bool, text: str) -> bytes:
+        body: dict[str, Any] = {"model": model, "created_at": _now()}
+        if chat:
+            body["message"] = {"role": "assistant", "content": text}
+        else:
+            body["response"] = text
+        body["done"] = False
+        return json.dumps(body).encode()
+
+
+async def start(profile: Profile, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, str, Server]:
+    """Start the double on `host:port` (0: any free port); returns its runner, its URL and the server."""
+    server = Server(profile)
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    return runner, f"http://{host}:{sock.getsockname()[1]}", server
+
+
+def profile_named(name: str, **overrides: Any) -> Profile:
+    if name not in PROFILES:
+        raise SystemExit(f"unknown profile {name!r}: use one of {', '.join(PROFILES)}")
+    return replace(PROFILES[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m orchestrator.doubles.ollama", description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=11434)
+    ap.add_argument("--profile", default="seed", help=f"one of {', '.join(PROFILES)}")
+    ap.add_argument("--parallel", type=int, help="override the profile's num_parallel")
+    ap.add_argument("--decode-s", type=float, help="override the profile's decode time per token")
+    ap.add_argument("--reply-tokens", type=int, help="override the profile's reply length")
+    ap.add_argument("--max-queue", type=int, help="override the profile's queue bound (503 past it)")
+    args = ap.parse_args(argv)
+    profile = profile_named(
+        args.profile, num_parallel=args.parallel, decode_s=args.decode_s, reply_tokens=args.reply_tokens,
+        max_queue=args.max_queue,
+    )  # fmt: skip
+
+    async def serve() -> None:
+        runner, url, _ = await start(profile, args.host, args.port)
+        print(json.dumps({"url": url, "profile": profile.name, "num_parallel": profile.num_parallel}), flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a demo server is meant to stop
+        asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The chat plane end to end: the real daemon over its socket, the Ollama double as a real HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.chatkit import OllamaDouble, get, turn, wait_for, write_config
+from tests.harness import Daemon
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def doubles() -> Iterator[Callable[..., OllamaDouble]]:
+    made: list[OllamaDouble] = []
+
+    def _make(*args: str) -> OllamaDouble:
+        made.append(OllamaDouble(*args))
+        return made[-1]
+
+    yield _make
+    for d in made:
+        d.stop()
+
+
+def chat_daemon(daemon_factory: Callable[..., Daemon], tmp_path: Path, url: str, **cfg: object) -> Daemon:
+    home = tmp_path / "home"
+    write_config(home, url, **cfg)
+    return daemon_factory("home").start()
+
+
+def _session_of(req: dict[str, object]) -> str:
+    users = [m["content"] for m in req["messages"] if m["role"] == "user"]  # type: ignore[index, union-attr]
+    return str(users[-1]).split(":", 1)[0]
+
+
+async def test_memory_from_one_turn_reaches_a_later_turns_prompt(daemon_factory, doubles, tmp_path: Path) -> None:
+    """A turn streams ack → intent → tokens → done; what it told us is extracted and used in the next prompt."""
+    ol = doubles()
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, extract_every=1)
+    status, events = await turn(d.socket, "ann", "I'm Ann and my dog is called Rex. What breed suits a flat?")
+    assert status == 200
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "ack" and "intent" in kinds and kinds[-1] == "done" and "token" in kinds
+    await wait_for(d.socket, lambda s: s["extraction"]["calls"] >= 1 and s["extraction"]["pending"] == 0)
+    mem = await get(d.socket, "/chat/ann")
+    assert any("Rex" in m for m in mem["memories"]), mem
+    status, _ = await turn(d.socket, "ann", "Which walks are good for him in winter")
+    reply_prompts = [r for r in ol.requests() if not r["format"]]
+    assert "Rex" in json.dumps(reply_prompts[-1]["messages"][-1])  # the task instruction carries the memory
+
+
+async def test_turn_holds_its_slot_from_classification_through_reply(daemon_factory, doubles, tmp_path: Path) -> None:
+    """With one gate slot, no other call reaches the server between a turn's classification and its reply."""
+    ol = doubles("--parallel", "4")
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, parallel=1, extract_idle=60.0)
+    results = await asyncio.gather(*(turn(d.socket, f"s{i}", f"s{i}: tell me about rivers") for i in range(4)))
+    assert all(s == 200 and e[-1]["event"] == "done" for s, e in results)
+    calls = [(_session_of(r), "classify" if r["format"] else "reply") for r in ol.requests()]
+    calls = [c for c in calls if c[0].startswith("s")]
+    assert len(calls) == 8
+    for i in range(0, 8, 2):
+        assert calls[i][1] == "classify" and calls[i + 1] == (calls[i][0], "reply"), calls
+    assert ol.get("/_double/stats")["max_active"] == 1
+
+
+async def test_slot_bound_holds_under_64_concurrent_sessions(daemon_factory, doubles, tmp_path: Path) -> None:
+    """64 sessions at once: the server never sees more calls than the gate's slots, and every turn ends."""
+    ol = doubles("--parallel", "8")
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, parallel=2)
+    results = await asyncio.gather(
+        *(turn(d.socket, f"u{i}", f"u{i}: hello there, how are rivers formed") for i in range(64))
+    )
+    assert all(s == 200 and e[-1]["event"] == "done" for s, e in results)
+    stats = await get(d.socket, "/chat")
+    assert stats["gate"]["max_running"] == 2
+    assert ol.get("/_double/stats")["max_active"] <= 2
+
+
+async def test_full_queue_answers_busy_with_retry_after(daemon_factory, doubles, tmp_path: Path) -> None:
+    """Past the gate's queue bound a turn is refused at once: 503, code Busy, Retry-After."""
+    ol = doubles("--decode-s", "0.05")
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, parallel=1, max_queue=1)
+    results = await asyncio.gather(*(turn(d.socket, f"b{i}", f"b{i}: explain tides") for i in range(6)))
+    busy = [e[0] for s, e in results if s == 503]
+    assert busy and all(b["code"] == "Busy" and b["retry_after"] >= 1 and b["retry_after_header"] for b in busy)
+    assert any(s == 200 for s, _ in results)
+
+
+async def test_client_that_disconnects_frees_its_slot(daemon_factory, doubles, tmp_path: Path) -> None:
+    """Closing the connection mid-reply cancels the turn: the slot frees and the next turn runs."""
+    ol = doubles("--decode-s", "0.05", "--reply-tokens", "400")
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, parallel=1)
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(d.socket))) as http:
+        r = await http.post("http://localhost/chat/gone", json={"text": "gone: tell me a long story"})
+        async for line in r.content:
+            if json.loads(line)["event"] == "token":
+                break
+        r.close()
+    await wait_for(d.socket, lambda s: s["turns"]["cancelled"] == 1 and s["gate"]["running"] == 0, timeout=20)
+    assert (await asyncio.wait_for(_stats(ol), 10))["closed_early"] >= 1
+
+
+async def _stats(ol: OllamaDouble) -> dict[str, object]:
+    while True:
+        s = await asyncio.to_thread(ol.get, "/_double/stats")
+        if s["closed_early"] >= 1 and s["active"] == 0:
+            return s
+        await asyncio.sleep(0.05)
+
+
+async def test_coalescing_makes_fewer_extraction_calls_than_turns(daemon_factory, doubles, tmp_path: Path) -> None:
+    """Four sessions of three turns each on one slot: extraction runs once per session, not once per turn."""
+    ol = doubles()
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, parallel=1, extract_every=3, extract_idle=60.0)
+
+    async def session(i: int) -> None:
+        for n in range(3):
+            status, events = await turn(d.socket, f"c{i}", f"c{i}: I like sailing and my boat is number {n}")
+            assert status == 200 and events[-1]["event"] == "done"
+
+    await asyncio.gather(*(session(i) for i in range(4)))
+    stats = await wait_for(d.socket, lambda s: s["extraction"]["pending"] == 0)
+    assert stats["turns"]["turns"] == 12
+    assert 1 <= stats["extraction"]["calls"] < 12
+
+
+async def test_down_server_fails_the_turn_with_a_clear_error(daemon_factory, tmp_path: Path) -> None:
+    """No Ollama at the configured host: the turn ends with ServerDown naming the host, never hangs."""
+    d = chat_daemon(daemon_factory, tmp_path, "http://127.0.0.1:9")
+    out = await asyncio.to_thread(d.cli, "chat", "--session", "x", "what", "is", "up", timeout=60)
+    assert out.returncode == 1 and "127.0.0.1:9" in out.stderr and "unreachable" in out.stderr
+
+
+def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
+    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    rows = {(r["policy"], r["n"]): r for r in data["rows"]}
+    assert set(rows) == {("gate", 1), ("gate", 2), ("naive", 1), ("naive", 2)}
+    keys = {"policy", "n", "ttfa_mean_s", "first_ollama_mean_s", "done_min_s", "done_mean_s", "done_max_s",
+            "wall_done_s", "wall_drained_s", "cpu_max_pct", "min_free_ram_mb"}  # fmt: skip
+    assert all(keys <= set(r) and not r["errors"] for r in rows.values())
+    assert all(r["wall_drained_s"] >= r["wall_done_s"] >= r["done_max_s"] for r in rows.values())
+    assert data["machine"]["cores"] >= 1
