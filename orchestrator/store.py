@@ -543,7 +543,7 @@ class Store:
             (session, limit),
         ) as cur:
             rows = await cur.fetchall()
-        return [dict(r) for r in reversed(rows)]
+        return [dict(r) for r in reversed(list(rows))]
 
     async def unextracted(self, session: str) -> list[dict[str, Any]]:
         """Messages whose memories have not been extracted yet, oldest first."""

@@ -156,3 +156,30 @@ def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
     assert all(keys <= set(r) and not r["errors"] for r in rows.values())
     assert all(r["wall_drained_s"] >= r["wall_done_s"] >= r["done_max_s"] for r in rows.values())
     assert data["machine"]["cores"] >= 1
+
+
+def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
+    """`bench chat --llama-server` drives the same pipeline through the llama-server shim (a stand-in engine here)."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache" / "orchestrator" / "llama-server"
+    (cache / "bin").mkdir(parents=True)
+    fake = Path(__file__).parent / "fakes" / "llama_server.py"
+    binary = cache / "bin" / "llama-server"
+    binary.write_text(f'#!/bin/sh\nexec {sys.executable} {fake} "$@"\n')
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    (cache / "model.gguf").write_bytes(b"GGUF")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("ORCHESTRATOR_LLAMA_SERVER", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "2", "--llama-server", "--policy", "gate",
+         "--json"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["source"] == "llama-server"
+    assert [(r["policy"], r["n"], r["errors"]) for r in data["rows"]] == [("gate", 2, [])]

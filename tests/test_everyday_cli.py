@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_status_is_one_line_per_job_with_filters_and_summary(started, make_repo,
     repo, d = started
     other = make_repo("other")
     gate = tmp_path / "gate"
-    holder = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
+    holder = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo a > src/a.py", "--path", "src/a.py")
     until(lambda: d.cli_json("show", str(holder))["state"] == "running", what="running")
     waiter = d.enqueue(repo, "echo b >> src/a.py " + "x" * 80, "--path", "src/")
     done = d.enqueue(other, "echo o > o.txt", "--path", "o.txt")
@@ -74,7 +75,7 @@ def test_wait_timeout_exits_4_and_names_the_open_jobs(started, tmp_path):
     """`wait --timeout` that runs out exits 4 (not 1 like a failure) and says what is still open."""
     repo, d = started
     gate = tmp_path / "gate"
-    job = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
+    job = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo a > src/a.py", "--path", "src/a.py")
     out = d.cli("wait", str(job), "--timeout", "1")
     assert out.returncode == 4, out.stderr
     assert "timed out" in out.stderr and f"job {job}: running" in out.stderr
@@ -86,7 +87,7 @@ def test_logs_follow_waits_for_a_queued_job_then_exits_with_its_failure(started,
     """`logs -f` on a waiting job waits for it, shows each attempt's header and exit status, exits 1 on failure."""
     repo, d = started
     gate = tmp_path / "gate"
-    holder = d.enqueue(repo, f"{wait_for_file(gate, 1200)}; echo a > src/a.py", "--path", "src/a.py")
+    holder = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo a > src/a.py", "--path", "src/a.py")
     until(lambda: d.cli_json("show", str(holder))["state"] == "running", what="running")
     job = d.enqueue(repo, "echo doomed-output; exit 3", "--path", "src/")
     until(lambda: d.cli_json("show", str(job))["state"] == "planned", what="waiting")
@@ -124,8 +125,6 @@ def test_why_tells_a_landing_waits_on_the_users_uncommitted_edit(started):
     text = d.cli("why", str(job)).stdout
     assert "landing (UserDirty)" in text and "starts now" not in text
     until(lambda: len([e for e in d.events() if e["event"] == "landing.waiting"]) >= 1, what="logged")
-    import time
-
     time.sleep(3.5)  # at least two retries of the landing
     waits = [e for e in d.events() if e["event"] == "landing.waiting"]
     assert len(waits) == 1 and waits[0]["code"] == "UserDirty", "logged when it starts, not on every retry"

@@ -70,3 +70,4 @@ def test_demo_keep_refuses_a_used_directory_with_a_clear_message(tmp_path):
     (used / "demo-repo").mkdir(parents=True)
     out = run_cli(tmp_path / "home", "demo", "--keep", str(used))
     assert out.returncode == 2 and "not empty" in out.stderr and "Traceback" not in out.stderr
+

@@ -29,8 +29,8 @@ def test_cancel_and_retry_take_several_ids_and_filters(started, make_repo, tmp_p
     repo, d = started
     other = make_repo("other")
     gate = tmp_path / "gate"
-    a = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
-    b = d.enqueue(repo, f"{wait_for_file(gate)}; echo b > src/b.py", "--path", "src/b.py")
+    a = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo a > src/a.py", "--path", "src/a.py")
+    b = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo b > src/b.py", "--path", "src/b.py")
     c = d.enqueue(other, "exit 3", "--path", "x.txt")
     assert d.cli("wait", str(c), "--timeout", "60").returncode == 1
     out = d.cli("cancel", str(a), str(b))
@@ -72,7 +72,7 @@ def test_pause_holds_new_jobs_back_and_resume_lets_them_start(started, make_repo
     repo, d = started
     other = make_repo("other")
     gate = tmp_path / "gate"
-    running = d.enqueue(repo, f"{wait_for_file(gate)}; echo r > src/a.py", "--path", "src/a.py")
+    running = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo r > src/a.py", "--path", "src/a.py")
     until(lambda: states(d, running) == ["running"], what="running")
     assert d.cli("pause", "--repo", str(repo)).returncode == 0
     held = d.enqueue(repo, "echo h > src/b.py", "--path", "src/b.py")
@@ -98,7 +98,7 @@ def test_limit_changes_a_repos_slots_at_run_time_and_is_kept(started, tmp_path):
     repo, d = started
     assert d.cli("limit", "--repo", str(repo), "1").returncode == 0
     gate = tmp_path / "gate"
-    a = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
+    a = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo a > src/a.py", "--path", "src/a.py")
     b = d.enqueue(repo, "echo b > src/b.py", "--path", "src/b.py")
     until(lambda: d.cli_json("show", str(b))["code"] == "Concurrency", what="b held by the limit")
     assert "per-repo limit 1" in d.cli_json("why", str(b))["reason"]

@@ -21,8 +21,8 @@ def test_watch_shows_running_and_waiting_jobs_with_reasons_and_q_quits(make_repo
     repo = make_repo()
     d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}).start()
     gate = tmp_path / "gate"
-    holder = d.enqueue(repo, f"{wait_for_file(gate, 1200)}; echo a > src/a.py", "--path", "src/a.py")
-    docs = d.enqueue(repo, f"{wait_for_file(gate, 1200)}; echo d > docs/x.md", "--path", "docs/")
+    holder = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo a > src/a.py", "--path", "src/a.py")
+    docs = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo d > docs/x.md", "--path", "docs/")
     until(lambda: d.cli_json("show", str(docs))["state"] == "running", what="both running")
     waiter = d.enqueue(repo, "echo w >> src/a.py", "--path", "src/")
     until(lambda: d.cli_json("show", str(waiter))["code"] == "Overlap", what="waiter held back")

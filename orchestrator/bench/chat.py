@@ -5,7 +5,8 @@ in front of one model server — a fresh Ollama protocol double (`--double PROFI
 real Ollama (`--ollama URL`) — fires N sessions at once through the daemon's socket (classification,
 reply, memory extraction: the whole pipeline), and measures from the client's side:
 
-- ttfa: request sent → the daemon's acknowledgement line;
+- ttfa: this session's request started → the daemon's acknowledgement line (client side, so it includes
+  connecting to the socket); `ttfa_server_p99_s` is request received → ack written, as the daemon says;
 - first-Ollama: request sent → the first reply token;
 - done: request sent → the reply's last line; wall (done): the last session's done;
 - wall (drained): until the daemon reports no call running or pending (extraction included);
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +47,12 @@ PROMPT = "I'm planning a trip to Lisbon with my sister next month. What should w
 @dataclass
 class Sample:
     ttfa: float
+    """From this session's own request start to the daemon's acknowledgement (client side)."""
     first: float | None
     done: float
     error: str | None = None
+    ttfa_server: float = float("nan")
+    """Request received → acknowledgement written, as the daemon reports it in the ack."""
 
 
 class Sampler:
@@ -99,7 +104,7 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 
 @asynccontextmanager
-async def _daemon(url: str, policy: str, slots: int, model: str):  # type: ignore[no-untyped-def]
+async def _daemon(url: str, policy: str, slots: int, model: str) -> AsyncIterator[Path]:
     home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
     (home / "config").mkdir()
     (home / "config" / "config.toml").write_text(
@@ -137,19 +142,22 @@ async def _daemon(url: str, policy: str, slots: int, model: str):  # type: ignor
 async def _session(http: aiohttp.ClientSession, name: str, t0: float) -> Sample:
     ttfa = first = None
     error = None
+    server = float("nan")
+    mine = time.monotonic()
     async with http.post(f"http://localhost/chat/{name}", json={"text": PROMPT, "end": True}) as r:
         if r.status != 200:
-            return Sample(time.monotonic() - t0, None, time.monotonic() - t0, f"HTTP {r.status}")
+            return Sample(time.monotonic() - mine, None, time.monotonic() - t0, f"HTTP {r.status}")
         async for line in r.content:
             ev = json.loads(line)
             now = time.monotonic() - t0
             if ev["event"] == "ack":
-                ttfa = now
+                ttfa = time.monotonic() - mine
+                server = float(ev.get("ttfa_s", "nan"))
             elif ev["event"] == "token" and first is None:
                 first = now
             elif ev["event"] == "error":
                 error = f"{ev['code']}: {ev['message']}"
-    return Sample(ttfa if ttfa is not None else float("nan"), first, time.monotonic() - t0, error)
+    return Sample(ttfa if ttfa is not None else float("nan"), first, time.monotonic() - t0, error, server)
 
 
 async def _stats(http: aiohttp.ClientSession) -> dict[str, Any]:
@@ -178,6 +186,7 @@ async def run_one(url: str, policy: str, n: int, slots: int, model: str, timeout
     errors = [s.error for s in samples if s.error]
     done = [s.done for s in samples]
     ttfas = sorted(s.ttfa for s in samples)
+    servers = sorted(s.ttfa_server for s in samples)
     firsts = [s.first for s in samples if s.first is not None]
     gate = stats["gate"]["classes"]
     return {
@@ -185,7 +194,8 @@ async def run_one(url: str, policy: str, n: int, slots: int, model: str, timeout
         "n": n,
         "slots": slots,
         "ttfa_mean_s": round(statistics.fmean(ttfas), 4),
-        "ttfa_p99_s": round(ttfas[min(len(ttfas) - 1, int(0.99 * len(ttfas)))], 4),
+        "ttfa_p99_s": round(_p99(ttfas), 4),
+        "ttfa_server_p99_s": round(_p99(servers), 6),
         "first_ollama_mean_s": round(statistics.fmean(firsts), 3) if firsts else None,
         "done_min_s": round(min(done), 3),
         "done_mean_s": round(statistics.fmean(done), 3),
@@ -200,6 +210,23 @@ async def run_one(url: str, policy: str, n: int, slots: int, model: str, timeout
         "classify_calls": stats["turns"]["classify_calls"],
         "errors": errors,
     }
+
+
+async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> dict[str, Any]:
+    """One run on a fresh llama-server with as many slots as the gate (its prompt cache starts cold)."""
+    from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing
+
+    try:
+        server = LlamaServer(slots)
+    except SetupMissing as e:
+        print(f"orchestrator: {e}", file=sys.stderr)
+        sys.exit(2)
+    async with server as url:
+        return await run_one(url, policy, n, slots, MODEL_NAME, timeout)
+
+
+def _p99(sorted_values: list[float]) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(0.99 * len(sorted_values)))]
 
 
 def machine() -> dict[str, Any]:
@@ -238,10 +265,10 @@ def _table(rows: list[dict[str, Any]]) -> None:
     t = Table(title="bench chat", box=None, pad_edge=False)
     cols = [
         ("policy", "policy"), ("slots", "slots"), ("N", "n"), ("ttfa", "ttfa_mean_s"), ("ttfa p99", "ttfa_p99_s"),
-        ("first-Ollama", "first_ollama_mean_s"), ("done min/mean/max", None), ("wall done", "wall_done_s"),
-        ("wall drained", "wall_drained_s"), ("CPU max", "cpu_max_pct"), ("min free RAM", "min_free_ram_mb"),
-        ("wait int/bg", None), ("done/(N×1)", "wall_done_ratio"), ("max×1", "done_max_x_single"),
-        ("mean×1", "done_mean_x_single"), ("errors", None),
+        ("server p99", "ttfa_server_p99_s"), ("first-Ollama", "first_ollama_mean_s"), ("done min/mean/max", None),
+        ("wall done", "wall_done_s"), ("wall drained", "wall_drained_s"), ("CPU max", "cpu_max_pct"),
+        ("min free RAM", "min_free_ram_mb"), ("wait int/bg", None), ("done/(N×1)", "wall_done_ratio"),
+        ("max×1", "done_max_x_single"), ("mean×1", "done_mean_x_single"), ("errors", None),
     ]  # fmt: skip
     for name, _ in cols:
         t.add_column(name, justify="right")
@@ -299,6 +326,11 @@ def main(argv: list[str]) -> None:
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--ollama", metavar="URL", help="a real Ollama server (its model must be pulled)")
     src.add_argument("--double", metavar="PROFILE", default="seed", help="the Ollama double's profile (default seed)")
+    src.add_argument(
+        "--llama-server", action="store_true",
+        help="real compute: llama.cpp's llama-server with a random-weight model behind an Ollama shim "
+        "(`bash bench/llama-server-setup.sh` builds it once)",
+    )  # fmt: skip
     ap.add_argument("--model", default="hermes3")
     ap.add_argument("--policy", default="gate,naive", help="policies side by side: gate,naive")
     ap.add_argument("--slots", type=int, help="the gate's slots (default: the double's num_parallel, or 1)")
@@ -306,7 +338,12 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="per run")
     ap.add_argument("--json", action="store_true", help="print {machine, rows} as JSON on stdout")
     ap.add_argument("--plot", type=Path, help="write a PNG of wall done / drained against N")
+    ap.add_argument("--backend", choices=["double", "ollama", "llama-server"], help="same as the flags above, by name")
     args = ap.parse_args(argv)
+    if args.backend == "llama-server":
+        args.llama_server = True
+    elif args.backend == "ollama" and not args.ollama:
+        ap.error("--backend ollama needs --ollama URL")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if any(p not in ("gate", "naive") for p in policies):
         ap.error(f"--policy: use gate and/or naive, got {args.policy!r}")
@@ -316,13 +353,17 @@ def main(argv: list[str]) -> None:
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     from orchestrator.doubles.ollama import profile_named
 
-    default_slots = args.slots or (1 if args.ollama else profile_named(args.double).num_parallel)
+    real = args.ollama or args.llama_server
+    default_slots = args.slots or (1 if real else profile_named(args.double).num_parallel)
     plan: list[tuple[str, int, int]] = [(p, n, default_slots) for p in policies for n in args.n]
     for k in args.sweep_slots or []:
         plan += [("gate", n, k) for n in args.n if k != default_slots or "gate" not in policies]
     rows = []
     for i, (policy, n, slots) in enumerate(plan, 1):
         print(f"[{i}/{len(plan)}] {policy} N={n} slots={slots} ...", file=sys.stderr, flush=True)
+        if args.llama_server:
+            rows.append(await _on_llama_server(policy, n, slots, args.timeout))
+            continue
         proc = None
         url = args.ollama
         if not url:
@@ -334,7 +375,7 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
                 _stop(proc)
     _ratios(rows)
     if args.json:
-        source = args.ollama or f"double:{args.double}"
+        source = args.ollama or ("llama-server" if args.llama_server else f"double:{args.double}")
         print(json.dumps({"machine": machine(), "source": source, "rows": rows}, indent=2))
     else:
         _table(rows)

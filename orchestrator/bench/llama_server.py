@@ -81,7 +81,9 @@ class LlamaServer:
         self.binary, self.model = locate(binary, model)
         self.slots = slots
         self.ctx = ctx_per_slot * slots
-        self.threads = threads or os.cpu_count() or 2
+        # Half the cores: the daemon and the sessions need the rest, and ggml's spinning threads slow to a
+        # crawl when they outnumber free cores (measured: 3 tok/s with 2 threads on a busy 2-core box, 85 with 1).
+        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
         self._proc: asyncio.subprocess.Process | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -207,31 +209,36 @@ class LlamaServer:
         resp: web.StreamResponse | None = None
         text: list[str] = []
         timings: dict[str, Any] = {}
-        async for kind, value in self._upstream(upstream):
-            if kind == "error":
-                if resp is None:
-                    return web.json_response({"error": value}, status=500)
-                await resp.write((json.dumps({"error": value}) + "\n").encode())
-                break
-            if kind == "timings":
-                timings = value
-                continue
-            text.append(value)
-            if stream:
-                if resp is None:
-                    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-                    await resp.prepare(request)
-                await resp.write((json.dumps(_chunk(model, value, chat)) + "\n").encode())
-        final = _chunk(model, "" if stream else "".join(text), chat)
-        final.update(_final_fields(timings, time.monotonic_ns() - started))
-        if not stream:
-            return web.json_response(final)
-        if resp is None:
-            resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-            await resp.prepare(request)
-        await resp.write((json.dumps(final) + "\n").encode())
-        await resp.write_eof()
-        return resp
+        try:
+            # aclosing: leaving early (the client went away) closes the upstream request, freeing the slot.
+            async with contextlib.aclosing(self._upstream(upstream)) as pieces:
+                async for kind, value in pieces:
+                    if kind == "error":
+                        if resp is None:
+                            return web.json_response({"error": value}, status=500)
+                        await resp.write((json.dumps({"error": value}) + "\n").encode())
+                        return resp
+                    if kind == "timings":
+                        timings = value
+                        continue
+                    text.append(value)
+                    if stream:
+                        if resp is None:
+                            resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+                            await resp.prepare(request)
+                        await resp.write((json.dumps(_chunk(model, value, chat)) + "\n").encode())
+            final = _chunk(model, "" if stream else "".join(text), chat)
+            final.update(_final_fields(timings, time.monotonic_ns() - started))
+            if not stream:
+                return web.json_response(final)
+            if resp is None:
+                resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+                await resp.prepare(request)
+            await resp.write((json.dumps(final) + "\n").encode())
+            await resp.write_eof()
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one: the client closed its stream
+            pass
+        return resp or web.Response(status=499)
 
     async def _upstream(self, payload: dict[str, Any]) -> AsyncIterator[tuple[str, Any]]:
         """("text", piece) per streamed piece, then ("timings", {...}); ("error", msg) if the engine fails."""

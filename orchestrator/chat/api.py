@@ -63,9 +63,9 @@ class ChatApi:
         refused = self.plane.busy()
         if refused is not None:
             return web.json_response(
-                {"error": str(refused), "code": str(refused.code), "retry_after": refused.retry_after},  # type: ignore[attr-defined]
+                {"error": str(refused), "code": str(refused.code), "retry_after": refused.retry_after},
                 status=503,
-                headers={"Retry-After": str(int(refused.retry_after))},  # type: ignore[attr-defined]
+                headers={"Retry-After": str(int(refused.retry_after))},
             )
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await resp.prepare(request)

@@ -22,7 +22,7 @@ from orchestrator import logging as olog
 from orchestrator.chat import prompts
 from orchestrator.chat.memory import Extractor
 from orchestrator.config import ChatConfig
-from orchestrator.llm.gate import GateError, Lease, Priority
+from orchestrator.llm.gate import Busy, GateError, Lease, Priority
 from orchestrator.llm.ollama import OllamaBackend, OllamaError, parse_json
 
 Event = dict[str, Any]
@@ -82,16 +82,9 @@ class ChatPlane:
     def _quiet(self) -> bool:
         return self.stats.active == 0 and self.gate.idle_slot()
 
-    def busy(self) -> GateError | None:
+    def busy(self) -> Busy | None:
         """A refusal to answer at once (before the acknowledgement) when the gate's queue is full."""
-        pol = self.gate.policy
-        if not pol.unbounded and max(self.gate.queued, self._unserved) >= pol.max_queue:
-            from orchestrator.llm.gate import Busy, retry_after
-
-            s = self.gate.stats[Priority.INTERACTIVE]
-            return Busy(retry_after(self.gate.queued, pol.slots, s.service_s / s.served if s.served else 2.0),
-                        self.gate.queued)  # fmt: skip
-        return None
+        return self.gate.refusal(max(self.gate.queued, self._unserved))
 
     def submit(self, session: str, text: str, *, end: bool = False) -> tuple[Turn, asyncio.Queue[Any]]:
         """Queue `text` as a turn of `session` (or merge it into the turn already waiting); read the queue."""

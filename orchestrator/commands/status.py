@@ -99,6 +99,10 @@ def status(state: str | None, repo: Path | None, since: str | None, wide: bool, 
     if jobs:
         print_jobs(jobs, wide)
     err(fit.summary(jobs))
+    paused = sorted(scope for scope, c in client().controls().items() if c["paused"])
+    if paused:
+        where = "every repo" if "*" in paused else ", ".join(paused)
+        err(f"paused: {where} (nothing new starts there; `orchestrator resume` lifts it)")
 
 
 def progress_line(jobs: list[dict[str, Any]], width: int) -> str:

@@ -8,6 +8,7 @@ reconnects when it is back.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import sys
@@ -19,7 +20,7 @@ import click
 
 from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.commands import fit
-from orchestrator.commands.common import api_call, client, emit, json_option
+from orchestrator.commands.common import api_call, client, json_option
 from orchestrator.commands.status import job_line
 
 OPEN = ("queued", "planning", "planned", "running", "landing")
@@ -154,8 +155,8 @@ def watch(repo: Path | None, as_json: bool) -> None:
     c = client()
     c.health()  # unreachable: exit 3 now, not a blank screen
     if as_json:
-        for ev in c.events():
-            emit(ev)
+        for ev in c.events():  # NDJSON, as the daemon sends it
+            click.echo(json.dumps(ev))
         return
     where = str(repo.expanduser().resolve()) if repo is not None else None
     view, stop = View(), threading.Event()

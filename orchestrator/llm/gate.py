@@ -247,6 +247,15 @@ class Gate:
         d = decide(self.policy, self._snapshot(), [w.info for w in self._waiting.values()] + [probe], self.clock())
         return -1 in d.grant
 
+    def refusal(self, queued: int | None = None) -> Busy | None:
+        """`Busy` with a retry-after when `queued` (default: this gate's queue) may not grow, else None."""
+        queued = len(self._waiting) if queued is None else queued
+        if self.policy.unbounded or queued < self.policy.max_queue:
+            return None
+        self.busy += 1
+        s = self.stats[Priority.INTERACTIVE]
+        return Busy(retry_after(queued, self.policy.slots, s.service_s / s.served if s.served else 2.0), queued)
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "gate": self.name,
@@ -279,23 +288,16 @@ class Gate:
     ) -> Lease:
         """Wait for a slot; `Busy` / `SessionQueued` at once when the queue may not grow."""
         if not self.policy.unbounded:
-            if len(self._waiting) >= self.policy.max_queue:
-                self.busy += 1
-                mean = self.stats[Priority.INTERACTIVE]
-                err = Busy(
-                    retry_after(
-                        len(self._waiting), self.policy.slots, mean.service_s / mean.served if mean.served else 2.0
-                    ),
-                    len(self._waiting),
-                )
+            refused = self.refusal()
+            if refused is not None:
                 self._log.warning(
                     olog.Event.OLLAMA_GATE_BUSY,
-                    code=str(err.code),
-                    queued=err.queued,
-                    retry_after=err.retry_after,
+                    code=str(refused.code),
+                    queued=refused.queued,
+                    retry_after=refused.retry_after,
                     priority=priority.label,
                 )
-                raise err
+                raise refused
             if (
                 session is not None
                 and priority is Priority.INTERACTIVE
