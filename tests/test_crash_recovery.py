@@ -5,21 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from pathlib import Path
 
 from tests.conftest import git
 from tests.harness import Daemon
-
-
-def _until(what: str, check, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.harness import until as _until
 
 
 def _alive(pid: int) -> bool:

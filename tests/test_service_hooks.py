@@ -7,23 +7,13 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from orchestrator.service import hooks
+from orchestrator.service import hooks, spool
+from orchestrator.service.tickets import Ticket
 from tests.conftest import git, write
 from tests.harness import Daemon
-
-
-def _wait(what: str, fn: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.harness import until as _wait
 
 
 def _commit(d: Daemon, repo: Path, message: str, files: dict[str, str] | None = None, **env: str) -> float:
@@ -90,6 +80,11 @@ def test_commit_spools_when_daemon_down_and_start_queues_it(make_repo, daemon_fa
     _wait("the second hook run", lambda: len(_log_lines(d)) >= 2)
     assert "duplicate" in _log_lines(d)[-1]
     assert len(d.cli_json("status")) == 1
+    # While it runs, the daemon watches the spool: a request left there is queued without a restart.
+    ticket = Ticket("true watched").keyed("main").to_json()
+    spool.write(d.home / "state" / "spool", {"repo": str(repo), "branch": "main", "commit": "c0", "tickets": [ticket]})
+    _wait("the watched spool's job", lambda: any(j["text"] == "true watched" for j in d.cli_json("status")))
+    _wait("the spool to empty", lambda: not _spooled(d))
 
 
 def test_commit_with_hung_daemon_is_fast_and_spools(make_repo, daemon_factory) -> None:

@@ -161,6 +161,8 @@ class ChatPlane:
                 del self._waiting[turn.session]
             turn.emit(_END)
             turn.done.set()
+            if not lock.locked() and turn.session not in self._waiting:
+                self._sessions.pop(turn.session, None)  # a session's lock lives only while it has turns
             self.extractor.poke()
 
     async def _turn(self, turn: Turn) -> None:

@@ -6,12 +6,16 @@ The work lives in `orchestrator.service` (unit, manager, hooks, doctor); these a
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
 from orchestrator import paths
 from orchestrator.commands.common import FAILED, OK, REJECTED, emit, err, json_option
+
+T = TypeVar("T")
 
 
 @click.group()
@@ -85,12 +89,7 @@ def hook_install(repo: Path, tickets: str | None, as_json: bool) -> None:
 
     from orchestrator.service import hooks
 
-    repo = repo.expanduser().resolve()
-    try:
-        done = hooks.install(repo, home=os.environ.get("ORCHESTRATOR_HOME"))
-    except hooks.HookError as e:
-        err(f"orchestrator: {e}")
-        sys.exit(REJECTED)
+    repo, done = _in_repo(lambda r: hooks.install(r, home=os.environ.get("ORCHESTRATOR_HOME")), repo)
     if tickets:
         subprocess.run(["git", "-C", str(repo), "config", "orchestrator.tickets", tickets], check=True, timeout=30)
         done.append(f"ticket folder: {tickets}")
@@ -105,12 +104,7 @@ def hook_uninstall(repo: Path, as_json: bool) -> None:
     """Remove the hooks and restore the ones install moved aside."""
     from orchestrator.service import hooks
 
-    repo = repo.expanduser().resolve()
-    try:
-        done = hooks.uninstall(repo)
-    except hooks.HookError as e:
-        err(f"orchestrator: {e}")
-        sys.exit(REJECTED)
+    repo, done = _in_repo(hooks.uninstall, repo)
     emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
 
 
@@ -121,18 +115,25 @@ def hook_status(repo: Path, as_json: bool) -> None:
     """Which hooks are installed, chained or someone else's; exit 1 unless both are installed and runnable."""
     from orchestrator.service import hooks
 
-    repo = repo.expanduser().resolve()
-    try:
-        states = hooks.status(repo)
-    except hooks.HookError as e:
-        err(f"orchestrator: {e}")
-        sys.exit(REJECTED)
+    repo, states = _in_repo(hooks.status, repo)
     if as_json:
         emit({"repo": str(repo), "hooks": [s.to_json() for s in states]})
     else:
         for s in states:
             click.echo(f"{s.hook:13} {s.state:10} {'chained ' if s.chained else ''}{s.detail}")
     sys.exit(OK if all(s.state == "installed" and s.python_ok for s in states) else FAILED)
+
+
+def _in_repo(action: Callable[[Path], T], repo: Path) -> tuple[Path, T]:
+    """Run a hook action on the resolved repository; a HookError is exit 2 with its message."""
+    from orchestrator.service import hooks
+
+    repo = repo.expanduser().resolve()
+    try:
+        return repo, action(repo)
+    except hooks.HookError as e:
+        err(f"orchestrator: {e}")
+        sys.exit(REJECTED)
 
 
 def _remember(repo: Path) -> None:
