@@ -138,6 +138,9 @@ class Api:
                 web.get("/jobs/{id}", self.show),
                 web.get("/jobs/{id}/why", self.why),
                 web.post("/jobs/{id}/cancel", self.cancel),
+                web.post("/jobs/{id}/land", self.land),
+                web.post("/jobs/{id}/reject", self.reject),
+                web.get("/jobs/{id}/diff", self.diff),
                 web.post("/jobs/{id}/retry", self.retry),
                 web.get("/jobs/{id}/log", self.log),
                 web.post("/jobs/{id}/clean", self.clean),
@@ -185,6 +188,9 @@ class Api:
         runner = _field(data, "runner", str) or self.scheduler.cfg.jobs.default_runner
         if runner not in self.runners:
             raise BadRequest(f"unknown runner {runner!r}: use one of {', '.join(sorted(self.runners))}")
+        land = _field(data, "land", str) or self.scheduler.cfg.land_mode(str(repo))
+        if land not in ("auto", "review"):
+            raise BadRequest(f"--land {land!r}: use auto (land when finished) or review (wait for `orchestrator land`)")
         priority = _field(data, "priority", int, default=0)
         after = _int_list(data, "after")
         for dep in after:
@@ -200,6 +206,7 @@ class Api:
             declared=sorted(claim.paths),
             claim=claim,
             argv=argv,
+            land=land,
             ticket=ticket,
         )
         olog.get(job_id=job.id, repo=job.repo).info(
@@ -244,6 +251,20 @@ class Api:
     async def cancel(self, request: web.Request) -> web.Response:
         job = await self.scheduler.cancel(_job_id(request))
         return web.json_response(job.to_json())
+
+    async def land(self, request: web.Request) -> web.Response:
+        job = await self.scheduler.land(_job_id(request))
+        return web.json_response(job.to_json())
+
+    async def reject(self, request: web.Request) -> web.Response:
+        job = await self.scheduler.reject(_job_id(request))
+        return web.json_response(job.to_json())
+
+    async def diff(self, request: web.Request) -> web.Response:
+        against = request.query.get("against", "base")
+        if against not in ("base", "head"):
+            raise BadRequest(f"against={against!r}: use base or head")
+        return web.json_response(await self.scheduler.diff(_job_id(request), against == "head"))
 
     async def retry(self, request: web.Request) -> web.Response:
         job = await self.scheduler.retry(_job_id(request))

@@ -14,7 +14,7 @@ import click
 
 from orchestrator import __version__, paths
 from orchestrator.chat import cli as chat_cli
-from orchestrator.commands import jobs, queue, service, settings, status, watch
+from orchestrator.commands import jobs, queue, review, service, settings, status, watch
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -95,6 +95,9 @@ main.add_command(chat_cli.chat)
 main.add_command(queue.pause)
 main.add_command(queue.resume)
 main.add_command(queue.limit)
+main.add_command(review.diff)
+main.add_command(review.land)
+main.add_command(review.reject)
 main.add_command(watch.watch)
 main.add_command(settings.config)
 main.add_command(service.service)

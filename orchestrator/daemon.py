@@ -32,8 +32,10 @@ from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_lan
 from orchestrator.jobs.scheduler import OPEN_STATES, JobError, Scheduler
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.runners import Runner, registry
+from orchestrator.runners import sandbox as sandboxes
 from orchestrator.service import intake
 from orchestrator.service.spool import Spool
 from orchestrator.service.systemd import Notifier, status_line
@@ -98,7 +100,10 @@ class Daemon:
             # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
-            runners = registry()
+            # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
+            claude = SharedClaude(self.cfg.anthropic)
+            sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+            runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
             for repo in sorted({j.repo for j in await store.jobs()}):
                 # Half-made worktrees first: they make every `git worktree list` in the repo fail.
@@ -161,6 +166,7 @@ class Daemon:
                 log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
             await chat.close()
             await runner.cleanup()
+            await claude.close()
         finally:
             if spool is not None:
                 await spool.close()

@@ -126,6 +126,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
     """,
+    # 5: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
+    """
+    ALTER TABLE jobs ADD COLUMN usage TEXT;
+    ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
+    """,
 )
 
 def _private(path: Path) -> None:
@@ -154,7 +159,7 @@ _JSON_LIST = {"after", "declared", "actual", "land_after"}
 _COLUMNS = [
     "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
     "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code", "argv", "code",
+    "reason", "decision", "exit_code", "argv", "code", "usage", "land",
 ]  # fmt: skip
 
 
@@ -163,8 +168,8 @@ def _encode(name: str, value: Any) -> Any:
         return json.dumps(sorted(value) if isinstance(value, frozenset | set) else list(value))
     if name == "claim":
         return json.dumps(value.to_json())
-    if name in ("decision", "argv"):
-        return None if value is None else json.dumps(value if name == "decision" else list(value))
+    if name in ("decision", "argv", "usage"):
+        return None if value is None else json.dumps(list(value) if name == "argv" else value)
     if name == "state":
         return str(value)
     return value
@@ -197,6 +202,8 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
         exit_code=row["exit_code"],
         argv=tuple(json.loads(row["argv"])) if row["argv"] else None,
         code=row["code"],
+        usage=json.loads(row["usage"]) if row["usage"] else None,
+        land=row["land"],
     )
 
 
@@ -296,6 +303,7 @@ class Store:
         claim: Claim | None = None,
         ticket: tuple[str, str | None] | None = None,
         argv: Sequence[str] | None = None,
+        land: str = "auto",
     ) -> Job:
         """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises)."""
         now = time.time()
@@ -312,6 +320,7 @@ class Store:
             claim=claim or Claim(),
             created_at=now,
             argv=None if argv is None else tuple(argv),
+            land=land,
         )
         values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
         async with self._transaction():

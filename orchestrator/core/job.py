@@ -44,6 +44,10 @@ class Job:
     """The exact argv to run (`enqueue -- cmd arg ...`), never re-split; None when `text` is the job."""
     code: str = ""
     """The closed code of `reason`: a `models.Code`, or the admission `Reason` while it waits."""
+    usage: dict[str, Any] | None = None
+    """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
+    land: str = "auto"
+    """`auto`: lands when it finishes; `review`: waits `ready` for `orchestrator land` or `reject`."""
 
     @property
     def subject(self) -> str:
@@ -95,5 +99,7 @@ class Job:
             "exit_code": self.exit_code,
             "argv": None if self.argv is None else list(self.argv),
             "code": self.code,
+            "usage": self.usage,
+            "land": self.land,
             "decision": self.decision,
         }

@@ -22,10 +22,20 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core import admission, claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import ALL_REPOS, Code, Decision, JobState, JobView, Outcome, Reason, Snapshot
+from orchestrator.core.models import (
+    ACTIVE_STATES,
+    ALL_REPOS,
+    Code,
+    Decision,
+    JobState,
+    JobView,
+    Outcome,
+    Reason,
+    Snapshot,
+)  # fmt: skip
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool
-from orchestrator.jobs import retire, rounds
+from orchestrator.jobs import retire, review, rounds
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
@@ -37,7 +47,9 @@ from orchestrator.plan import declared
 from orchestrator.runners import Runner
 from orchestrator.store import Write
 
-OPEN_STATES = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING)
+OPEN_STATES = (
+    JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY
+)  # fmt: skip
 DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
 ROUND_SLICE = 200
 """Decisions made between two yields to the event loop in one round."""
@@ -195,7 +207,7 @@ class Scheduler:
         if not planned:
             self._repo_facts.reset()
             return
-        active = await store.jobs([JobState.RUNNING, JobState.LANDING])
+        active = await store.jobs(ACTIVE_STATES)
         self._views.keep((*by_id, *(j.id for j in active)))
         snapshot, heads = await self._snapshot(planned, active)
         # Repositories whose facts did not change since the last round are not decided again.
@@ -433,7 +445,7 @@ class Scheduler:
         )
         if not escaped:
             return
-        for other in await self.board.store.jobs([JobState.RUNNING, JobState.LANDING]):
+        for other in await self.board.store.jobs(ACTIVE_STATES):
             if other.id == job_id or other.repo != job.repo:
                 continue
             theirs = other.claim.paths | self._actual.get(other.id, other.actual)
@@ -523,6 +535,8 @@ class Scheduler:
         job = await self.get(job_id)
         if job.state.terminal:
             raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
+        if job.state is JobState.READY:
+            await self.pool.release(Path(job.repo), job_id, keep=True)
         if job.state is JobState.LANDING:
             if (job.repo, job.branch) in self.lander.inflight:
                 raise JobError(f"job {job_id} is landing right now; wait for it (`orchestrator wait {job_id}`)")
@@ -548,6 +562,26 @@ class Scheduler:
             event="cancelled",
             data={"code": Code.CANCELLED},
         )
+
+    async def land(self, job_id: int) -> Job:
+        """Review mode: land a ready job (hand it to its branch's landing queue)."""
+        try:
+            return await review.land(self.board, self.lander, await self.get(job_id))
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
+
+    async def reject(self, job_id: int) -> Job:
+        """Review mode: drop a ready job; its paths are free again, its branch is kept."""
+        try:
+            return await review.reject(self.board, self.pool, await self.get(job_id))
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
+
+    async def diff(self, job_id: int, against_head: bool) -> dict[str, Any]:
+        try:
+            return await review.diff_async(await self.get(job_id), against_head)
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
 
     async def retry(self, job_id: int) -> Job:
         job = await self.get(job_id)
