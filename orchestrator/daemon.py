@@ -116,7 +116,17 @@ class Daemon:
             board = Board(store)
             # Interrupted landings next: the user's checkouts are level before anything lands again.
             await settle_landings(board, pool)
-            scheduler = Scheduler(board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace)
+            scheduler = Scheduler(
+                board,
+                self.cfg,
+                self.paths,
+                pool,
+                runners,
+                burst=self.burst,
+                grace=self.grace,
+                gates=self.gates,
+                claude=claude,
+            )
             if self.cfg.jobs.requeue_interrupted:
                 await requeue_interrupted(scheduler, runners)
             # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.

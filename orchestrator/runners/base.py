@@ -37,6 +37,11 @@ class RunContext:
             "script_dir": self.private_dir,
         }
 
+    @property
+    def plan(self) -> str:
+        """The model's pre-plan for the job ("" when none planned it): start from it, do not plan again."""
+        return self.job.plan_text
+
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
