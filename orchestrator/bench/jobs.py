@@ -77,6 +77,9 @@ def _config(slots: int, row: Row) -> str:
         f"max_concurrent = {slots}\nper_repo = {per_repo}\nwarm_worktrees = {slots}\n"
         f"mergeable = {json.dumps(list(MERGEABLE))}\nretry_on_conflict = true\nmax_attempts = 6\n"
         "min_confidence = 0.5\n"
+        # The jobs stamp their start and exit outside their worktrees (the bench's own clock), which a
+        # sandbox forbids; what is measured is the job plane, the same with or without one.
+        'sandbox = "none"\n'
     )
 
 
