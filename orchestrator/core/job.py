@@ -44,6 +44,10 @@ class Job:
     """The exact argv to run (`enqueue -- cmd arg ...`), never re-split; None when `text` is the job."""
     code: str = ""
     """The closed code of `reason`: a `models.Code`, or the admission `Reason` while it waits."""
+    plan_text: str = ""
+    """The model's plan for the job ("" when no model planned it): the runner starts from it."""
+    evidence: tuple[dict[str, str], ...] = ()
+    """Why each claimed path is there: `{"path", "kind", "why"}` per entry (see `plan.base.Evidence`)."""
 
     @property
     def subject(self) -> str:
@@ -96,4 +100,6 @@ class Job:
             "argv": None if self.argv is None else list(self.argv),
             "code": self.code,
             "decision": self.decision,
+            "plan_text": self.plan_text,
+            "evidence": list(self.evidence),
         }

@@ -25,6 +25,11 @@ class RunContext:
     grace: float = KILL_GRACE
     """Seconds between SIGTERM and SIGKILL when the job times out or the daemon stops."""
 
+    @property
+    def plan(self) -> str:
+        """The model's pre-plan for the job ("" when none planned it): start from it, do not plan again."""
+        return self.job.plan_text
+
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
