@@ -40,6 +40,9 @@ class RunResult:
 
 
 class Runner(Protocol):
+    """A runner may also set `rerun_safe = True`: running a job again from scratch is harmless, so
+    `jobs.requeue_interrupted` re-queues its interrupted jobs when the daemon starts."""
+
     name: str
 
     async def run(self, ctx: RunContext) -> RunResult: ...

@@ -27,6 +27,8 @@ def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:
 
 class ShellRunner:
     name = "shell"
+    rerun_safe = True
+    """Each attempt runs in a fresh worktree (the last one kept on its branch): safe to re-queue on start."""
 
     async def run(self, ctx: RunContext) -> RunResult:
         # An argv job runs exactly as given (exec, no shell, no re-splitting); a text job through sh.
