@@ -23,7 +23,7 @@ from orchestrator.core.job import Job
 from orchestrator.core.models import ALL_REPOS, JobState
 from orchestrator.git import repos
 from orchestrator.jobs.scheduler import JobError, Scheduler
-from orchestrator.plan import declared
+from orchestrator.plan import accuracy, declared
 from orchestrator.runners import Runner
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -135,6 +135,7 @@ class Api:
                 web.post("/jobs/{id}/clean", self.clean),
                 web.post("/wait", self.wait),
                 web.post("/plan", self.plan),
+                web.get("/stats/predict", self.stats_predict),
                 web.post("/tickets", self.tickets),
                 web.get("/controls", self.get_controls),
                 web.post("/pause", self.pause),
@@ -276,13 +277,27 @@ class Api:
         return web.json_response({"jobs": [j.to_json() for j in jobs], "done": all(j.state.terminal for j in jobs)})
 
     async def plan(self, request: web.Request) -> web.Response:
+        """The claim the daemon's planner makes for a text, with the evidence for each path; nothing is queued."""
         data = await _body(request)
-        _field(data, "text", str, default="")
+        text = _field(data, "text", str, default="")
         repo, branch, head = await self._resolve(data)
         base = _field(data, "base", str)
         base = await asyncio.to_thread(repos.resolve_rev, repo, base) if base else head
-        claim = declared.claim(_str_list(data, "paths"))
-        return web.json_response({"repo": str(repo), "branch": branch, "base": base, "claim": claim.to_json()})
+        paths = sorted(declared.claim(_str_list(data, "paths")).paths)
+        probe = Job(0, str(repo), branch, text, "", JobState.QUEUED, declared=tuple(paths))
+        plan = await self.scheduler.planning.planner.plan(probe, base)
+        return web.json_response({"repo": str(repo), "branch": branch, "base": base, **plan.to_json()})
+
+    async def stats_predict(self, request: web.Request) -> web.Response:
+        """Calibration: per repo and per basis, how well the claims predicted what jobs really touched."""
+        planning = self.scheduler.planning
+        records = await planning.records()
+        repo = request.query.get("repo")
+        if repo:
+            key = str(await asyncio.to_thread(repos.canonical, Path(repo)))
+            records = [r for r in records if r.repo == key]
+        report = accuracy.report(records, self.scheduler.cfg.policy())
+        return web.json_response({"repos": report, "raised": dict(planning.raised)})
 
     async def log(self, request: web.Request) -> web.StreamResponse:
         job = await self.scheduler.get(_job_id(request))

@@ -14,7 +14,7 @@ import click
 
 from orchestrator import __version__, paths
 from orchestrator.chat import cli as chat_cli
-from orchestrator.commands import jobs, queue, review, service, settings, status, watch
+from orchestrator.commands import jobs, predict, queue, review, service, settings, status, watch
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -60,10 +60,10 @@ def daemon(burst: bool, grace: float) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name", type=click.Choice(["admission", "worktrees", "hook", "chat"]))
+@click.argument("name", type=click.Choice(["admission", "worktrees", "hook", "chat", "predict"]))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
-    """Benchmark mode: `admission`, `worktrees` (pooled vs fresh), `hook` (commit time), `chat`; --help for each."""
+    """Benchmark mode: `admission`, `worktrees`, `hook`, `chat`, `predict` (claims vs history); --help for each."""
     import importlib
 
     importlib.import_module(f"orchestrator.bench.{name}").main(list(args))
@@ -97,6 +97,7 @@ main.add_command(queue.limit)
 main.add_command(review.diff)
 main.add_command(review.land)
 main.add_command(review.reject)
+main.add_command(predict.stats)
 main.add_command(watch.watch)
 main.add_command(settings.config)
 main.add_command(service.service)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,10 @@ class Client:
         # The server holds the request until the jobs end; give the socket a little longer than that.
         sock_timeout = None if timeout is None else timeout + 10
         return self.request("POST", "/wait", {"ids": ids, "timeout": timeout}, timeout=sock_timeout)
+
+    def stats_predict(self, repo: str | None = None) -> dict[str, Any]:
+        query = "?" + urllib.parse.urlencode({"repo": repo}) if repo else ""
+        return self.request("GET", f"/stats/predict{query}")
 
     def plan(self, **body: Any) -> dict[str, Any]:
         return self.request("POST", "/plan", body)

@@ -139,6 +139,20 @@ class AnthropicConfig:
 
 
 @dataclass(frozen=True)
+class PlanConfig:
+    planner: str = "auto"
+    """"auto" (a model when one is configured and reachable, else local evidence), "local", "claude", "ollama"."""
+    concurrency: int = 4
+    """Plans running at once (planning is read-only; this bounds threads and model calls)."""
+    deadline: float = 60.0
+    """Seconds a plan may take; after it the job goes on with what local evidence gave."""
+    prompt_tokens: int = 6000
+    """Budget for the file list and snippets in a model's planning prompt."""
+    calibrate_after: int = 5
+    """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     shutdown_timeout: float = 10.0
 
@@ -149,6 +163,7 @@ class Config:
     ollama: OllamaConfig = field(default_factory=OllamaConfig)
     anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
     chat: ChatConfig = field(default_factory=ChatConfig)
     repos: Mapping[str, RepoConfig] = field(default_factory=dict)
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -222,6 +237,13 @@ max_retry_wait = 60                # cap on one wait, whatever retry-after says
 
 [daemon]
 shutdown_timeout = 10
+
+[plan]
+planner = "auto"          # auto | local | claude | ollama (auto: a configured model, else local evidence)
+concurrency = 4           # plans at once
+deadline = 60             # seconds; then the job goes on with local evidence
+prompt_tokens = 6000      # file list and snippets in a model's planning prompt
+calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
 max_turns = 60
@@ -324,6 +346,12 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
+    if cfg.plan.planner not in ("auto", "local", "claude", "ollama"):
+        raise ConfigError(f"plan.planner: unknown planner {cfg.plan.planner!r} (use auto, local, claude or ollama)")
+    if cfg.plan.concurrency < 1:
+        raise ConfigError("plan.concurrency: must be at least 1")
+    if cfg.plan.deadline <= 0:
+        raise ConfigError("plan.deadline: must be positive")
     if cfg.chat.policy not in ("gate", "naive"):
         raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.anthropic.concurrency < 1:
@@ -348,7 +376,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     """Build a `Config` from parsed TOML and environment overrides."""
     sections = {
         "jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig,
-        "chat": ChatConfig, "agent": AgentConfig,
+        "chat": ChatConfig, "plan": PlanConfig, "agent": AgentConfig,
     }  # fmt: skip
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

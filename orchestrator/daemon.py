@@ -109,7 +109,9 @@ class Daemon:
             board = Board(store)
             # Interrupted landings next: the user's checkouts are level before anything lands again.
             await settle_landings(board, pool)
-            scheduler = Scheduler(board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace)
+            scheduler = Scheduler(
+                board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates
+            )
             # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
             chat = ChatPlane(
                 store,

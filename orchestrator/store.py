@@ -126,7 +126,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
     """,
-    # 5: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
+    # 5: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
+    # and each repository's mined change history (co-change evidence), extended incrementally.
+    """
+    ALTER TABLE jobs ADD COLUMN plan_text TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN evidence TEXT NOT NULL DEFAULT '[]';
+    CREATE TABLE plan_history (
+        repo TEXT PRIMARY KEY,
+        head TEXT NOT NULL,
+        changes TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
+    # 6: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
     """
     ALTER TABLE jobs ADD COLUMN usage TEXT;
     ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
@@ -155,11 +167,11 @@ def _unusable(path: Path, e: sqlite3.Error) -> StoreUnusable:
     return StoreUnusable(_damaged(path, f"{type(e).__name__}: {e}"))
 
 
-_JSON_LIST = {"after", "declared", "actual", "land_after"}
+_JSON_LIST = {"after", "declared", "actual", "land_after", "evidence"}
 _COLUMNS = [
     "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
     "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code", "argv", "code", "usage", "land",
+    "reason", "decision", "exit_code", "argv", "code", "plan_text", "evidence", "usage", "land",
 ]  # fmt: skip
 
 
@@ -202,6 +214,8 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
         exit_code=row["exit_code"],
         argv=tuple(json.loads(row["argv"])) if row["argv"] else None,
         code=row["code"],
+        plan_text=row["plan_text"],
+        evidence=tuple(json.loads(row["evidence"])),
         usage=json.loads(row["usage"]) if row["usage"] else None,
         land=row["land"],
     )
@@ -437,6 +451,28 @@ class Store:
         ) as cur:
             rows = await cur.fetchall()
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
+        """(job id, data) of every event of one kind, oldest first (e.g. `overlap` for calibration)."""
+        async with self._db.execute("SELECT job_id, data FROM job_events WHERE kind = ? ORDER BY id", (kind,)) as cur:
+            rows = await cur.fetchall()
+        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
+
+    # -- planning evidence ------------------------------------------------------------------------
+
+    async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
+        """A repository's cached change history: (the head it was mined to, its changes), or None."""
+        async with self._db.execute("SELECT head, changes FROM plan_history WHERE repo = ?", (repo,)) as cur:
+            row = await cur.fetchone()
+        return (row["head"], json.loads(row["changes"])) if row else None
+
+    async def save_plan_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
+        async with self._transaction():
+            await self._db.execute(
+                "INSERT INTO plan_history (repo, head, changes, at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
+                (repo, head, json.dumps(changes), time.time()),
+            )
 
     # -- process groups ---------------------------------------------------------------------------
 

@@ -83,9 +83,16 @@ def test_overlapping_jobs_never_overlap_in_time_and_land_in_order(started, tmp_p
 def test_a_job_with_no_claim_runs_alone(started):
     """An unclaimed job waits for the repo to empty, runs alone, and later jobs wait for it."""
     repo, d = started
-    a = d.enqueue(repo, "sleep 0.5; echo a > src/a.py", "--path", "src/a.py")
+    gate = repo.parent / "gate-alone"
+    a = d.enqueue(repo, f"{wait_for_file(gate)}; echo a > src/a.py", "--path", "src/a.py")
     alone = d.enqueue(repo, "sleep 0.5; echo alone > alone.txt")
     c = d.enqueue(repo, "echo c > docs/x.md", "--path", "docs/x.md")
+    # Planning runs off the loop: hold job a until the lone job has been planned and told to wait.
+    until(
+        lambda: any(e["event"] == "admission.deferred" and e["job_id"] == alone for e in d.events()),
+        what="the lone job deferred",
+    )
+    gate.touch()
     assert d.cli("wait", str(a), str(alone), str(c), "--timeout", "60").returncode == 0
     jobs = {j["id"]: j for j in d.cli_json("status")}
     assert all(j["state"] == "landed" for j in jobs.values())

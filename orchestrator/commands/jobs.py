@@ -255,6 +255,13 @@ def plan(
     claim = data["claim"]
     click.echo(f"base        {data['base']} ({data['branch']})")
     click.echo(f"claim       {', '.join(claim['paths']) or '-'}")
-    click.echo(f"confidence  {claim['confidence']} ({claim['source']})")
+    click.echo(f"confidence  {claim['confidence']} ({claim['source']}, from {data.get('basis', 'none')})")
+    for e in data.get("evidence", []):
+        click.echo(f"  {e['path']:<40} {e['kind']:<9} {e['why']}")
+    for n in data.get("notes", []):
+        err(f"note: {n['code']}: {n['reason']}")
+    if data.get("plan_text"):
+        click.echo("plan:")
+        click.echo(data["plan_text"])
     if not claim["paths"]:
         err("no paths predicted: this job would run alone in its repo")

@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from operator import itemgetter
+from typing import TypeVar
 
 from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
@@ -44,7 +45,8 @@ from orchestrator.core.models import ALL_REPOS, ROOT, Check, Claim, Decision, Jo
 __all__ = ["clear_caches", "decide", "decide_all", "runs_alone"]
 
 OrderKey = tuple[int, int]
-_id = itemgetter(1)  # the job id of an order key
+_id = itemgetter(1)
+K = TypeVar("K")  # the job id of an order key
 
 
 # ---------------------------------------------------------------------------------------------- facts
@@ -76,6 +78,9 @@ class _Facts:
     """Strict ancestors of `names`."""
     held_names: frozenset[str]
     held_under: frozenset[str]
+    globs: tuple[str, ...]
+    """Counted paths that are patterns (kept out of `names`: they meet by matching, see `claims.overlaps`)."""
+    held_globs: tuple[str, ...]
     ambiguous: str | None
     barriers: tuple[str, ...]
     """Its claim or actual paths that reach a barrier pattern, sorted."""
@@ -99,9 +104,9 @@ def _derive_facts(job: JobView, policy: Policy) -> _Facts:
     touched = claim_paths | frozenset(_canon(p) for p in job.actual)
     counted, claim_merge = claims.split_mergeable(claim_paths, policy.mergeable, job.mergeable)
     held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
-    names = frozenset(name_of(p) for p in counted)
-    held_names = frozenset(name_of(p) for p in held)
-    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy)
+    names = frozenset(name_of(p) for p in counted if not claims.is_glob(p))
+    held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p))
+    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy, job.repo)
     barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
     return _Facts(
         job=job,
@@ -114,6 +119,8 @@ def _derive_facts(job: JobView, policy: Policy) -> _Facts:
         under=frozenset(a for n in names for a in claims.ancestors(n)),
         held_names=held_names,
         held_under=frozenset(a for n in held_names for a in claims.ancestors(n)),
+        globs=tuple(sorted(p for p in counted if claims.is_glob(p))),
+        held_globs=tuple(sorted(p for p in held if claims.is_glob(p))),
         ambiguous=ambiguous,
         barriers=barriers,
         exclusive=ambiguous is not None or bool(barriers),
@@ -141,11 +148,13 @@ def clear_caches() -> None:
 class _Waiting:
     """Ready waiting jobs of one repo, indexed for the Priority check. Jobs are added in `order_key` order."""
 
-    __slots__ = ("exclusive", "keys", "names", "under")
+    __slots__ = ("exclusive", "globs", "keys", "names", "under")
 
     def __init__(self) -> None:
         self.keys: list[OrderKey] = []
         self.exclusive: list[OrderKey] = []
+        self.globs: list[tuple[str, OrderKey]] = []
+        """Claimed patterns with their job's key: rare, so tested one by one."""
         self.names: dict[str, list[OrderKey]] = {}
         """name → keys of jobs that claim it."""
         self.under: dict[str, list[OrderKey]] = {}
@@ -160,6 +169,7 @@ class _Waiting:
             self.names.setdefault(n, []).append(key)
         for a in f.under:
             self.under.setdefault(a, []).append(key)
+        self.globs.extend((g, key) for g in f.globs)
 
     def earlier(self, f: _Facts) -> tuple[list[int], list[str]]:
         """Ids of the earlier jobs that block `f` (sorted), and the paths of `f` that meet them."""
@@ -169,9 +179,11 @@ class _Waiting:
         found = set(self.exclusive[: bisect_left(self.exclusive, key)])
         hit_paths = []
         for p in sorted(f.counted):
-            n = name_of(p)
-            buckets = [self.names.get(n), self.under.get(n)]
-            buckets.extend(self.names.get(a) for a in claims.ancestors(n))
+            buckets = _glob_buckets(p, self.names, self.globs)
+            if not claims.is_glob(p):
+                n = name_of(p)
+                buckets += [self.names.get(n), self.under.get(n)]
+                buckets.extend(self.names.get(a) for a in claims.ancestors(n))
             hit = False
             for bucket in buckets:
                 if bucket:
@@ -187,10 +199,12 @@ class _Waiting:
 class _Active:
     """Active jobs of one repo, with what they hold indexed by name for the Overlap check."""
 
-    __slots__ = ("jobs", "merged", "names", "under")
+    __slots__ = ("globs", "jobs", "merged", "names", "under")
 
     def __init__(self) -> None:
         self.jobs: list[_Facts] = []
+        self.globs: list[tuple[str, int]] = []
+        """Held patterns with their job's id."""
         self.names: dict[str, list[int]] = {}
         """name → ids of jobs that hold it."""
         self.under: dict[str, list[int]] = {}
@@ -207,6 +221,7 @@ class _Active:
             self.under.setdefault(a, []).append(f.job.id)
         for p in f.held_merge:
             self.merged.add(p)
+        self.globs.extend((g, f.job.id) for g in f.held_globs)
 
     def meeting(self, f: _Facts) -> tuple[set[int], set[str]]:
         """Ids of the jobs whose held paths meet the counted claim of `f`, and the paths of `f` that meet them."""
@@ -214,15 +229,26 @@ class _Active:
         met: set[str] = set()
         names, under = self.names, self.under
         for p in f.counted:
-            n = name_of(p)
+            buckets = _glob_buckets(p, names, self.globs)
+            if not claims.is_glob(p):
+                n = name_of(p)
+                buckets += [names.get(n), under.get(n), *(names.get(a) for a in claims.ancestors(n))]
             hit = False
-            for ids in (names.get(n), under.get(n), *(names.get(a) for a in claims.ancestors(n))):
+            for ids in buckets:
                 if ids:
                     owners.update(ids)
                     hit = True
             if hit:
                 met.add(p)
         return owners, met
+
+
+def _glob_buckets(path: str, names: dict[str, list[K]], globs: list[tuple[str, K]]) -> list[list[K] | None]:
+    """Entries a path meets by pattern: held patterns that meet it, and (for a pattern) held names it meets."""
+    out: list[list[K] | None] = [[k] for g, k in globs if claims.overlaps(path, g)]
+    if claims.is_glob(path):
+        out += [keys for n, keys in names.items() if claims.overlaps(n, path)]
+    return out
 
 
 class _State:

@@ -1,11 +1,14 @@
 """Claim paths: normalisation, prefix-aware overlap, glob matching and ambiguity. Pure, no I/O.
 
 A claim path is a repo-relative POSIX string: a file or a name that may be either (`src/a.py`, `src`),
-a directory (`src/`, it ends with `/`), or the root (`ROOT`, the empty string).
+a directory (`src/`, it ends with `/`), the root (`ROOT`, the empty string), or a glob pattern
+(`src/*.py`, `docs/**`): `*`, `?` and `[...]` match within one path segment, `**` any number of segments.
 
 Overlap is decided on path segments, and every doubt resolves to "overlap": a name without a trailing
 slash may be a directory, so `src` overlaps `src/a.py` and `src/`; the only paths that do not overlap
-are those where neither is a segment-prefix of the other (`src/a.py` and `src/ab.py`).
+are those where neither is a segment-prefix of the other (`src/a.py` and `src/ab.py`). A pattern meets a
+path when it matches it, or may match something under it; two patterns meet unless their literal parts
+tell them apart (conservatively: `src/*.py` and `src/*.md` meet).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ __all__ = [
     "PathIndex",
     "ambiguity",
     "ancestors",
+    "glob_prefix",
+    "is_glob",
     "matches",
     "name_of",
     "normalize",
@@ -34,6 +39,9 @@ __all__ = [
 ]
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
+_GLOB = frozenset("*?[")
+_CLASS = re.compile(r"(?:[^\[]|\[!?\]?[^\]]*\])*")
+"""A segment whose every `[` opens a closed character class."""
 
 
 class ClaimError(ValueError):
@@ -64,6 +72,10 @@ def normalize(path: str) -> str:
             raise ClaimError(f"claim path {path!r} has a '..' segment: name the path inside the repository")
         if seg.lower() == ".git":
             raise ClaimError(f"claim path {path!r} is inside git internals (.git): claim working-tree files")
+        if "**" in seg and seg != "**":
+            raise ClaimError(f"claim path {path!r}: '**' must be a whole segment (`src/**/x.py`), not part of a name")
+        if "[" in seg and not _CLASS.fullmatch(seg):
+            raise ClaimError(f"claim path {path!r} has an unclosed '[': quote a literal '[' as '[[]'")
     if not segments:
         return ROOT
     return "/".join(segments) + ("/" if is_dir else "")
@@ -95,12 +107,50 @@ def ancestors(name: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def is_glob(path: str) -> bool:
+    """True when a claim path is a pattern (`*`, `?` or `[` in it)."""
+    return not _GLOB.isdisjoint(path)
+
+
+def glob_prefix(path: str) -> str:
+    """The literal directory part of a pattern (`src/*.py` → `src/`, `*.py` → ROOT); a plain path as it is."""
+    if not is_glob(path):
+        return path
+    cut = min(i for i in (path.find(c) for c in _GLOB) if i != -1)
+    return path[: path.rfind("/", 0, cut) + 1]
+
+
+def _segments_meet(ns: tuple[str, ...], gs: tuple[str, ...], gdir: bool) -> bool:
+    """Can the pattern segments `gs` match the name `ns`, or a path under `ns` (a name may be a directory)?"""
+    if not gs:
+        return not ns or gdir  # a directory pattern holds everything under it
+    if not ns:
+        return True  # something under the name may match what is left of the pattern
+    if gs[0] == "**":
+        return _segments_meet(ns, gs[1:], gdir) or _segments_meet(ns[1:], gs, gdir)
+    return fnmatch.fnmatchcase(ns[0], gs[0]) and _segments_meet(ns[1:], gs[1:], gdir)
+
+
+def _glob_meets(path: str, pattern: str) -> bool:
+    name = name_of(path)
+    ns = tuple(name.split("/")) if name else ()
+    return _segments_meet(ns, tuple(name_of(pattern).split("/")), pattern.endswith("/"))
+
+
 def overlaps(a: str, b: str) -> bool:
     """True when two normalised claim paths may name a common file.
 
     Equal names overlap, and so does any path with any path under it: `src/` and `src` both overlap
-    `src/a.py`; ROOT overlaps everything. `src/a.py` does not overlap `src/ab.py`.
+    `src/a.py`; ROOT overlaps everything. `src/a.py` does not overlap `src/ab.py`. A pattern overlaps a
+    path it matches or that may hold a match (`src/*.py` meets `src/api.py` and `src/`, not `src/x.md`);
+    two patterns overlap when their literal directory parts do.
     """
+    ga, gb = is_glob(a), is_glob(b)
+    if ga and gb:
+        return overlaps(glob_prefix(a), glob_prefix(b))
+    if ga or gb:
+        path, pattern = (b, a) if ga else (a, b)
+        return _glob_meets(path, pattern)
     na, nb = name_of(a), name_of(b)
     if na == nb or not na or not nb:
         return True
@@ -115,24 +165,33 @@ class PathIndex:
     its name is one of those, or when one of its own ancestors is a name in the index.
     """
 
-    __slots__ = ("_names", "_under")
+    __slots__ = ("_globs", "_names", "_under")
 
     def __init__(self, paths: Iterable[str] = ()) -> None:
         self._names: set[str] = set()
         self._under: set[str] = set()
+        self._globs: list[str] = []
+        """Patterns: rare, so tested one by one."""
         for p in paths:
             self.add(p)
 
     def add(self, path: str) -> None:
+        if is_glob(path):
+            self._globs.append(path)
+            return
         name = name_of(path)
         self._names.add(name)
         self._under.update(ancestors(name))
 
     def __bool__(self) -> bool:
-        return bool(self._names)
+        return bool(self._names or self._globs)
 
     def meets(self, path: str) -> bool:
         """True when `path` overlaps some path of the index."""
+        if self._globs and any(overlaps(path, g) for g in self._globs):
+            return True
+        if is_glob(path):
+            return any(overlaps(path, n) for n in self._names)
         name = name_of(path)
         if name in self._names or name in self._under:
             return True
@@ -200,6 +259,8 @@ def reaches(path: str, patterns: Iterable[str]) -> bool:
     too, so a barrier file it really touches is caught while it runs.
     """
     pats = patterns if isinstance(patterns, tuple) else tuple(patterns)
+    if is_glob(path):
+        return bool(pats) and reaches(glob_prefix(path), pats)  # a pattern may match any file of its directory
     if matches(path, pats):
         return True
     name = name_of(path)
@@ -221,19 +282,23 @@ def split_mergeable(
     counted: set[str] = set()
     mergeable: set[str] = set()
     for p in paths:
-        if p and not p.endswith("/") and (p in extra or matches(p, pats)):
+        if p and not p.endswith("/") and not is_glob(p) and (p in extra or matches(p, pats)):
             mergeable.add(p)
         else:
             counted.add(p)
     return frozenset(counted), frozenset(mergeable)
 
 
-def ambiguity(claim: Claim, policy: Policy) -> str | None:
-    """None when the claim is specific and confident enough to run beside others; else a short reason."""
+def ambiguity(claim: Claim, policy: Policy, repo: str = "") -> str | None:
+    """None when the claim is specific and confident enough to run beside others; else a short reason.
+
+    The threshold is the repo's own when calibration raised it (`Policy.raised`)."""
     if not claim.paths:
         return "empty claim"
     if ROOT in claim.paths:
         return "root-wide claim"
-    if claim.confidence < policy.min_confidence:
-        return f"confidence {claim.confidence:.2f} below {policy.min_confidence:.2f}"
+    threshold = policy.min_confidence_for(repo) if repo else policy.min_confidence
+    if claim.confidence < threshold:
+        raised = " (raised: this repo's confident claims kept missing)" if threshold > policy.min_confidence else ""
+        return f"confidence {claim.confidence:.2f} below {threshold:.2f}{raised}"
     return None

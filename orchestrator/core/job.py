@@ -44,6 +44,10 @@ class Job:
     """The exact argv to run (`enqueue -- cmd arg ...`), never re-split; None when `text` is the job."""
     code: str = ""
     """The closed code of `reason`: a `models.Code`, or the admission `Reason` while it waits."""
+    plan_text: str = ""
+    """The model's plan for the job ("" when no model planned it): the runner starts from it."""
+    evidence: tuple[dict[str, str], ...] = ()
+    """Why each claimed path is there: `{"path", "kind", "why"}` per entry (see `plan.base.Evidence`)."""
     usage: dict[str, Any] | None = None
     """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
     land: str = "auto"
@@ -102,4 +106,6 @@ class Job:
             "usage": self.usage,
             "land": self.land,
             "decision": self.decision,
+            "plan_text": self.plan_text,
+            "evidence": list(self.evidence),
         }

@@ -111,6 +111,12 @@ class Policy:
     """Glob patterns (matched on the path and on its base name) of union-mergeable files: never an overlap."""
     barriers: tuple[str, ...] = ()
     """Glob patterns of barrier paths: a job that claims or touches one runs alone in its repo."""
+    raised: tuple[tuple[str, float], ...] = ()
+    """(repo, threshold) pairs: repos whose confident claims kept missing get a higher `min_confidence`
+    (set by calibration, see `plan.accuracy.thresholds`)."""
+
+    def min_confidence_for(self, repo: str) -> float:
+        return max([self.min_confidence, *(t for r, t in self.raised if r == repo)])
 
 
 @dataclass(frozen=True, slots=True)

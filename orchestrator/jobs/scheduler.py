@@ -30,10 +30,12 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.notify import Notifier
+from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.recovery import StoreOwner
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
-from orchestrator.plan import declared
+from orchestrator.plan import composite
+from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
 
 OPEN_STATES = (
@@ -68,6 +70,8 @@ class Scheduler:
         *,
         burst: bool = False,
         grace: float = 2.0,
+        planner: Planner | None = None,
+        gates: dict[str, Any] | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -91,6 +95,15 @@ class Scheduler:
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
+        self.planning = Planning(
+            board,
+            planner or composite.build(cfg, board.store, gates),
+            cfg.plan.concurrency,
+            cfg.plan.deadline,
+            self.wake,
+            cfg.policy,
+            cfg.plan.calibrate_after,
+        )
         self.controls: dict[str, tuple[bool, int | None]] = {}
         """Run-time controls by scope (a repo, or ALL_REPOS): (paused, slot limit). Mirrors the store."""
         board.on_change(self.wake)
@@ -149,6 +162,7 @@ class Scheduler:
             task.cancel()
             cut.append(job_id)
         await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await self.planning.stop()
         cut += await self.lander.drain(timeout)
         await self.notifier.drain(min(timeout, 5.0))
         for t in list(self._side_tasks):
@@ -170,38 +184,8 @@ class Scheduler:
             await self._act(by_id[decision.job_id], decision)
 
     async def _plan(self, job: Job) -> None:
-        """Predict the claim and fix the base. Declared paths only, for now (the pre-plan pass comes next)."""
-        job = await self.board.update(job.id, state=JobState.PLANNING)
-        try:
-            head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
-        except repos.RepoError as e:
-            await self.board.update(
-                job.id,
-                state=JobState.FAILED,
-                finished_at=time.time(),
-                reason=str(e),
-                code=Code.REPO_ERROR,
-                event="failed",
-                data={"code": Code.REPO_ERROR},
-            )
-            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, code=Code.REPO_ERROR, reason=str(e))
-            return
-        claim = declared.claim(job.declared)
-        await self.board.update(
-            job.id,
-            state=JobState.PLANNED,
-            base=head,
-            claim=claim,
-            event="planned",
-            data={"base": head, "claim": claim.to_json()},
-        )
-        olog.get(job_id=job.id, repo=job.repo).info(
-            olog.Event.JOB_PLANNED,
-            base=head,
-            claim=sorted(claim.paths),
-            confidence=claim.confidence,
-            source=str(claim.source),
-        )
+        """Hand the job to planning: its plan runs as a task of its own and wakes us when done."""
+        await self.planning.submit(job)
 
     async def _snapshot(self, planned: list[Job], active: list[Job]) -> Snapshot:
         heads: dict[tuple[str, str], str | None] = {}
@@ -236,7 +220,7 @@ class Scheduler:
             dead=frozenset(i for i, st in states.items() if st in DEAD_STATES),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
-            policy=self.cfg.policy(),
+            policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )
 
     async def _mergeable(self, repo: str, head: str | None) -> frozenset[str]:
@@ -426,6 +410,8 @@ class Scheduler:
             if landing:
                 landing.cancel()
             await self.pool.release(Path(job.repo), job_id, keep=True)
+        if job.state in (JobState.QUEUED, JobState.PLANNING):
+            await self.planning.cancel(job_id)
         if job.state is JobState.RUNNING and job_id in self._running:
             self.executor.stops[job_id] = Stop(JobState.CANCELLED, "cancelled by request", Code.CANCELLED)
             task = self._running[job_id]

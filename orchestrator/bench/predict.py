@@ -1,0 +1,171 @@
+"""How good are the claims? Replay a repository's own history through the local planner.
+
+For each change (oldest first): plan from its message on its parent commit, with the co-change history
+of the changes before it only, and compare the claim with the files the change really touched
+(union-mergeable files such as changelogs left out, as admission leaves them out). Printed per basis
+(what the confidence rests on) and in total: recall, precision, confident share and confident-miss rate;
+and, over every pair of changes within `--window` of each other (as if queued together), how many the
+claims would have run concurrently, and how many of those really overlapped.
+
+    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--json]
+    orchestrator bench predict --history FILE.jsonl [--limit N] [--json]
+
+`--history` replays a touch-pattern file (`{"sha", "parent", "subject", "files": [[path, +, -], ...]}` per
+line, oldest first) on a repository synthesised with those paths and commits (no file contents).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core import claims
+from orchestrator.core.models import Policy
+from orchestrator.git import repos
+from orchestrator.plan import accuracy
+from orchestrator.plan.accuracy import Record
+from orchestrator.plan.evidence import local_plan
+from orchestrator.plan.history import Change, History, mine
+
+WARMUP = 1000
+"""Changes before the replayed range that seed the history (when the range leaves room)."""
+
+
+def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> list[Record]:
+    """Plan changes[start:] each on its parent, the history growing one change at a time."""
+    history = History(changes[:start])
+    out = []
+    commits = repos.open_repo(repo)
+    for n, change in enumerate(changes[start:]):
+        commit = commits[change.sha]
+        parents = getattr(commit, "parent_ids", [])
+        message = getattr(commit, "message", change.subject)
+        actual, _ = claims.split_mergeable(change.files, policy.mergeable)
+        if parents and actual:
+            plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable)
+            out.append(Record(n, str(repo), plan.claim, plan.basis, actual))
+        history.add(change)
+    return out
+
+
+def summarise(records: list[Record], window: int, policy: Policy) -> dict[str, Any]:
+    """Per basis and in total (`accuracy.summary`), and the pairs of changes the claims would have run
+    concurrently, among those within `window` of each other, with how many really overlapped."""
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        groups[r.basis].append(r)
+    groups["all"] = records
+    pairs = concurrent = bad = 0
+    confident = [r.confident(policy) for r in records]
+    for i, a in enumerate(records):
+        for j in range(i + 1, min(len(records), i + 1 + window)):
+            b = records[j]
+            pairs += 1
+            if confident[i] and confident[j] and not claims.PathIndex(a.claim.paths).meeting(b.claim.paths):
+                concurrent += 1
+                bad += bool(claims.PathIndex(a.actual).meeting(b.actual))
+    return {
+        "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
+        "pairs": {"window": window, "pairs": pairs, "concurrent": concurrent, "really_overlapped": bad},
+    }
+
+
+def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
+    """A repository with the history's paths and commits (one line per change in each touched file)."""
+    rows = [json.loads(line) for line in history_file.read_text().splitlines() if line.strip()]
+    if limit:
+        rows = rows[-(limit + WARMUP) :]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    lines = []
+    mark = 0
+    for n, row in enumerate(rows, 1):
+        msg = (row.get("subject") or f"change {n}").encode()
+        lines.append(b"commit refs/heads/main\n")
+        lines.append(f"mark :{n}\n".encode())
+        lines.append(f"committer Replay <replay@example.com> {int(row.get('time', n))} +0000\n".encode())
+        lines.append(f"data {len(msg)}\n".encode() + msg + b"\n")
+        if mark:
+            lines.append(f"from :{mark}\n".encode())
+        for path, *_ in row.get("files", []):
+            body = f"{path}\nchange {n}\n".encode()
+            lines.append(f"M 100644 inline {path}\ndata {len(body)}\n".encode() + body + b"\n")
+        mark = n
+    subprocess.run(["git", "-C", str(root), "fast-import", "--quiet"], input=b"".join(lines), check=True)
+    return [r.get("sha", "") for r in rows]
+
+
+def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8) -> dict[str, Any]:
+    head = rev_range.split("..", 1)[1] if rev_range and ".." in rev_range else (rev_range or "HEAD")
+    since = rev_range.split("..", 1)[0] if rev_range and ".." in rev_range else None
+    head_sha = repos.resolve_rev(repo, head or "HEAD")
+    since_sha = repos.resolve_rev(repo, since) if since else None
+    replayed, _ = mine(repo, head_sha, since_sha, limit or 100_000)
+    first = replayed[0].sha if replayed else head_sha
+    parents = repos.open_repo(repo)[first].parent_ids
+    warm: list[Change] = []
+    if parents:
+        warm, _ = mine(repo, str(parents[0]), None, WARMUP)
+    t = time.perf_counter()
+    policy = Policy()
+    outcomes = replay(repo, warm + replayed, len(warm), policy)
+    elapsed = time.perf_counter() - t
+    out = summarise(outcomes, window, policy)
+    out.update(repo=str(repo), range=f"{since_sha or ''}..{head_sha}", replayed=len(outcomes))
+    out["seconds"] = round(elapsed, 2)
+    out["ms_per_plan"] = round(1000 * elapsed / max(1, len(outcomes)), 1)
+    return out
+
+
+def _print(r: dict[str, Any]) -> None:
+    print(f"predict: {r['replayed']} changes of {r['repo']} replayed, local evidence only ({r['ms_per_plan']} ms/plan)")
+    cols = ("jobs", "confident_share", "recall", "precision", "confident_miss_rate")
+    print(f"  {'basis':<10}" + "".join(f"{'changes' if c == 'jobs' else c:>21}" for c in cols))
+    for basis, row in r["by_basis"].items():
+        print(f"  {basis:<10}" + "".join(f"{'-' if row[c] is None else row[c]!s:>21}" for c in cols))
+    p = r["pairs"]
+    print(
+        f"  pairs within {p['window']} changes: {p['pairs']}; the claims run {p['concurrent']} concurrently, "
+        f"{p['really_overlapped']} of which really overlapped"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="orchestrator bench predict", description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, help="a repository to replay")
+    parser.add_argument("--range", dest="rev_range", help="A..B: the changes after A up to B (first parent)")
+    parser.add_argument("--limit", type=int, help="replay at most the last N changes")
+    parser.add_argument("--history", type=Path, help="a touch-pattern JSON lines file to replay instead")
+    parser.add_argument("--window", type=int, default=8, help="pairs of changes at most this far apart")
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout")
+    args = parser.parse_args(argv)
+    if bool(args.repo) == bool(args.history):
+        parser.error("give either --repo PATH or --history FILE.jsonl")
+    try:
+        if args.history:
+            if not args.history.is_file():
+                parser.error(f"--history {args.history}: no such file")
+            with tempfile.TemporaryDirectory(prefix="orchestrator-predict-") as tmp:
+                synthesise(args.history, Path(tmp) / "repo", args.limit)
+                r = run(Path(tmp) / "repo", None, args.limit, args.window)
+                r["repo"] = f"{args.history} (synthesised)"
+        else:
+            r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window)
+    except repos.RepoError as e:
+        print(f"orchestrator: {e}", file=sys.stderr)
+        sys.exit(2)
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        _print(r)
+
+
+if __name__ == "__main__":
+    main()

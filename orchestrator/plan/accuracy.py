@@ -1,0 +1,144 @@
+"""Calibration: how well did the claims predict what jobs really touched? Pure, no I/O.
+
+Every ended job with a predicted claim is a `Record`: its claim, the basis of its confidence, the paths
+it really touched (union-mergeable files left out, as admission leaves them out) and whether it touched,
+outside its claim, a file another running job held (an `overlap` event). Reported per repo and per
+basis: recall, precision, and the confident-miss rate. A repo whose confident predicted claims keep
+missing gets a higher confidence threshold: its weaker claims become ambiguous and run alone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.core import claims
+from orchestrator.core.models import Claim, ClaimSource, Policy
+
+WINDOW = 20
+"""Most recent confident predicted claims per repo that decide its threshold."""
+MISS_RATE = 0.2
+"""A repo whose confident claims missed more often than this gets a higher threshold."""
+CEILING = 0.95
+"""The highest threshold calibration sets: declared claims (confidence 1.0) always stay confident."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    job_id: int
+    repo: str
+    claim: Claim
+    basis: str
+    actual: frozenset[str]
+    """Paths really touched, mergeable ones left out."""
+    collided: bool = False
+    """It touched a file outside its claim that a concurrent job held."""
+
+    def confident(self, policy: Policy) -> bool:
+        return claims.ambiguity(self.claim, policy) is None
+
+    @property
+    def predicted(self) -> bool:
+        """A claim a planner predicted (not one a person declared)."""
+        return self.claim.source not in (ClaimSource.DECLARED, ClaimSource.NONE)
+
+    @property
+    def covered(self) -> int:
+        return len(claims.PathIndex(self.claim.paths).meeting(self.actual))
+
+    @property
+    def useful(self) -> int:
+        return len(claims.PathIndex(self.actual).meeting(self.claim.paths))
+
+    @property
+    def missed(self) -> bool:
+        return self.covered < len(self.actual)
+
+
+def basis_of(evidence: Iterable[Mapping[str, Any]], claim: Claim) -> str:
+    """The strongest evidence kind stored with a job (its claim's source when none was stored)."""
+    order = ("declared", "model", "named", "symbol", "history", "test", "cochange")
+    kinds = {str(e.get("kind", "")) for e in evidence}
+    return next((k for k in order if k in kinds), str(claim.source))
+
+
+def _rate(n: float, d: float) -> float | None:
+    return round(n / d, 3) if d else None
+
+
+def summary(records: Sequence[Record], policy: Policy) -> dict[str, Any]:
+    """Recall, precision, confident share and confident-miss rate, for all records."""
+    conf = [r for r in records if r.confident(policy)]
+    return {
+        "jobs": len(records),
+        "confident": len(conf),
+        "confident_share": _rate(len(conf), len(records)),
+        "recall": _rate(sum(r.covered for r in conf), sum(len(r.actual) for r in conf)),
+        "precision": _rate(sum(r.useful for r in conf), sum(len(r.claim.paths) for r in conf)),
+        "confident_miss_rate": _rate(sum(r.missed for r in conf), len(conf)),
+        "confident_collision_rate": _rate(sum(r.collided for r in conf), len(conf)),
+    }
+
+
+def report(records: Sequence[Record], policy: Policy) -> dict[str, Any]:
+    """Per repo: the total, per basis, and the threshold calibration sets for it."""
+    by_repo: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        by_repo[r.repo].append(r)
+    raised = dict(thresholds(records, policy))
+    out = {}
+    for repo, rs in sorted(by_repo.items()):
+        by_basis: dict[str, list[Record]] = defaultdict(list)
+        for r in rs:
+            by_basis[r.basis].append(r)
+        out[repo] = {
+            "all": summary(rs, policy),
+            "by_basis": {b: summary(v, policy) for b, v in sorted(by_basis.items())},
+            "min_confidence": raised.get(repo, policy.min_confidence),
+            "raised": repo in raised,
+        }
+    return out
+
+
+def thresholds(records: Sequence[Record], policy: Policy, after: int = 5) -> tuple[tuple[str, float], ...]:
+    """Repos whose recent confident predicted claims missed too often, each with its raised threshold:
+    just above the most confident claim that missed (so those claims are ambiguous now), at most CEILING."""
+    recent: dict[str, list[Record]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: r.job_id):
+        if r.predicted and r.actual and r.confident(policy):
+            recent[r.repo].append(r)
+    out = []
+    for repo, rs in sorted(recent.items()):
+        window = rs[-WINDOW:]
+        missed = [r for r in window if r.missed or r.collided]
+        if len(window) >= after and len(missed) / len(window) > MISS_RATE:
+            top = max(r.claim.confidence for r in missed)
+            out.append((repo, round(min(CEILING, max(policy.min_confidence, top) + 0.05), 2)))
+    return tuple(out)
+
+
+def records(jobs: Iterable[Any], collided: Iterable[int], policy: Policy) -> list[Record]:
+    """Records of ended jobs (`core.job.Job`s) that had a claim and touched something; `collided` holds the
+    ids of jobs that touched, outside their claim, a path a concurrent job held."""
+    hit = set(collided)
+    out = []
+    for job in jobs:
+        if not job.state.terminal or not job.actual or job.claim.source is ClaimSource.NONE:
+            continue
+        actual, _ = claims.split_mergeable(job.actual, policy.mergeable)
+        if actual:
+            out.append(Record(job.id, job.repo, job.claim, basis_of(job.evidence, job.claim), actual, job.id in hit))
+    return out
+
+
+def collisions(jobs: Iterable[Any], overlaps: Iterable[tuple[int, Mapping[str, Any]]]) -> set[int]:
+    """Ids of jobs whose `overlap` event names paths outside their own claim (they escaped into another's)."""
+    claim_of = {j.id: j.claim.paths for j in jobs}
+    out = set()
+    for job_id, data in overlaps:
+        paths = [str(p) for p in data.get("paths", [])]
+        if job_id in claim_of and paths and len(claims.PathIndex(claim_of[job_id]).meeting(paths)) < len(paths):
+            out.add(job_id)
+    return out

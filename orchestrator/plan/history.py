@@ -1,0 +1,188 @@
+"""A repository's own past changes as planning evidence: files that change together, and changes described
+in the same words. Mined from `git log` (first parent, each commit against its first parent), kept per
+repo in the store and extended incrementally from the last mined head.
+
+`History` is plain data plus counting, no I/O; `mine` reads git (call it in a thread).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from orchestrator.core import claims
+from orchestrator.git import repos
+
+MAX_FILES = 40
+"""A change touching more files than this (a sweep, a vendored update) says nothing about co-change."""
+KEEP = 3000
+"""Most recent changes kept per repository."""
+
+_TOKEN = re.compile(r"[a-z][a-z0-9_]+")
+_NOISE = frozenset(
+    """merge pull request branch from into the and for with to of in on a an is be by fix fixes fixed add adds
+    update updates use remove release version bump start main master origin remote tracking""".split()  # noqa: SIM905 - a word list reads better as prose
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One past change: its commit, the first line of its message, the files it touched."""
+
+    sha: str
+    subject: str
+    files: tuple[str, ...]
+
+    def to_json(self) -> list[object]:
+        return [self.sha, self.subject, list(self.files)]
+
+    @classmethod
+    def from_json(cls, row: Sequence[object]) -> Change:
+        sha, subject, files = row
+        assert isinstance(files, list)
+        return cls(str(sha), str(subject), tuple(str(f) for f in files))
+
+
+def title(message: str) -> str:
+    """The line that says what a change does: the first one, or for a merged pull request (`Merge pull
+    request #1 from user/branch`) the pull request's title below it."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Merge pull request") and len(lines) > 1:
+        return lines[1]
+    return lines[0]
+
+
+def tokens(text: str) -> frozenset[str]:
+    """Content words of a change description, for similarity (numbers, refs and noise words dropped)."""
+    text = re.sub(r"#\d+|\b[0-9a-f]{7,40}\b", " ", text.lower())
+    return frozenset(t for t in _TOKEN.findall(text) if t not in _NOISE and len(t) > 2)
+
+
+class History:
+    """Co-change counts and a word index over past changes, oldest first; `add` extends it."""
+
+    window = 1000
+    """Recent changes the similarity and closure estimates look at."""
+
+    def __init__(self, changes: Iterable[Change] = ()) -> None:
+        self.changes: list[Change] = []
+        self.count: Counter[str] = Counter()
+        self.pairs: dict[str, Counter[str]] = defaultdict(Counter)
+        self.index: dict[str, list[int]] = defaultdict(list)
+        self._tokens: list[frozenset[str]] = []
+        for c in changes:
+            self.add(c)
+
+    @property
+    def head(self) -> str | None:
+        return self.changes[-1].sha if self.changes else None
+
+    def add(self, change: Change) -> None:
+        i = len(self.changes)
+        self.changes.append(change)
+        toks = tokens(change.subject)
+        self._tokens.append(toks)
+        for t in toks:
+            self.index[t].append(i)
+        files = change.files
+        if len(files) > MAX_FILES:
+            return
+        for f in files:
+            self.count[f] += 1
+            row = self.pairs[f]
+            for g in files:
+                if g != f:
+                    row[g] += 1
+
+    def cochanged(self, path: str, min_ratio: float = 0.5, min_support: int = 2) -> list[tuple[str, int, int]]:
+        """Files that changed in at least `min_ratio` of the changes touching `path` (and `min_support` of
+        them): (file, together, changes of path), most frequent first."""
+        n = self.count.get(path, 0)
+        if n < min_support:
+            return []
+        out = [(g, k, n) for g, k in self.pairs[path].items() if k >= min_support and k / n >= min_ratio]
+        return sorted(out, key=lambda t: (-t[1], t[0]))
+
+    def closure(self, seeds: Iterable[str], claim: Iterable[str], ignore: Sequence[str] = ()) -> tuple[int, int]:
+        """Of the recent past changes that touched a seed file: (how many, how many stayed inside `claim`).
+
+        The share is the repo's own estimate of how likely a change to these files stays within the claim:
+        what local evidence's confidence rests on. Files matching `ignore` (union-mergeable) do not count.
+        """
+        index = claims.PathIndex(claim)
+        wanted = set(seeds)
+        n = inside = 0
+        for change in reversed(self.changes[-self.window :]):
+            if len(change.files) > MAX_FILES or wanted.isdisjoint(change.files):
+                continue
+            n += 1
+            rest = [f for f in change.files if not (ignore and claims.matches(f, tuple(ignore)))]
+            inside += len(index.meeting(rest)) == len(rest)
+        return n, inside
+
+    def escapes(self, seeds: Iterable[str], claim: Iterable[str], ignore: Sequence[str] = ()) -> Counter[str]:
+        """Files outside `claim` that recent past changes to a seed file touched, by how many of them."""
+        index = claims.PathIndex(claim)
+        wanted = set(seeds)
+        out: Counter[str] = Counter()
+        for change in self.changes[-self.window :]:
+            if len(change.files) > MAX_FILES or wanted.isdisjoint(change.files):
+                continue
+            for f in change.files:
+                if not index.meets(f) and not (ignore and claims.matches(f, tuple(ignore))):
+                    out[f] += 1
+        return out
+
+    def similar(self, text: str, limit: int = 5) -> list[tuple[float, Change]]:
+        """Recent past changes described in the most similar words (Jaccard on content words), best first."""
+        q = tokens(text)
+        if not q:
+            return []
+        first = max(0, len(self.changes) - self.window)
+        hits: Counter[int] = Counter()
+        for t in q:
+            for i in self.index.get(t, ()):
+                if i >= first:
+                    hits[i] += 1
+        scored = []
+        for i, shared in hits.items():
+            union = len(q | self._tokens[i])
+            scored.append((shared / union, i))
+        scored.sort(key=lambda t: (-t[0], -t[1]))
+        return [(s, self.changes[i]) for s, i in scored[:limit]]
+
+
+def _files(repo: pygit2.Repository, commit: pygit2.Commit) -> tuple[str, ...]:
+    diff = repo.diff(commit.parents[0], commit) if commit.parents else commit.tree.diff_to_tree(swap=True)
+    paths: set[str] = set()
+    for d in diff.deltas:
+        paths.add(d.new_file.path)
+        paths.add(d.old_file.path)
+    return tuple(sorted(paths))
+
+
+def mine(repo_path: Path | str, head: str, since: str | None = None, limit: int = KEEP) -> tuple[list[Change], bool]:
+    """Changes on the first-parent line from `since` (exclusive) to `head`, oldest first, at most `limit`.
+
+    Returns (changes, incremental): incremental is False when `since` was not met (history rewritten,
+    or none given), in which case the changes are the newest `limit` and replace any cache.
+    """
+    repo = repos.open_repo(repo_path)
+    commit = repo.revparse_single(head).peel(pygit2.Commit)
+    out: list[Change] = []
+    met = False
+    while commit is not None and len(out) < limit:
+        if since is not None and str(commit.id) == since:
+            met = True
+            break
+        out.append(Change(str(commit.id), title(commit.message), _files(repo, commit)))
+        commit = commit.parents[0] if commit.parents else None
+    out.reverse()
+    return out, met

@@ -1,0 +1,49 @@
+"""Calibration: predicted vs actual per repo and basis; a repo whose confident claims keep missing gets a
+higher threshold, and admission reads it (ambiguous ⇒ serial)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from orchestrator.core.admission import decide
+from orchestrator.core.job import Job
+from orchestrator.core.models import Claim, ClaimSource, JobState, JobView, Policy, Reason, Snapshot
+from orchestrator.plan import accuracy
+
+
+def ended(i: int, repo: str, claim: set[str], actual: set[str], conf: float = 0.8) -> Job:
+    c = Claim(frozenset(claim), conf, ClaimSource.EVIDENCE)
+    ev = ({"path": sorted(claim)[0], "kind": "named", "why": ""},)
+    return Job(i, repo, "main", "t", "shell", JobState.LANDED, claim=c, actual=frozenset(actual), evidence=ev)
+
+
+def test_report_and_raised_threshold() -> None:
+    """Misses in one repo raise only that repo's threshold; changelogs never count as a miss."""
+    jobs = [ended(i, "/a", {"src/x.py"}, {"src/x.py", "src/y.py"}) for i in range(1, 7)]
+    jobs += [ended(i, "/b", {"src/x.py"}, {"src/x.py", "CHANGES.rst"}) for i in range(7, 13)]
+    policy = Policy()
+    records = accuracy.records(jobs, set(), policy)
+    report = accuracy.report(records, policy)
+    assert report["/a"]["all"]["recall"] == 0.5 and report["/a"]["all"]["confident_miss_rate"] == 1.0
+    assert report["/b"]["all"]["recall"] == 1.0 and report["/b"]["by_basis"]["named"]["precision"] == 1.0
+    raised = accuracy.thresholds(records, policy)
+    assert raised == (("/a", 0.85),)
+    assert report["/a"]["raised"] and not report["/b"]["raised"]
+
+
+def test_admission_reads_the_raised_threshold() -> None:
+    """A 0.8 claim runs beside others in a calibrated repo, and alone in one whose threshold was raised."""
+    job = JobView(2, "/a", "main", Claim(frozenset({"src/z.py"}), 0.8, ClaimSource.EVIDENCE))
+    other = JobView(1, "/a", "main", Claim(frozenset({"src/q.py"}), 1.0, ClaimSource.DECLARED))
+    policy = Policy(max_concurrent=4)
+    assert decide(job, Snapshot(active=(other,), policy=policy)).admitted
+    raised = replace(policy, raised=(("/a", 0.85),))
+    d = decide(job, Snapshot(active=(other,), policy=raised))
+    assert d.reason in (Reason.AMBIGUOUS, Reason.EXCLUSIVE) and "raised" in d.message + str(d.checks)
+
+
+def test_collisions_count_only_paths_outside_the_claim() -> None:
+    """An overlap event marks the job that escaped its claim, not the one whose claim held the path."""
+    a = ended(1, "/a", {"src/x.py"}, {"src/x.py", "src/y.py"})
+    b = ended(2, "/a", {"src/y.py"}, {"src/y.py"})
+    assert accuracy.collisions([a, b], [(1, {"paths": ["src/y.py"]}), (2, {"paths": ["src/y.py"]})]) == {1}

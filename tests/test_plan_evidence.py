@@ -1,0 +1,105 @@
+"""Local evidence on a real repository with a crafted history: what a text names, and what goes with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.models import ClaimSource
+from orchestrator.plan.base import Kind, Note
+from orchestrator.plan.evidence import local_plan
+from orchestrator.plan.history import History, mine
+from orchestrator.plan.text import front_matter, mentions
+from tests.conftest import git, write
+
+FILES = {
+    "src/shop/cart.py": "class Cart:\n    def total(self):\n        return 0\n",
+    "src/shop/pricing.py": "def apply_discount(price, pct):\n    return price\n",
+    "src/shop/money.py": "ROUNDING = 2\n",
+    "tests/test_cart.py": "from shop.cart import Cart\n",
+    "tests/test_checkout.py": "from shop.pricing import apply_discount\n",
+    "docs/pricing.md": "# pricing\n",
+    "README.md": "shop\n",
+}
+
+
+@pytest.fixture
+def shop(make_repo) -> Path:
+    """A repo where pricing.py and money.py have always changed together (three commits)."""
+    repo = make_repo("shop", FILES)
+    for n in range(3):
+        pricing = FILES["src/shop/pricing.py"] + f"# {n}\n"
+        write(repo, {"src/shop/pricing.py": pricing, "src/shop/money.py": f"R = {n}\n"})
+        git(repo, "commit", "-qam", f"pricing rounding tweak {n}")
+    write(repo, {"README.md": "shop!\n"})
+    git(repo, "commit", "-qam", "readme")
+    return repo
+
+
+def plan(repo: Path, text: str):
+    head = git(repo, "rev-parse", "HEAD")
+    history = History(mine(repo, head)[0])
+    return local_plan(repo, head, text, history)
+
+
+def kinds(p) -> dict[str, set[Kind]]:
+    out: dict[str, set[Kind]] = {}
+    for e in p.evidence:
+        out.setdefault(e.path, set()).add(e.kind)
+    return out
+
+
+def test_named_file_brings_its_test(shop: Path) -> None:
+    """A path the text names is claimed with confidence, and its test file comes with it."""
+    p = plan(shop, "refactor src/shop/cart.py to add logging")
+    # Too few past changes to cart.py to judge by: an explicitly named path is confident, not strongly.
+    assert p.claim.source is ClaimSource.EVIDENCE and 0.5 <= p.claim.confidence < 0.8
+    k = kinds(p)
+    assert Kind.NAMED in k["src/shop/cart.py"]
+    assert Kind.TEST in k["tests/test_cart.py"]
+
+
+def test_named_identifier_finds_its_definition_cochange_and_importing_test(shop: Path) -> None:
+    """An identifier leads to the file defining it (read at the base, no checkout), its co-changed file and
+    the test that imports its module."""
+    p = plan(shop, "make `apply_discount` round half up")
+    k = kinds(p)
+    assert Kind.SYMBOL in k["src/shop/pricing.py"]
+    assert Kind.COCHANGE in k["src/shop/money.py"]
+    assert Kind.TEST in k["tests/test_checkout.py"]
+    # The repo's own record decides the confidence: the first commit touched pricing.py and much else.
+    assert p.claim.confidence < 0.5 and p.notes[0] == (Note.WIDE, "only 3 of the 4 past changes to these files "
+                                                       "stayed inside this claim")
+
+
+def test_text_naming_nothing_is_ambiguous_with_a_note(shop: Path) -> None:
+    """A text that names nothing of the repo is not an error: an empty claim, and a note that says so."""
+    p = plan(shop, "make everything faster please")
+    assert not p.claim.paths and p.claim.confidence == 0.0
+    assert p.notes and p.notes[0][0] is Note.NAMES_NOTHING
+
+
+def test_definition_read_at_the_base_not_the_work_tree(shop: Path) -> None:
+    """Evidence comes from the base commit: an uncommitted definition in the checkout does not count."""
+    write(shop, {"src/shop/extra.py": "def brand_new_helper():\n    pass\n"})
+    p = plan(shop, "call brand_new_helper() from the cart")
+    assert "src/shop/extra.py" not in p.claim.paths
+
+
+def test_front_matter_and_mentions() -> None:
+    """`Paths:` front matter is declared; paths, identifiers and words are told apart."""
+    declared, body = front_matter("Paths: src/a.py, tests/\n---\nrefactor things")
+    assert declared == ("src/a.py", "tests/") and body.strip() == "refactor things"
+    m = mentions("Fix `Cart.total` in src/shop/cart.py (see https://example.com/x.py), v1.2.3 blueprints")
+    assert "src/shop/cart.py" in m.paths and "Cart.total" in m.identifiers
+    assert not any("example.com" in p for p in m.paths) and "v1.2.3" not in m.paths
+    assert "blueprints" in m.words
+
+
+def test_history_is_incremental(shop: Path) -> None:
+    """Mining from a known head returns only the newer changes."""
+    head = git(shop, "rev-parse", "HEAD")
+    old = git(shop, "rev-parse", "HEAD~1")
+    new, incremental = mine(shop, head, old)
+    assert incremental and [c.subject for c in new] == ["readme"]
