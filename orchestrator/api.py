@@ -54,11 +54,17 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(500, f"internal error: {type(e).__name__}: {e} (the daemon log has the details)")
 
 
+# What SQLite stores in an INTEGER column: anything bigger is a request error, not a server error.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+
+
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
         data = await request.json(loads=json.loads)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRequest(f"the body is not valid JSON ({e}); send a JSON object") from None
+    except (ValueError, RecursionError) as e:  # an integer of 5,000 digits; arrays nested 100,000 deep
+        raise BadRequest(f"the body is not acceptable JSON ({type(e).__name__}: {e}); send a plain object") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     return data
@@ -76,6 +82,8 @@ def _field(
         raise BadRequest(f"field {name!r} has the wrong type")
     if not isinstance(value, typ):
         raise BadRequest(f"field {name!r} has the wrong type: expected {getattr(typ, '__name__', typ)}")
+    if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+        raise BadRequest(f"field {name!r} is out of range: use a number between {_INT_MIN} and {_INT_MAX}")
     return value
 
 
@@ -88,7 +96,7 @@ def _str_list(data: dict[str, Any], name: str) -> list[str]:
 
 def _int_list(data: dict[str, Any], name: str) -> list[int]:
     value = _field(data, name, list, default=[])
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _INT_MAX for v in value):
         raise BadRequest(f"field {name!r} must be a list of job ids")
     return list(value)
 
@@ -96,9 +104,12 @@ def _int_list(data: dict[str, Any], name: str) -> list[int]:
 def _job_id(request: web.Request) -> int:
     raw = request.match_info["id"]
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise BadRequest(f"job id must be a number, got {raw!r}") from None
+    if not 0 <= value <= _INT_MAX:
+        raise BadRequest(f"job id {raw} is out of range") from None
+    return value
 
 
 def _read_from(path: Path, pos: int, size: int = 1 << 20) -> bytes:
@@ -269,6 +280,8 @@ class Api:
         data = await _body(request)
         ids = _int_list(data, "ids")
         timeout = _field(data, "timeout", (int, float))
+        if timeout is not None and not 0 <= timeout < 1e9:  # also NaN and Infinity, which json.loads accepts
+            raise BadRequest("field 'timeout' must be a number of seconds, 0 or more")
         if not ids:
             ids = [j.id for j in await self.store.jobs() if not j.state.terminal]
         for i in ids:

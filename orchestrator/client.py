@@ -24,6 +24,10 @@ class ApiError(Exception):
         self.message = message
 
 
+# A daemon that dies mid-request: the connection drops, or a chunked answer stops short.
+_GONE = (http.client.RemoteDisconnected, http.client.IncompleteRead, ConnectionResetError, BrokenPipeError)
+
+
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: Path, timeout: float | None) -> None:
         super().__init__("localhost", timeout=timeout)
@@ -71,11 +75,21 @@ class Client:
             ) from e
         except PermissionError as e:
             raise Unreachable(f"cannot open {self.socket_path}: it belongs to another user") from e
+        except _GONE as e:
+            raise self._gone() from e
+
+    def _gone(self) -> Unreachable:
+        return Unreachable(
+            f"the daemon on {self.socket_path} went away mid-request (stopped or crashed): check "
+            "`systemctl --user status orchestrator` or start it with `orchestrator daemon`, then ask again"
+        )
 
     def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
         conn, resp = self._connect(method, path, body, timeout)
         try:
             raw = resp.read()
+        except _GONE as e:
+            raise self._gone() from e
         finally:
             conn.close()
         try:
@@ -94,6 +108,8 @@ class Client:
                 raise ApiError(resp.status, data.get("error", f"HTTP {resp.status}"))
             while chunk := resp.read1(65536):
                 yield chunk
+        except _GONE as e:
+            raise self._gone() from e
         finally:
             conn.close()
 

@@ -24,15 +24,17 @@ from orchestrator.api import Api
 from orchestrator.chat.api import ChatApi
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import EX_CONFIG, Config
+from orchestrator.core.models import JobState
+from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_landings
-from orchestrator.jobs.scheduler import OPEN_STATES, Scheduler
+from orchestrator.jobs.scheduler import OPEN_STATES, JobError, Scheduler
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
-from orchestrator.runners import registry
+from orchestrator.runners import Runner, registry
 from orchestrator.runners import sandbox as sandboxes
 from orchestrator.service import intake
 from orchestrator.service.spool import Spool
@@ -104,6 +106,11 @@ class Daemon:
             runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
             for repo in sorted({j.repo for j in await store.jobs()}):
+                # Half-made worktrees first: they make every `git worktree list` in the repo fail.
+                with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
+                    await asyncio.to_thread(
+                        git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
+                    )
                 with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                     await pool.recover(Path(repo))
             board = Board(store)
@@ -112,6 +119,8 @@ class Daemon:
             scheduler = Scheduler(
                 board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates
             )
+            if self.cfg.jobs.requeue_interrupted:
+                await requeue_interrupted(scheduler, runners)
             # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
             chat = ChatPlane(
                 store,
@@ -187,6 +196,25 @@ class Daemon:
             os.umask(old)
         os.chmod(sock, 0o600)
         return runner
+
+async def requeue_interrupted(scheduler: Scheduler, runners: dict[str, Runner]) -> list[int]:
+    """`jobs.requeue_interrupted`: put interrupted jobs back in the queue on start, for runners that declare
+    themselves safe to re-run (`rerun_safe = True`); the interrupted attempt is kept on its own branch."""
+    requeued = []
+    for job in await scheduler.board.store.jobs([JobState.INTERRUPTED]):
+        runner = runners.get(job.runner)
+        if not getattr(runner, "rerun_safe", False):
+            continue
+        try:
+            await scheduler.retry(job.id)
+        except JobError as e:
+            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_REQUEUED, requeued=False, reason=str(e))
+            continue
+        requeued.append(job.id)
+    if requeued:
+        olog.get().info(olog.Event.JOB_REQUEUED, jobs=requeued, why="interrupted by a daemon stop")
+    return requeued
+
 
 
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:

@@ -5,22 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from pathlib import Path
 
+from orchestrator.runners import process
 from tests.conftest import git
-from tests.harness import Daemon
-from tests.harness import until as _until
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests.harness import Daemon, until
 
 
 def restart(daemon_factory, d: Daemon, name: str) -> Daemon:  # type: ignore[no-untyped-def]
@@ -43,15 +33,15 @@ def test_runner_of_a_killed_daemon_is_ended_before_the_retry(make_repo, daemon_f
         "--path",
         "a.txt",
     )
-    worktree = Path(_until("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
-    lines = _until("the job to write", lambda: (worktree / "a.txt").exists() and (worktree / "a.txt").read_text())
+    worktree = Path(until("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
+    lines = until("the job to write", lambda: (worktree / "a.txt").exists() and (worktree / "a.txt").read_text())
     old_pid = int(lines.split()[0])
     d.kill()
-    assert _alive(old_pid), "the runner outlives a kill -9 of its daemon (its own process group)"
+    assert process.alive(old_pid), "the runner outlives a kill -9 of its daemon (its own process group)"
     ctl.write_text("5\n")
 
     d2 = restart(daemon_factory, d, "second")
-    assert not _alive(old_pid), "the restarted daemon ended the dead daemon's runner"
+    assert not process.alive(old_pid), "the restarted daemon ended the dead daemon's runner"
     assert d2.cli_json("show", str(job))["state"] == "interrupted"
     assert d2.cli("retry", str(job)).returncode == 0
     assert d2.cli("wait", str(job), "--timeout", "60").returncode == 0
@@ -108,7 +98,7 @@ def test_landing_killed_after_the_ref_moved_is_finished_on_restart(make_repo, da
     git(repo, "config", "core.fsmonitor", str(hook))
     d = daemon_factory().start()
     job = d.enqueue(repo, "echo new > a.txt", "--path", "a.txt")
-    _until("main to move and the checkout update to stall", mark.exists, timeout=60)
+    until("main to move and the checkout update to stall", mark.exists, timeout=60)
     assert git(repo, "rev-parse", "main") != old
     kill_tree(d)
 
@@ -144,3 +134,22 @@ def test_job_that_deletes_its_git_file_fails_and_commits_nowhere(make_repo, daem
     assert git(outer, "rev-parse", "HEAD") == outer_head, "nothing was committed into the outer repository"
     assert git(outer, "for-each-ref", "--format=%(refname)") == "refs/heads/main"
     assert git(repo, "rev-parse", "main") == outer_head
+
+
+def test_half_made_check_worktree_is_removed_on_start(make_repo, tmp_path):
+    """A `git worktree add` killed before it wrote `commondir` breaks `git worktree list`; recovery removes it."""
+    from orchestrator.git.landing import remove_stale_scratch
+
+    repo = make_repo()
+    scratch = tmp_path / "state" / "scratch"
+    half = scratch / "orchestrator-check-x" / "abc"
+    half.mkdir(parents=True)
+    admin = repo / ".git" / "worktrees" / "abc"
+    admin.mkdir(parents=True)
+    (admin / "locked").write_text("initializing")
+    (admin / "gitdir").write_text(f"{half}/.git\n")
+    (admin / "commondir").write_text("")  # created, never written: the kill came in between
+    assert subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True).returncode != 0
+    remove_stale_scratch(repo, scratch, tmp_path / "state")
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert not admin.exists() and not half.parent.exists()

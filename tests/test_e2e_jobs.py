@@ -113,7 +113,7 @@ def test_touching_an_unclaimed_path_raises_overlap_within_a_second(started, tmp_
     escaper = d.enqueue(
         repo, f"sleep 0.3; echo sneaky > src/a.py; date +%s.%N > {wrote}; {wait_for_file(gate)}", "--path", "src/b.py"
     )
-    until(lambda: wrote.exists(), what="the escaping write")
+    until(lambda: wrote.exists() and wrote.read_text().strip(), what="the escaping write")  # the shell creates it first
     written = float(wrote.read_text())
 
     def overlap_seen() -> bool:

@@ -15,14 +15,6 @@ from orchestrator.runners import process
 from orchestrator.runners.process import CallbackOwner, Group
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return process._stat(pid) is not None and process._stat(pid)[0] != "Z"  # type: ignore[index]
-
-
 async def test_owner_records_the_group_before_the_command_runs(tmp_path: Path) -> None:
     """The command does nothing until the owner has recorded its group; it ends disowned and empty."""
     marker = tmp_path / "ran"

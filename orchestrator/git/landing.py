@@ -106,8 +106,9 @@ def advance(
     HEAD_MOVED if it does not (nothing changed); USER_DIRTY if a checkout of the branch has uncommitted
     work at paths that differ between the two heads (nothing changed); else LANDED, with every checkout
     of the branch updated in index and work tree. Reflog message: "orchestrator: land job N".
-    When a checkout is on the branch, the intent is stored in `journal` before the ref moves and cleared
-    once the checkouts are level again (see git/journal.py), so a crash in between is recoverable.
+    When a checkout is on the branch, the intent is stored in `journal` before our first git command in
+    it (the dry run takes its index.lock) and cleared once the checkouts are level again (see
+    git/journal.py), so a crash anywhere in between is recoverable.
     """
     repo = repos.open_repo(repo_path)
     refname = _refname(branch)
@@ -118,14 +119,8 @@ def advance(
         return _head_moved(branch, str(old), str(ref.target))
 
     checkouts = _checkouts_on(repo_path, refname)
-    if checkouts:
-        changed = repos.changed_paths(repo_path, str(old), str(new))
-        for checkout in checkouts:
-            blocked = _in_the_way(checkout, changed) or _dry_run(checkout, old, new)
-            if blocked:
-                return _user_dirty(branch, str(old), checkout, *blocked)
-
     journal = journal or NoJournal()
+    # Before our first git command in a checkout: a crash from here on may leave its index.lock behind.
     token = (
         journal.begin(
             Intent(str(repo_path), refname, str(old), str(new), tuple(map(str, checkouts)), job_id, time.time())
@@ -133,6 +128,14 @@ def advance(
         if checkouts
         else None
     )
+    if checkouts:
+        changed = repos.changed_paths(repo_path, str(old), str(new))
+        for checkout in checkouts:
+            blocked = _in_the_way(checkout, changed) or _dry_run(checkout, old, new)
+            if blocked:
+                journal.end(token)
+                return _user_dirty(branch, str(old), checkout, *blocked)
+
     what = f"land job {job_id}" if job_id is not None else "land"
     try:
         ref.set_target(new, f"orchestrator: {what}")  # CAS against the target `ref` was looked up with
@@ -324,6 +327,38 @@ async def _run_command(
         what=f"landing check in {cwd}",
     )
     return CheckResult(ok=done.ok, returncode=done.returncode, output_tail=done.output_tail, timed_out=done.timed_out)
+
+
+def remove_stale_scratch(repo_path: Path, scratch_root: Path, state_root: Path | None = None) -> list[str]:
+    """On start: the landing-check worktrees a killed daemon left under `scratch_root` for this repo, removed.
+
+    First the admin dirs that a `git worktree add` of ours (under `state_root`, default `scratch_root`)
+    killed half-way left with an empty or no `commondir`: git itself then fails every `git worktree list`
+    in the repository, the user's included.
+    """
+    root = scratch_root.resolve()
+    ours = (state_root or scratch_root).resolve()
+    admin_root = repos.common_dir(repos.open_repo(repo_path)) / "worktrees"
+    for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
+        pointer = admin / "gitdir"
+        common = admin / "commondir"
+        if (common.is_file() and common.stat().st_size > 0) or not pointer.is_file():
+            continue
+        target = Path(pointer.read_text().strip()).parent.resolve()
+        if target.is_relative_to(ours):
+            shutil.rmtree(admin, ignore_errors=True)
+            shutil.rmtree(target, ignore_errors=True)
+            if target.parent.is_relative_to(root) and target.parent != root:
+                shutil.rmtree(target.parent, ignore_errors=True)
+    listing = _git(repo_path, "worktree", "list", "--porcelain")
+    stale = [
+        Path(line.removeprefix("worktree "))
+        for line in listing.stdout.splitlines()
+        if line.startswith("worktree ") and Path(line.removeprefix("worktree ")).resolve().is_relative_to(root)
+    ]
+    for worktree in stale:
+        _remove_scratch(repo_path, worktree, worktree.parent)
+    return [str(w) for w in stale]
 
 
 def _remove_scratch(repo_path: Path, worktree: Path, scratch: Path) -> None:

@@ -194,7 +194,7 @@ class WorktreePool:
         """
         st = await self._state(repo)
         async with st.lock:
-            live = await asyncio.to_thread(_prune_ours, st.path, st.home)
+            live = await asyncio.to_thread(_prune_ours, st.path, st.home, recovering=True)
         jobs: set[int] = set()
         adopted: list[_Warm] = []
         st.pool.clear()
@@ -392,11 +392,13 @@ def _unregister(repo: Path, home: Path, path: Path, trash: Path) -> bool:
     return moved
 
 
-def _prune_ours(repo: Path, home: Path) -> set[Path]:
+def _prune_ours(repo: Path, home: Path, *, recovering: bool = False) -> set[Path]:
     """Drop git's metadata for our worktrees whose directories are gone; return the live ones under home.
 
     Per worktree, not `git worktree prune`: that would also drop the user's own worktrees on a
-    drive that is merely unmounted.
+    drive that is merely unmounted. Ours are pruned even when locked: a `git worktree add` killed
+    with the daemon leaves its "initializing" lock behind, and then git refuses to delete the branch
+    of a worktree whose directory is long gone. On recovery the live ones are unlocked for the same reason.
     """
     r = repos.open_repo(repo)
     live: set[Path] = set()
@@ -405,8 +407,10 @@ def _prune_ours(repo: Path, home: Path) -> set[Path]:
         path = Path(wt.path)
         if not path.is_relative_to(home):
             continue
-        if wt.is_prunable:
+        if not path.exists():
             wt.prune(True)
-        else:
-            live.add(path)
+            continue
+        if recovering:
+            (Path(r.path) / "worktrees" / name / "locked").unlink(missing_ok=True)
+        live.add(path)
     return live

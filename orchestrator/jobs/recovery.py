@@ -144,3 +144,4 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
                 await board.update(job.id, event="landing_recovered", data=data, reason=message)
         await store.journal_end(entry)
     return settled
+

@@ -54,11 +54,11 @@ class AttemptKept(Exception):
     """The attempt's leftovers could not be committed, so its worktree is kept as it is; the message says what to do."""
 
 
-def _commit_leftovers(job: Job) -> None:
+def _commit_leftovers(job: Job, worktree: Path) -> None:
     """Commit whatever the attempt left uncommitted in its worktree, so retiring it loses nothing."""
-    if job.worktree and job.base and Path(job.worktree).exists():
+    if job.base and worktree.exists():
         commits.commit_worktree(
-            Path(job.worktree),
+            worktree,
             message=f"orchestrator: job {job.id} attempt {job.attempts + 1}, kept",
             job_id=job.id,
             base=job.base,
@@ -74,12 +74,14 @@ async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
     """
     repo = Path(job.repo)
     log = olog.get(job_id=job.id, repo=job.repo)
+    # Where the pool put it, not only `job.worktree`: a crash may come between the checkout and that record.
+    worktree = Path(job.worktree) if job.worktree else pool.path_for(repo, job.id)
     try:
-        await asyncio.to_thread(_commit_leftovers, job)
+        await asyncio.to_thread(_commit_leftovers, job, worktree)
     except (pygit2.GitError, repos.RepoError, OSError, KeyError, ValueError) as e:
-        log.warning(olog.Event.ATTEMPT_KEPT, worktree=job.worktree, error=f"{type(e).__name__}: {e}")
+        log.warning(olog.Event.ATTEMPT_KEPT, worktree=str(worktree), error=f"{type(e).__name__}: {e}")
         raise AttemptKept(
-            f"job {job.id}'s previous attempt left uncommitted work in {job.worktree} that could not be "
+            f"job {job.id}'s previous attempt left uncommitted work in {worktree} that could not be "
             f"committed ({type(e).__name__}: {e}); the worktree is kept as it is: save what you need from it, "
             f"then `orchestrator clean {job.id}` and retry"
         ) from e
@@ -87,7 +89,7 @@ async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
         await pool.release(repo, job.id, keep=False, delete_branch=False)
     except (WorktreeError, OSError) as e:
         # The work is committed on the branch; only the directory stays behind (`clean` removes it).
-        log.warning(olog.Event.WORKTREE_ERROR, worktree=job.worktree, error=f"{type(e).__name__}: {e}")
+        log.warning(olog.Event.WORKTREE_ERROR, worktree=str(worktree), error=f"{type(e).__name__}: {e}")
     return await asyncio.to_thread(_keep_branch, repo, job)
 
 

@@ -458,7 +458,8 @@ class Scheduler:
                 f"job {job_id} is {job.state}; only failed, cancelled, conflicted or interrupted jobs can be retried"
             )
         try:
-            kept = await retire_attempt(self.pool, job) if job.worktree or job.result else None
+            # Always: a crash may leave a worktree or branch the job's record does not name yet.
+            kept = await retire_attempt(self.pool, job)
         except AttemptKept as e:
             raise JobError(str(e)) from None
         job = await self.board.update(

@@ -66,6 +66,9 @@ def note(path: Path, line: str) -> None:
 
 
 class Runner(Protocol):
+    """A runner may also set `rerun_safe = True`: running a job again from scratch is harmless, so
+    `jobs.requeue_interrupted` re-queues its interrupted jobs when the daemon starts."""
+
     name: str
 
     async def run(self, ctx: RunContext) -> RunResult: ...

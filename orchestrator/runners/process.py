@@ -378,6 +378,12 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
     return fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19])
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    st = _stat(pid)
+    return st is not None and st[0] != "Z"
+
+
 def _start_time(pid: int) -> int:
     st = _stat(pid)
     return st[3] if st else 0

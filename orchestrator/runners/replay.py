@@ -130,6 +130,7 @@ def _paths(diff: pygit2.Diff) -> set[str]:
 
 class ReplayRunner:
     name = "replay"
+    rerun_safe = True  # applies a recorded change to a fresh worktree: the same result every time
 
     async def run(self, ctx: RunContext) -> RunResult:
         try:

@@ -29,6 +29,8 @@ def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:
 
 class ShellRunner:
     name = "shell"
+    rerun_safe = True
+    """Each attempt runs in a fresh worktree (the last one kept on its branch): safe to re-queue on start."""
 
     def __init__(self, sandbox: Sandbox | None = None) -> None:
         self.sandbox = sandbox or Sandbox()
