@@ -236,7 +236,7 @@ class Api:
             except ValueError:
                 raise BadRequest(f"unknown state in {states!r}: use {', '.join(s.value for s in JobState)}") from None
         jobs = await self.store.jobs(wanted)
-        return web.json_response({"jobs": [j.to_json() for j in jobs]})
+        return web.json_response({"jobs": [self.scheduler.live(j).to_json() for j in jobs]})
 
     async def show(self, request: web.Request) -> web.Response:
         job = await self.scheduler.get(_job_id(request))
@@ -391,7 +391,7 @@ class Api:
             resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
             await resp.prepare(request)
             jobs = await self.store.jobs()
-            await _send(resp, {"type": "snapshot", "jobs": [j.to_json() for j in jobs]})
+            await _send(resp, {"type": "snapshot", "jobs": [self.scheduler.live(j).to_json() for j in jobs]})
             state = self._state_json()
             await _send(resp, state)
             while not sub.overflowed:

@@ -60,11 +60,13 @@ def daemon(burst: bool, grace: float) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name", type=click.Choice(["admission", "worktrees", "hook", "chat", "predict", "crash"]))
+@click.argument(
+    "name", type=click.Choice(["admission", "worktrees", "hook", "chat", "predict", "crash", "jobs", "load"])
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
     """Benchmark mode: `admission`, `worktrees`, `hook`, `chat`, `predict` (claims vs history), `crash`
-    (kill -9 the daemon, check nothing is lost); --help for each."""
+    (kill -9 the daemon, check nothing is lost), `jobs` (replay a history), `load`; --help for each."""
     import importlib
 
     importlib.import_module(f"orchestrator.bench.{name}").main(list(args))

@@ -202,7 +202,7 @@ barriers = []
 retry_on_conflict = true  # re-queue a conflicted landing on the new head
 max_attempts = 3
 timeout = 3600            # seconds a runner may take
-warm_worktrees = 2        # pooled worktrees per repo
+warm_worktrees = 2        # pooled worktrees per repo (raised to min(per_repo, max_concurrent))
 default_runner = "shell"
 # Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
 # {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).

@@ -104,7 +104,7 @@ class Daemon:
             claude = SharedClaude(self.cfg.anthropic)
             sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
             runners = registry(self.cfg, claude, sandbox)
-            pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
+            pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
             for repo in sorted({j.repo for j in await store.jobs()}):
                 # Half-made worktrees first: they make every `git worktree list` in the repo fail.
                 with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
@@ -215,6 +215,11 @@ async def requeue_interrupted(scheduler: Scheduler, runners: dict[str, Runner]) 
         olog.get().info(olog.Event.JOB_REQUEUED, jobs=requeued, why="interrupted by a daemon stop")
     return requeued
 
+
+
+def warm_size(cfg: Config) -> int:
+    """Warm worktrees per repo: at least one per slot a repo can fill, so a start rarely waits for a checkout."""
+    return max(cfg.jobs.warm_worktrees, min(cfg.jobs.per_repo, cfg.jobs.max_concurrent))
 
 
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
