@@ -238,6 +238,13 @@ max_retry_wait = 60                # cap on one wait, whatever retry-after says
 [daemon]
 shutdown_timeout = 10
 
+[plan]
+planner = "auto"          # auto | local | claude | ollama (auto: a configured model, else local evidence)
+concurrency = 4           # plans at once
+deadline = 60             # seconds; then the job goes on with local evidence
+prompt_tokens = 6000      # file list and snippets in a model's planning prompt
+calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
+
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
 max_turns = 60
 max_tokens = 2000000      # input + output + cache tokens across the job
@@ -263,13 +270,6 @@ output_cap = 20000        # characters of tool output the model sees
 # pass_env = ["OPENAI_API_KEY"]
 # scratch_home = true
 # home_files = [".codex"]
-
-[plan]
-planner = "auto"          # auto | local | claude | ollama (auto: a configured model, else local evidence)
-concurrency = 4           # plans at once
-deadline = 60             # seconds; then the job goes on with local evidence
-prompt_tokens = 6000      # file list and snippets in a model's planning prompt
-calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
 
 # Per repository (its absolute path):
 # [repos."/home/me/src/project"]
@@ -376,7 +376,7 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     """Build a `Config` from parsed TOML and environment overrides."""
     sections = {
         "jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig,
-        "chat": ChatConfig, "agent": AgentConfig, "plan": PlanConfig,
+        "chat": ChatConfig, "plan": PlanConfig, "agent": AgentConfig,
     }  # fmt: skip
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

@@ -126,12 +126,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
     """,
-    # 5: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
-    """
-    ALTER TABLE jobs ADD COLUMN usage TEXT;
-    ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
-    """,
-    # 6: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
+    # 5: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
     # and each repository's mined change history (co-change evidence), extended incrementally.
     """
     ALTER TABLE jobs ADD COLUMN plan_text TEXT NOT NULL DEFAULT '';
@@ -142,6 +137,11 @@ MIGRATIONS: tuple[str, ...] = (
         changes TEXT NOT NULL,
         at REAL NOT NULL
     );
+    """,
+    # 6: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
+    """
+    ALTER TABLE jobs ADD COLUMN usage TEXT;
+    ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
     """,
 )
 
@@ -171,7 +171,7 @@ _JSON_LIST = {"after", "declared", "actual", "land_after", "evidence"}
 _COLUMNS = [
     "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
     "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code", "argv", "code", "usage", "land", "plan_text", "evidence",
+    "reason", "decision", "exit_code", "argv", "code", "plan_text", "evidence", "usage", "land",
 ]  # fmt: skip
 
 
@@ -214,10 +214,10 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
         exit_code=row["exit_code"],
         argv=tuple(json.loads(row["argv"])) if row["argv"] else None,
         code=row["code"],
-        usage=json.loads(row["usage"]) if row["usage"] else None,
-        land=row["land"],
         plan_text=row["plan_text"],
         evidence=tuple(json.loads(row["evidence"])),
+        usage=json.loads(row["usage"]) if row["usage"] else None,
+        land=row["land"],
     )
 
 

@@ -44,14 +44,14 @@ class Job:
     """The exact argv to run (`enqueue -- cmd arg ...`), never re-split; None when `text` is the job."""
     code: str = ""
     """The closed code of `reason`: a `models.Code`, or the admission `Reason` while it waits."""
-    usage: dict[str, Any] | None = None
-    """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
-    land: str = "auto"
-    """`auto`: lands when it finishes; `review`: waits `ready` for `orchestrator land` or `reject`."""
     plan_text: str = ""
     """The model's plan for the job ("" when no model planned it): the runner starts from it."""
     evidence: tuple[dict[str, str], ...] = ()
     """Why each claimed path is there: `{"path", "kind", "why"}` per entry (see `plan.base.Evidence`)."""
+    usage: dict[str, Any] | None = None
+    """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
+    land: str = "auto"
+    """`auto`: lands when it finishes; `review`: waits `ready` for `orchestrator land` or `reject`."""
 
     @property
     def subject(self) -> str:

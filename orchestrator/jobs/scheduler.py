@@ -32,7 +32,7 @@ from orchestrator.core.models import (
     Outcome,
     Reason,
     Snapshot,
-)  # fmt: skip
+)
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import retire, review, rounds
@@ -43,7 +43,6 @@ from orchestrator.jobs.notify import Notifier
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.recovery import StoreOwner
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
-from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
@@ -100,7 +99,6 @@ class Scheduler:
         grace: float = 2.0,
         planner: Planner | None = None,
         gates: dict[str, Any] | None = None,
-        claude: SharedClaude | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -131,7 +129,7 @@ class Scheduler:
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.planning = Planning(
             board,
-            planner or composite.build(cfg, board.store, gates, claude),
+            planner or composite.build(cfg, board.store, gates),
             cfg.plan.concurrency,
             cfg.plan.deadline,
             self.wake,

@@ -26,6 +26,11 @@ class RunContext:
     grace: float = KILL_GRACE
     """Seconds between SIGTERM and SIGKILL when the job times out or the daemon stops."""
 
+    @property
+    def plan(self) -> str:
+        """The model's pre-plan for the job ("" when none planned it): start from it, do not plan again."""
+        return self.job.plan_text
+
     def process_options(self) -> dict[str, Any]:
         """What every `process.run` of this job shares: its worktree, log, cap, grace, owner, private dir."""
         return {
@@ -36,11 +41,6 @@ class RunContext:
             "owner": self.owner,
             "script_dir": self.private_dir,
         }
-
-    @property
-    def plan(self) -> str:
-        """The model's pre-plan for the job ("" when none planned it): start from it, do not plan again."""
-        return self.job.plan_text
 
 
 @dataclass(frozen=True, slots=True)
