@@ -43,6 +43,7 @@ from orchestrator.jobs.notify import Notifier
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.recovery import StoreOwner
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
@@ -99,6 +100,7 @@ class Scheduler:
         grace: float = 2.0,
         planner: Planner | None = None,
         gates: dict[str, Any] | None = None,
+        claude: SharedClaude | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -129,7 +131,7 @@ class Scheduler:
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.planning = Planning(
             board,
-            planner or composite.build(cfg, board.store, gates),
+            planner or composite.build(cfg, board.store, gates, claude),
             cfg.plan.concurrency,
             cfg.plan.deadline,
             self.wake,
