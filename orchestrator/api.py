@@ -138,6 +138,9 @@ class Api:
                 web.get("/jobs/{id}", self.show),
                 web.get("/jobs/{id}/why", self.why),
                 web.post("/jobs/{id}/cancel", self.cancel),
+                web.post("/jobs/{id}/land", self.land),
+                web.post("/jobs/{id}/reject", self.reject),
+                web.get("/jobs/{id}/diff", self.diff),
                 web.post("/jobs/{id}/retry", self.retry),
                 web.get("/jobs/{id}/log", self.log),
                 web.post("/jobs/{id}/clean", self.clean),
@@ -186,6 +189,9 @@ class Api:
         runner = _field(data, "runner", str) or self.scheduler.cfg.jobs.default_runner
         if runner not in self.runners:
             raise BadRequest(f"unknown runner {runner!r}: use one of {', '.join(sorted(self.runners))}")
+        land = _field(data, "land", str) or self.scheduler.cfg.land_mode(str(repo))
+        if land not in ("auto", "review"):
+            raise BadRequest(f"--land {land!r}: use auto (land when finished) or review (wait for `orchestrator land`)")
         priority = _field(data, "priority", int, default=0)
         after = _int_list(data, "after")
         for dep in after:
@@ -201,6 +207,7 @@ class Api:
             declared=sorted(claim.paths),
             claim=claim,
             argv=argv,
+            land=land,
             ticket=ticket,
         )
         olog.get(job_id=job.id, repo=job.repo).info(
@@ -229,7 +236,7 @@ class Api:
             except ValueError:
                 raise BadRequest(f"unknown state in {states!r}: use {', '.join(s.value for s in JobState)}") from None
         jobs = await self.store.jobs(wanted)
-        return web.json_response({"jobs": [j.to_json() for j in jobs]})
+        return web.json_response({"jobs": [self.scheduler.live(j).to_json() for j in jobs]})
 
     async def show(self, request: web.Request) -> web.Response:
         job = await self.scheduler.get(_job_id(request))
@@ -245,6 +252,20 @@ class Api:
     async def cancel(self, request: web.Request) -> web.Response:
         job = await self.scheduler.cancel(_job_id(request))
         return web.json_response(job.to_json())
+
+    async def land(self, request: web.Request) -> web.Response:
+        job = await self.scheduler.land(_job_id(request))
+        return web.json_response(job.to_json())
+
+    async def reject(self, request: web.Request) -> web.Response:
+        job = await self.scheduler.reject(_job_id(request))
+        return web.json_response(job.to_json())
+
+    async def diff(self, request: web.Request) -> web.Response:
+        against = request.query.get("against", "base")
+        if against not in ("base", "head"):
+            raise BadRequest(f"against={against!r}: use base or head")
+        return web.json_response(await self.scheduler.diff(_job_id(request), against == "head"))
 
     async def retry(self, request: web.Request) -> web.Response:
         job = await self.scheduler.retry(_job_id(request))
@@ -370,7 +391,7 @@ class Api:
             resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
             await resp.prepare(request)
             jobs = await self.store.jobs()
-            await _send(resp, {"type": "snapshot", "jobs": [j.to_json() for j in jobs]})
+            await _send(resp, {"type": "snapshot", "jobs": [self.scheduler.live(j).to_json() for j in jobs]})
             state = self._state_json()
             await _send(resp, state)
             while not sub.overflowed:

@@ -14,7 +14,7 @@ import click
 
 from orchestrator import __version__, paths
 from orchestrator.chat import cli as chat_cli
-from orchestrator.commands import jobs, predict, queue, service, settings, status, watch
+from orchestrator.commands import jobs, predict, queue, review, service, settings, status, watch
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -59,12 +59,16 @@ def daemon(burst: bool, grace: float) -> None:
     sys.exit(daemon_mod.run(cfg, p, burst=burst, grace=grace))
 
 
+BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "predict"]
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name", type=click.Choice(["admission", "worktrees", "hook", "chat", "predict", "crash"]))
+@click.argument("name", type=click.Choice(BENCHES))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
-    """Benchmark mode: `admission`, `worktrees`, `hook`, `chat`, `predict` (claims vs history), `crash`
-    (kill -9 the daemon, check nothing is lost); --help for each."""
+    """Benchmark mode: `admission`, `worktrees` (pooled vs fresh), `hook` (commit time), `chat`, `jobs` (replay a
+    history), `load` (long queues), `predict` (claims vs history), `crash` (kill -9 the daemon, check nothing is
+    lost); --help for each."""
     import importlib
 
     importlib.import_module(f"orchestrator.bench.{name}").main(list(args))
@@ -95,6 +99,9 @@ main.add_command(chat_cli.chat)
 main.add_command(queue.pause)
 main.add_command(queue.resume)
 main.add_command(queue.limit)
+main.add_command(review.diff)
+main.add_command(review.land)
+main.add_command(review.reject)
 main.add_command(predict.stats)
 main.add_command(watch.watch)
 main.add_command(settings.config)

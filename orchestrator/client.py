@@ -144,6 +144,15 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel", {})
 
+    def land(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/land", {})
+
+    def reject(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/reject", {})
+
+    def diff(self, job_id: int, against: str = "base") -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{job_id}/diff?against={against}")
+
     def retry(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/retry", {})
 

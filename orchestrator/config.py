@@ -2,7 +2,7 @@
 
 An invalid file is a `ConfigError` naming the key; the CLI exits 78 (EX_CONFIG) on it.
 Environment overrides: `MAX_CONCURRENT_JOBS` (as in the seed), `OLLAMA_HOST`, `OLLAMA_NUM_PARALLEL`,
-`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`.
+`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `ORCHESTRATOR_SANDBOX` (jobs.sandbox).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, get_type_hints
 from orchestrator.core.models import LAND_STYLES, Policy
 
 EX_CONFIG = 78
+BUILTIN_RUNNERS = ("shell", "replay", "claude")
 
 
 class ConfigError(ValueError):
@@ -48,6 +49,10 @@ class JobsConfig:
     log_max_bytes: int = 50 * 1024 * 1024
     kill_grace: float = 5.0
     requeue_interrupted: bool = False
+    sandbox: str = "auto"
+    """`auto` | `bwrap` | `none`: confine shell and command jobs with bubblewrap (env ORCHESTRATOR_SANDBOX)."""
+    land: str = "auto"
+    """`auto` lands a finished job at once; `review` holds it `ready` until `orchestrator land` or `reject`."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,40 @@ class RepoConfig:
     check_timeout: float = 900.0
     mergeable: tuple[str, ...] = ()
     land_style: str = "merge"
+    land: str = ""
+    """`auto` | `review` for this repository (empty: `jobs.land`)."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Budgets of the built-in `claude` runner, per job (its model is `anthropic.model`)."""
+
+    max_turns: int = 60
+    max_tokens: int = 2_000_000
+    """Input, output and cache tokens together, across the job's turns."""
+    max_seconds: float = 1800.0
+    response_tokens: int = 8192
+    """`max_tokens` of each model response."""
+    run_timeout: float = 300.0
+    """Longest a `run` tool command may take."""
+    output_cap: int = 20_000
+    """Characters of a tool's output the model sees."""
+
+
+@dataclass(frozen=True)
+class RunnerTemplate:
+    """A `command` runner: an agent CLI run with the job's prompt as one argument (`[runners.NAME]`)."""
+
+    argv: tuple[str, ...] = ()
+    """The command; `{prompt}`, `{plan}`, `{worktree}`, `{job_id}` in an argument are replaced (never a shell)."""
+    pass_env: tuple[str, ...] = ()
+    """Variables of the daemon's environment the command may see beyond the basic ones (PATH, HOME, ...)."""
+    scratch_home: bool = False
+    """Give each job its own HOME (a copy of `home_files`), for CLIs whose config breaks under concurrency."""
+    home_files: tuple[str, ...] = ()
+    """Entries of the real HOME copied into a scratch HOME, e.g. [".claude.json", ".claude"]."""
+    timeout: float = 0.0
+    """Seconds the command may take (0: `jobs.timeout`)."""
 
 
 @dataclass(frozen=True)
@@ -127,9 +166,15 @@ class Config:
     plan: PlanConfig = field(default_factory=PlanConfig)
     chat: ChatConfig = field(default_factory=ChatConfig)
     repos: Mapping[str, RepoConfig] = field(default_factory=dict)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    runners: Mapping[str, RunnerTemplate] = field(default_factory=dict)
 
     def repo(self, path: str) -> RepoConfig:
         return self.repos.get(path, RepoConfig())
+
+    def land_mode(self, repo: str) -> str:
+        """`auto` or `review` for jobs of `repo` (the repo's setting, else `jobs.land`)."""
+        return self.repo(repo).land or self.jobs.land
 
     def policy(self) -> Policy:
         j = self.jobs
@@ -157,7 +202,7 @@ barriers = []
 retry_on_conflict = true  # re-queue a conflicted landing on the new head
 max_attempts = 3
 timeout = 3600            # seconds a runner may take
-warm_worktrees = 2        # pooled worktrees per repo
+warm_worktrees = 2        # pooled worktrees per repo (raised to min(per_repo, max_concurrent))
 default_runner = "shell"
 # Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
 # {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).
@@ -165,6 +210,8 @@ default_runner = "shell"
 log_max_bytes = 52428800  # a job's log stops growing here (the log says so)
 kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on timeout or daemon stop
 requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
+sandbox = "auto"          # auto | bwrap | none: bubblewrap for shell and command jobs (env ORCHESTRATOR_SANDBOX)
+land = "auto"             # auto | review: review holds finished jobs `ready` for `orchestrator land ID`
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -198,11 +245,38 @@ deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
 
+[agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
+max_turns = 60
+max_tokens = 2000000      # input + output + cache tokens across the job
+max_seconds = 1800
+response_tokens = 8192
+run_timeout = 300         # its `run` tool, per command
+output_cap = 20000        # characters of tool output the model sees
+
+# Agent CLIs as `command` runners (`--runner NAME`). The prompt is ONE argument, never through a shell;
+# only the variables in pass_env (plus PATH, HOME, LANG, ...) reach the command.
+# [runners.claude-code]
+# argv = ["claude", "-p", "{prompt}", "--permission-mode", "acceptEdits"]
+# pass_env = ["ANTHROPIC_API_KEY"]
+# scratch_home = true                      # a HOME of its own per job ...
+# home_files = [".claude.json", ".claude"] # ... with copies of these
+#
+# [runners.aider]
+# argv = ["aider", "--yes-always", "--no-auto-commits", "--message", "{prompt}"]
+# pass_env = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
+#
+# [runners.codex]
+# argv = ["codex", "exec", "--full-auto", "{prompt}"]
+# pass_env = ["OPENAI_API_KEY"]
+# scratch_home = true
+# home_files = [".codex"]
+
 # Per repository (its absolute path):
 # [repos."/home/me/src/project"]
 # check = "pytest -q"      # run on the merged result before the branch moves
 # check_timeout = 900
 # mergeable = ["docs/changelog/*"]   # more union-mergeable files for this repo
+# land = "review"          # hold finished jobs for `orchestrator diff` / `land` / `reject`
 # land_style = "merge"    # "merge" (merge commits), "rebase" (replayed: linear) or "squash" (one commit per job)
 """
 
@@ -286,13 +360,23 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("anthropic.timeout: must be positive")
     if cfg.anthropic.max_retries < 0:
         raise ConfigError("anthropic.max_retries: must be 0 or more")
+    if cfg.jobs.sandbox not in ("auto", "bwrap", "none"):
+        raise ConfigError(f"jobs.sandbox: {cfg.jobs.sandbox!r}; use auto, bwrap or none")
+    for key, land in [("jobs.land", cfg.jobs.land), *((f'repos."{p}".land', r.land) for p, r in cfg.repos.items())]:
+        if land not in ("auto", "review") and not (land == "" and key != "jobs.land"):
+            raise ConfigError(f"{key}: {land!r}; use auto or review")
+    for name, t in cfg.runners.items():
+        if not t.argv or not t.argv[0]:
+            raise ConfigError(f'runners.{name}.argv: name the command, e.g. ["claude", "-p", "{{prompt}}"]')
+        if name in BUILTIN_RUNNERS:
+            raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
 
 
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     """Build a `Config` from parsed TOML and environment overrides."""
     sections = {
         "jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig,
-        "chat": ChatConfig, "plan": PlanConfig,
+        "chat": ChatConfig, "plan": PlanConfig, "agent": AgentConfig,
     }  # fmt: skip
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -302,12 +386,16 @@ def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             kwargs["repos"] = {
                 str(Path(p).expanduser().resolve()): _section(RepoConfig, f'repos."{p}"', v) for p, v in value.items()
             }
+        elif key == "runners":
+            if not isinstance(value, dict):
+                raise ConfigError("runners: expected tables [runners.NAME] with argv = [...]")
+            kwargs["runners"] = {n: _section(RunnerTemplate, f"runners.{n}", v) for n, v in value.items()}
         elif key in sections:
             if key == "anthropic" and isinstance(value, dict) and "api_key" in value:
                 raise ConfigError("anthropic.api_key: keep secrets out of the config file; set ANTHROPIC_API_KEY")
             kwargs[key] = _section(sections[key], key, value)
         else:
-            raise ConfigError(f"{key}: unknown section (known: {', '.join(sorted([*sections, 'repos']))})")
+            raise ConfigError(f"{key}: unknown section (known: {', '.join(sorted([*sections, 'repos', 'runners']))})")
     cfg = Config(**kwargs)
     cfg = _apply_env(cfg, env)
     _validate(cfg)
@@ -336,6 +424,8 @@ def _apply_env(cfg: Config, env: Mapping[str, str]) -> Config:
         anthropic = dataclasses.replace(anthropic, api_key=Secret(key))
     if url := env.get("ANTHROPIC_BASE_URL"):
         anthropic = dataclasses.replace(anthropic, base_url=url)
+    if sandbox := env.get("ORCHESTRATOR_SANDBOX"):
+        jobs = dataclasses.replace(jobs, sandbox=sandbox)
     return dataclasses.replace(cfg, jobs=jobs, ollama=ollama, anthropic=anthropic)
 
 

@@ -32,8 +32,10 @@ from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_lan
 from orchestrator.jobs.scheduler import OPEN_STATES, JobError, Scheduler
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.runners import Runner, registry
+from orchestrator.runners import sandbox as sandboxes
 from orchestrator.service import intake
 from orchestrator.service.spool import Spool
 from orchestrator.service.systemd import Notifier, status_line
@@ -98,8 +100,11 @@ class Daemon:
             # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
-            runners = registry()
-            pool = WorktreePool(self.paths.worktrees, warm=self.cfg.jobs.warm_worktrees)
+            # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
+            claude = SharedClaude(self.cfg.anthropic)
+            sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+            runners = registry(self.cfg, claude, sandbox)
+            pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
             for repo in sorted({j.repo for j in await store.jobs()}):
                 # Half-made worktrees first: they make every `git worktree list` in the repo fail.
                 with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
@@ -112,7 +117,15 @@ class Daemon:
             # Interrupted landings next: the user's checkouts are level before anything lands again.
             await settle_landings(board, pool)
             scheduler = Scheduler(
-                board, self.cfg, self.paths, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates
+                board,
+                self.cfg,
+                self.paths,
+                pool,
+                runners,
+                burst=self.burst,
+                grace=self.grace,
+                gates=self.gates,
+                claude=claude,
             )
             if self.cfg.jobs.requeue_interrupted:
                 await requeue_interrupted(scheduler, runners)
@@ -163,6 +176,7 @@ class Daemon:
                 log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
             await chat.close()
             await runner.cleanup()
+            await claude.close()
         finally:
             if spool is not None:
                 await spool.close()
@@ -209,6 +223,11 @@ async def requeue_interrupted(scheduler: Scheduler, runners: dict[str, Runner]) 
         olog.get().info(olog.Event.JOB_REQUEUED, jobs=requeued, why="interrupted by a daemon stop")
     return requeued
 
+
+
+def warm_size(cfg: Config) -> int:
+    """Warm worktrees per repo: at least one per slot a repo can fill, so a start rarely waits for a checkout."""
+    return max(cfg.jobs.warm_worktrees, min(cfg.jobs.per_repo, cfg.jobs.max_concurrent))
 
 
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:

@@ -105,6 +105,20 @@ class Event(StrEnum):
     SPOOL_ERROR = "spool.error"
     TICKET_DUPLICATE = "ticket.duplicate"
     TICKET_SUPERSEDED = "ticket.superseded"
+    AGENT_TOOL = "agent.tool"
+    AGENT_DONE = "agent.done"
+    AGENT_BUDGET = "agent.budget"
+    """The built-in agent spent a budget (turns, tokens, time): the job fails with it."""
+    AGENT_PATH_REFUSED = "agent.path_refused"
+    """The agent named a path outside its worktree (`..`, absolute, a symlink out, `.git`): refused."""
+    SANDBOX_READY = "sandbox.ready"
+    SANDBOX_UNAVAILABLE = "sandbox.unavailable"
+    """bubblewrap is missing or does not work here: said once at start, with the reason."""
+    JOB_ESCAPED = "job.escaped"
+    """Without a sandbox, a job changed the user's checkout of its repository: it fails with the paths."""
+    JOB_READY = "job.ready"
+    """Review mode: a finished job waits for `orchestrator land` or `reject`."""
+    JOB_REJECTED = "job.rejected"
 
 
 EVENTS = frozenset(e.value for e in Event)

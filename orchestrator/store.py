@@ -14,7 +14,7 @@ import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,11 @@ MIGRATIONS: tuple[str, ...] = (
         at REAL NOT NULL
     );
     """,
+    # 6: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
+    """
+    ALTER TABLE jobs ADD COLUMN usage TEXT;
+    ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
+    """,
 )
 
 def _private(path: Path) -> None:
@@ -166,7 +171,7 @@ _JSON_LIST = {"after", "declared", "actual", "land_after", "evidence"}
 _COLUMNS = [
     "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
     "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code", "argv", "code", "plan_text", "evidence",
+    "reason", "decision", "exit_code", "argv", "code", "plan_text", "evidence", "usage", "land",
 ]  # fmt: skip
 
 
@@ -175,8 +180,8 @@ def _encode(name: str, value: Any) -> Any:
         return json.dumps(sorted(value) if isinstance(value, frozenset | set) else list(value))
     if name == "claim":
         return json.dumps(value.to_json())
-    if name in ("decision", "argv"):
-        return None if value is None else json.dumps(value if name == "decision" else list(value))
+    if name in ("decision", "argv", "usage"):
+        return None if value is None else json.dumps(list(value) if name == "argv" else value)
     if name == "state":
         return str(value)
     return value
@@ -211,7 +216,19 @@ def _row_to_job(row: aiosqlite.Row) -> Job:
         code=row["code"],
         plan_text=row["plan_text"],
         evidence=tuple(json.loads(row["evidence"])),
+        usage=json.loads(row["usage"]) if row["usage"] else None,
+        land=row["land"],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One job's field changes and event, for `Store.update_many`."""
+
+    job_id: int
+    fields: dict[str, Any]
+    event: str | None = None
+    data: dict[str, Any] | None = None
 
 
 EX_STATE = 65
@@ -231,6 +248,8 @@ class Store:
         self.path = path or "the database"
         # One connection serves every task: transactions must not interleave on it.
         self._tx = asyncio.Lock()
+        # Ids of jobs written since the scheduler last asked (`take_changed`): its rounds re-read only those.
+        self._changed: set[int] = set()
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -298,6 +317,7 @@ class Store:
         claim: Claim | None = None,
         ticket: tuple[str, str | None] | None = None,
         argv: Sequence[str] | None = None,
+        land: str = "auto",
     ) -> Job:
         """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises)."""
         now = time.time()
@@ -314,6 +334,7 @@ class Store:
             claim=claim or Claim(),
             created_at=now,
             argv=None if argv is None else tuple(argv),
+            land=land,
         )
         values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
         async with self._transaction():
@@ -322,6 +343,7 @@ class Store:
             )
             job_id = cur.lastrowid
             assert job_id is not None
+            self._changed.add(job_id)
             await self._event(job_id, "enqueued", {"state": "queued"}, now)
             if ticket is not None:
                 await self._db.execute(
@@ -372,6 +394,30 @@ class Store:
             rows = await cur.fetchall()
         return [_row_to_job(r) for r in rows]
 
+    async def count(self, states: Iterable[JobState]) -> int:
+        """How many jobs are in these states (without reading them)."""
+        names = tuple(str(s) for s in states)
+        sql = f"SELECT count(*) FROM jobs WHERE state IN ({', '.join('?' * len(names))})"
+        async with self._db.execute(sql, names) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def take_changed(self) -> set[int]:
+        """Ids of the jobs written since the last call (for one consumer: the scheduler's rounds)."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    async def get_many(self, ids: Iterable[int]) -> list[Job]:
+        """These jobs (missing ids are left out), by id."""
+        wanted = sorted(set(ids))
+        out: list[Job] = []
+        for i in range(0, len(wanted), 500):  # SQLite caps the number of bound parameters
+            chunk = wanted[i : i + 500]
+            sql = f"SELECT * FROM jobs WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id"
+            async with self._db.execute(sql, chunk) as cur:
+                out += [_row_to_job(r) for r in await cur.fetchall()]
+        return out
+
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The current state of each of these jobs (missing ids are left out)."""
         wanted = sorted(set(ids))
@@ -386,29 +432,38 @@ class Store:
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
     ) -> Job:
         """Change fields of a job and append one event, in one transaction, before anyone acts on it."""
-        unknown = set(fields) - set(_COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown job fields: {sorted(unknown)}")
-        now = time.time()
-        async with self._transaction():
-            if fields:
-                sets = ", ".join(f"{k} = ?" for k in fields)
-                await self._db.execute(
-                    f"UPDATE jobs SET {sets} WHERE id = ?", [*(_encode(k, v) for k, v in fields.items()), job_id]
-                )
-            if event:
-                payload = dict(data or {})
-                if "state" in fields:
-                    payload.setdefault("state", str(fields["state"]))
-                await self._event(job_id, event, payload, now)
+        await self.update_many([Write(job_id, fields, event, data)])
         job = await self.get(job_id)
         if job is None:
             raise KeyError(job_id)
         return job
 
+    async def update_many(self, writes: Sequence[Write]) -> None:
+        """Several jobs' changes and events in one transaction (a scheduler round's batch)."""
+        for w in writes:
+            unknown = set(w.fields) - set(_COLUMNS)
+            if unknown:
+                raise ValueError(f"unknown job fields: {sorted(unknown)}")
+        now = time.time()
+        async with self._transaction():
+            self._changed.update(w.job_id for w in writes)
+            for w in writes:
+                if w.fields:
+                    sets = ", ".join(f"{k} = ?" for k in w.fields)
+                    await self._db.execute(
+                        f"UPDATE jobs SET {sets} WHERE id = ?",
+                        [*(_encode(k, v) for k, v in w.fields.items()), w.job_id],
+                    )
+                if w.event:
+                    payload = dict(w.data or {})
+                    if "state" in w.fields:
+                        payload.setdefault("state", str(w.fields["state"]))
+                    await self._event(w.job_id, w.event, payload, now)
+
     async def delete_job(self, job_id: int) -> None:
         """Forget an ended job: its record and its history (`orchestrator clean`)."""
         async with self._transaction():
+            self._changed.add(job_id)
             await self._db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
             await self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 

@@ -31,7 +31,8 @@ class Daemon:
 
     def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
         self.home = home
-        self.env = {**os.environ, "ORCHESTRATOR_HOME": str(home), **(env or {})}
+        # No bubblewrap unless a test asks for it: jobs in tests coordinate through files outside the repo.
+        self.env = {**os.environ, "ORCHESTRATOR_HOME": str(home), "ORCHESTRATOR_SANDBOX": "none", **(env or {})}
         self.env.pop("JOURNAL_STREAM", None)
         self.log_path = home / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -52,7 +53,7 @@ class Daemon:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None

@@ -1,42 +1,40 @@
 """Admission speed: how long `decide` and `decide_all` take on a long queue in one repo.
 
-Claims come from a real change history (`flask-history.jsonl`: the files of each merged change, at most 8
-per claim) when it is found, else from a synthetic tree. The waiting queue is the history replayed
-(sampled with replacement); the running jobs are mutually disjoint changes, each having touched part of
-its claim. Every waiting job is decided against one snapshot, the way `orchestrator why` would.
+Claims come from a real change history (the packaged `flask-history.jsonl`, or `--history FILE`: the
+files of each merged change, at most 8 per claim), or from a synthetic tree with `--synthetic`. The
+waiting queue is the history replayed (sampled with replacement); the running jobs are mutually disjoint
+changes, each having touched part of its claim. Every waiting job is decided against one snapshot,
+the way `orchestrator why` would.
 
-    python -m orchestrator.bench.admission [--waiting 1000] [--running 16] [--seed 0] [--history PATH]
+    python -m orchestrator.bench.admission [--waiting 1000] [--running 16] [--seed 0] [--history PATH | --synthetic]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestrator.bench.history import HistoryError, bundled, from_file
 from orchestrator.core import admission, claims
 from orchestrator.core.models import Claim, ClaimSource, JobView, Policy, Snapshot
 
-DEFAULT_HISTORY = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "flask-history.jsonl"
+DEFAULT_HISTORY = bundled()
 REPO = "/src/flask"
 MAX_FILES = 8
 
 
 def load_history(path: Path | None) -> list[list[str]]:
-    """The file lists of the changes in a history file; empty when there is none."""
-    if path is None or not path.is_file():
+    """The file lists of the changes in a history file; empty for none (synthetic claims)."""
+    if path is None:
         return []
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            files = [f[0] for f in json.loads(line).get("files", [])]
-            if files:
-                out.append(files)
-    return out
+    try:
+        return [list(c.files) for c in from_file(path)]
+    except HistoryError as e:
+        raise SystemExit(f"orchestrator bench admission: {e}") from None
 
 
 def _synthetic(rng: random.Random) -> list[str]:
@@ -139,8 +137,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--running", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY, help="JSON lines with 'files' per change")
+    parser.add_argument("--synthetic", action="store_true", help="synthetic claims instead of a history")
     args = parser.parse_args(argv)
-    r = run(args.waiting, args.running, args.seed, args.history)
+    r = run(args.waiting, args.running, args.seed, None if args.synthetic else args.history)
     print(f"admission: {r['waiting']} waiting, {r['running']} running, one repo, claims from {r['source']}")
     rows = [
         ("decide, first call (builds index)", r["first_ms"]),

@@ -63,6 +63,11 @@ def job_words(ctx: click.Context, text: tuple[str, ...], *, join: bool = False) 
 @click.option("--runner", help="Runner name (default from config: shell).")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--after", type=int, multiple=True, help="Start only after this job has landed.")
+@click.option(
+    "--land",
+    type=click.Choice(["auto", "review"]),
+    help="auto: land when finished; review: wait `ready` for `orchestrator land ID` (default from config).",
+)
 @json_option
 @click.argument("text", nargs=-1)
 @click.pass_context
@@ -75,6 +80,7 @@ def enqueue(
     runner: str | None,
     priority: int,
     after: tuple[int, ...],
+    land: str | None,
     as_json: bool,
     text: tuple[str, ...],
 ) -> None:
@@ -94,6 +100,8 @@ def enqueue(
         body["branch"] = branch
     if runner:
         body["runner"] = runner
+    if land:
+        body["land"] = land
     job = client().enqueue(**body)
     if as_json:
         emit(job)
@@ -130,6 +138,7 @@ def show(job_id: int, as_json: bool) -> None:
         "created_at",
         "started_at",
         "finished_at",
+        "land",
     ):
         if job.get(key) not in (None, ""):  # a field that does not apply yet is left out, never "None"
             click.echo(f"{key:12} {json.dumps(job[key]) if key == 'argv' else job[key]}")
@@ -138,6 +147,13 @@ def show(job_id: int, as_json: bool) -> None:
         f"(confidence {job['claim']['confidence']}, {job['claim']['source']})"
     )
     click.echo(f"{'actual':12} {', '.join(job['actual']) or '-'}")
+    if u := job.get("usage"):
+        cost = "unknown cost" if u.get("cost_usd") is None else f"${u['cost_usd']:.4f}"
+        click.echo(
+            f"{'usage':12} {u.get('model', '')}: {u.get('calls', 0)} calls, {u.get('input_tokens', 0)} in, "
+            f"{u.get('output_tokens', 0)} out, {u.get('cache_read_tokens', 0)} cache read, "
+            f"{u.get('cache_write_tokens', 0)} cache write tokens; {cost}"
+        )
     click.echo("events:")
     for ev in job["events"]:
         extra = {k: v for k, v in ev.items() if k not in ("at", "kind")}

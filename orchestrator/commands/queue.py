@@ -25,7 +25,7 @@ from orchestrator.commands.common import (
     json_option,
 )
 
-OPEN_STATES = ("queued", "planning", "planned", "running", "landing")
+OPEN_STATES = ("queued", "planning", "planned", "running", "landing", "ready")
 
 
 def _filters(fn: Callable[..., Any]) -> Callable[..., Any]:

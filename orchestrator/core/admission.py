@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from operator import itemgetter
@@ -42,11 +42,13 @@ from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
 from orchestrator.core.models import ALL_REPOS, ROOT, Check, Claim, Decision, JobView, Outcome, Policy, Reason, Snapshot
 
-__all__ = ["clear_caches", "decide", "decide_all", "runs_alone"]
+__all__ = ["clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
 OrderKey = tuple[int, int]
-_id = itemgetter(1)
-K = TypeVar("K")  # the job id of an order key
+BLOCKING_LIMIT = 20
+"""At most this many earlier waiting jobs are listed as blocking a job (Priority): the first in order."""
+_id = itemgetter(1)  # the job id of an order key
+K = TypeVar("K")
 
 
 # ---------------------------------------------------------------------------------------------- facts
@@ -171,12 +173,17 @@ class _Waiting:
             self.under.setdefault(a, []).append(key)
         self.globs.extend((g, key) for g in f.globs)
 
-    def earlier(self, f: _Facts) -> tuple[list[int], list[str]]:
-        """Ids of the earlier jobs that block `f` (sorted), and the paths of `f` that meet them."""
+    def earlier(self, f: _Facts) -> tuple[list[int], list[str], bool]:
+        """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
+        meet them, and whether more block it than are listed. Bounded, so a long queue costs no more per job.
+        """
         key = f.job.order_key
         if f.exclusive:
-            return sorted(map(_id, self.keys[: bisect_left(self.keys, key)])), []
-        found = set(self.exclusive[: bisect_left(self.exclusive, key)])
+            cut = bisect_left(self.keys, key)
+            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT
+        cut = bisect_left(self.exclusive, key)
+        found = set(self.exclusive[: min(cut, BLOCKING_LIMIT)])
+        more = cut > BLOCKING_LIMIT
         hit_paths = []
         for p in sorted(f.counted):
             buckets = _glob_buckets(p, self.names, self.globs)
@@ -189,11 +196,16 @@ class _Waiting:
                 if bucket:
                     cut = bisect_left(bucket, key)
                     if cut:
-                        found.update(bucket[:cut])
+                        # The first BLOCKING_LIMIT of each bucket hold the first BLOCKING_LIMIT of their union.
+                        found.update(bucket[: min(cut, BLOCKING_LIMIT)])
+                        more = more or cut > BLOCKING_LIMIT
                         hit = True
             if hit:
                 hit_paths.append(p)
-        return sorted(map(_id, found)), hit_paths
+        first = sorted(found)
+        if len(first) > BLOCKING_LIMIT:
+            first, more = first[:BLOCKING_LIMIT], True
+        return sorted(map(_id, first)), hit_paths, more
 
 
 class _Active:
@@ -321,17 +333,20 @@ def decide(job: JobView, snapshot: Snapshot) -> Decision:
 
 def decide_all(snapshot: Snapshot) -> list[Decision]:
     """Decide every waiting job in `order_key` order; each admitted job counts as active for the next."""
+    return list(iter_decisions(snapshot))
+
+
+def iter_decisions(snapshot: Snapshot) -> Iterator[Decision]:
+    """`decide_all`, one decision at a time: a caller can act on an admission before the queue's tail is decided."""
     state = _State(snapshot)
-    out = []
     for job in sorted(snapshot.waiting, key=_order):
         f = _facts(job, snapshot.policy)
         d = _decide(f, snapshot, state)
-        out.append(d)
+        yield d
         if d.admitted:
             state.add_active(f)
         elif _ready(job, snapshot):
             state.add_waiting(f)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,9 +486,9 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
 
     # 7. Earlier waiting jobs it conflicts with go first.
     waiting = st.waiting.get(job.repo)
-    early, early_paths = waiting.earlier(f) if waiting is not None else ([], [])
+    early, early_paths, more = waiting.earlier(f) if waiting is not None else ([], [], False)
     if early:
-        count = _n(len(early), "earlier waiting job")
+        count = ("at least " if more else "") + _n(len(early), "earlier waiting job")
         if f.exclusive:
             msg = f"runs alone after {count} in repo: {_jobs(early, bare=True)}"
         else:

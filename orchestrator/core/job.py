@@ -48,6 +48,10 @@ class Job:
     """The model's plan for the job ("" when no model planned it): the runner starts from it."""
     evidence: tuple[dict[str, str], ...] = ()
     """Why each claimed path is there: `{"path", "kind", "why"}` per entry (see `plan.base.Evidence`)."""
+    usage: dict[str, Any] | None = None
+    """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
+    land: str = "auto"
+    """`auto`: lands when it finishes; `review`: waits `ready` for `orchestrator land` or `reject`."""
 
     @property
     def subject(self) -> str:
@@ -99,6 +103,8 @@ class Job:
             "exit_code": self.exit_code,
             "argv": None if self.argv is None else list(self.argv),
             "code": self.code,
+            "usage": self.usage,
+            "land": self.land,
             "decision": self.decision,
             "plan_text": self.plan_text,
             "evidence": list(self.evidence),

@@ -24,6 +24,8 @@ class JobState(StrEnum):
     """Admitted: its runner works in its own worktree."""
     LANDING = "landing"
     """Finished with changes; waits for, or is in, its branch's landing queue."""
+    READY = "ready"
+    """Review mode: finished with changes, its result commit on its branch; waits for `land` or `reject`."""
     LANDED = "landed"
     """Its changes are on the target branch."""
     CONFLICTED = "conflicted"
@@ -42,8 +44,11 @@ class JobState(StrEnum):
     @property
     def active(self) -> bool:
         """Holds paths of its repo: admission must keep others away from them."""
-        return self in (JobState.RUNNING, JobState.LANDING)
+        return self in ACTIVE_STATES
 
+
+ACTIVE_STATES = (JobState.RUNNING, JobState.LANDING, JobState.READY)
+"""States whose jobs hold paths of their repo (a ready job's paths stay taken until it lands or is rejected)."""
 
 TERMINAL_STATES = frozenset(
     {JobState.LANDED, JobState.CONFLICTED, JobState.FAILED, JobState.CANCELLED, JobState.INTERRUPTED}
@@ -243,6 +248,18 @@ class Code(StrEnum):
     """A person queued it again."""
     NOTIFY_FAILED = "NotifyFailed"
     """The `on_end` command failed or timed out (the job itself is not affected)."""
+    BUDGET_SPENT = "BudgetSpent"
+    """The built-in agent spent its turn, token or time budget before it was done."""
+    MODEL_UNAVAILABLE = "ModelUnavailable"
+    """Claude could not be reached (or refused) after the shared client's retries."""
+    WROTE_OUTSIDE = "WroteOutside"
+    """Without a sandbox, the user's checkout changed while the job ran: it is not landed."""
+    SANDBOX_UNAVAILABLE = "SandboxUnavailable"
+    """`jobs.sandbox = "bwrap"` but bubblewrap does not work here."""
+    READY = "Ready"
+    """Review mode: it finished with changes and waits for `orchestrator land` or `reject`."""
+    REJECTED = "Rejected"
+    """A person rejected it in review; its branch is kept."""
 
 
 class Outcome(StrEnum):

@@ -378,7 +378,13 @@ def _refname(branch: str) -> str:
 
 def _checkouts_on(repo_path: Path, refname: str) -> list[Path]:
     """Worktrees (main and linked) whose HEAD is `refname`. git lets two share a branch only if forced."""
-    listing = _git(repo_path, "worktree", "list", "--porcelain")  # no -z: git < 2.36 lacks it
+    for attempt in range(5):
+        listing = _git(repo_path, "worktree", "list", "--porcelain")  # no -z: git < 2.36 lacks it
+        if listing.returncode == 0:
+            break
+        # The worktree pool renames and prunes its own worktrees beside a landing; git's listing fails
+        # when one vanishes while it reads. That lasts milliseconds: read again.
+        time.sleep(0.02 * (attempt + 1))
     listing.check_returncode()
     found = []
     for block in listing.stdout.split("\n\n"):

@@ -17,7 +17,8 @@ anyway, a full `checkout -f` + `clean -ffdx` takes over.
 Why the per-repo lock: `git worktree add`, the pruning of worktree metadata and branch deletion
 (which rewrites packed-refs) take git's repository-wide locks and fail instead of waiting when two run
 at once. Re-pointing a warm worktree only touches that worktree's index and one new ref, so it runs
-without the lock and several jobs of one repository can start together.
+without the lock and several jobs of one repository can start together; only the rename of its
+directory takes the lock for an instant, since mid-rename it would look prunable to a concurrent prune.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ class WorktreePool:
             warm = next((w for w in st.pool if w.sha == sha), st.pool[-1])
             st.pool.remove(warm)
             try:
-                await asyncio.to_thread(_move, warm.path, dest)
+                async with st.lock:  # mid-move it looks prunable: a concurrent prune must not see it
+                    await asyncio.to_thread(_move, warm.path, dest)
             except OSError as exc:
                 log.warning(Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, error=str(exc))
                 await self._remove(st, warm.path)
@@ -178,13 +180,28 @@ class WorktreePool:
                 path = st.home / f"pool-{secrets.token_hex(4)}"
                 async with st.lock:
                     await _git(st.path, "worktree", "add", "-q", "--detach", str(path), sha)
-                made.append(_Warm(path, sha))
-            await _settle([w.path for w in made])
+                # Valid and clean at once: hand it out now rather than after the settle below.
+                warm = _Warm(path, sha)
+                made.append(warm)
+                st.pool.append(warm)
+                st.pending -= 1
+                want -= 1
         finally:
-            # Even unsettled (a failure or cancel part way), a made worktree is valid and clean.
             st.pending -= want
-            st.pool.extend(made)
         log.info(Event.WORKTREE_POOL_FILLED, repo=str(st.path), at=sha, added=len(made), size=len(st.pool))
+        await self._settle_pooled(st, made)
+
+    async def _settle_pooled(self, st: _Repo, made: list[_Warm]) -> None:
+        """Settle those of `made` still in the pool, taking each out while git refreshes its index."""
+        await _sleep_past_second()
+        for warm in made:
+            if warm not in st.pool:
+                continue  # a job took it meanwhile: unsettled only means a slower first status
+            st.pool.remove(warm)
+            try:
+                await _refresh(warm.path)
+            finally:
+                st.pool.append(warm)
 
     async def recover(self, repo: Path) -> frozenset[int]:
         """Rebuild the pool from disk after a restart; returns the ids of jobs whose worktrees exist.
@@ -255,7 +272,8 @@ class WorktreePool:
             dest = st.home / f"pool-{secrets.token_hex(4)}"
             try:
                 sha = await _detach_clean(path)
-                await asyncio.to_thread(_move, path, dest)
+                async with st.lock:  # mid-move it looks prunable: a concurrent prune must not see it
+                    await asyncio.to_thread(_move, path, dest)
             except (WorktreeError, pygit2.GitError, repos.RepoError, OSError) as exc:
                 log.warning(Event.WORKTREE_RECYCLE_FAILED, repo=str(st.path), path=str(path), error=str(exc))
                 await self._remove(st, path)
@@ -344,11 +362,19 @@ async def _settle(paths: list[Path]) -> None:
     # Files written in the same second as the index are "racily clean" to git: it re-reads every one
     # of them on the next status or checkout (~5x slower on a 10k-file tree). Refreshing the index
     # once the clock has moved past that second records them as clean for good.
-    await asyncio.sleep(1.02 - time.time() % 1.0)
+    await _sleep_past_second()
     for path in paths:
-        # Exit 1 only means some entries need updating; the next checkout fixes them.
-        with contextlib.suppress(WorktreeError):
-            await _git(path, "update-index", "-q", "--refresh")
+        await _refresh(path)
+
+
+async def _sleep_past_second() -> None:
+    await asyncio.sleep(1.02 - time.time() % 1.0)
+
+
+async def _refresh(path: Path) -> None:
+    # Exit 1 only means some entries need updating; the next checkout fixes them.
+    with contextlib.suppress(WorktreeError):
+        await _git(path, "update-index", "-q", "--refresh")
 
 
 def _resolve(repo: Path, rev: str) -> str:

@@ -1,17 +1,20 @@
 """The job board: every job state change goes through here, so it is stored first, then announced.
 
 Storing before acting is what lets a killed daemon restart where it was; announcing wakes the scheduler
-(event-driven, no polling), anyone waiting on a job (`orchestrator wait`), and every subscriber of the
-event stream (`GET /events`, which `orchestrator watch` reads).
+(event-driven, no polling), anyone waiting for particular jobs to end (`orchestrator wait`, a landing
+that must follow another), and every subscriber of the event stream (`GET /events`, which `orchestrator
+watch` reads). Waiters are woken per job: a state change touches only the waiters of that job, and nobody
+re-reads the jobs they wait for.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator.core.job import Job
+from orchestrator.core.models import JobState
 from orchestrator.store import Store
 
 SUBSCRIBER_BACKLOG = 4096
@@ -34,11 +37,27 @@ class Subscription:
             self.overflowed = True
 
 
+def ended(state: JobState) -> bool:
+    return state.terminal
+
+
+class _Waiter:
+    """The jobs one caller waits for that have not settled yet, and what settled means to it."""
+
+    __slots__ = ("done", "pending", "settled")
+
+    def __init__(self, ids: set[int], settled: Callable[[JobState], bool]) -> None:
+        self.pending = ids
+        self.settled = settled
+        self.done = asyncio.Event()
+
+
 class Board:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._changed = asyncio.Condition()
         self._listeners: list[Callable[[], None]] = []
+        self._waiters: dict[int, set[_Waiter]] = {}
         self._subscribers: set[Subscription] = set()
         self._ended: list[Callable[[Job], None]] = []
 
@@ -66,6 +85,11 @@ class Board:
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
     ) -> Job:
         job = await self.store.update(job_id, event=event, data=data, **fields)
+        for w in self._waiters.get(job_id, ()):
+            if w.settled(job.state):
+                w.pending.discard(job_id)
+                if not w.pending:
+                    w.done.set()
         self.publish({"type": "job", "job": job.to_json()})
         if "state" in fields and job.state.terminal:
             for ended in self._ended:
@@ -79,6 +103,36 @@ class Board:
         self.publish({"type": "changed"})
         async with self._changed:
             self._changed.notify_all()
+
+    async def wait_ended(
+        self, ids: Iterable[int], timeout: float | None, settled: Callable[[JobState], bool] = ended
+    ) -> bool:
+        """Wait until every one of these jobs has ended (or is unknown); True if they did within `timeout`.
+
+        `settled` says what counts as done for this caller (default: a terminal state).
+        """
+        w = _Waiter(set(ids), settled)
+        watched = tuple(w.pending)
+        for i in watched:
+            self._waiters.setdefault(i, set()).add(w)
+        try:
+            # Registered first, read once after: an end stored meanwhile is seen by one or the other.
+            states = await self.store.states(list(w.pending))
+            w.pending.intersection_update(i for i, st in states.items() if not settled(st))
+            if not w.pending:
+                return True
+            try:
+                await asyncio.wait_for(w.done.wait(), timeout)
+            except TimeoutError:
+                return False
+            return True
+        finally:
+            for i in watched:
+                ws = self._waiters.get(i)
+                if ws is not None:
+                    ws.discard(w)
+                    if not ws:
+                        del self._waiters[i]
 
     async def wait_until(self, predicate: Callable[[], Any], timeout: float | None) -> bool:
         """Wait until `await predicate()` is truthy or the timeout passes; True if it came true."""

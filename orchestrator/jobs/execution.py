@@ -21,13 +21,13 @@ from orchestrator.core.models import Code, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.worktrees import WorktreePool
-from orchestrator.jobs import joblog
+from orchestrator.jobs import escapes, joblog
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
 from orchestrator.paths import Paths
 from orchestrator.runners import Runner
 from orchestrator.runners import get as get_runner
-from orchestrator.runners.base import RunContext
+from orchestrator.runners.base import RunContext, RunResult
 
 OnChange = Callable[[int, frozenset[str]], Awaitable[None]]
 
@@ -91,14 +91,32 @@ class Executor:
                 grace=self.cfg.jobs.kill_grace,
             )
             await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job)
+            # Without a sandbox, the user's checkout is compared before and after (see `escapes`).
+            sandbox = getattr(runner, "sandbox", None)
+            watch_checkout = not (sandbox is not None and sandbox.active)
+            before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
             result = await runner.run(ctx)
+            if result.usage is not None:
+                job = await self.board.update(job.id, usage=result.usage)
+            if before is not None and result.ok:
+                after = await asyncio.to_thread(escapes.snapshot, repo)
+                if wrote := await asyncio.to_thread(escapes.written, repo, before, after):
+                    log.warning(olog.Event.JOB_ESCAPED, paths=wrote[:50])
+                    result = RunResult(
+                        False,
+                        result.exit_code,
+                        f"wrote outside its worktree: {', '.join(wrote[:10])}{' ...' if len(wrote) > 10 else ''} "
+                        f"changed in {repo} while it ran (no sandbox here to stop it; if you made those edits "
+                        f"yourself, `orchestrator retry {job.id}`)",
+                        code=Code.WROTE_OUTSIDE,
+                    )
             await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
             await watcher.stop()
             watcher = None
             if not result.ok:
                 actual = await asyncio.to_thread(actual_paths, worktree, base)
                 await self.pool.release(repo, job.id, keep=True)
-                code = Code.RUNNER_FAILED if result.exit_code is not None else Code.TIMED_OUT
+                code = result.code or (Code.RUNNER_FAILED if result.exit_code is not None else Code.TIMED_OUT)
                 job = await self.board.update(
                     job.id,
                     state=JobState.FAILED,
@@ -130,18 +148,22 @@ class Executor:
                 )
                 log.info(olog.Event.JOB_FINISHED, changes=0, landed=False)
                 return job
+            review = job.land == "review"
             job = await self.board.update(
                 job.id,
-                state=JobState.LANDING,
+                state=JobState.READY if review else JobState.LANDING,
                 result=sha,
                 actual=actual,
                 exit_code=0,
-                reason="finished; waits for its landing",
-                code=Code.FINISHED,
+                reason=f"ready for review: `orchestrator diff {job.id}`, then `orchestrator land {job.id}` "
+                f"or `orchestrator reject {job.id}`"
+                if review
+                else "finished; waits for its landing",
+                code=Code.READY if review else Code.FINISHED,
                 event="finished",
                 data={"result": sha},
             )
-            log.info(olog.Event.JOB_FINISHED, result=sha, actual=sorted(actual))
+            log.info(olog.Event.JOB_READY if review else olog.Event.JOB_FINISHED, result=sha, actual=sorted(actual))
             return job
         except asyncio.CancelledError:
             stop = self.stops.pop(job.id, Stop(JobState.INTERRUPTED, "the daemon stopped while this job ran"))

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -41,6 +42,7 @@ class Lander:
         self.inflight: set[tuple[str, str]] = set()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self._side: set[asyncio.Task[None]] = set()
         self._attempting: set[int] = set()
         self._waiting: dict[int, str | None] = {}
         """Job id → the reason its landing waits on a person (None: not waiting), to log each wait once."""
@@ -60,16 +62,38 @@ class Lander:
         self.tasks.pop(job_id, None)
         self._waiting.pop(job_id, None)
 
+    def _beside(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `work` as a task this lander owns (awaited by `drain`), off the landing lock."""
+        task = asyncio.create_task(work, name=name)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _recycle(self, repo: Path, job_id: int, landed: str) -> None:
+        """Give a landed job's worktree back and top the warm pool up at the new head."""
+        bound = {"job_id": job_id, "repo": str(repo)}
+        with olog.best_effort("recycle the landed job's worktree", *CLEANUP_ERRORS, **bound):
+            await self.pool.release(repo, job_id, keep=False, delete_branch=True)
+        with olog.best_effort("refill the worktree pool", *CLEANUP_ERRORS, **bound):
+            await self.pool.fill(repo, landed)
+
     async def drain(self, timeout: float) -> list[int]:
         """Let landings in flight finish within `timeout`; cancel the rest and return their ids."""
         tasks = list(self.tasks.values())
-        if not tasks:
-            return []
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        return sorted(int(t.get_name().split("-")[1]) for t in pending)
+        cut: list[int] = []
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            cut = sorted(int(t.get_name().split("-")[1]) for t in pending)
+        side = list(self._side)
+        if side:
+            # Recycling is only tidying: what is not done in time, `WorktreePool.recover` redoes on start.
+            _, late = await asyncio.wait(side, timeout=max(timeout, 1.0))
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*side, return_exceptions=True)
+        return cut
 
     def _mergeable(self, job: Job) -> Callable[[str], bool]:
         patterns = (*self.cfg.jobs.mergeable, *self.cfg.repo(job.repo).mergeable)
@@ -85,7 +109,9 @@ class Lander:
             reason = f"waits for jobs {_ids(job.land_after)} to land first (overlap seen)"
             await self.board.update(job.id, reason=reason, code=Code.LAND_AFTER)
             log.info(olog.Event.LANDING_WAITING, code=Code.LAND_AFTER, reason=reason, blocking=sorted(job.land_after))
-            await self.board.wait_until(lambda: self._ended(job.land_after), timeout=None)
+            # Settled when it landed or ended, or went back to the queue (a conflict re-queued it): its
+            # old result will never land, and its next attempt starts from whatever lands meanwhile.
+            await self.board.wait_ended(job.land_after, timeout=None, settled=lambda st: not st.active)
             log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.LAND_AFTER)
         key = (job.repo, job.branch)
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -130,13 +156,6 @@ class Lander:
             reason=reason,
             code=code,
         )
-
-    async def _ended(self, ids: tuple[int, ...]) -> bool:
-        for i in ids:
-            other = await self.board.store.get(i)
-            if other is not None and not other.state.terminal:
-                return False
-        return True
 
     async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> str:
         assert job.result is not None
@@ -183,7 +202,6 @@ class Lander:
             log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY, outcome=str(outcome))
         if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
             landed = result.sha or job.result
-            await self.pool.release(repo, job.id, keep=False, delete_branch=True)
             await self.board.update(
                 job.id,
                 state=JobState.LANDED,
@@ -196,8 +214,8 @@ class Lander:
             )
             event = olog.Event.LANDING_LANDED if outcome is git_landing.LandOutcome.LANDED else olog.Event.LANDING_NOOP
             log.info(event, sha=landed, branch=job.branch)
-            with olog.best_effort("refill the worktree pool", *CLEANUP_ERRORS):
-                await self.pool.fill(repo, landed)
+            # Nothing slow under the landing lock: the worktree goes back and the pool refills beside it.
+            self._beside(self._recycle(repo, job.id, landed), f"recycle-{job.id}")
             return "done"
         if outcome is git_landing.LandOutcome.USER_DIRTY:
             reason = (

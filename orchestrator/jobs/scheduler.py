@@ -22,10 +22,20 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core import admission, claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import ALL_REPOS, Code, Decision, JobState, JobView, Outcome, Snapshot
+from orchestrator.core.models import (
+    ACTIVE_STATES,
+    ALL_REPOS,
+    Code,
+    Decision,
+    JobState,
+    JobView,
+    Outcome,
+    Reason,
+    Snapshot,
+)
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool
-from orchestrator.jobs import retire
+from orchestrator.jobs import retire, review, rounds
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
@@ -33,13 +43,21 @@ from orchestrator.jobs.notify import Notifier
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.recovery import StoreOwner
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
+from orchestrator.store import Write
 
-OPEN_STATES = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING)
+OPEN_STATES = (
+    JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY
+)  # fmt: skip
 DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
+ROUND_SLICE = 200
+"""Decisions made between two yields to the event loop in one round."""
+EXPLAIN_EVERY = 2.0
+"""Seconds between full passes over a queue whose tail cannot start (every slot taken)."""
 
 
 class JobError(Exception):
@@ -52,9 +70,21 @@ class JobError(Exception):
 
 @dataclass
 class _Seen:
-    """The last logged decision of a waiting job, so each is logged once per change of reason."""
+    """What is known of each waiting job between rounds, so a round writes only what changed.
 
-    last: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    `live` is its latest decision (served by `why` and `status`, never written every round); `written` the
+    reason code last stored and logged for it; `checked` the head of its branch it was last checked
+    against for BaseMoved, so the next round only looks at what moved since.
+    """
+
+    live: dict[int, Decision] = field(default_factory=dict)
+    written: dict[int, Reason] = field(default_factory=dict)
+    checked: dict[int, str] = field(default_factory=dict)
+
+    def forget(self, job_id: int) -> None:
+        self.live.pop(job_id, None)
+        self.written.pop(job_id, None)
+        self.checked.pop(job_id, None)
 
 
 class Scheduler:
@@ -70,6 +100,7 @@ class Scheduler:
         grace: float = 2.0,
         planner: Planner | None = None,
         gates: dict[str, Any] | None = None,
+        claude: SharedClaude | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -90,12 +121,17 @@ class Scheduler:
         self._actual: dict[int, frozenset[str]] = {}
         self._overlaps: set[tuple[int, int]] = set()
         self._seen = _Seen()
+        self._planned = rounds.Planned(board.store)
+        self._views = rounds.Views()
+        self._repo_facts = rounds.RepoFacts()
+        self._explained = 0.0
+        self._cut = 0.0
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.planning = Planning(
             board,
-            planner or composite.build(cfg, board.store, gates),
+            planner or composite.build(cfg, board.store, gates, claude),
             cfg.plan.concurrency,
             cfg.plan.deadline,
             self.wake,
@@ -130,8 +166,8 @@ class Scheduler:
                 await asyncio.sleep(1.0)
                 self.wake()
             # Every fact that can change a decision wakes us; the timeout is only a safety net.
-            timeout = 30.0
-            if self.burst and not await self.board.store.jobs(OPEN_STATES):
+            timeout = 30.0 if self._explained >= self._cut else EXPLAIN_EVERY  # a cut-short tail is explained soon
+            if self.burst and not await self.board.store.count(OPEN_STATES):
                 # Burst: exit once idle, after a short grace for a client that is about to enqueue.
                 quiet = time.monotonic() - self._last_wake
                 if quiet >= self.grace:
@@ -169,23 +205,72 @@ class Scheduler:
         return sorted(cut)
 
     async def _round(self) -> None:
+        try:
+            await self._decide_round()
+        except BaseException:
+            self._planned.reset()
+            self._repo_facts.reset()
+            raise
+
+    async def _decide_round(self) -> None:
         store = self.board.store
         for job in await store.jobs([JobState.QUEUED]):
             await self._plan(job)
-        planned = await store.jobs([JobState.PLANNED])
-        if not planned:
-            return
-        active = await store.jobs([JobState.RUNNING, JobState.LANDING])
-        snapshot = await self._snapshot(planned, active)
+        planned = await self._planned.jobs()
         by_id = {j.id: j for j in planned}
-        for decision in admission.decide_all(snapshot):
-            await self._act(by_id[decision.job_id], decision)
+        for job_id in self._seen.live.keys() - by_id.keys():
+            self._seen.forget(job_id)
+        if not planned:
+            self._repo_facts.reset()
+            return
+        active = await store.jobs(ACTIVE_STATES)
+        self._views.keep((*by_id, *(j.id for j in active)))
+        snapshot, heads = await self._snapshot(planned, active)
+        # Repositories whose facts did not change since the last round are not decided again.
+        snapshot = self._repo_facts.narrow(snapshot, self._seen.live)
+        writes: list[Write] = []
+        busy, cap = len(active), snapshot.policy.max_concurrent
+        # With every slot taken, the queue's tail can only be deferred: its reasons are refreshed by a full
+        # pass at most every EXPLAIN_EVERY seconds (one a woken round may cut short), not by every round.
+        explain = time.monotonic() - self._explained >= EXPLAIN_EVERY
+        complete = True
+        for n, decision in enumerate(admission.iter_decisions(snapshot), start=1):
+            job = by_id[decision.job_id]
+            if decision.outcome is Outcome.DEFER:
+                self._defer(job, decision, writes)
+                head = heads.get((job.repo, job.branch))
+                if head:
+                    self._seen.checked[job.id] = head  # BaseMoved passed up to here
+            else:
+                busy += decision.admitted
+                self._seen.forget(job.id)
+                await self._act(job, decision)
+            if busy >= cap and not explain:
+                complete = False
+                break
+            if n % ROUND_SLICE == 0:
+                await asyncio.sleep(0)  # a long queue's tail must not stall the API and the running jobs
+                if busy >= cap and self._wakeup.is_set():
+                    complete = False  # newer facts came: start over on them
+                    break
+        if writes:
+            await store.update_many(writes)  # one transaction for the round's changed reasons
+            for w in writes:  # no wake: a deferral changes no decision
+                self.board.publish({"type": "job", "job": self.live(by_id[w.job_id]).to_json()})
+        if complete:
+            self._explained = time.monotonic()
+            self._repo_facts.commit()
+        else:
+            self._cut = time.monotonic()
+            self._repo_facts.reset()
 
     async def _plan(self, job: Job) -> None:
         """Hand the job to planning: its plan runs as a task of its own and wakes us when done."""
         await self.planning.submit(job)
 
-    async def _snapshot(self, planned: list[Job], active: list[Job]) -> Snapshot:
+    async def _snapshot(
+        self, planned: list[Job], active: list[Job]
+    ) -> tuple[Snapshot, dict[tuple[str, str], str | None]]:
         heads: dict[tuple[str, str], str | None] = {}
         for job in (*planned, *active):
             key = (job.repo, job.branch)
@@ -199,17 +284,19 @@ class Scheduler:
             head = heads[(job.repo, job.branch)]
             if head is None:
                 moved[job.id] = None
-            elif job.base and head != job.base:
-                moved[job.id] = await self._moved(job.repo, job.base, head)
+            elif job.base:
+                # Only what moved since it was last checked: earlier moves were checked already.
+                since = self._seen.checked.get(job.id, job.base)
+                if head != since:
+                    moved[job.id] = await self._moved(job.repo, since, head)
         mergeable = {repo: await self._mergeable(repo, head) for (repo, _), head in heads.items()}
         deps = {dep for job in planned for dep in job.after}
         states = await self.board.store.states(deps)
 
         def view(job: Job) -> JobView:
-            v = job.view(mergeable.get(job.repo, frozenset()))
-            return replace(v, actual=self._actual[job.id]) if job.id in self._actual else v
+            return self._views.view(job, mergeable.get(job.repo, frozenset()), self._actual.get(job.id))
 
-        return Snapshot(
+        snapshot = Snapshot(
             active=tuple(view(j) for j in active),
             waiting=tuple(view(j) for j in planned),
             moved=moved,
@@ -220,6 +307,7 @@ class Scheduler:
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
             policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )
+        return snapshot, heads
 
     async def _mergeable(self, repo: str, head: str | None) -> frozenset[str]:
         """A repo's own union-mergeable entries: its config's, and what `.gitattributes` marks merge=union."""
@@ -243,14 +331,42 @@ class Scheduler:
                 self._moved_cache[key] = None
         return self._moved_cache[key]
 
+    def _defer(self, job: Job, decision: Decision, writes: list[Write]) -> None:
+        """Keep a deferred job's live decision; store and log it only when its reason code changes.
+
+        Blocking ids and counts change on nearly every round of a long queue; writing them each time
+        is what made the event log grow quadratically. The transient Landing reason is not written over
+        a more durable one. `live` keeps the exact latest decision for `why` and `status`.
+        """
+        self._seen.live[job.id] = decision
+        last = self._seen.written.get(job.id)
+        if last == decision.reason or (last is not None and decision.reason is Reason.LANDING):
+            return
+        self._seen.written[job.id] = decision.reason
+        olog.get(job_id=job.id, repo=job.repo).info(olog.Event.ADMISSION_DEFERRED, **_decision_fields(decision))
+        writes.append(
+            Write(
+                job.id,
+                {"decision": decision.to_json(), "reason": decision.message, "code": decision.reason},
+                "deferred",
+                {"reason": str(decision.reason), "code": str(decision.reason)},
+            )
+        )
+
+    def live(self, job: Job) -> Job:
+        """`job` with its latest admission decision when it waits (rounds keep it in memory, not the store)."""
+        d = self._seen.live.get(job.id)
+        if d is None or job.state is not JobState.PLANNED:
+            return job
+        return replace(job, decision=d.to_json(), reason=d.message, code=str(d.reason))
+
     async def _act(self, job: Job, decision: Decision) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)
-        key = (decision.reason, decision.blocking, decision.paths)
-        changed = self._seen.last.get(job.id) != key
-        self._seen.last[job.id] = key
         fields = _decision_fields(decision)
         if decision.outcome is Outcome.ADMIT:
-            self._seen.last.pop(job.id, None)
+            current = await self.board.store.get(job.id)
+            if current is None or current.state is not JobState.PLANNED:
+                return  # cancelled (or re-planned) while the round was deciding: the next round sees it
             head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
             job = await self.board.update(
                 job.id,
@@ -265,7 +381,6 @@ class Scheduler:
             log.info(olog.Event.ADMISSION_ADMITTED, **fields)
             self._start(job)
         elif decision.outcome is Outcome.REPLAN:
-            self._seen.last.pop(job.id, None)
             log.info(olog.Event.ADMISSION_REPLAN, **fields)
             await self.board.update(
                 job.id,
@@ -276,7 +391,6 @@ class Scheduler:
                 event="replan",
             )
         elif decision.outcome is Outcome.FAIL:
-            self._seen.last.pop(job.id, None)
             log.warning(olog.Event.ADMISSION_FAILED, **fields)
             await self.board.update(
                 job.id,
@@ -288,17 +402,6 @@ class Scheduler:
                 event="failed",
                 data={"code": str(decision.reason)},
             )
-        elif changed:
-            log.info(olog.Event.ADMISSION_DEFERRED, **fields)
-            deferred = await self.board.store.update(
-                job.id,
-                decision=decision.to_json(),
-                reason=decision.message,
-                code=decision.reason,
-                event="deferred",
-                data={"reason": str(decision.reason), "code": str(decision.reason)},
-            )
-            self.board.publish({"type": "job", "job": deferred.to_json()})  # no wake: it changes no decision
 
     def _start(self, job: Job) -> None:
         task = asyncio.create_task(self._execute(job), name=f"job-{job.id}")
@@ -328,7 +431,7 @@ class Scheduler:
         )
         if not escaped:
             return
-        for other in await self.board.store.jobs([JobState.RUNNING, JobState.LANDING]):
+        for other in await self.board.store.jobs(ACTIVE_STATES):
             if other.id == job_id or other.repo != job.repo:
                 continue
             theirs = other.claim.paths | self._actual.get(other.id, other.actual)
@@ -353,7 +456,9 @@ class Scheduler:
             message=f"job {job.id} touched {', '.join(sorted(meet))} outside its claim, "
             f"which job {other.id} holds; job {later.id} lands after job {earlier.id}",
         )
-        if earlier.id not in later.land_after:
+        later = await self.get(later.id)  # its current land_after, not the one when the watch began
+        # A job re-run after a conflict may meet a job that already lands after it: the order stands.
+        if earlier.id not in later.land_after and not await self._lands_after(earlier.id, later.id):
             await self.board.update(
                 later.id,
                 land_after=(*later.land_after, earlier.id),
@@ -365,6 +470,23 @@ class Scheduler:
         task = asyncio.create_task(self._check_hunks(job, other, meet))
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
+
+    async def _lands_after(self, job_id: int, other: int) -> bool:
+        """True if `job_id` already lands after `other`, directly or through open jobs between (a cycle else)."""
+        seen: set[int] = set()
+        todo = [job_id]
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            job = await self.board.store.get(i)
+            if job is None or job.state.terminal:
+                continue
+            if other in job.land_after:
+                return True
+            todo.extend(job.land_after)
+        return False
 
     async def _check_hunks(self, job: Job, other: Job, meet: frozenset[str]) -> None:
         """Same file, or a real conflict? An in-memory merge of both current states says."""
@@ -399,6 +521,8 @@ class Scheduler:
         job = await self.get(job_id)
         if job.state.terminal:
             raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
+        if job.state is JobState.READY:
+            await self.pool.release(Path(job.repo), job_id, keep=True)
         if job.state is JobState.LANDING:
             if (job.repo, job.branch) in self.lander.inflight:
                 raise JobError(f"job {job_id} is landing right now; wait for it (`orchestrator wait {job_id}`)")
@@ -426,6 +550,26 @@ class Scheduler:
             event="cancelled",
             data={"code": Code.CANCELLED},
         )
+
+    async def land(self, job_id: int) -> Job:
+        """Review mode: land a ready job (hand it to its branch's landing queue)."""
+        try:
+            return await review.land(self.board, self.lander, await self.get(job_id))
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
+
+    async def reject(self, job_id: int) -> Job:
+        """Review mode: drop a ready job; its paths are free again, its branch is kept."""
+        try:
+            return await review.reject(self.board, self.pool, await self.get(job_id))
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
+
+    async def diff(self, job_id: int, against_head: bool) -> dict[str, Any]:
+        try:
+            return await review.diff_async(await self.get(job_id), against_head)
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
 
     async def retry(self, job_id: int) -> Job:
         job = await self.get(job_id)
@@ -485,20 +629,13 @@ class Scheduler:
         job = await self.board.store.get(job_id)
         if job is None:
             raise JobError(f"no job {job_id}: `orchestrator status` lists the jobs", status=404)
-        return job
+        return self.live(job)
 
     async def wait(self, ids: Iterable[int], timeout: float | None) -> list[Job]:
         ids = list(ids)
-
-        async def done() -> bool:
-            for i in ids:
-                job = await self.board.store.get(i)
-                if job is not None and not job.state.terminal:
-                    return False
-            return True
-
-        await self.board.wait_until(done, timeout)
-        return [j for i in ids if (j := await self.board.store.get(i)) is not None]
+        await self.board.wait_ended(ids, timeout)
+        found = {j.id: j for j in await self.board.store.get_many(ids)}
+        return [self.live(found[i]) for i in ids if i in found]
 
 
 def _decision_fields(d: Decision) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, ClaimSource
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.plan import declared as declared_mod
 from orchestrator.plan.base import Evidence, Kind, Note, Plan, Planner, merge_evidence
 from orchestrator.plan.local import Histories, LocalPlanner
@@ -86,10 +87,13 @@ class Composite:
         return Plan(local.claim, local.evidence, "", local.basis, ((code, reason), *local.notes))
 
 
-ModelFactory = Callable[[Config, Store | None, Callable[[str], dict[str, int]], dict[str, Any]], Planner | None]
+ModelFactory = Callable[
+    [Config, Store | None, Callable[[str], dict[str, int]], dict[str, Any], "SharedClaude | None"], Planner | None
+]
 """Builds a model planner from the config (and a repo's file change counts, to rank the file list it shows
-the model, and the daemon's model gates by host, so a planner shares the chat plane's gate), or None when
-that backend is not configured. A model planner's `plan` also takes the local plan."""
+the model; the daemon's model gates by host, so a planner shares the chat plane's gate; and the daemon's one
+Claude client, so planning and agents share one bound), or None when that backend is not configured. A model
+planner's `plan` also takes the local plan."""
 
 MODELS: dict[str, ModelFactory] = {}
 """Model planners by name ("claude", "ollama"): registered by their modules, imported by `build` only when wanted."""
@@ -109,7 +113,9 @@ def _wanted(cfg: Config) -> tuple[str, ...]:
     return ("claude",) if cfg.anthropic.api_key or cfg.anthropic.base_url else ()
 
 
-def build(cfg: Config, store: Store | None, gates: dict[str, Any] | None = None) -> Composite:
+def build(
+    cfg: Config, store: Store | None, gates: dict[str, Any] | None = None, claude: SharedClaude | None = None
+) -> Composite:
     """The planner the config names (`plan.planner`): auto picks Claude when it is configured."""
     import importlib
 
@@ -123,7 +129,7 @@ def build(cfg: Config, store: Store | None, gates: dict[str, Any] | None = None)
             olog.get().warning(olog.Event.PLAN_NOTE, code=str(Note.NO_MODEL), reason=f"{name}: {e}")
             continue
         factory = MODELS.get(name)
-        model = factory(cfg, store, histories.counts, {} if gates is None else gates) if factory else None
+        model = factory(cfg, store, histories.counts, {} if gates is None else gates, claude) if factory else None
         if model is not None:
             break
     return Composite(local, model, cfg.plan.deadline)

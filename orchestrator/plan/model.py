@@ -21,6 +21,7 @@ from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.git import repos
 from orchestrator.llm.anthropic import Claude, ModelUnavailable
+from orchestrator.llm.shared import SharedClaude
 from orchestrator.plan.base import Evidence, Kind, Note, Plan
 from orchestrator.plan.composite import MODELS, ModelUnusable
 from orchestrator.plan.evidence import tree_files
@@ -177,9 +178,14 @@ class ClaudePlanner:
 
 
 def _factory(
-    cfg: Config, store: Store | None, counts: Callable[[str], dict[str, int]], gates: dict[str, Any]
+    cfg: Config,
+    store: Store | None,
+    counts: Callable[[str], dict[str, int]],
+    gates: dict[str, Any],
+    shared: SharedClaude | None = None,
 ) -> ClaudePlanner | None:
-    claude = Claude(cfg.anthropic)
+    # The daemon's one client: planning and agents share one bound and one retry policy.
+    claude = shared.get() if shared is not None else Claude(cfg.anthropic)
     if not claude.available:
         return None
     return ClaudePlanner(claude, cfg.anthropic.plan_model, cfg.plan.prompt_tokens, counts)

@@ -62,7 +62,11 @@ class OllamaPlanner:
 
 
 def _factory(
-    cfg: Config, store: Store | None, counts: Callable[[str], dict[str, int]], gates: dict[str, Any]
+    cfg: Config,
+    store: Store | None,
+    counts: Callable[[str], dict[str, int]],
+    gates: dict[str, Any],
+    claude: object = None,
 ) -> OllamaPlanner | None:
     # `gates` is the daemon's one gate per host: the planner queues behind chat turns, never beside them.
     return OllamaPlanner(llm_ollama.from_config(cfg.ollama, gates), cfg.plan.prompt_tokens, counts)

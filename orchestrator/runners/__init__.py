@@ -1,14 +1,39 @@
-"""Runners behind one interface (`base.Runner`), picked by name from one table: `shell`, `replay`, ..."""
+"""Runners behind one interface (`base.Runner`), picked by name from one table.
+
+Built in: `shell` (a command), `replay` (a recorded change), `claude` (the built-in agent); plus one
+`command` runner per `[runners.NAME]` template of the config (agent CLIs).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from orchestrator.runners.base import Runner, UnknownRunner
 from orchestrator.runners.replay import ReplayRunner
+from orchestrator.runners.sandbox import Sandbox
 from orchestrator.runners.shell import ShellRunner
 
+if TYPE_CHECKING:
+    from orchestrator.config import Config
+    from orchestrator.llm.shared import SharedClaude
 
-def registry() -> dict[str, Runner]:
-    return {"shell": ShellRunner(), "replay": ReplayRunner()}
+
+def registry(
+    cfg: Config | None = None, claude: SharedClaude | None = None, sandbox: Sandbox | None = None
+) -> dict[str, Runner]:
+    """Every runner this daemon offers, by name."""
+    sandbox = sandbox or Sandbox()
+    runners: dict[str, Runner] = {"shell": ShellRunner(sandbox), "replay": ReplayRunner()}
+    if cfg is not None and claude is not None:
+        from orchestrator.runners.claude import ClaudeRunner
+
+        runners["claude"] = ClaudeRunner(claude, cfg.agent, cfg.anthropic.model, sandbox)
+    if cfg is not None:
+        from orchestrator.runners.command import CommandRunner
+
+        for name, template in cfg.runners.items():
+            runners[name] = CommandRunner(name, template, sandbox)
+    return runners
 
 
 def get(name: str, runners: dict[str, Runner]) -> Runner:

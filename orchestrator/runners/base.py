@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchestrator.core.job import Job
 from orchestrator.runners.process import KILL_GRACE, LOG_CAP, Owner
@@ -30,6 +31,17 @@ class RunContext:
         """The model's pre-plan for the job ("" when none planned it): start from it, do not plan again."""
         return self.job.plan_text
 
+    def process_options(self) -> dict[str, Any]:
+        """What every `process.run` of this job shares: its worktree, log, cap, grace, owner, private dir."""
+        return {
+            "cwd": self.worktree,
+            "log_path": self.log_path,
+            "log_cap": self.log_cap,
+            "grace": self.grace,
+            "owner": self.owner,
+            "script_dir": self.private_dir,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
@@ -37,6 +49,20 @@ class RunResult:
     exit_code: int | None
     summary: str
     """One line for the job's reason: what the runner did or why it failed."""
+    usage: dict[str, Any] | None = None
+    """Model usage and cost of the run (`llm.pricing.Usage.to_json()`), for runners that call a model."""
+    code: str | None = None
+    """The failure's closed code (a `models.Code`) when it is more specific than RunnerFailed / TimedOut."""
+
+
+def note(path: Path, line: str) -> None:
+    """Append one line of a runner's own to the job's log (private: 0600 whatever the umask)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 class Runner(Protocol):

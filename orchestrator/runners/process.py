@@ -58,7 +58,6 @@ BASE_ENV: tuple[str, ...] = (
 _GATE = 'IFS= read -r _ || exit 125; exec </dev/null; exec "$@"'
 
 
-
 @dataclass(frozen=True, slots=True)
 class Group:
     """A process group the daemon started, as recorded in the store."""
@@ -197,8 +196,11 @@ async def run(
     owner: Owner | None = None,
     what: str = "",
     script_dir: Path | None = None,
+    prefix: Sequence[str] = (),
 ) -> ProcessResult:
-    """Run `command` (argv, or a shell text for `/bin/sh`) in `cwd` as described in the module docstring."""
+    """Run `command` (argv, or a shell text for `/bin/sh`) in `cwd` as described in the module docstring.
+
+    `prefix` goes before the command's argv (a sandbox such as `bwrap ... --`)."""
     owner = owner or Owner()
     log = _Log(log_path, log_cap)
     await asyncio.to_thread(log.open)
@@ -206,6 +208,7 @@ async def run(
     script: Path | None = None
     try:
         argv, script = await asyncio.to_thread(_argv, command, script_dir)
+        argv = [*prefix, *argv]
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh",
             "-c",

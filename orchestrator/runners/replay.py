@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pygit2
 
-from orchestrator.runners.base import RunContext, RunResult
+from orchestrator.runners.base import RunContext, RunResult, note
 
 _LINE = re.compile(r"^\s*(commit|patch|after)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
 
@@ -133,7 +133,6 @@ class ReplayRunner:
     rerun_safe = True  # applies a recorded change to a fresh worktree: the same result every time
 
     async def run(self, ctx: RunContext) -> RunResult:
-        ctx.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             spec = parse(ctx.job.text)
         except ReplayError as e:
@@ -160,5 +159,4 @@ class ReplayRunner:
 
 
 def _log(ctx: RunContext, line: str) -> None:
-    with ctx.log_path.open("a") as f:
-        f.write(line + "\n")
+    note(ctx.log_path, line)

@@ -7,8 +7,10 @@ SIGTERM then SIGKILL, so no process outlives its job. A long text goes through a
 
 from __future__ import annotations
 
+from orchestrator.core.models import Code
 from orchestrator.runners import process
 from orchestrator.runners.base import RunContext, RunResult
+from orchestrator.runners.sandbox import Sandbox
 
 
 def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:
@@ -30,19 +32,20 @@ class ShellRunner:
     rerun_safe = True
     """Each attempt runs in a fresh worktree (the last one kept on its branch): safe to re-queue on start."""
 
+    def __init__(self, sandbox: Sandbox | None = None) -> None:
+        self.sandbox = sandbox or Sandbox()
+
     async def run(self, ctx: RunContext) -> RunResult:
+        if why := self.sandbox.check():
+            return RunResult(False, None, why, code=Code.SANDBOX_UNAVAILABLE)
         # An argv job runs exactly as given (exec, no shell, no re-splitting); a text job through sh.
         result = await process.run(
             list(ctx.job.argv) if ctx.job.argv else ctx.job.text,
-            cwd=ctx.worktree,
-            env=job_env(ctx),
+            prefix=self.sandbox.prefix(ctx),
+            env=self.sandbox.env(ctx, job_env(ctx)),
             timeout=ctx.timeout,
-            log_path=ctx.log_path,
-            log_cap=ctx.log_cap,
-            grace=ctx.grace,
-            owner=ctx.owner,
             what=f"job {ctx.job.id} runner shell",
-            script_dir=ctx.private_dir,
+            **ctx.process_options(),
         )
         if result.timed_out:
             return RunResult(False, None, f"timed out after {ctx.timeout:g}s")

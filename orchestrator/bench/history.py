@@ -1,0 +1,175 @@
+"""A queue of real changes for the jobs benchmark: their touch pattern, and a repository that replays it.
+
+A history is JSON lines, one change each: `{"sha", "subject", "files": [[path, added, deleted], ...]}`, oldest
+first (`orchestrator/data/flask-history.jsonl` ships with the package: 496 merged changes of a public
+project). `from_repo` reads the same from a range of a real repository's first-parent history.
+
+`synthesise` builds a real git repository holding every path the changes touch (generated contents), and
+`script` gives the shell command that makes one change there: it sleeps for the change's duration, then
+rewrites the head of each file it touches with its own marker, so two changes to one file conflict when
+they run side by side (the touch pattern has no hunks, so the benchmark assumes the worst), while
+union-mergeable files (changelogs) get an appended line that merges cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path, PurePosixPath
+
+from orchestrator.core import claims
+
+__all__ = ["Change", "bundled", "durations", "from_file", "from_repo", "predict", "script", "synthesise"]
+
+
+class HistoryError(ValueError):
+    """The history cannot be read; the message says what to pass instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One recorded change: the files it touched and the lines it changed."""
+
+    index: int
+    sha: str
+    subject: str
+    files: tuple[str, ...]
+    lines: int
+
+    def duration(self, scale: float) -> float:
+        """Seconds its replay sleeps: grows with the log of its size, so a huge merge is not a whole run."""
+        return round(scale * (1.0 + math.log2(1 + self.lines)), 3)
+
+
+def bundled() -> Path:
+    """The history that ships with the package."""
+    return Path(str(resources.files("orchestrator") / "data" / "flask-history.jsonl"))
+
+
+def _usable(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return bool(parts) and not path.startswith("/") and ".." not in parts and ".git" not in parts
+
+
+def _changes(records: Iterable[dict]) -> list[Change]:
+    out: list[Change] = []
+    for rec in records:
+        files = [f for f in rec.get("files", []) if isinstance(f, list | tuple) and f and _usable(str(f[0]))]
+        if not files:
+            continue
+        lines = sum(int(f[1] or 0) + int(f[2] or 0) for f in files if len(f) >= 3)
+        paths = tuple(dict.fromkeys(str(f[0]) for f in files))
+        out.append(Change(len(out), str(rec.get("sha", "")), str(rec.get("subject", "")), paths, lines))
+    return _no_file_dir_clash(out)
+
+
+def _no_file_dir_clash(changes: list[Change]) -> list[Change]:
+    """Drop paths that are a file in one change and a directory in another (a rename across the range)."""
+    all_paths = {p for c in changes for p in c.files}
+    dirs = {str(parent) for p in all_paths for parent in PurePosixPath(p).parents if str(parent) != "."}
+    clash = all_paths & dirs
+    if not clash:
+        return changes
+    kept = []
+    for c in changes:
+        files = tuple(p for p in c.files if p not in clash)
+        if files:
+            kept.append(Change(len(kept), c.sha, c.subject, files, c.lines))
+    return kept
+
+
+def from_file(path: Path) -> list[Change]:
+    """The changes of a history file, oldest first."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise HistoryError(f"cannot read the history {path}: {e.strerror}; pass a JSON-lines file") from None
+    records = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise HistoryError(f"{path}:{n}: not JSON ({e.msg}); one change per line is expected") from None
+    changes = _changes(records)
+    if not changes:
+        raise HistoryError(f"{path} holds no change with files; each line needs \"files\": [[path, added, deleted]]")
+    return changes
+
+
+def from_repo(repo: Path, rev_range: str) -> list[Change]:
+    """The touch pattern of a range (`A..B`) of a real repository's first-parent history, oldest first."""
+    argv = ["git", "-C", str(repo), "log", "--first-parent", "-m", "--reverse", "--numstat", "--format=@%H %s"]
+    proc = subprocess.run([*argv, rev_range], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise HistoryError(f"`git log {rev_range}` in {repo} failed: {proc.stderr.strip()}; pass --range A..B")
+    records: list[dict] = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("@"):
+            sha, _, subject = line[1:].partition(" ")
+            records.append({"sha": sha, "subject": subject, "files": []})
+        elif line.strip() and records:
+            added, deleted, path = line.split("\t", 2)
+            if " => " not in path:  # renames: the touch pattern keeps plain paths only
+                size = [int(n) if n.isdigit() else 1 for n in (added, deleted)]  # binary files: "-"
+                records[-1]["files"].append([path, *size])
+    changes = _changes(records)
+    if not changes:
+        raise HistoryError(f"{rev_range} in {repo} has no change with files")
+    return changes
+
+
+def synthesise(changes: list[Change], root: Path, mergeable: tuple[str, ...]) -> Path:
+    """A real repository at `root` holding every touched path with generated contents, on branch main."""
+    root.mkdir(parents=True)
+    paths = sorted({p for c in changes for p in c.files})
+    for p in paths:
+        f = root / p
+        f.parent.mkdir(parents=True, exist_ok=True)
+        head = "# changes\n" if claims.matches(p, mergeable) else "original\n"
+        f.write_text(head + "".join(f"line {i} of {p}\n" for i in range(1, 6)))
+    (root / ".gitattributes").write_text("".join(f"{pat} merge=union\n" for pat in mergeable))
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "synthesised base"]):
+        git(root, *args)
+    return root
+
+
+def git(repo: Path, *args: str) -> None:
+    """The git CLI in `repo` with a fixed identity (benchmark repositories only)."""
+    ident = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run(["git", "-C", str(repo), *ident, *args], check=True, capture_output=True, timeout=120)
+
+
+def script(change: Change, duration: float, mergeable: tuple[str, ...], stamps: Path) -> str:
+    """The shell command that makes `change` in a worktree: stamp, sleep, edit, stamp."""
+    n = change.index
+    parts = [f"date +%s.%N > {shlex.quote(str(stamps / f'{n}.start'))}", f"sleep {duration}"]
+    for p in change.files:
+        q = shlex.quote(p)
+        if claims.matches(p, mergeable):
+            parts.append(f"echo '- change {n}' >> {q}")
+        else:
+            # Rewrite the first line: any two changes to this file made side by side conflict on it.
+            parts.append(f"{{ echo 'change {n}'; tail -n +2 {q}; }} > {q}.bench && mv {q}.bench {q}")
+    parts.append(f"date +%s.%N > {shlex.quote(str(stamps / f'{n}.exit'))}")
+    return " && ".join(parts)
+
+
+def predict(change: Change, predictor: str) -> list[str]:
+    """The paths a job declares under a predictor: `oracle` the real files, `declared` their top directories."""
+    if predictor == "oracle":
+        return list(change.files)
+    if predictor == "declared":
+        # What a person names with --path: the top-level directory of each file (or the file at the root).
+        tops = {p.split("/", 1)[0] + "/" if "/" in p else p for p in change.files}
+        return sorted(tops)
+    raise HistoryError(f"unknown predictor {predictor!r}: use declared or oracle")
+
+
+def durations(changes: list[Change], scale: float) -> list[float]:
+    return [c.duration(scale) for c in changes]

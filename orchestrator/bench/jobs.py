@@ -1,0 +1,318 @@
+"""`orchestrator bench jobs`: replay a queue of real changes through the real daemon under several policies.
+
+Each (policy, predictor) row runs on a fresh repository synthesised from the touch pattern (same paths,
+same order, generated contents), with shell jobs that sleep for the change's duration (from its size,
+scaled) and then make its edits. The daemon runs in burst mode behind its real socket. Rows, side by side
+in one run:
+
+- `one-per-repo`  the seed's rule: one job at a time per repository
+- `claims`        path claims from each `--predictor` (`declared`: top directories; `oracle`: real files)
+- `oracle`        path claims that are exactly the files each change touched
+- `unbounded`     no path constraint at all (every claim unique): overlaps, conflicts and redone work show
+
+Per row: makespan, its ratio to one-per-repo and to the ideal schedule (list scheduling with the same
+durations, slots and claims, no overtaking on overlap, zero overhead), concurrency reached, queue wait,
+overlaps seen while running, landing conflicts, redone attempts, lost changes, over-serialised pairs
+(claims that overlap where the real files do not), and the overhead per job: slot free → start, runner
+exit → landed, and landing hold time (p50/p95).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.bench import history as hist
+from orchestrator.bench import schedule as sched
+from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
+from orchestrator.bench.report import plot, print_table
+from orchestrator.core import claims
+
+POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
+PREDICTORS = ("declared", "oracle")
+MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
+TERMINAL = ("landed", "failed", "conflicted", "cancelled", "interrupted")
+STALL_S = 180.0
+"""A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
+
+
+@dataclass(frozen=True)
+class Row:
+    policy: str
+    predictor: str
+
+    @property
+    def name(self) -> str:
+        return self.policy if self.policy != "claims" else f"claims/{self.predictor}"
+
+
+def _rows(policies: list[str], predictors: list[str]) -> list[Row]:
+    out: list[Row] = []
+    for p in policies:
+        if p == "claims":
+            out += [Row(p, pred) for pred in predictors]
+        else:
+            out.append(Row(p, "oracle" if p in ("oracle", "one-per-repo") else "none"))
+    return out
+
+
+def _declared(row: Row, change: hist.Change) -> list[str]:
+    if row.policy == "unbounded":
+        return [f".bench/unbounded-{change.index}"]  # unique: admission sees no overlap at all
+    return hist.predict(change, row.predictor)
+
+
+def _config(slots: int, row: Row) -> str:
+    per_repo = 1 if row.policy == "one-per-repo" else slots
+    return (
+        "[jobs]\n"
+        f"max_concurrent = {slots}\nper_repo = {per_repo}\nwarm_worktrees = {slots}\n"
+        f"mergeable = {json.dumps(list(MERGEABLE))}\nretry_on_conflict = true\nmax_attempts = 6\n"
+        "min_confidence = 0.5\n"
+        # The jobs stamp their start and exit outside their worktrees (the bench's own clock), which a
+        # sandbox forbids; what is measured is the job plane, the same with or without one.
+        'sandbox = "none"\n'
+    )
+
+
+def _claims_of(row: Row, changes: list[hist.Change]) -> list[frozenset[str] | None]:
+    if row.policy == "one-per-repo":
+        return [None] * len(changes)  # per_repo = 1: every job runs alone in the repo
+    return [sched.counted(_declared(row, c), MERGEABLE) or None for c in changes]
+
+
+def run_row(row: Row, changes: list[hist.Change], slots: int, scale: float, work: Path, progress: Any) -> dict:
+    """Replay `changes` under one policy on a fresh synthesised repository; the row's figures."""
+    root = work / row.name.replace("/", "-")
+    repo = hist.synthesise(changes, root / "repo", MERGEABLE)
+    stamps = root / "stamps"
+    stamps.mkdir()
+    durations = hist.durations(changes, scale)
+    task = progress.add_task(row.name, total=len(changes)) if progress else None
+    with BenchDaemon(root / "home", _config(slots, row)) as d:
+        t0 = time.time()
+        ids = [
+            d.client.enqueue(
+                repo=str(repo),
+                text=hist.script(c, durations[c.index], MERGEABLE, stamps),
+                paths=_declared(row, c),
+            )["id"]
+            for c in changes
+        ]
+        done, moved = 0, time.monotonic()
+        while done < len(ids):
+            time.sleep(0.5)
+            now = len(d.client.jobs(",".join(TERMINAL)))
+            if now != done:
+                done, moved = now, time.monotonic()
+                if progress:
+                    progress.update(task, completed=done)
+            elif time.monotonic() - moved > STALL_S + max(durations):
+                raise BenchError(f"{row.name}: no job ended for {STALL_S:.0f} s ({done}/{len(ids)}); see {d.log_path}")
+        jobs = [d.client.job(i) for i in ids]
+        holds = _holds(d)
+    return _figures(row, changes, jobs, holds, durations, slots, t0, repo, stamps)
+
+
+def _holds(d: BenchDaemon) -> list[float]:
+    started: dict[int, float] = {}
+    out = []
+    for rec in d.log_events("landing.started", "landing.landed", "landing.noop", "landing.conflict"):
+        job = rec.get("job_id")
+        if rec["event"] == "landing.started":
+            started[job] = rec["ts"]
+        elif job in started:
+            out.append(rec["ts"] - started.pop(job))
+    return out
+
+
+def _stamp(stamps: Path, n: int, kind: str) -> float | None:
+    try:
+        return float((stamps / f"{n}.{kind}").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _figures(
+    row: Row,
+    changes: list[hist.Change],
+    jobs: list[dict],
+    holds: list[float],
+    durations: list[float],
+    slots: int,
+    t0: float,
+    repo: Path,
+    stamps: Path,
+) -> dict:
+    landed_at = [epoch(j["finished_at"]) if j["state"] == "landed" else 0.0 for j in jobs]
+    runs: list[sched.Interval] = []
+    waits, starts, created = [], [], []
+    overlap_pairs: set[tuple[int, int]] = set()
+    conflicts = 0
+    for j in jobs:
+        admitted = [e["at"] for e in j["events"] if e["kind"] == "admitted"]
+        ended = [e["at"] for e in j["events"] if e["kind"] in ("finished", "failed", "requeued")]
+        runs += [sched.Interval(a, b) for a, b in zip(admitted, ended, strict=False)]
+        if admitted:
+            waits.append(admitted[0] - epoch(j["created_at"]))
+        for e in j["events"]:
+            if e["kind"] == "overlap":
+                overlap_pairs.add((min(j["id"], e["other"]), max(j["id"], e["other"])))
+            conflicts += e["kind"] in ("requeued", "conflicted")
+    exit_to_land = []
+    for c, j, landed in zip(changes, jobs, landed_at, strict=True):
+        start, exit_ = _stamp(stamps, c.index, "start"), _stamp(stamps, c.index, "exit")
+        if start is not None:
+            starts.append(start)
+            created.append(epoch(j["created_at"]))
+        if exit_ is not None and landed:
+            exit_to_land.append(landed - exit_)
+    releases = [t0, *[t for t in landed_at if t]]
+    slot_to_start = sched.start_latency(starts, created, releases)
+    real = [sched.counted(c.files, MERGEABLE) or None for c in changes]
+    claims_ = _claims_of(row, changes)
+    makespan = max(landed_at, default=t0) - t0 if any(landed_at) else 0.0
+    ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots)
+    return {
+        "policy": row.policy,
+        "predictor": row.predictor,
+        "slots": slots,
+        "jobs": len(jobs),
+        "makespan_s": round(makespan, 2),
+        "ideal_s": round(ideal, 2),
+        "ratio_ideal": round(makespan / ideal, 3) if ideal else None,
+        "max_concurrency": sched.max_concurrency(runs),
+        "wait_p50_s": round(sched.pct(waits, 0.5), 2),
+        "wait_p95_s": round(sched.pct(waits, 0.95), 2),
+        "overlaps": len(overlap_pairs),
+        "conflicts": conflicts,
+        "redone": sum(max(0, j["attempts"]) for j in jobs),
+        "lost": _lost(changes, jobs, landed_at, repo),
+        "over_serialized_pairs": sched.over_serialized_pairs(claims_, real),
+        "slot_to_start_p50_s": round(sched.pct(slot_to_start, 0.5), 3),
+        "slot_to_start_p95_s": round(sched.pct(slot_to_start, 0.95), 3),
+        "exit_to_landed_p50_s": round(sched.pct(exit_to_land, 0.5), 3),
+        "exit_to_landed_p95_s": round(sched.pct(exit_to_land, 0.95), 3),
+        "landing_hold_p50_s": round(sched.pct(holds, 0.5), 3),
+        "landing_hold_p95_s": round(sched.pct(holds, 0.95), 3),
+    }
+
+
+def _lost(changes: list[hist.Change], jobs: list[dict], landed_at: list[float], repo: Path) -> int:
+    """Changes not on main at the end: not landed, or their edit missing where it should have survived."""
+    import pygit2
+
+    r = pygit2.Repository(str(repo))
+    tree = r.revparse_single("main").peel(pygit2.Commit).tree
+    last: dict[str, int] = {}
+    for c in sorted(changes, key=lambda c: landed_at[c.index]):
+        if landed_at[c.index]:
+            for p in c.files:
+                last[p] = c.index
+    lost = set()
+    for c in changes:
+        if not landed_at[c.index]:
+            lost.add(c.index)
+            continue
+        for p in c.files:
+            try:
+                text = r[tree[p].id].data.decode(errors="replace")
+            except KeyError:
+                lost.add(c.index)
+                continue
+            if claims.matches(p, MERGEABLE):
+                if text.count(f"- change {c.index}\n") != 1:
+                    lost.add(c.index)
+            elif last[p] == c.index and not text.startswith(f"change {c.index}\n"):
+                lost.add(c.index)
+    return len(lost)
+
+
+def _ratios(rows: list[dict]) -> None:
+    base = next((r["makespan_s"] for r in rows if r["policy"] == "one-per-repo"), None)
+    for r in rows:
+        r["ratio_one_per_repo"] = round(r["makespan_s"] / base, 3) if base else None
+
+
+@click.command("jobs")
+@click.option("--history", "history_file", type=click.Path(path_type=Path), help="A touch-pattern history (JSONL).")
+@click.option("--repo", type=click.Path(path_type=Path), help="Take the touch pattern from this repository ...")
+@click.option("--range", "rev_range", help="... over this range of its history (A..B).")
+@click.option("--last", type=int, default=30, show_default=True, help="Replay the last N changes of the history.")
+@click.option("--slots", type=int, default=4, show_default=True)
+@click.option("--policy", default=",".join(POLICIES), show_default=True)
+@click.option("--predictor", default="declared", show_default=True, help="Predictors for the claims policy.")
+@click.option("--scale", type=float, default=0.5, show_default=True, help="Seconds per unit of change size.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
+@click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
+@click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")
+def main(
+    history_file: Path | None,
+    repo: Path | None,
+    rev_range: str | None,
+    last: int,
+    slots: int,
+    policy: str,
+    predictor: str,
+    scale: float,
+    as_json: bool,
+    plot_file: Path | None,
+    keep: Path | None,
+) -> None:
+    """Replay a queue of real changes through the real daemon under several policies, beside the ideal schedule."""
+    policies = [p.strip() for p in policy.split(",") if p.strip()]
+    predictors = [p.strip() for p in predictor.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES] + [p for p in predictors if p not in PREDICTORS]
+    if bad or slots < 1 or last < 1 or scale <= 0:
+        raise click.UsageError(
+            f"use --policy from {', '.join(POLICIES)}, --predictor from {', '.join(PREDICTORS)}, "
+            "--slots and --last of 1 or more, --scale above 0" + (f" (got {', '.join(bad)})" if bad else "")
+        )
+    if (repo is None) != (rev_range is None) or (repo is not None and history_file is not None):
+        raise click.UsageError("pass --history FILE, or --repo PATH with --range A..B (or neither: the bundled one)")
+    try:
+        if repo is not None and rev_range is not None:
+            changes = hist.from_repo(repo, rev_range)
+        else:
+            changes = hist.from_file(history_file or hist.bundled())
+    except hist.HistoryError as e:
+        raise click.UsageError(str(e)) from None
+    changes = [hist.Change(n, c.sha, c.subject, c.files, c.lines) for n, c in enumerate(changes[-last:])]
+    if plot_file is not None:
+        plot.check()
+    work = Path(tempfile.mkdtemp(prefix="orchestrator-bench-")) if keep is None else keep
+    work.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        with Progress(
+            TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=as_json,
+        ) as progress:  # fmt: skip
+            for row in _rows(policies, predictors):
+                rows.append(run_row(row, changes, slots, scale, work, progress))
+    except BenchError as e:
+        click.echo(f"orchestrator bench jobs: {e} (repositories and logs kept in {work})", err=True)
+        sys.exit(1)
+    if keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    _ratios(rows)
+    info = {"machine": machine(), "history": str(history_file or (repo or hist.bundled())), "changes": len(changes)}
+    if as_json:
+        click.echo(json.dumps({**info, "rows": rows}, indent=2))
+    else:
+        print_table(rows, info)
+    if plot_file is not None:
+        plot.write(rows, plot_file)
+        click.echo(f"plot written to {plot_file}", err=True)

@@ -1,0 +1,64 @@
+"""The jobs benchmark's table: one row per (policy, predictor), the machine and the ideal beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+COLUMNS = (
+    ("policy", "policy"),
+    ("predictor", "predictor"),
+    ("makespan_s", "makespan s"),
+    ("ideal_s", "ideal s"),
+    ("ratio_ideal", "× ideal"),
+    ("ratio_one_per_repo", "× one/repo"),
+    ("max_concurrency", "max conc"),
+    ("wait_p50_s", "wait p50"),
+    ("wait_p95_s", "wait p95"),
+    ("overlaps", "overlaps"),
+    ("conflicts", "conflicts"),
+    ("redone", "redone"),
+    ("lost", "lost"),
+    ("over_serialized_pairs", "over-ser"),
+)
+OVERHEAD = (
+    ("slot_to_start", "slot free → start"),
+    ("exit_to_landed", "runner exit → landed"),
+    ("landing_hold", "landing hold"),
+)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) >= 0.1 or value == 0 else f"{value:.3f}"
+    return str(value)
+
+
+def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
+    console = Console()
+    m = info["machine"]
+    console.print(
+        f"jobs bench: {info['changes']} changes from {info['history']}, "
+        f"{m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}"
+    )
+    table = Table(show_edge=False, pad_edge=False)
+    for _, title in COLUMNS:
+        table.add_column(title, justify="left" if title in ("policy", "predictor") else "right")
+    for r in rows:
+        table.add_row(*(_fmt(r.get(k)) for k, _ in COLUMNS))
+    console.print(table)
+    over = Table(title="overhead per job (s)", show_edge=False, pad_edge=False)
+    over.add_column("policy")
+    for _, title in OVERHEAD:
+        over.add_column(f"{title} p50", justify="right")
+        over.add_column("p95", justify="right")
+    for r in rows:
+        cells = [f"{r['policy']}/{r['predictor']}"]
+        for key, _ in OVERHEAD:
+            cells += [_fmt(r.get(f"{key}_p50_s")), _fmt(r.get(f"{key}_p95_s"))]
+        over.add_row(*cells)
+    console.print(over)

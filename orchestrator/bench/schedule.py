@@ -1,0 +1,108 @@
+"""Pure figures for the jobs benchmark: the ideal schedule of a queue, and what a replay measured. No I/O.
+
+The ideal makespan is list scheduling with the same durations, slots and claims as the replay, no job
+overtaking an earlier waiting job whose claim it overlaps, and zero overhead (a job starts the instant it
+may and lands the instant it ends). The gap between it and the replay is the job plane's own overhead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.core import claims
+
+Claims = Sequence[frozenset[str] | None]
+"""Per job: its counted claim (normalised, mergeable paths removed), or None when it must run alone."""
+
+
+def counted(paths: Sequence[str], mergeable: tuple[str, ...]) -> frozenset[str]:
+    """The claim paths that can overlap: normalised, union-mergeable files left out."""
+    kept, _ = claims.split_mergeable(claims.normalize_all(paths), mergeable)
+    return kept
+
+
+def conflicts(claims_: Claims) -> list[set[int]]:
+    """For each job, the jobs whose claims overlap its own (a job that runs alone overlaps every other)."""
+    n = len(claims_)
+    out: list[set[int]] = [set() for _ in range(n)]
+    indexes = [claims.PathIndex(c) if c is not None else None for c in claims_]
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = claims_[i], claims_[j]
+            if a is None or b is None or (a and indexes[j].meeting(a)):  # type: ignore[union-attr]
+                out[i].add(j)
+                out[j].add(i)
+    return out
+
+
+def ideal_makespan(durations: Sequence[float], claims_: Claims, slots: int) -> float:
+    """List scheduling in queue order on `slots` slots; a job waits for running and earlier waiting jobs it overlaps."""
+    conf = conflicts(claims_)
+    waiting = list(range(len(durations)))
+    running: list[tuple[float, int]] = []
+    now = 0.0
+    while waiting or running:
+        held = {i for _, i in running}
+        passed: set[int] = set()
+        still = []
+        for i in waiting:
+            if len(running) < slots and not (conf[i] & held) and not (conf[i] & passed):
+                heapq.heappush(running, (now + durations[i], i))
+                held.add(i)
+            else:
+                passed.add(i)
+                still.append(i)
+        waiting = still
+        if running:
+            now, _ = heapq.heappop(running)
+            while running and running[0][0] <= now:
+                heapq.heappop(running)
+    return now
+
+
+def over_serialized_pairs(policy_claims: Claims, real: Claims) -> int:
+    """Pairs of jobs the policy's claims keep apart although the files they really touch are disjoint."""
+    policy_conf = conflicts(policy_claims)
+    real_conf = conflicts(real)
+    return sum(1 for i, js in enumerate(policy_conf) for j in js if j > i and j not in real_conf[i])
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    start: float
+    end: float
+
+
+def max_concurrency(intervals: Sequence[Interval]) -> int:
+    """The most intervals open at one instant (an end at t closes before a start at t opens)."""
+    points = sorted([(iv.start, 1) for iv in intervals] + [(iv.end, -1) for iv in intervals])
+    best = cur = 0
+    for _, step in points:
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th quantile (0..1) by nearest rank; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def start_latency(starts: Sequence[float], created: Sequence[float], releases: Sequence[float]) -> list[float]:
+    """Per job: start minus the last moment something let it start (its enqueue, or the last landing before)."""
+    ordered = sorted(releases)
+    out = []
+    for s, c in zip(starts, created, strict=True):
+        prior = [r for r in ordered if r <= s]
+        out.append(max(0.0, s - max(c, prior[-1] if prior else c)))
+    return out
+
+
+def mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else 0.0

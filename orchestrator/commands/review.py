@@ -1,0 +1,53 @@
+"""Review before landing: `diff` shows a job's change, `land` lands ready jobs, `reject` drops one.
+
+A job enqueued with `--land review` (or in a repo with `land = "review"`) stops in `ready` when it
+finishes; its paths stay taken until a person lands or rejects it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from orchestrator.commands.common import api_call, client, emit, err, json_option
+from orchestrator.commands.queue import each
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--head", "against_head", is_flag=True, help="What landing it now would change on the branch head.")
+@json_option
+@api_call
+def diff(job_id: int, against_head: bool, as_json: bool) -> None:
+    """Show a finished job's change: against its base, or (--head) against the current branch head."""
+    data = client().diff(job_id, "head" if against_head else "base")
+    if as_json:
+        emit(data)
+        return
+    if data.get("conflicts"):
+        err(f"job {job_id} conflicts with the branch head in: {', '.join(data['conflicts'])}")
+        sys.exit(1)
+    sys.stdout.write(data["diff"])
+    if not data["diff"]:
+        err(f"job {job_id}: no difference against {data['against']}")
+
+
+@click.command()
+@click.argument("job_ids", type=int, nargs=-1, required=True)
+@json_option
+@api_call
+def land(job_ids: tuple[int, ...], as_json: bool) -> None:
+    """Land ready jobs (review mode): each goes to its branch's landing queue."""
+    c = client()
+    each(list(job_ids), c.land, lambda j: f"job {j['id']}: {j['state']} ({j['reason']})", as_json)
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@json_option
+@api_call
+def reject(job_id: int, as_json: bool) -> None:
+    """Drop a ready job (review mode): not landed, its paths freed, its branch kept for inspection."""
+    job = client().reject(job_id)
+    emit(job) if as_json else err(f"job {job_id}: {job['reason']}")

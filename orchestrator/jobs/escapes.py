@@ -1,0 +1,74 @@
+"""Without a sandbox, notice after the fact when a job wrote into the user's checkout of its repository.
+
+What is detected: files of the repository's own work tree (tracked or untracked, not ignored) created,
+changed or deleted while the job ran, other than by a landing (a file whose content is the branch head's
+before or after is not counted, so a landing of another job that updates the checkout is not a false
+alarm). What is not: writes elsewhere (`$HOME`, other repositories, ignored files). A person editing their
+checkout during the job is indistinguishable from the job doing it; the job's reason says so.
+
+Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+
+@dataclass(frozen=True)
+class CheckoutState:
+    head: str | None
+    dirty: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """path -> (git status flags, mtime_ns, size) of every path that differs from HEAD."""
+
+
+def _stat(root: Path, path: str) -> tuple[int, int]:
+    try:
+        st = os.lstat(root / path)
+    except OSError:
+        return (0, -1)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def snapshot(repo_path: Path) -> CheckoutState:
+    repo = pygit2.Repository(str(repo_path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    if repo.is_bare or repo.workdir is None:
+        return CheckoutState(None)
+    head = None if repo.head_is_unborn else str(repo.head.target)
+    root = Path(repo.workdir)
+    dirty = {p: (int(flags), *_stat(root, p)) for p, flags in repo.status().items()}
+    return CheckoutState(head, dirty)
+
+
+def _blob_matches(repo: pygit2.Repository, head: str | None, path: str, data: bytes | None) -> bool:
+    if head is None:
+        return data is None
+    tree = repo.get(head).peel(pygit2.Tree)
+    try:
+        entry = tree[path]
+    except KeyError:
+        return data is None
+    return data is not None and entry.id == pygit2.hash(data)
+
+
+def written(repo_path: Path, before: CheckoutState, after: CheckoutState) -> list[str]:
+    """Paths of the user's checkout that changed between the snapshots and are not explained by a landing."""
+    changed = [p for p, st in after.dirty.items() if before.dirty.get(p) != st]
+    changed += [p for p in before.dirty if p not in after.dirty and before.head == after.head]
+    if not changed:
+        return []
+    repo = pygit2.Repository(str(repo_path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    root = Path(repo.workdir or repo_path)
+    out = []
+    for path in sorted(set(changed)):
+        try:
+            data: bytes | None = (root / path).read_bytes() if (root / path).is_file() else None
+        except OSError:
+            data = None
+        if before.head != after.head and any(_blob_matches(repo, h, path, data) for h in (before.head, after.head)):
+            continue  # a landing moved the branch and updated (or is updating) the checkout
+        out.append(path)
+    return out

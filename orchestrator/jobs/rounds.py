@@ -1,0 +1,122 @@
+"""What keeps a scheduler round's cost proportional to what changed, not to the length of the queue.
+
+- `Planned` mirrors the planned jobs in memory and re-reads from the store only the jobs written since
+  the last round (`Store.take_changed`), so a round does not reload and re-parse a queue of thousands.
+- `Views` keeps each job's `JobView` between rounds while its facts are the same objects, so per-job
+  admission facts stay cached and comparing two rounds' facts is mostly identity checks.
+- `RepoFacts` remembers, per repository, every fact admission reads for that repository's waiting jobs;
+  `narrow` drops from the snapshot the waiting jobs of repositories whose facts did not change, so they
+  are not re-decided (their last decisions still hold).
+
+Why `narrow` keeps `decide_all`'s semantics: a repository whose facts did not change admitted nothing
+last round (an admission changes its active jobs), and its facts include the global count of active
+jobs, so the only fact that can differ in a full pass is that count growing with this round's
+admissions elsewhere, which can only turn an admission into a Concurrency wait — and it admitted nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Hashable, Iterable
+from dataclasses import replace
+
+from orchestrator.core.job import Job
+from orchestrator.core.models import JobState, JobView, Snapshot
+from orchestrator.store import Store
+
+
+class Planned:
+    """The planned jobs, mirrored between rounds; a job leaves when the store says it is no longer planned."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._jobs: dict[int, Job] | None = None
+
+    async def jobs(self) -> list[Job]:
+        changed = self.store.take_changed()  # taken before reading: a write during the read is seen next round
+        if self._jobs is None:
+            self._jobs = {j.id: j for j in await self.store.jobs([JobState.PLANNED])}
+        elif changed:
+            for i in changed:
+                self._jobs.pop(i, None)
+            for job in await self.store.get_many(changed):
+                if job.state is JobState.PLANNED:
+                    self._jobs[job.id] = job
+        return sorted(self._jobs.values(), key=lambda j: j.id)
+
+    def reset(self) -> None:
+        """Forget the mirror: the next round reads every planned job again (after a failed round)."""
+        self._jobs = None
+
+
+class Views:
+    """Each job's `JobView`, reused while its job record, actual paths and mergeable set are the same objects."""
+
+    def __init__(self) -> None:
+        self._views: dict[int, tuple[Job, frozenset[str], frozenset[str], JobView]] = {}
+
+    def view(self, job: Job, mergeable: frozenset[str], actual: frozenset[str] | None) -> JobView:
+        live = job.actual if actual is None else actual
+        hit = self._views.get(job.id)
+        if hit is not None and hit[0] is job and hit[1] is mergeable and hit[2] is live:
+            return hit[3]
+        v = job.view(mergeable)
+        if actual is not None:
+            v = replace(v, actual=actual)
+        self._views[job.id] = (job, mergeable, live, v)
+        return v
+
+    def keep(self, ids: Iterable[int]) -> None:
+        """Drop the views of jobs not in `ids` (they ended)."""
+        wanted = set(ids)
+        for i in [i for i in self._views if i not in wanted]:
+            del self._views[i]
+
+
+class RepoFacts:
+    """Per repository, the facts admission read last round; `narrow` keeps only the repositories that changed."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, Hashable] = {}
+        self._pending: dict[str, Hashable] = {}
+
+    def narrow(self, snapshot: Snapshot, deferred: Container[int]) -> Snapshot:
+        """`snapshot` without the waiting jobs of repositories whose facts are those of the last round
+        and whose waiting jobs were all deferred then (ids in `deferred`)."""
+        active: dict[str, list[JobView]] = {}
+        waiting: dict[str, list[JobView]] = {}
+        for v in snapshot.active:
+            active.setdefault(v.repo, []).append(v)
+        for v in snapshot.waiting:
+            waiting.setdefault(v.repo, []).append(v)
+        self._pending = {}
+        keep: list[JobView] = []
+        for repo, jobs in waiting.items():
+            deps = {i for j in jobs for i in j.after}
+            facts = (
+                tuple(active.get(repo, ())),
+                tuple(jobs),
+                frozenset(k for k in snapshot.landing if k[0] == repo),
+                tuple((j.id, snapshot.moved[j.id]) for j in jobs if j.id in snapshot.moved),
+                frozenset(deps & snapshot.landed),
+                frozenset(deps & snapshot.dead),
+                len(snapshot.active),
+                snapshot.paused,
+                tuple(sorted(snapshot.slots.items())),
+                snapshot.policy,
+            )
+            self._pending[repo] = facts
+            if self._last.get(repo) != facts or not all(j.id in deferred for j in jobs):
+                keep.extend(jobs)
+        if len(keep) == len(snapshot.waiting):
+            return snapshot
+        return replace(snapshot, waiting=tuple(keep))
+
+    def commit(self) -> None:
+        """The round acted on every decision: its facts are the ones to compare the next round with."""
+        self._last = self._pending
+        self._pending = {}
+
+    def reset(self) -> None:
+        """A round failed part way: decide every repository again next time."""
+        self._last = {}
+        self._pending = {}

@@ -1,0 +1,98 @@
+"""Confinement of shell jobs: bubblewrap where it works, and detection after the fact where it does not."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.runners import sandbox
+from tests.conftest import git
+
+
+def _bwrap_works() -> bool:
+    found = shutil.which("bwrap")
+    return found is not None and sandbox.probe(found) is None
+
+
+needs_bwrap = pytest.mark.skipif(not _bwrap_works(), reason="bubblewrap is not installed or cannot run here")
+
+
+def test_auto_without_bwrap_says_why_once(monkeypatch):
+    """`auto` on a machine without bwrap runs unconfined and gives the reason; `bwrap` makes jobs refuse."""
+    monkeypatch.setattr(shutil, "which", lambda _: None)
+    auto = sandbox.resolve("auto")
+    assert not auto.active and "not installed" in auto.reason and auto.check() is None
+    required = sandbox.resolve("bwrap")
+    assert "install bubblewrap" in (required.check() or "")
+    assert not sandbox.resolve("none").active
+
+
+@needs_bwrap
+def test_with_bwrap_a_job_cannot_write_the_users_checkout_or_home(make_repo, daemon_factory, tmp_path):
+    """Writes to the user's checkout and $HOME fail and change nothing; the worktree, a commit and TMPDIR work."""
+    repo = make_repo()
+    home = tmp_path / "userhome"
+    home.mkdir()
+    d = daemon_factory(env={"ORCHESTRATOR_SANDBOX": "bwrap", "HOME": str(home), "MAX_CONCURRENT_JOBS": "3"}).start()
+    checkout = d.enqueue(repo, f"echo hacked > {repo}/README.md", "--path", "README.md")
+    into_home = d.enqueue(repo, f"touch {home}/evil", "--path", "docs/")
+    fine = d.enqueue(
+        repo,
+        'echo ok > src/a.py && echo t > "$TMPDIR/t" && git add -A && git commit -qm "own commit"',
+        "--path",
+        "src/a.py",
+    )
+    d.cli("wait", str(checkout), str(into_home), str(fine), "--timeout", "60")
+    jc, jh, jf = (d.cli_json("show", str(i)) for i in (checkout, into_home, fine))
+    assert jc["state"] == "failed" and jh["state"] == "failed", (jc["reason"], jh["reason"])
+    assert (repo / "README.md").read_text() == "hello\n" and git(repo, "status", "--porcelain") == ""
+    assert list(home.iterdir()) == []
+    assert "Read-only file system" in d.cli("logs", str(checkout)).stdout
+    assert jf["state"] == "landed", jf["reason"]
+    assert git(repo, "show", "main:src/a.py") == "ok"
+    assert "own commit" in git(repo, "log", "--format=%s", "main")
+    assert any(e["event"] == "sandbox.ready" for e in d.events())
+
+
+def test_without_a_sandbox_a_write_to_the_checkout_fails_the_job(make_repo, daemon_factory):
+    """With sandbox none, a job that writes into the user's checkout fails with the paths it wrote."""
+    repo = make_repo()
+    d = daemon_factory(env={"ORCHESTRATOR_SANDBOX": "none"}).start()
+    job = d.enqueue(repo, f"echo x > {repo}/stray.txt && echo y > src/a.py", "--path", "src/a.py")
+    d.cli("wait", str(job), "--timeout", "60")
+    shown = d.cli_json("show", str(job))
+    assert shown["state"] == "failed" and shown["code"] == "WroteOutside"
+    assert "stray.txt" in shown["reason"]
+    assert git(repo, "show", "main:src/a.py") == "a = 1", "not landed"
+    assert (repo / "stray.txt").read_text() == "x\n", "what the person finds is left as it is"
+
+
+def test_cancel_stops_a_stubborn_runner_and_keeps_the_worktree(make_repo, daemon_factory, tmp_path):
+    """A runner ignoring SIGTERM is killed after the grace period; the job is cancelled, its worktree kept."""
+    repo = make_repo()
+    d = daemon_factory()
+    (d.home / "config").mkdir(parents=True)
+    (d.home / "config" / "config.toml").write_text("[jobs]\nkill_grace = 1\n")
+    d.start()
+    marker = tmp_path / "started"
+    job = d.enqueue(repo, f"trap '' TERM; echo partial > src/a.py; touch {marker}; sleep 37.25", "--path", "src/")
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, "job never started"
+        time.sleep(0.1)
+    assert d.cli("cancel", str(job)).returncode == 0
+    shown = d.cli_json("show", str(job))
+    assert shown["state"] == "cancelled"
+    assert (Path(shown["worktree"]) / "src" / "a.py").read_text() == "partial\n"
+    alive = [p for p in Path("/proc").glob("[0-9]*") if b"37.25" in _cmdline(p)]
+    assert not alive, "the runner's process group is gone"
+
+
+def _cmdline(p: Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
