@@ -62,7 +62,10 @@ def daemon(burst: bool, grace: float) -> None:
 BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "predict"]
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+# No interspersed args: everything after the bench's name is the bench's own, `--help` included.
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "allow_interspersed_args": False}
+)
 @click.argument("name", type=click.Choice(BENCHES))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(name: str, args: tuple[str, ...]) -> None:
@@ -71,7 +74,11 @@ def bench(name: str, args: tuple[str, ...]) -> None:
     lost); --help for each."""
     import importlib
 
-    importlib.import_module(f"orchestrator.bench.{name}").main(list(args))
+    entry = importlib.import_module(f"orchestrator.bench.{name}").main
+    if isinstance(entry, click.Command):
+        entry.main(list(args), prog_name=f"orchestrator bench {name}")
+    else:
+        entry(list(args))
 
 
 @main.command()
