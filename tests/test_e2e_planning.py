@@ -15,6 +15,7 @@ import pytest
 
 from orchestrator.client import Client
 from orchestrator.doubles.anthropic import AnthropicDouble, Reply, tool_use_message
+from tests.conftest import git
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,6 +63,8 @@ def test_declared_jobs_are_admitted_without_waiting_for_model_plans(
     model plan is done, and every job leaves `planning` (the logs show it)."""
     files = {f"src/{c}.py": f"{c} = 1\n" for c in ["a", "b", "c", "m0", "m1", "m2", "m3"]}
     repos = [make_repo(f"r{i}", files) for i in range(3)]
+    for repo in repos:  # jobs land on `main`, away from the checkout: the test is about planning, not about
+        git(repo, "checkout", "-q", "-b", "work")  # telling landings from edits in a checkout being updated
     d = daemon_factory(env={"ANTHROPIC_BASE_URL": slow_model.url, "MAX_CONCURRENT_JOBS": "20"})
     (d.home / "config").mkdir(parents=True)
     (d.home / "config" / "config.toml").write_text(
@@ -71,7 +74,7 @@ def test_declared_jobs_are_admitted_without_waiting_for_model_plans(
     api = Client(d.socket)  # through the API: 20 CLI start-ups could outlast a model plan on a loaded machine
 
     def enqueue(repo: Path, text: str, paths: list[str]) -> int:
-        return int(api.enqueue(repo=str(repo), text=text, paths=paths)["id"])
+        return int(api.enqueue(repo=str(repo), text=text, paths=paths, branch="main")["id"])
 
     model_jobs, declared_jobs = [], []
     for n in range(12):  # 4 per repo, each on a file of its own: planned by the model, then all run at once
