@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -39,7 +40,8 @@ def _fmt(value: Any) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
-    console = Console()
+    # Piped (a file, a README), the table keeps its full width instead of wrapping every column to 80.
+    console = Console() if sys.stdout.isatty() else Console(width=170)
     m = info["machine"]
     console.print(
         f"jobs bench: {info['changes']} changes from {info['history']}, "
