@@ -23,6 +23,9 @@ COLUMNS = (
     ("redone", "redone"),
     ("lost", "lost"),
     ("over_serialized_pairs", "over-ser"),
+    ("reordered_pairs", "reordered"),
+    ("confident_claims", "confident"),
+    ("missed_claims", "missed"),
 )
 OVERHEAD = (
     ("slot_to_start", "slot free → start"),
