@@ -205,7 +205,7 @@ def _figures(
     real = [sched.counted(c.files, MERGEABLE) or None for c in changes]
     claims_ = _claims_of(row, changes, jobs)
     makespan = max(landed_at) - t0 if any(landed_at) else 0.0
-    lost, reordered = replayrepo.lost(replay, changes, landed_at)
+    lost, reordered = replayrepo.lost(replay, changes, landed_at, MERGEABLE)
     ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots)
     out = {
         "policy": row.policy,

@@ -168,13 +168,16 @@ def copy(template: ReplayRepo, root: Path) -> ReplayRepo:
     return ReplayRepo(root, template.commits, template.final)
 
 
-def lost(replay: ReplayRepo, changes: Sequence[Change], landed_at: Sequence[float]) -> tuple[list[int], int]:
+def lost(
+    replay: ReplayRepo, changes: Sequence[Change], landed_at: Sequence[float], mergeable: tuple[str, ...] = ()
+) -> tuple[list[int], int]:
     """The changes not on main at the end, and how many pairs of changes to one file landed out of order.
 
     Lost: not landed; or missing its own line in a changelog; or, for a file whose changes landed in the
     recorded order, main differs there from the recorded end state (its last change's edit is missing).
     A file whose changes landed in another order can differ from the recording without anything lost
-    (each replay keeps its own side of a conflicting hunk), so those count as reordered pairs instead."""
+    (each replay keeps its own side of a conflicting hunk), so those count as reordered pairs instead;
+    union-mergeable files land in any order by design, and are not counted."""
     repo = pygit2.Repository(str(replay.path))
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
     want = repo.revparse_single(replay.final).peel(pygit2.Commit).tree
@@ -192,7 +195,8 @@ def lost(replay: ReplayRepo, changes: Sequence[Change], landed_at: Sequence[floa
         if slotted:  # a changelog's slots merge in any order: each line must be there once
             out.update(n for n in slotted if (have or "").count(f"- change {n}\n") != 1)
         elif pairs:
-            reordered |= pairs
+            if not claims.matches(p, mergeable):
+                reordered |= pairs
         elif have != expected and done:
             out.add(done[-1])
     return sorted(out), len(reordered)
