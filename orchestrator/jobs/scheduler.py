@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -80,9 +81,12 @@ class _Seen:
     live: dict[int, Decision] = field(default_factory=dict)
     written: dict[int, Reason] = field(default_factory=dict)
     checked: dict[int, str] = field(default_factory=dict)
+    rendered: dict[int, tuple[Decision, str]] = field(default_factory=dict)
+    """`live` as the JSON of a job's reason, code and decision, kept while the decision is the same object."""
 
     def forget(self, job_id: int) -> None:
         self.live.pop(job_id, None)
+        self.rendered.pop(job_id, None)
         self.written.pop(job_id, None)
         self.checked.pop(job_id, None)
 
@@ -255,7 +259,7 @@ class Scheduler:
                     break
         if writes:
             await store.update_many(writes)  # one transaction for the round's changed reasons
-            for w in writes:  # no wake: a deferral changes no decision
+            for w in writes if self.board.subscribed else ():  # no wake: a deferral changes no decision
                 self.board.publish({"type": "job", "job": self.live(by_id[w.job_id]).to_json()})
         if complete:
             self._explained = time.monotonic()
@@ -359,6 +363,19 @@ class Scheduler:
         if d is None or job.state is not JobState.PLANNED:
             return job
         return replace(job, decision=d.to_json(), reason=d.message, code=str(d.reason))
+
+    def live_json(self, job_id: int) -> str | None:
+        """What `live` overrides of a waiting job (reason, code, decision) as JSON text; None when nothing."""
+        d = self._seen.live.get(job_id)
+        if d is None:
+            return None
+        hit = self._seen.rendered.get(job_id)
+        if hit is None or hit[0] is not d:
+            hit = self._seen.rendered[job_id] = (
+                d,
+                json.dumps({"reason": d.message, "code": str(d.reason), "decision": d.to_json()}),
+            )
+        return hit[1]
 
     async def _act(self, job: Job, decision: Decision) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)
