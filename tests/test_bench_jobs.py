@@ -67,11 +67,13 @@ def test_replayed_changes_conflict_side_by_side_and_changelogs_merge(tmp_path):
     conflicted = [line for line in merge.stdout.splitlines() if line.startswith("CONFLICT")]
     assert conflicted and not any("CHANGES.rst" in line for line in conflicted)
     git(tmp_path / "w0", "merge", "--abort")
-    assert replayrepo.lost(r, changes, [True, True]) == [0, 1], "main has neither change's changelog line yet"
+    assert replayrepo.lost(r, changes, [1, 2]) == ([0, 1], 0), "main has neither change's changelog line yet"
     for n in (0, 1):
         replay.apply_commit(r.path, r.commits[n], theirs=True)
         git(r.path, "commit", "-qam", f"land {n}")
-    assert replayrepo.lost(r, changes, [True, True]) == []
+    assert replayrepo.lost(r, changes, [1, 2]) == ([], 0)
+    assert replayrepo.lost(r, changes, [2, 1]) == ([], 1), "landed the other way round: reordered, not lost"
+    assert replayrepo.lost(r, changes, [1, 0]) == ([1], 0), "not landed"
     assert (r.path / "CHANGES.rst").read_text().count("- change ") == 2
 
 

@@ -205,6 +205,7 @@ def _figures(
     real = [sched.counted(c.files, MERGEABLE) or None for c in changes]
     claims_ = _claims_of(row, changes, jobs)
     makespan = max(landed_at) - t0 if any(landed_at) else 0.0
+    lost, reordered = replayrepo.lost(replay, changes, landed_at, MERGEABLE)
     ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots)
     out = {
         "policy": row.policy,
@@ -220,7 +221,8 @@ def _figures(
         "overlaps": len(overlap_pairs),
         "conflicts": conflicts,
         "redone": sum(j["attempts"] for j in jobs),
-        "lost": len(replayrepo.lost(replay, changes, [bool(t) for t in landed_at])),
+        "lost": len(lost),
+        "reordered_pairs": reordered,
         "over_serialized_pairs": sched.over_serialized_pairs(claims_, real),
         "confident_claims": sum(c is not None for c in claims_),
         "missed_claims": sum(
@@ -251,7 +253,7 @@ def _ratios(rows: list[dict]) -> None:
 @click.option("--slots", type=int, default=4, show_default=True)
 @click.option("--policy", default=",".join(POLICIES), show_default=True)
 @click.option("--predictor", default="declared,local", show_default=True, help="Predictors for the claims policy.")
-@click.option("--scale", type=float, default=0.5, show_default=True, help="Seconds per unit of change size.")
+@click.option("--scale", type=float, default=0.3, show_default=True, help="Seconds per unit of change size.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")

@@ -168,9 +168,16 @@ def copy(template: ReplayRepo, root: Path) -> ReplayRepo:
     return ReplayRepo(root, template.commits, template.final)
 
 
-def lost(replay: ReplayRepo, changes: Sequence[Change], landed: Sequence[bool]) -> list[int]:
-    """The changes not on main at the end: not landed, or missing from a file on main that differs from the
-    recorded end state (a changelog's own slot line, or else a file it was the last to touch)."""
+def lost(
+    replay: ReplayRepo, changes: Sequence[Change], landed_at: Sequence[float], mergeable: tuple[str, ...] = ()
+) -> tuple[list[int], int]:
+    """The changes not on main at the end, and how many pairs of changes to one file landed out of order.
+
+    Lost: not landed; or missing its own line in a changelog; or, for a file whose changes landed in the
+    recorded order, main differs there from the recorded end state (its last change's edit is missing).
+    A file whose changes landed in another order can differ from the recording without anything lost
+    (each replay keeps its own side of a conflicting hunk), so those count as reordered pairs instead;
+    union-mergeable files land in any order by design, and are not counted."""
     repo = pygit2.Repository(str(replay.path))
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
     want = repo.revparse_single(replay.final).peel(pygit2.Commit).tree
@@ -178,16 +185,21 @@ def lost(replay: ReplayRepo, changes: Sequence[Change], landed: Sequence[bool]) 
     for c in changes:
         for p in c.files:
             touched.setdefault(p, []).append(c.index)
-    out = {c.index for c in changes if not landed[c.index]}
+    out = {c.index for c in changes if not landed_at[c.index]}
+    reordered: set[tuple[int, int]] = set()
     for p, ns in touched.items():
+        done = [n for n in ns if landed_at[n]]
+        pairs = {(a, b) for i, a in enumerate(done) for b in done[i + 1 :] if landed_at[b] < landed_at[a]}
         have, expected = _text(repo, main, p), _text(repo, want, p)
-        if have == expected:
-            continue
         slotted = [n for n in ns if f"- change {n}\n" in (expected or "")]
-        out.update(n for n in slotted if (have or "").count(f"- change {n}\n") != 1)
-        if not slotted:
-            out.add(ns[-1])
-    return sorted(out)
+        if slotted:  # a changelog's slots merge in any order: each line must be there once
+            out.update(n for n in slotted if (have or "").count(f"- change {n}\n") != 1)
+        elif pairs:
+            if not claims.matches(p, mergeable):
+                reordered |= pairs
+        elif have != expected and done:
+            out.add(done[-1])
+    return sorted(out), len(reordered)
 
 
 def _text(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | None:

@@ -19,10 +19,13 @@ COLUMNS = (
     ("wait_p50_s", "wait p50"),
     ("wait_p95_s", "wait p95"),
     ("overlaps", "overlaps"),
-    ("conflicts", "conflicts"),
+    ("conflicts", "confl"),
     ("redone", "redone"),
     ("lost", "lost"),
     ("over_serialized_pairs", "over-ser"),
+    ("reordered_pairs", "reord"),
+    ("confident_claims", "conf"),
+    ("missed_claims", "missed"),
 )
 OVERHEAD = (
     ("slot_to_start", "slot free → start"),
@@ -41,7 +44,7 @@ def _fmt(value: Any) -> str:
 
 def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
     # Piped (a file, a README), the table keeps its full width instead of wrapping every column to 80.
-    console = Console() if sys.stdout.isatty() else Console(width=170)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     m = info["machine"]
     console.print(
         f"jobs bench: {info['changes']} changes from {info['history']}, "
