@@ -53,6 +53,38 @@ def test_runner_of_a_killed_daemon_is_ended_before_the_retry(make_repo, daemon_f
     assert "process.survivors_ended" in {e["event"] for e in d2.events()}
 
 
+# A writer that leaves its job's process group and session (a daemonising agent would), then keeps
+# appending to a.txt in the worktree; its pid goes to esc.pid.
+_ESCAPE = "setsid sh -c 'echo $$ > esc.pid; while :; do echo x >> a.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 &"
+
+
+def test_process_that_left_its_group_is_ended_with_its_job(make_repo, daemon_factory):
+    """A job whose runner starts a `setsid` writer and exits: the writer is ended before the job lands."""
+    repo = make_repo()
+    d = daemon_factory().start()
+    job = d.enqueue(
+        repo, f"{_ESCAPE} while [ ! -s esc.pid ]; do sleep 0.02; done", "--path", "a.txt", "--path", "esc.pid"
+    )
+    assert d.cli("wait", str(job), "--timeout", "60").returncode == 0
+    pid = int(git(repo, "show", "main:esc.pid"))
+    assert not process.alive(pid), "the writer that left its process group outlived its job"
+    assert "process.escapees_ended" in {e["event"] for e in d.events()}
+
+
+def test_process_that_left_its_group_is_ended_after_a_kill(make_repo, daemon_factory):
+    """kill -9 the daemon while a job's `setsid` writer runs: the restarted daemon ends it before the retry."""
+    repo = make_repo()
+    d = daemon_factory().start()
+    job = d.enqueue(repo, f"{_ESCAPE} sleep 60", "--path", "a.txt", "--path", "esc.pid")
+    worktree = Path(until("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
+    pid_file = worktree / "esc.pid"
+    pid = int(until("the writer to start", lambda: pid_file.exists() and pid_file.read_text().strip()))
+    d.kill()
+    assert process.alive(pid), "the writer survives a kill -9 of the daemon"
+    restart(daemon_factory, d, "second")
+    assert not process.alive(pid), "the restarted daemon ended the dead daemon's escaped writer"
+
+
 def _descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):

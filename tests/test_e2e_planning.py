@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orchestrator.client import Client
 from orchestrator.doubles.anthropic import AnthropicDouble, Reply, tool_use_message
+from tests.conftest import git
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,8 +27,9 @@ def slow_model() -> Iterator[AnthropicDouble]:
     """A Messages API double, in a thread of its own, that takes 5 s for every plan."""
 
     def script(body: dict[str, Any]) -> Reply:
-        ticket = body["messages"][0]["content"]
-        path = "src/m.py" if "src/m.py" in ticket else "src/n.py"
+        ticket = body["messages"][0]["content"].split("Files in the repository")[0]
+        found = re.search(r"src/m\d\.py", ticket)
+        path = found.group(0) if found else "src/a.py"
         answer = tool_use_message("submit_plan", {"paths": [path], "confidence": 0.8, "plan": f"1. edit {path}"})
         return Reply(delay=MODEL_SECONDS, body=answer.body)
 
@@ -56,24 +61,32 @@ def test_declared_jobs_are_admitted_without_waiting_for_model_plans(
 ) -> None:
     """20 jobs in 3 repos, a model taking 5 s per plan: every job with declared paths is admitted before any
     model plan is done, and every job leaves `planning` (the logs show it)."""
-    files = {f"src/{c}.py": f"{c} = 1\n" for c in "abcdmn"}
+    files = {f"src/{c}.py": f"{c} = 1\n" for c in ["a", "b", "c", "m0", "m1", "m2", "m3"]}
     repos = [make_repo(f"r{i}", files) for i in range(3)]
-    d = daemon_factory(env={"ANTHROPIC_BASE_URL": slow_model.url, "MAX_CONCURRENT_JOBS": "12"})
+    for repo in repos:  # jobs land on `main`, away from the checkout: the test is about planning, not about
+        git(repo, "checkout", "-q", "-b", "work")  # telling landings from edits in a checkout being updated
+    d = daemon_factory(env={"ANTHROPIC_BASE_URL": slow_model.url, "MAX_CONCURRENT_JOBS": "20"})
     (d.home / "config").mkdir(parents=True)
     (d.home / "config" / "config.toml").write_text(
-        "[plan]\nconcurrency = 12\ndeadline = 30\n[anthropic]\nconcurrency = 12\n[jobs]\nper_repo = 6\n"
+        "[plan]\nconcurrency = 12\ndeadline = 30\n[anthropic]\nconcurrency = 12\n[jobs]\nper_repo = 8\n"
     )
     d.start()
+    api = Client(d.socket)  # through the API: 20 CLI start-ups could outlast a model plan on a loaded machine
+
+    def enqueue(repo: Path, text: str, paths: list[str]) -> int:
+        return int(api.enqueue(repo=str(repo), text=text, paths=paths, branch="main")["id"])
+
     model_jobs, declared_jobs = [], []
-    for n in range(12):
-        repo = repos[n % 3]
-        model_jobs.append(d.enqueue(repo, f"echo {n} >> src/{'m' if n % 2 else 'n'}.py  # edit src/m.py or n"))
-    for n in range(8):
-        repo, name = repos[n % 3], "abcd"[n // 3 + (n % 3 == 0 and n > 5)]
-        declared_jobs.append(d.enqueue(repo, f"echo {n} >> src/{name}.py # declared", "--path", f"src/{name}.py"))
+    for n in range(12):  # 4 per repo, each on a file of its own: planned by the model, then all run at once
+        path = f"src/m{n // 3}.py"
+        model_jobs.append(enqueue(repos[n % 3], f"echo {n} >> {path}  # edit {path}", []))
+    for n in range(8):  # 3, 3 and 2 per repo, each declaring a file of its own
+        path = f"src/{'abc'[n // 3]}.py"
+        declared_jobs.append(enqueue(repos[n % 3], f"echo {n} >> {path} # declared", [path]))
     out = d.cli("wait", *map(str, declared_jobs), "--timeout", "60")
     assert out.returncode == 0, out.stderr
     out = d.cli("wait", *map(str, model_jobs), "--timeout", "90")
+    assert out.returncode == 0, out.stderr
     events = d.events()
     planned_by_model = [_at(e) for e in events if e.get("event") == "job.planned" and e.get("source") == "model"]
     assert planned_by_model, "no plan came from the model"
@@ -89,7 +102,7 @@ def test_declared_jobs_are_admitted_without_waiting_for_model_plans(
     first_model_plan = min(planned_by_model)
     states = {j["id"]: j["state"] for j in d.cli_json("status")}
     assert not [i for i, s in states.items() if s in ("planning", "queued")], states
-    # Declared jobs never asked the model; model jobs did (again after a landing moved their claimed file).
+    # Declared jobs never asked the model; model jobs did.
     assert len(slow_model.requests) >= len(model_jobs)
     assert all("# declared" not in r["messages"][0]["content"] for r in slow_model.requests)
     assert time.time() > first_model_plan  # sanity: timestamps are wall-clock seconds

@@ -59,6 +59,24 @@ async def test_model_plan_with_structured_output(make_repo) -> None:
     assert "src/api.py" in prompt and "def serve()" in prompt  # file list and a snippet
 
 
+async def test_prompt_carries_the_lines_around_a_named_identifier(make_repo) -> None:
+    """The request holds the lines around the identifier the ticket names, found at the base deep in a
+    long file, not just the file's head."""
+    filler = "".join(f"HEAD_FILLER_{n} = {n}\n" for n in range(300))
+    body = filler + "\n\ndef rotate_keys(keys):\n    return keys[1:] + keys[:1]\n" + filler.replace("HEAD", "TAIL")
+    repo = make_repo("r", {"src/secrets.py": body, "src/other.py": "x = 1\n"})
+    async with AnthropicDouble([tool_use_message("submit_plan", GOOD)]) as double:
+        p = planner(double.url)
+        try:
+            await p.plan(job(repo, "make `rotate_keys` skip empty keys"), git(repo, "rev-parse", "HEAD"))
+        finally:
+            await p.close()
+    prompt = double.requests[0]["messages"][0]["content"]
+    assert "--- src/secrets.py" in prompt
+    assert "  303  def rotate_keys(keys):" in prompt and "return keys[1:] + keys[:1]" in prompt
+    assert "HEAD_FILLER_1 " not in prompt and "TAIL_FILLER_290 " not in prompt
+
+
 async def test_rate_limit_honours_retry_after_then_plans(make_repo) -> None:
     """A 429 with retry-after is waited out and retried; the plan then comes from the model."""
     plan, double = await run(make_repo, [error_reply(429, retry_after=0.1), tool_use_message("submit_plan", GOOD)])

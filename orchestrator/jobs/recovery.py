@@ -39,6 +39,10 @@ class StoreOwner(process.Owner):
     store: Store
     job_id: int | None = None
 
+    @property
+    def tag(self) -> str:
+        return process.home_tag(self.store.path)
+
     async def own(self, group: process.Group) -> None:
         await self.store.own_process(group, self.job_id)
 
@@ -53,9 +57,13 @@ async def end_survivors(store: Store, *, grace: float) -> list[process.Group]:
     writing into a worktree that a retry is about to get.
     """
     recorded = await store.processes()
+    ended = await process.end_groups([g for g, _ in recorded], grace=grace) if recorded else []
+    # Whatever left its group (setsid, a double fork) still carries this home's mark: only a dead
+    # predecessor on this state dir can have started it.
+    mark = f"{process.RUN_MARK}={StoreOwner(store).tag}."
+    await process.end_marked(mark, exact=False, what="processes of a dead daemon")
     if not recorded:
         return []
-    ended = await process.end_groups([g for g, _ in recorded], grace=grace)
     for group, _ in recorded:
         await store.disown_process(group)
     if ended:
@@ -144,4 +152,3 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
                 await board.update(job.id, event="landing_recovered", data=data, reason=message)
         await store.journal_end(entry)
     return settled
-

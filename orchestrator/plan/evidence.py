@@ -110,7 +110,7 @@ def tree_files(repo: str, base: str) -> Files:
     return Files.of(p for p in _git(Path(repo), "ls-tree", "-r", "-z", "--name-only", base).split("\0") if p)
 
 
-def _definition_pattern(names: Sequence[str]) -> str:
+def definition_pattern(names: Sequence[str]) -> str:
     alt = "|".join(re.escape(n) for n in names)
     return (
         rf"^\s*((async\s+)?def|class|function|func|fn|struct|enum|trait|interface|type|const|let|var|module)"
@@ -122,7 +122,7 @@ def definitions(repo: Path, base: str, names: Sequence[str]) -> dict[str, list[s
     """For each identifier: the files at `base` that define it (`git grep` on the tree, no checkout)."""
     if not names:
         return {}
-    out = _git(repo, "grep", "-I", "-n", "-E", "-e", _definition_pattern(names), base, "--")
+    out = _git(repo, "grep", "-I", "-n", "-E", "-e", definition_pattern(names), base, "--")
     found: dict[str, list[str]] = defaultdict(list)
     for line in out.splitlines():
         try:

@@ -1,116 +1,24 @@
 """The model source: Claude plans the job through the daemon's one Claude client (`llm.anthropic`).
 
 Structured output through a tool schema: the model must call `submit_plan` with the paths it will touch,
-its confidence and a short plan. The prompt holds the ticket, the repository's file list at the base
-(ranked: what local evidence found first, then files that change often, then the rest; cut to the token
-budget) and snippets of the files local evidence found. Anything else the model sends back is a
-`ModelUnusable` the composite turns into a logged fallback to local evidence.
+its confidence and a short plan. The prompt (`plan.prompt`, shared with the Ollama planner) holds the
+ticket, the relevant snippets and the ranked file list at the base, cut to the token budget. Anything
+else the model sends back is a `ModelUnusable` the composite turns into a logged fallback to local evidence.
 """
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
-from orchestrator.core import claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import Claim, ClaimSource
-from orchestrator.git import repos
 from orchestrator.llm.anthropic import Claude, ModelUnavailable
 from orchestrator.llm.shared import SharedClaude
-from orchestrator.plan.base import Evidence, Kind, Note, Plan
+from orchestrator.plan.base import Note, Plan
 from orchestrator.plan.composite import MODELS, ModelUnusable
-from orchestrator.plan.evidence import tree_files
+from orchestrator.plan.prompt import SYSTEM, TOOL, model_plan, parse_input, user_message
 from orchestrator.store import Store
-
-MAX_CONFIDENCE = 0.9
-"""A model's own confidence is capped: only a person's declaration is certain."""
-CHARS_PER_TOKEN = 4
-SNIPPET_LINES = 60
-
-TOOL: dict[str, Any] = {
-    "name": "submit_plan",
-    "description": "Submit the files this job will create, modify or delete, and a short plan.",
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "paths": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Repo-relative paths the job will touch (files; a directory ends with '/'). "
-                "Include the tests to change or add.",
-            },
-            "confidence": {
-                "type": "number",
-                "minimum": 0,
-                "maximum": 1,
-                "description": "Probability that the job touches no file outside `paths`.",
-            },
-            "plan": {"type": "string", "description": "The plan in a few numbered steps."},
-        },
-        "required": ["paths", "confidence", "plan"],
-    },
-}
-
-SYSTEM = (
-    "You plan coding jobs for a scheduler that runs jobs side by side when the files they touch are disjoint. "
-    "Read the ticket and the repository's file list, then call submit_plan once: every file the job will "
-    "create, modify or delete (tests included), an honest confidence, and a short plan a coding agent can "
-    "follow. Prefer naming files to directories; name a directory only when the job really spans it."
-)
-
-
-def _ranked(files: list[str], first: list[str], count: dict[str, int], budget_chars: int) -> tuple[list[str], int]:
-    """The file list ranked (local evidence, then often-changed files, then the rest) and cut to the budget."""
-    order = list(dict.fromkeys([*first, *sorted(files, key=lambda f: (-count.get(f, 0), f))]))
-    out, used = [], 0
-    for f in order:
-        if used + len(f) + 1 > budget_chars:
-            break
-        out.append(f)
-        used += len(f) + 1
-    return out, len(order) - len(out)
-
-
-def _snippet(repo: str, base: str, path: str) -> str:
-    out = subprocess.run(
-        ["git", "-C", repo, "show", f"{base}:{path}"],
-        capture_output=True,
-        env=repos.git_env(Path(repo)),
-        stdin=subprocess.DEVNULL,
-        timeout=30,
-        check=False,
-    )
-    if out.returncode != 0 or b"\0" in out.stdout[:8000]:
-        return ""
-    return "\n".join(out.stdout.decode("utf-8", "replace").splitlines()[:SNIPPET_LINES])
-
-
-def prompt(job: Job, base: str, local: Plan | None, budget_tokens: int, count: dict[str, int]) -> str:
-    """The user message: ticket, ranked file list, snippets of what local evidence found (blocking)."""
-    files = sorted(tree_files(job.repo, base).paths)
-    found = [e.path for e in (local.evidence if local else ()) if e.path in set(files)]
-    budget = budget_tokens * CHARS_PER_TOKEN
-    snippets = []
-    used = 0
-    for path in dict.fromkeys(found):
-        text = _snippet(job.repo, base, path)
-        if text and used + len(text) < budget // 3:
-            snippets.append(f"--- {path}\n{text}")
-            used += len(text)
-    listed, left = _ranked(files, found, count, budget - used - len(job.text))
-    parts = [f"Ticket:\n{job.text}\n", f"Files in the repository ({len(files)}):", *listed]
-    if left:
-        parts.append(f"... and {left} more files not listed")
-    if found:
-        parts.append("\nLocal evidence (text mentions, definitions, tests, co-change): " + ", ".join(found))
-    if snippets:
-        parts += ["\nSnippets:", *snippets]
-    return "\n".join(parts)
 
 
 def parse(message: Any) -> tuple[frozenset[str], float, str]:
@@ -120,24 +28,6 @@ def parse(message: Any) -> tuple[frozenset[str], float, str]:
     if call is None:
         raise ModelUnusable(Note.MODEL_MALFORMED, "the model did not call submit_plan")
     return parse_input(call.input if isinstance(call.input, dict) else {})
-
-
-def parse_input(data: dict[str, Any]) -> tuple[frozenset[str], float, str]:
-    """The claim paths, confidence and plan text of a plan object (`TOOL`'s input schema), or `ModelUnusable`."""
-    if not isinstance(data, dict):
-        raise ModelUnusable(Note.MODEL_MALFORMED, "the plan is not a JSON object")
-    raw, confidence, text = data.get("paths"), data.get("confidence"), data.get("plan", "")
-    if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
-        raise ModelUnusable(Note.MODEL_MALFORMED, "submit_plan without a list of paths")
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
-        raise ModelUnusable(Note.MODEL_MALFORMED, f"submit_plan with confidence {confidence!r} (not in 0..1)")
-    paths = set()
-    for p in raw:
-        try:
-            paths.add(claims.normalize(p.strip()))
-        except claims.ClaimError as e:
-            raise ModelUnusable(Note.MODEL_MALFORMED, f"submit_plan named an unusable path: {e}") from None
-    return frozenset(paths), min(float(confidence), MAX_CONFIDENCE), text if isinstance(text, str) else ""
 
 
 class ClaudePlanner:
@@ -158,8 +48,7 @@ class ClaudePlanner:
         await self.claude.close()
 
     async def plan(self, job: Job, base: str, local: Plan | None = None) -> Plan:
-        count = self.counts(job.repo) if self.counts else {}
-        content = await asyncio.to_thread(prompt, job, base, local, self.budget_tokens, count)
+        content = await user_message(job, base, local, self.budget_tokens, self.counts)
         try:
             message = await self.claude.create(
                 model=self.model,
@@ -171,10 +60,7 @@ class ClaudePlanner:
             )
         except ModelUnavailable as e:
             raise ModelUnusable(Note.MODEL_UNAVAILABLE, str(e)) from e
-        paths, confidence, text = parse(message)
-        why = f"{self.model}'s pre-plan names it"
-        evidence = tuple(Evidence(p, Kind.MODEL, why) for p in sorted(paths))
-        return Plan(Claim(paths, confidence, ClaimSource.MODEL), evidence, text, str(Kind.MODEL))
+        return model_plan(parse(message), self.model)
 
 
 def _factory(
@@ -193,4 +79,4 @@ def _factory(
 
 MODELS["claude"] = _factory
 
-__all__ = ["TOOL", "ClaudePlanner", "parse", "parse_input", "prompt"]
+__all__ = ["ClaudePlanner", "parse"]

@@ -1,26 +1,24 @@
 """The model source on a local model: Ollama through the daemon's one gate for that host (`llm.gate`,
 `llm.ollama`), at background priority, so a chat turn always goes first.
 
-Same prompt as the Claude planner; structured output through Ollama's `format` (a JSON schema). The
+Same prompt as the Claude planner (`plan.prompt`); structured output through Ollama's `format` (a JSON schema). The
 reply must be `{"paths": [...], "confidence": x, "plan": "..."}`; anything else, a busy or absent server,
 or a gate that will not take the call falls back to local evidence with the reason logged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator.config import Config
 from orchestrator.core.job import Job
-from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.llm import gate as llm_gate
 from orchestrator.llm import ollama as llm_ollama
-from orchestrator.plan.base import Evidence, Kind, Note, Plan
+from orchestrator.plan.base import Note, Plan
 from orchestrator.plan.composite import MODELS, ModelUnusable
-from orchestrator.plan.model import SYSTEM, TOOL, parse_input, prompt
+from orchestrator.plan.prompt import SYSTEM, TOOL, model_plan, parse_input, user_message
 from orchestrator.store import Store
 
 SCHEMA: dict[str, Any] = TOOL["input_schema"]
@@ -40,8 +38,7 @@ class OllamaPlanner:
         await self.backend.close()
 
     async def plan(self, job: Job, base: str, local: Plan | None = None) -> Plan:
-        count = self.counts(job.repo) if self.counts else {}
-        content = await asyncio.to_thread(prompt, job, base, local, self.budget_tokens, count)
+        content = await user_message(job, base, local, self.budget_tokens, self.counts)
         instruction = (
             "Answer with JSON only: {\"paths\": [...], \"confidence\": 0..1, \"plan\": \"...\"} "
             "listing every file the job will touch."
@@ -55,10 +52,7 @@ class OllamaPlanner:
             data = json.loads(result.text)
         except json.JSONDecodeError:
             raise ModelUnusable(Note.MODEL_MALFORMED, "Ollama answered with text that is not JSON") from None
-        paths, confidence, text = parse_input(data)
-        model = self.backend.model
-        evidence = tuple(Evidence(p, Kind.MODEL, f"{model}'s pre-plan names it") for p in sorted(paths))
-        return Plan(Claim(paths, confidence, ClaimSource.MODEL), evidence, text, str(Kind.MODEL))
+        return model_plan(parse_input(data), self.backend.model)
 
 
 def _factory(

@@ -18,6 +18,13 @@ Every runner and the landing check go through `run`:
 
 `survivors` and `end_groups` are the other half: on start, a daemon ends the groups a dead one owned,
 after checking that each pgid still belongs to the process group it recorded (not a recycled pid).
+
+A process can leave its group (`setsid`, a daemonising double fork), so every command also carries a
+mark in its environment, `ORCHESTRATOR_RUN=<home tag>.<run id>`, which its descendants inherit whatever
+group or session they move to. When a command's group has ended, processes still carrying its run's
+mark are ended too (`end_marked`); on start, a daemon ends every process carrying its home's tag (only a
+dead predecessor on the same state dir can have started them: one daemon owns a state dir). A process
+that scrubs its own environment escapes this; a sandbox with its own PID namespace does not let it.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import hashlib
 import os
 import shlex
 import signal
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +63,9 @@ BASE_ENV: tuple[str, ...] = (
 )  # fmt: skip
 """Variables every command sees (patterns allowed); anything else only when a runner names it."""
 
+RUN_MARK = "ORCHESTRATOR_RUN"
+"""The environment variable that marks every process a command starts (see the module docstring)."""
+
 # The gate: wait for the owner to record the group, then become the command. EOF (daemon died) → never run.
 _GATE = 'IFS= read -r _ || exit 125; exec </dev/null; exec "$@"'
 
@@ -69,10 +81,22 @@ class Group:
     """The kernel's boot id when it started: a group from before a reboot is long gone."""
     what: str = ""
     """What runs, for a person: `job 3 runner shell`, `job 3 landing check`."""
+    mark: str = ""
+    """The `RUN_MARK` value its processes carry ("" for a group recorded before marks existed)."""
+
+
+def home_tag(home: object) -> str:
+    """A short tag for a state dir (or database path): the prefix of its commands' `RUN_MARK`."""
+    return hashlib.sha256(str(home).encode()).hexdigest()[:16]
 
 
 class Owner:
     """Where groups are recorded: the store (`Store.own_process`) in the daemon, nothing in unit tests."""
+
+    @property
+    def tag(self) -> str:
+        """The owner's `home_tag`: the first part of every mark its commands carry."""
+        return "unowned"
 
     async def own(self, group: Group) -> None:
         """Record `group` durably; `run` opens the gate only after this returns."""
@@ -202,6 +226,8 @@ async def run(
 
     `prefix` goes before the command's argv (a sandbox such as `bwrap ... --`)."""
     owner = owner or Owner()
+    mark = f"{owner.tag}.{uuid.uuid4().hex}"
+    env = {**env, RUN_MARK: mark}
     log = _Log(log_path, log_cap)
     await asyncio.to_thread(log.open)
     log.note(f"$ {_shown(command)}\n")
@@ -223,7 +249,7 @@ async def run(
             start_new_session=True,
         )
         assert proc.stdin is not None
-        group = Group(proc.pid, _start_time(proc.pid), boot_id(), what)
+        group = Group(proc.pid, _start_time(proc.pid), boot_id(), what, mark)
         try:
             await owner.own(group)
         except BaseException:
@@ -327,6 +353,8 @@ async def _end_group(proc: asyncio.subprocess.Process, group: Group, *, grace: f
     await _exited(proc)
     if not await _all_gone([group], EMPTY_WAIT, kill=True):
         olog.get().warning(olog.Event.PROCESS_LINGERS, pgid=group.pgid, what=group.what)
+    if group.mark:
+        await end_marked(f"{RUN_MARK}={group.mark}", exact=True, what=group.what)
 
 
 def _shown(command: str | Sequence[str], limit: int = 2000) -> str:
@@ -453,3 +481,48 @@ async def _all_gone(groups: list[Group], within: float, *, kill: bool = False) -
         for g in left if kill else ():
             signal_group(g.pgid, signal.SIGKILL)  # a member may have forked after the first signal
         await asyncio.sleep(0.05)
+
+
+# ---- marks: processes that left their group ---------------------------------------------------------------
+
+
+def marked(entry: str, *, exact: bool) -> list[int]:
+    """Live processes of this user whose environment has `entry` (`NAME=value`; with `exact=False`, an
+    entry that starts with it). Never this process."""
+    want = entry.encode()
+    uid, me, found = os.getuid(), os.getpid(), []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no procfs: nothing can be found this way
+        return []
+    for e in entries:
+        if not e.name.isdigit() or int(e.name) == me:
+            continue
+        try:
+            if e.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            with open(f"/proc/{e.name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:  # gone, or not ours to read
+            continue
+        if any(v == want if exact else v.startswith(want) for v in env) and alive(int(e.name)):
+            found.append(int(e.name))
+    return found
+
+
+async def end_marked(entry: str, *, exact: bool, what: str = "") -> list[int]:
+    """SIGKILL every process carrying `entry` in its environment (see `marked`) until none is left."""
+    deadline = time.monotonic() + EMPTY_WAIT
+    ended: set[int] = set()
+    while pids := await asyncio.to_thread(marked, entry, exact=exact):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        ended.update(pids)
+        if time.monotonic() > deadline:
+            olog.get().warning(olog.Event.PROCESS_LINGERS, pids=pids, what=what)
+            break
+        await asyncio.sleep(0.02)
+    if ended:
+        olog.get().warning(olog.Event.PROCESS_ESCAPEES_ENDED, pids=sorted(ended), what=what)
+    return sorted(ended)
