@@ -7,14 +7,14 @@ codes: 0 ok, 1 failed, 2 rejected or usage, 3 daemon unreachable, 4 `wait` timed
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from orchestrator import __version__, paths
-from orchestrator.chat import cli as chat_cli
-from orchestrator.commands import jobs, predict, queue, review, service, settings, status, watch
 from orchestrator.commands.common import (  # noqa: F401 - re-exported for commands registered from other modules
     FAILED,
     OK,
@@ -27,10 +27,33 @@ from orchestrator.commands.common import (  # noqa: F401 - re-exported for comma
     err,
     json_option,
 )
-from orchestrator.config import EX_CONFIG, ConfigError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are imported when named: `orchestrator status` imports the status command's
+    module, not every command's (the CLI's start-up time is paid on every call, and by scripts in a loop)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, str] = {}
+
+    def add_lazy(self, name: str, target: str) -> None:
+        """Register command `name` as `module:attribute`, imported on first use."""
+        self.lazy[name] = target
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is None and cmd_name in self.lazy:
+            module, attr = self.lazy[cmd_name].split(":")
+            cmd = getattr(importlib.import_module(module), attr)
+            self.add_command(cmd, cmd_name)
+        return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="orchestrator")
 def main() -> None:
     """A git-aware worktree orchestrator: runs coding jobs side by side when their paths are disjoint."""
@@ -53,9 +76,9 @@ def daemon(burst: bool, grace: float) -> None:
     p = paths.resolve()
     try:
         cfg = config.load(p.config_file)
-    except ConfigError as e:
+    except config.ConfigError as e:
         err(f"orchestrator: invalid config: {e}")
-        sys.exit(EX_CONFIG)
+        sys.exit(config.EX_CONFIG)
     sys.exit(daemon_mod.run(cfg, p, burst=burst, grace=grace))
 
 
@@ -91,30 +114,30 @@ def demo(keep: Path | None, as_json: bool) -> None:
     sys.exit(demo_mod.run(keep, as_json=as_json))
 
 
-# Commands, one line each.
-main.add_command(jobs.enqueue)
-main.add_command(jobs.show)
-main.add_command(jobs.why)
-main.add_command(jobs.logs)
-main.add_command(jobs.plan)
-main.add_command(status.status)
-main.add_command(status.wait)
-main.add_command(queue.cancel)
-main.add_command(queue.retry)
-main.add_command(queue.clean)
-main.add_command(chat_cli.chat)
-main.add_command(queue.pause)
-main.add_command(queue.resume)
-main.add_command(queue.limit)
-main.add_command(review.diff)
-main.add_command(review.land)
-main.add_command(review.reject)
-main.add_command(predict.stats)
-main.add_command(watch.watch)
-main.add_command(settings.config)
-main.add_command(service.service)
-main.add_command(service.hook)
-main.add_command(service.doctor)
+# Commands, one line each (imported when named: see `LazyGroup`).
+main.add_lazy("enqueue", "orchestrator.commands.jobs:enqueue")
+main.add_lazy("show", "orchestrator.commands.jobs:show")
+main.add_lazy("why", "orchestrator.commands.jobs:why")
+main.add_lazy("logs", "orchestrator.commands.jobs:logs")
+main.add_lazy("plan", "orchestrator.commands.jobs:plan")
+main.add_lazy("status", "orchestrator.commands.status:status")
+main.add_lazy("wait", "orchestrator.commands.status:wait")
+main.add_lazy("cancel", "orchestrator.commands.queue:cancel")
+main.add_lazy("retry", "orchestrator.commands.queue:retry")
+main.add_lazy("clean", "orchestrator.commands.queue:clean")
+main.add_lazy("chat", "orchestrator.chat.cli:chat")
+main.add_lazy("pause", "orchestrator.commands.queue:pause")
+main.add_lazy("resume", "orchestrator.commands.queue:resume")
+main.add_lazy("limit", "orchestrator.commands.queue:limit")
+main.add_lazy("diff", "orchestrator.commands.review:diff")
+main.add_lazy("land", "orchestrator.commands.review:land")
+main.add_lazy("reject", "orchestrator.commands.review:reject")
+main.add_lazy("stats", "orchestrator.commands.predict:stats")
+main.add_lazy("watch", "orchestrator.commands.watch:watch")
+main.add_lazy("config", "orchestrator.commands.settings:config")
+main.add_lazy("service", "orchestrator.commands.service:service")
+main.add_lazy("hook", "orchestrator.commands.service:hook")
+main.add_lazy("doctor", "orchestrator.commands.service:doctor")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -175,6 +175,39 @@ _COLUMNS = [
 ]  # fmt: skip
 
 
+_LIVE = ("reason", "code", "decision")
+"""The fields a waiting job's live admission decision overrides (see `Store.jobs_json`)."""
+_TIMES = ("created_at", "started_at", "finished_at")
+
+
+def _json_expr(name: str) -> str:
+    """SQL rendering `name` as `Job.to_json` does: a long list is encoded by SQLite, not per job in Python."""
+    if name in _JSON_LIST:
+        return f"json({name})"
+    if name == "claim":
+        empty = json.dumps(Claim().to_json())
+        return f"CASE WHEN claim IS NULL OR claim = '' THEN json('{empty}') ELSE json(claim) END"
+    if name in ("decision", "argv", "usage"):
+        return f"CASE WHEN {name} IS NULL OR {name} = '' THEN NULL ELSE json({name}) END"
+    if name in _TIMES:
+        # `core.job.iso`: the time rounded to the microsecond, then cut (not rounded) to the millisecond.
+        return (
+            f"CASE WHEN {name} IS NULL THEN NULL ELSE strftime('%Y-%m-%dT%H:%M:%f', "
+            f"(CAST(round({name} * 1000000) AS INTEGER) / 1000) / 1000.0, 'unixepoch') || '+00:00' END"
+        )
+    return name
+
+
+def _json_object(names: Iterable[str]) -> str:
+    return "json_object(" + ", ".join(f"'{n}', {_json_expr(n)}" for n in names) + ")"
+
+
+_JOB_JSON = (
+    f"SELECT id, state, {_json_object(['id', *(c for c in _COLUMNS if c not in _LIVE)])} AS body, "
+    f"{_json_object(_LIVE)} AS live FROM jobs"
+)
+
+
 def _encode(name: str, value: Any) -> Any:
     if name in _JSON_LIST:
         return json.dumps(sorted(value) if isinstance(value, frozenset | set) else list(value))
@@ -394,6 +427,21 @@ class Store:
             rows = await cur.fetchall()
         return [_row_to_job(r) for r in rows]
 
+    async def jobs_json(self, states: Iterable[JobState] | None = None) -> list[tuple[int, str, str, str]]:
+        """Each job's `Job.to_json()` as JSON text, rendered by SQLite: (id, state, body, live), by id.
+
+        `body` is every field but `_LIVE` (reason, code, decision), which are in `live`, so a caller can
+        splice in a waiting job's in-memory decision without parsing anything.
+        """
+        args: tuple[str, ...] = ()
+        sql = _JOB_JSON
+        if states is not None:
+            args = tuple(str(s) for s in states)
+            sql += f" WHERE state IN ({', '.join('?' * len(args))})"
+        async with self._db.execute(sql + " ORDER BY id", args) as cur:
+            rows = await cur.fetchall()
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
     async def count(self, states: Iterable[JobState]) -> int:
         """How many jobs are in these states (without reading them)."""
         names = tuple(str(s) for s in states)
@@ -438,15 +486,20 @@ class Store:
             raise KeyError(job_id)
         return job
 
-    async def update_many(self, writes: Sequence[Write]) -> None:
-        """Several jobs' changes and events in one transaction (a scheduler round's batch)."""
+    async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> None:
+        """Several jobs' changes and events in one transaction (a scheduler round's batch).
+
+        `changed=False`: the writer needs not see these jobs again in `take_changed` (a round's own
+        deferral reasons, which it keeps in memory; re-reading thousands of them made the next round slow).
+        """
         for w in writes:
             unknown = set(w.fields) - set(_COLUMNS)
             if unknown:
                 raise ValueError(f"unknown job fields: {sorted(unknown)}")
         now = time.time()
         async with self._transaction():
-            self._changed.update(w.job_id for w in writes)
+            if changed:
+                self._changed.update(w.job_id for w in writes)
             for w in writes:
                 if w.fields:
                     sets = ", ".join(f"{k} = ?" for k in w.fields)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+from dataclasses import replace
 
 from orchestrator.core.admission import decide, decide_all, runs_alone
 from orchestrator.core.models import (
@@ -121,6 +122,14 @@ def test_base_moved_elsewhere_or_in_mergeable_paths_is_fine() -> None:
     ]
     for moved in moves:
         assert decide(a, snap(waiting=(a,), moved=moved)).admitted
+
+
+def test_declared_job_never_replans() -> None:
+    """A declared claim would come back the same from a re-plan: a moved base admits it on the current head."""
+    a = job(10, "src/a.py")
+    a = replace(a, claim=replace(a.claim, source=ClaimSource.DECLARED))
+    assert decide(a, snap(waiting=(a,), moved={10: frozenset({"src/a.py"})})).admitted
+    assert decide(a, snap(waiting=(a,), moved={10: None})).admitted
 
 
 def test_exclusive_job_never_replans() -> None:

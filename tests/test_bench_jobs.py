@@ -7,7 +7,9 @@ import subprocess
 import sys
 
 from orchestrator.bench import history as hist
+from orchestrator.bench import replayrepo
 from orchestrator.bench import schedule as sched
+from orchestrator.runners import replay
 from tests.conftest import git
 
 MERGEABLE = ("CHANGES*",)
@@ -32,43 +34,63 @@ def test_over_serialised_pairs_count_claims_that_overlap_where_real_files_do_not
 
 
 def test_bundled_history_loads_and_predictors_shape_claims():
-    """The packaged history reads without any file outside the package; predictors give files or top dirs."""
+    """The packaged history reads without any file outside the package; predictors give files, top dirs, or
+    nothing (`local`: the daemon's planner claims)."""
     changes = hist.from_file(hist.bundled())
     assert len(changes) > 400 and all(c.files for c in changes)
     c = hist.Change(0, "x", "s", ("src/flask/app.py", "CHANGES.rst"), 10)
     assert hist.predict(c, "oracle") == ["src/flask/app.py", "CHANGES.rst"]
     assert hist.predict(c, "declared") == ["CHANGES.rst", "src/"]
+    assert hist.predict(c, "local") == []
 
 
-def test_replayed_changes_conflict_when_they_share_a_file_and_changelogs_union(tmp_path):
-    """Two changes to one file made side by side conflict; their changelog lines merge by union."""
-    changes = [hist.Change(0, "a", "", ("pkg/x.py", "CHANGES.rst"), 3), hist.Change(1, "b", "", ("pkg/x.py",), 3)]
-    repo = hist.synthesise(changes, tmp_path / "repo", MERGEABLE)
-    stamps = tmp_path / "stamps"
-    stamps.mkdir()
-    for c in changes:
-        git(repo, "checkout", "-q", "-b", f"c{c.index}", "main")
-        subprocess.run(["sh", "-c", hist.script(c, 0, MERGEABLE, stamps)], cwd=repo, check=True)
-        git(repo, "commit", "-qam", f"change {c.index}")
-    assert (repo / "pkg" / "x.py").read_text().startswith("change 1\n")
-    assert (stamps / "0.start").exists() and (stamps / "1.exit").exists()
-    git(repo, "checkout", "-q", "c0")
-    merge = subprocess.run(["git", "merge", "-q", "c1"], cwd=repo, capture_output=True, text=True)
+def _apply(repo, wt, commit, branch):
+    git(repo, "worktree", "add", "-q", "-b", branch, str(wt), "main")
+    replay.apply_commit(wt, commit, theirs=True)
+    git(wt, "commit", "-qam", branch)
+
+
+def test_replayed_changes_conflict_side_by_side_and_changelogs_merge(tmp_path):
+    """Two replayed changes to one file made side by side conflict; their changelog slots merge in any
+    order; made one after the other they reach the recorded end state, with nothing lost."""
+    past = [hist.Change(0, "p", "older change to x", ("pkg/x.py", "CHANGES.rst"), 1)]
+    changes = [
+        hist.Change(0, "a", "a", ("pkg/x.py", "CHANGES.rst"), 3),
+        hist.Change(1, "b", "b", ("pkg/x.py", "CHANGES.rst"), 3),
+    ]
+    r = replayrepo.synthesise(past, changes, tmp_path / "repo", MERGEABLE)
+    assert git(r.path, "log", "--format=%s", "main").splitlines() == ["older change to x", "synthesised base"]
+    _apply(r.path, tmp_path / "w0", r.commits[0], "c0")
+    _apply(r.path, tmp_path / "w1", r.commits[1], "c1")
+    merge = subprocess.run(["git", "merge", "-q", "c1"], cwd=tmp_path / "w0", capture_output=True, text=True)
     assert merge.returncode != 0 and "pkg/x.py" in merge.stdout + merge.stderr
+    conflicted = [line for line in merge.stdout.splitlines() if line.startswith("CONFLICT")]
+    assert conflicted and not any("CHANGES.rst" in line for line in conflicted)
+    git(tmp_path / "w0", "merge", "--abort")
+    assert replayrepo.lost(r, changes, [1, 2]) == ([0, 1], 0), "main has neither change's changelog line yet"
+    for n in (0, 1):
+        replay.apply_commit(r.path, r.commits[n], theirs=True)
+        git(r.path, "commit", "-qam", f"land {n}")
+    assert replayrepo.lost(r, changes, [1, 2]) == ([], 0)
+    assert replayrepo.lost(r, changes, [2, 1]) == ([], 1), "landed the other way round: reordered, not lost"
+    assert replayrepo.lost(r, changes, [1, 0]) == ([1], 0), "not landed"
+    assert (r.path / "CHANGES.rst").read_text().count("- change ") == 2
 
 
 def test_bench_jobs_replays_through_the_real_daemon(tmp_path):
-    """A tiny run lands every change under `oracle`, loses none, and reports the documented JSON keys."""
+    """A tiny replay lands every change under `oracle` with the replay runner, loses none, never beats the
+    ideal schedule, reports the documented JSON keys, and has a `local` predictor row beside it."""
     out = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "jobs", "--last", "4", "--scale", "0.05",
-         "--policy", "oracle", "--json"],
-        capture_output=True, text=True, timeout=110,
+        [sys.executable, "-m", "orchestrator", "bench", "jobs", "--last", "6", "--scale", "0.05",
+         "--policy", "oracle,claims", "--predictor", "local", "--json"],
+        capture_output=True, text=True, timeout=150,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    (row,) = data["rows"]
+    oracle, local = data["rows"]
     keys = "policy predictor slots jobs makespan_s max_concurrency wait_p50_s wait_p95_s overlaps conflicts redone lost"
-    assert set(keys.split()) | {"over_serialized_pairs"} <= set(row)
-    assert (row["policy"], row["jobs"], row["lost"]) == ("oracle", 4, 0)
-    assert row["makespan_s"] >= row["ideal_s"] > 0
+    assert set(keys.split()) | {"over_serialized_pairs", "ideal_s", "ratio_ideal"} <= set(oracle)
+    assert (oracle["policy"], oracle["jobs"], oracle["lost"]) == ("oracle", 6, 0)
+    assert oracle["makespan_s"] >= oracle["ideal_s"] > 0
+    assert (local["policy"], local["predictor"], local["jobs"], local["lost"]) == ("claims", "local", 6, 0)
     assert data["machine"]["cores"] >= 1

@@ -26,6 +26,7 @@ def test_spec_reads_key_value_lines_with_a_free_subject_line():
         ("commit: a\nafter: -1", ">= 0"),
         ('{"commit": "a", "delay": 1}', "unknown replay keys"),
         ("{not json", "not valid JSON"),
+        ("commit: a\nconflict: ours", "expected fail or theirs"),
     ],
 )
 def test_bad_specs_say_what_to_write(text, says):
@@ -66,6 +67,17 @@ def test_a_conflicting_commit_fails_with_its_paths_and_changes_nothing(make_repo
         replay.apply_commit(repo, sha)
     assert (repo / "a.txt").read_text() == "ours\n"
     assert git(repo, "status", "--porcelain") == ""
+
+
+def test_conflict_theirs_keeps_the_recorded_side(make_repo):
+    """`conflict: theirs` applies a conflicting commit with its own side of each conflicting hunk."""
+    assert replay.parse("commit: a\nconflict: theirs").theirs
+    repo = make_repo(files={"a.txt": "a\n", "b.txt": "b\n"})
+    sha = _side_commit(repo, {"a.txt": "theirs\n"})
+    write(repo, {"a.txt": "ours\n", "b.txt": "b moved\n"})
+    git(repo, "commit", "-qam", "main moved")
+    assert replay.apply_commit(repo, sha, theirs=True) == ["a.txt"]
+    assert (repo / "a.txt").read_text() == "theirs\n" and (repo / "b.txt").read_text() == "b moved\n"
 
 
 def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path):

@@ -59,3 +59,35 @@ async def test_recover_interrupts_running_and_keeps_the_queue(tmp_path):
     assert (await store.get(b.id)).state is JobState.QUEUED
     assert (await store.get(c.id)).state is JobState.QUEUED
     await store.close()
+
+
+async def test_jobs_json_is_exactly_to_json(tmp_path):
+    """The list's SQLite-rendered JSON equals `Job.to_json()` field for field, timestamps to the millisecond."""
+    import json
+    import random
+
+    store = await Store.open(tmp_path / "o.db")
+    claim = Claim(frozenset({"src/a.py", "docs/"}), 0.75, ClaimSource.DECLARED)
+    full = await store.add_job(
+        repo="/r", branch="main", text='say "é"\nthen\tmore', runner="shell", priority=-3, after=[1],
+        declared=["docs/"], claim=claim, argv=["echo", "x y"], land="review",
+    )  # fmt: skip
+    bare = await store.add_job(repo="/r", branch="dev", text="t", runner="shell")
+    rng = random.Random(7)
+    for job_id in (full.id, bare.id):
+        await store.update(job_id, created_at=1764512547 + rng.random())
+    await store.update(
+        full.id, state=JobState.LANDED, actual=frozenset({"src/a.py", "b"}), base="abc", result="def",
+        attempts=2, land_after=(1,), worktree="/w", started_at=1764512547.9999996, finished_at=1764512548.0004,
+        landed_sha="fff", reason="landed", decision={"reason": "Overlap", "blocking": [1]}, exit_code=0,
+        code="Landed", plan_text="plan", evidence=({"path": "docs/", "kind": "declared", "why": "said so"},),
+        usage={"calls": 2, "cost_usd": 0.5},
+    )  # fmt: skip
+    rows = await store.jobs_json()
+    assert [r[0] for r in rows] == [full.id, bare.id]
+    for job_id, state, body, live in rows:
+        job = await store.get(job_id)
+        assert job is not None and state == str(job.state)
+        assert json.loads(body[:-1] + "," + live[1:]) == job.to_json()
+    assert [r[0] for r in await store.jobs_json([JobState.QUEUED])] == [bare.id]
+    await store.close()

@@ -4,27 +4,20 @@ A history is JSON lines, one change each: `{"sha", "subject", "files": [[path, a
 first (`orchestrator/data/flask-history.jsonl` ships with the package: 496 merged changes of a public
 project). `from_repo` reads the same from a range of a real repository's first-parent history.
 
-`synthesise` builds a real git repository holding every path the changes touch (generated contents), and
-`script` gives the shell command that makes one change there: it sleeps for the change's duration, then
-rewrites the head of each file it touches with its own marker, so two changes to one file conflict when
-they run side by side (the touch pattern has no hunks, so the benchmark assumes the worst), while
-union-mergeable files (changelogs) get an appended line that merges cleanly.
+`replayrepo` builds the repository a benchmark row replays on, and the commit each job replays.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shlex
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from orchestrator.core import claims
-
-__all__ = ["Change", "bundled", "durations", "from_file", "from_repo", "predict", "script", "synthesise"]
+__all__ = ["Change", "bundled", "durations", "from_file", "from_repo", "predict"]
 
 
 class HistoryError(ValueError):
@@ -98,7 +91,7 @@ def from_file(path: Path) -> list[Change]:
                 raise HistoryError(f"{path}:{n}: not JSON ({e.msg}); one change per line is expected") from None
     changes = _changes(records)
     if not changes:
-        raise HistoryError(f"{path} holds no change with files; each line needs \"files\": [[path, added, deleted]]")
+        raise HistoryError(f'{path} holds no change with files; each line needs "files": [[path, added, deleted]]')
     return changes
 
 
@@ -124,51 +117,24 @@ def from_repo(repo: Path, rev_range: str) -> list[Change]:
     return changes
 
 
-def synthesise(changes: list[Change], root: Path, mergeable: tuple[str, ...]) -> Path:
-    """A real repository at `root` holding every touched path with generated contents, on branch main."""
-    root.mkdir(parents=True)
-    paths = sorted({p for c in changes for p in c.files})
-    for p in paths:
-        f = root / p
-        f.parent.mkdir(parents=True, exist_ok=True)
-        head = "# changes\n" if claims.matches(p, mergeable) else "original\n"
-        f.write_text(head + "".join(f"line {i} of {p}\n" for i in range(1, 6)))
-    (root / ".gitattributes").write_text("".join(f"{pat} merge=union\n" for pat in mergeable))
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "synthesised base"]):
-        git(root, *args)
-    return root
-
-
 def git(repo: Path, *args: str) -> None:
     """The git CLI in `repo` with a fixed identity (benchmark repositories only)."""
     ident = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
     subprocess.run(["git", "-C", str(repo), *ident, *args], check=True, capture_output=True, timeout=120)
 
 
-def script(change: Change, duration: float, mergeable: tuple[str, ...], stamps: Path) -> str:
-    """The shell command that makes `change` in a worktree: stamp, sleep, edit, stamp."""
-    n = change.index
-    parts = [f"date +%s.%N > {shlex.quote(str(stamps / f'{n}.start'))}", f"sleep {duration}"]
-    for p in change.files:
-        q = shlex.quote(p)
-        if claims.matches(p, mergeable):
-            parts.append(f"echo '- change {n}' >> {q}")
-        else:
-            # Rewrite the first line: any two changes to this file made side by side conflict on it.
-            parts.append(f"{{ echo 'change {n}'; tail -n +2 {q}; }} > {q}.bench && mv {q}.bench {q}")
-    parts.append(f"date +%s.%N > {shlex.quote(str(stamps / f'{n}.exit'))}")
-    return " && ".join(parts)
-
-
 def predict(change: Change, predictor: str) -> list[str]:
-    """The paths a job declares under a predictor: `oracle` the real files, `declared` their top directories."""
+    """The paths a job declares under a predictor: `oracle` the real files, `declared` their top directories,
+    `local` none (the daemon's own planner claims from the job's text)."""
+    if predictor == "local":
+        return []
     if predictor == "oracle":
         return list(change.files)
     if predictor == "declared":
         # What a person names with --path: the top-level directory of each file (or the file at the root).
         tops = {p.split("/", 1)[0] + "/" if "/" in p else p for p in change.files}
         return sorted(tops)
-    raise HistoryError(f"unknown predictor {predictor!r}: use declared or oracle")
+    raise HistoryError(f"unknown predictor {predictor!r}: use declared, local or oracle")
 
 
 def durations(changes: list[Change], scale: float) -> list[float]:

@@ -1,12 +1,14 @@
 """`orchestrator bench jobs`: replay a queue of real changes through the real daemon under several policies.
 
-Each (policy, predictor) row runs on a fresh repository synthesised from the touch pattern (same paths,
-same order, generated contents), with shell jobs that sleep for the change's duration (from its size,
-scaled) and then make its edits. The daemon runs in burst mode behind its real socket. Rows, side by side
-in one run:
+Each (policy, predictor) row runs on a fresh repository (see `replayrepo`: synthesised from a touch
+pattern, or a real repository's range), with `replay` runner jobs that wait for the change's duration
+(from its size, scaled) and then apply its recorded commit. The daemon runs in burst mode behind its real
+socket. Rows, side by side in one run:
 
 - `one-per-repo`  the seed's rule: one job at a time per repository
-- `claims`        path claims from each `--predictor` (`declared`: top directories; `oracle`: real files)
+- `claims`        path claims from each `--predictor`: `declared` (top directories, as a person names them
+                  with --path), `local` (no --path: the daemon's own planner claims from the change's
+                  subject with local evidence), `oracle` (the real files)
 - `oracle`        path claims that are exactly the files each change touched
 - `unbounded`     no path constraint at all (every claim unique): overlaps, conflicts and redone work show
 
@@ -24,6 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,17 +34,22 @@ from typing import Any
 import click
 
 from orchestrator.bench import history as hist
+from orchestrator.bench import replayrepo
 from orchestrator.bench import schedule as sched
 from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
 from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
-PREDICTORS = ("declared", "oracle")
+PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
+MIN_CONFIDENCE = 0.5
 TERMINAL = ("landed", "failed", "conflicted", "cancelled", "interrupted")
 STALL_S = 180.0
 """A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
+
+MakeRepo = Callable[[Path], replayrepo.ReplayRepo]
+"""Builds a fresh replay repository at the given path (one per row)."""
 
 
 @dataclass(frozen=True)
@@ -76,40 +84,50 @@ def _config(slots: int, row: Row) -> str:
         "[jobs]\n"
         f"max_concurrent = {slots}\nper_repo = {per_repo}\nwarm_worktrees = {slots}\n"
         f"mergeable = {json.dumps(list(MERGEABLE))}\nretry_on_conflict = true\nmax_attempts = 6\n"
-        "min_confidence = 0.5\n"
-        # The jobs stamp their start and exit outside their worktrees (the bench's own clock), which a
-        # sandbox forbids; what is measured is the job plane, the same with or without one.
+        f"min_confidence = {MIN_CONFIDENCE}\n"
         'sandbox = "none"\n'
+        # Jobs without --path (the `local` predictor) are claimed by local evidence only: no model here.
+        '[plan]\nplanner = "local"\n'
     )
 
 
-def _claims_of(row: Row, changes: list[hist.Change]) -> list[frozenset[str] | None]:
+def _claims_of(row: Row, changes: list[hist.Change], jobs: list[dict]) -> list[frozenset[str] | None]:
+    """The claims the row's jobs ran under, as the ideal schedule reads them (None: the job runs alone)."""
     if row.policy == "one-per-repo":
         return [None] * len(changes)  # per_repo = 1: every job runs alone in the repo
+    if row.predictor == "local":
+        out: list[frozenset[str] | None] = []
+        for j in jobs:
+            c = j["claim"]
+            ambiguous = not c["paths"] or claims.ROOT in c["paths"] or c["confidence"] < MIN_CONFIDENCE
+            out.append(None if ambiguous else sched.counted(c["paths"], MERGEABLE) or None)
+        return out
     return [sched.counted(_declared(row, c), MERGEABLE) or None for c in changes]
 
 
-def run_row(row: Row, changes: list[hist.Change], slots: int, scale: float, work: Path, progress: Any) -> dict:
-    """Replay `changes` under one policy on a fresh synthesised repository; the row's figures."""
+def run_row(
+    row: Row, changes: list[hist.Change], make: MakeRepo, slots: int, scale: float, work: Path, progress: Any
+) -> dict:
+    """Replay `changes` under one policy on a fresh repository; the row's figures."""
     root = work / row.name.replace("/", "-")
-    repo = hist.synthesise(changes, root / "repo", MERGEABLE)
-    stamps = root / "stamps"
-    stamps.mkdir()
+    root.mkdir(parents=True)
+    replay = make(root / "repo")
     durations = hist.durations(changes, scale)
     task = progress.add_task(row.name, total=len(changes)) if progress else None
     with BenchDaemon(root / "home", _config(slots, row)) as d:
         t0 = time.time()
         ids = [
             d.client.enqueue(
-                repo=str(repo),
-                text=hist.script(c, durations[c.index], MERGEABLE, stamps),
+                repo=str(replay.path),
+                text=replayrepo.job_text(c, replay.commits[c.index], durations[c.index]),
                 paths=_declared(row, c),
+                runner="replay",
             )["id"]
             for c in changes
         ]
         done, moved = 0, time.monotonic()
         while done < len(ids):
-            time.sleep(0.5)
+            time.sleep(0.25)
             now = len(d.client.jobs(",".join(TERMINAL)))
             if now != done:
                 done, moved = now, time.monotonic()
@@ -118,70 +136,78 @@ def run_row(row: Row, changes: list[hist.Change], slots: int, scale: float, work
             elif time.monotonic() - moved > STALL_S + max(durations):
                 raise BenchError(f"{row.name}: no job ended for {STALL_S:.0f} s ({done}/{len(ids)}); see {d.log_path}")
         jobs = [d.client.job(i) for i in ids]
-        holds = _holds(d)
-    return _figures(row, changes, jobs, holds, durations, slots, t0, repo, stamps)
+        clock = _Clock.of(d)
+    return _figures(row, changes, jobs, clock, durations, slots, t0, replay)
 
 
-def _holds(d: BenchDaemon) -> list[float]:
-    started: dict[int, float] = {}
-    out = []
-    for rec in d.log_events("landing.started", "landing.landed", "landing.noop", "landing.conflict"):
-        job = rec.get("job_id")
-        if rec["event"] == "landing.started":
-            started[job] = rec["ts"]
-        elif job in started:
-            out.append(rec["ts"] - started.pop(job))
-    return out
+@dataclass
+class _Clock:
+    """What the daemon's log says: when each job's work began and ended (every attempt), landing holds."""
 
+    starts: dict[int, list[float]]
+    exits: dict[int, list[float]]
+    holds: list[float]
 
-def _stamp(stamps: Path, n: int, kind: str) -> float | None:
-    try:
-        return float((stamps / f"{n}.{kind}").read_text().strip())
-    except (OSError, ValueError):
-        return None
+    @classmethod
+    def of(cls, d: BenchDaemon) -> _Clock:
+        clock = cls({}, {}, [])
+        landing: dict[int, float] = {}
+        names = ("replay.started", "replay.applied", "landing.started", "landing.landed", "landing.noop",
+                 "landing.conflict")  # fmt: skip
+        for rec in d.log_events(*names):
+            job, ev = rec.get("job_id"), rec["event"]
+            if ev == "replay.started":
+                clock.starts.setdefault(job, []).append(rec["ts"])
+            elif ev == "replay.applied":
+                clock.exits.setdefault(job, []).append(rec["ts"])
+            elif ev == "landing.started":
+                landing[job] = rec["ts"]
+            elif job in landing:
+                clock.holds.append(rec["ts"] - landing.pop(job))
+        return clock
 
 
 def _figures(
     row: Row,
     changes: list[hist.Change],
     jobs: list[dict],
-    holds: list[float],
+    clock: _Clock,
     durations: list[float],
     slots: int,
     t0: float,
-    repo: Path,
-    stamps: Path,
+    replay: replayrepo.ReplayRepo,
 ) -> dict:
     landed_at = [epoch(j["finished_at"]) if j["state"] == "landed" else 0.0 for j in jobs]
     runs: list[sched.Interval] = []
-    waits, starts, created = [], [], []
+    waits, starts, created, releases = [], [], [], [t0]
     overlap_pairs: set[tuple[int, int]] = set()
     conflicts = 0
     for j in jobs:
         admitted = [e["at"] for e in j["events"] if e["kind"] == "admitted"]
         ended = [e["at"] for e in j["events"] if e["kind"] in ("finished", "failed", "requeued")]
         runs += [sched.Interval(a, b) for a, b in zip(admitted, ended, strict=False)]
+        releases += ended
         if admitted:
             waits.append(admitted[0] - epoch(j["created_at"]))
         for e in j["events"]:
             if e["kind"] == "overlap":
                 overlap_pairs.add((min(j["id"], e["other"]), max(j["id"], e["other"])))
             conflicts += e["kind"] in ("requeued", "conflicted")
-    exit_to_land = []
-    for c, j, landed in zip(changes, jobs, landed_at, strict=True):
-        start, exit_ = _stamp(stamps, c.index, "start"), _stamp(stamps, c.index, "exit")
-        if start is not None:
-            starts.append(start)
+        for s in clock.starts.get(j["id"], []):
+            starts.append(s)
             created.append(epoch(j["created_at"]))
-        if exit_ is not None and landed:
-            exit_to_land.append(landed - exit_)
-    releases = [t0, *[t for t in landed_at if t]]
+    exit_to_land = [
+        landed - clock.exits[j["id"]][-1] for j, landed in zip(jobs, landed_at, strict=True)
+        if landed and clock.exits.get(j["id"])
+    ]  # fmt: skip
+    releases += [t for t in landed_at if t]
     slot_to_start = sched.start_latency(starts, created, releases)
     real = [sched.counted(c.files, MERGEABLE) or None for c in changes]
-    claims_ = _claims_of(row, changes)
-    makespan = max(landed_at, default=t0) - t0 if any(landed_at) else 0.0
+    claims_ = _claims_of(row, changes, jobs)
+    makespan = max(landed_at) - t0 if any(landed_at) else 0.0
+    lost, reordered = replayrepo.lost(replay, changes, landed_at, MERGEABLE)
     ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots)
-    return {
+    out = {
         "policy": row.policy,
         "predictor": row.predictor,
         "slots": slots,
@@ -194,46 +220,23 @@ def _figures(
         "wait_p95_s": round(sched.pct(waits, 0.95), 2),
         "overlaps": len(overlap_pairs),
         "conflicts": conflicts,
-        "redone": sum(max(0, j["attempts"]) for j in jobs),
-        "lost": _lost(changes, jobs, landed_at, repo),
+        "redone": sum(j["attempts"] for j in jobs),
+        "lost": len(lost),
+        "reordered_pairs": reordered,
         "over_serialized_pairs": sched.over_serialized_pairs(claims_, real),
-        "slot_to_start_p50_s": round(sched.pct(slot_to_start, 0.5), 3),
-        "slot_to_start_p95_s": round(sched.pct(slot_to_start, 0.95), 3),
-        "exit_to_landed_p50_s": round(sched.pct(exit_to_land, 0.5), 3),
-        "exit_to_landed_p95_s": round(sched.pct(exit_to_land, 0.95), 3),
-        "landing_hold_p50_s": round(sched.pct(holds, 0.5), 3),
-        "landing_hold_p95_s": round(sched.pct(holds, 0.95), 3),
+        "confident_claims": sum(c is not None for c in claims_),
+        "missed_claims": sum(
+            1 for c, r in zip(claims_, real, strict=True) if c is not None and r is not None and not r <= c
+        ),
     }
-
-
-def _lost(changes: list[hist.Change], jobs: list[dict], landed_at: list[float], repo: Path) -> int:
-    """Changes not on main at the end: not landed, or their edit missing where it should have survived."""
-    import pygit2
-
-    r = pygit2.Repository(str(repo))
-    tree = r.revparse_single("main").peel(pygit2.Commit).tree
-    last: dict[str, int] = {}
-    for c in sorted(changes, key=lambda c: landed_at[c.index]):
-        if landed_at[c.index]:
-            for p in c.files:
-                last[p] = c.index
-    lost = set()
-    for c in changes:
-        if not landed_at[c.index]:
-            lost.add(c.index)
-            continue
-        for p in c.files:
-            try:
-                text = r[tree[p].id].data.decode(errors="replace")
-            except KeyError:
-                lost.add(c.index)
-                continue
-            if claims.matches(p, MERGEABLE):
-                if text.count(f"- change {c.index}\n") != 1:
-                    lost.add(c.index)
-            elif last[p] == c.index and not text.startswith(f"change {c.index}\n"):
-                lost.add(c.index)
-    return len(lost)
+    for key, values in (
+        ("slot_to_start", slot_to_start),
+        ("exit_to_landed", exit_to_land),
+        ("landing_hold", clock.holds),
+    ):
+        out[f"{key}_p50_s"] = round(sched.pct(values, 0.5), 3)
+        out[f"{key}_p95_s"] = round(sched.pct(values, 0.95), 3)
+    return out
 
 
 def _ratios(rows: list[dict]) -> None:
@@ -249,8 +252,8 @@ def _ratios(rows: list[dict]) -> None:
 @click.option("--last", type=int, default=30, show_default=True, help="Replay the last N changes of the history.")
 @click.option("--slots", type=int, default=4, show_default=True)
 @click.option("--policy", default=",".join(POLICIES), show_default=True)
-@click.option("--predictor", default="declared", show_default=True, help="Predictors for the claims policy.")
-@click.option("--scale", type=float, default=0.5, show_default=True, help="Seconds per unit of change size.")
+@click.option("--predictor", default="declared,local", show_default=True, help="Predictors for the claims policy.")
+@click.option("--scale", type=float, default=0.3, show_default=True, help="Seconds per unit of change size.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")
@@ -280,12 +283,26 @@ def main(
         raise click.UsageError("pass --history FILE, or --repo PATH with --range A..B (or neither: the bundled one)")
     try:
         if repo is not None and rev_range is not None:
-            changes = hist.from_repo(repo, rev_range)
+            recorded = hist.from_repo(repo, rev_range)
         else:
-            changes = hist.from_file(history_file or hist.bundled())
+            recorded = hist.from_file(history_file or hist.bundled())
     except hist.HistoryError as e:
         raise click.UsageError(str(e)) from None
-    changes = [hist.Change(n, c.sha, c.subject, c.files, c.lines) for n, c in enumerate(changes[-last:])]
+    past = recorded[:-last]
+    changes = [hist.Change(n, c.sha, c.subject, c.files, c.lines) for n, c in enumerate(recorded[-last:])]
+    if repo is not None:
+        source = repo
+
+        def make(root: Path) -> replayrepo.ReplayRepo:
+            return replayrepo.clone(source, changes, root)
+    else:
+        template: list[replayrepo.ReplayRepo] = []
+
+        def make(root: Path) -> replayrepo.ReplayRepo:
+            if not template:
+                template.append(replayrepo.synthesise(past, changes, work / "template", MERGEABLE))
+            return replayrepo.copy(template[0], root)
+
     if plot_file is not None:
         plot.check()
     work = Path(tempfile.mkdtemp(prefix="orchestrator-bench-")) if keep is None else keep
@@ -301,8 +318,8 @@ def main(
             console=console, transient=as_json,
         ) as progress:  # fmt: skip
             for row in _rows(policies, predictors):
-                rows.append(run_row(row, changes, slots, scale, work, progress))
-    except BenchError as e:
+                rows.append(run_row(row, changes, make, slots, scale, work, progress))
+    except (BenchError, hist.HistoryError) as e:
         click.echo(f"orchestrator bench jobs: {e} (repositories and logs kept in {work})", err=True)
         sys.exit(1)
     if keep is None:

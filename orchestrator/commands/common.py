@@ -53,4 +53,9 @@ def emit(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
+def emit_lines(items: list[Any]) -> None:
+    """A JSON array with one item a line: C-fast for thousands of items (`indent` is pure Python), and greppable."""
+    click.echo("[\n" + ",\n".join("  " + json.dumps(x) for x in items) + "\n]" if items else "[]")
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")

@@ -19,6 +19,7 @@ from orchestrator.commands.common import (
     api_call,
     client,
     emit,
+    emit_lines,
     err,
     json_option,
 )
@@ -78,7 +79,10 @@ def print_jobs(jobs: list[dict[str, Any]], wide: bool) -> None:
 @json_option
 @api_call
 def status(state: str | None, repo: Path | None, since: str | None, wide: bool, as_json: bool) -> None:
-    """List jobs, one line each, with a summary; the reason is cut from the middle to fit (--wide: whole)."""
+    """List jobs, one line each, with a summary; the reason is cut from the middle to fit (--wide: whole).
+
+    --json: every job's full record (as `show --json`, without its events), one job a line.
+    """
     states = None
     if state:
         names = [s.strip() for s in state.split(",") if s.strip()]
@@ -94,7 +98,7 @@ def status(state: str | None, repo: Path | None, since: str | None, wide: bool, 
         if (where is None or j["repo"] == where) and (cutoff is None or (fit.ts(j["created_at"]) or 0) >= cutoff)
     ]
     if as_json:
-        emit(jobs)
+        emit_lines(jobs)
         return
     if jobs:
         print_jobs(jobs, wide)

@@ -40,7 +40,19 @@ from typing import TypeVar
 
 from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
-from orchestrator.core.models import ALL_REPOS, ROOT, Check, Claim, Decision, JobView, Outcome, Policy, Reason, Snapshot
+from orchestrator.core.models import (
+    ALL_REPOS,
+    ROOT,
+    Check,
+    Claim,
+    ClaimSource,
+    Decision,
+    JobView,
+    Outcome,
+    Policy,
+    Reason,
+    Snapshot,
+)
 
 __all__ = ["clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
@@ -422,6 +434,10 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     moved = snap.moved.get(job.id, frozenset())
     if f.exclusive:
         c.ok("BaseMoved", "runs alone: starts on the current head")
+    elif job.claim.source is ClaimSource.DECLARED:
+        # A re-plan gives the same declared paths again, and leaving the queue to re-plan would let a later
+        # job over the same paths overtake it: a declared job starts on the current head instead.
+        c.ok("BaseMoved", "declared claim: starts on the current head (a re-plan would not change it)")
     elif moved is None:
         msg = f"{job.branch} moved since planning; the changed paths are unknown"
         c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", outcome=Outcome.REPLAN)

@@ -118,7 +118,7 @@ def advance(
     if ref.target != old:
         return _head_moved(branch, str(old), str(ref.target))
 
-    checkouts = _checkouts_on(repo_path, refname)
+    checkouts = _checkouts_on(repo, refname)
     journal = journal or NoJournal()
     # Before our first git command in a checkout: a crash from here on may leave its index.lock behind.
     token = (
@@ -159,7 +159,7 @@ def _update_checkouts(
     """After the ref moved: carry each checkout to `new`, or put everything back if git refuses one."""
     updated: list[Path] = []
     for checkout in checkouts:
-        refused = _read_tree(checkout, old, new)
+        refused = _read_tree(checkout, old, new, refreshed=True)
         if refused is not None:
             for done in reversed(updated):
                 _read_tree(done, new, old)
@@ -376,22 +376,39 @@ def _refname(branch: str) -> str:
     return branch if branch.startswith("refs/") else f"refs/heads/{branch}"
 
 
-def _checkouts_on(repo_path: Path, refname: str) -> list[Path]:
-    """Worktrees (main and linked) whose HEAD is `refname`. git lets two share a branch only if forced."""
-    for attempt in range(5):
-        listing = _git(repo_path, "worktree", "list", "--porcelain")  # no -z: git < 2.36 lacks it
-        if listing.returncode == 0:
-            break
-        # The worktree pool renames and prunes its own worktrees beside a landing; git's listing fails
-        # when one vanishes while it reads. That lasts milliseconds: read again.
-        time.sleep(0.02 * (attempt + 1))
-    listing.check_returncode()
+def _checkouts_on(repo: pygit2.Repository, refname: str) -> list[Path]:
+    """Worktrees (main and linked) whose HEAD is `refname`. git lets two share a branch only if forced.
+
+    Read from git's own files (the common dir's `HEAD`, each `worktrees/<name>/HEAD` and `gitdir`), as
+    `git worktree list` does, without a process on every landing.
+    """
+    common = repos.common_dir(repo)
     found = []
-    for block in listing.stdout.split("\n\n"):
-        fields = dict(line.partition(" ")[::2] for line in block.splitlines() if line)
-        if fields.get("branch") == refname and "bare" not in fields and Path(fields["worktree"]).is_dir():
-            found.append(Path(fields["worktree"]))
+    if _head_is(common / "HEAD", refname):
+        top = repo if Path(repo.path).resolve() == common else repos.open_repo(common)
+        if not top.is_bare and top.workdir:
+            found.append(Path(top.workdir))
+    admin_root = common / "worktrees"
+    for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
+        try:
+            if not _head_is(admin / "HEAD", refname):
+                continue
+            pointer = Path((admin / "gitdir").read_text().strip())
+        except (FileNotFoundError, NotADirectoryError):
+            # The worktree pool renames and prunes its own worktrees beside a landing: one vanished as
+            # we read. Never the user's (the pool only removes its own), and never on this branch.
+            continue
+        path = (pointer if pointer.is_absolute() else (admin / pointer).resolve()).parent
+        if path.is_dir():
+            found.append(path)
     return found
+
+
+def _head_is(head: Path, refname: str) -> bool:
+    try:
+        return head.read_text().strip() == f"ref: {refname}"
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def _in_the_way(checkout: Path, changed: frozenset[str]) -> tuple[tuple[str, ...], str] | None:
@@ -428,11 +445,19 @@ def _dry_run(checkout: Path, old: pygit2.Oid, new: pygit2.Oid) -> tuple[tuple[st
     return _refusal(dry.stderr) if dry.returncode != 0 else None
 
 
-def _read_tree(checkout: Path, old: pygit2.Oid, new: pygit2.Oid) -> tuple[tuple[str, ...], str] | None:
-    """Carry the checkout from `old` to `new` (two-tree merge); the paths and reason if git refuses."""
+def _read_tree(
+    checkout: Path, old: pygit2.Oid, new: pygit2.Oid, *, refreshed: bool = False
+) -> tuple[tuple[str, ...], str] | None:
+    """Carry the checkout from `old` to `new` (two-tree merge); the paths and reason if git refuses.
+
+    `refreshed`: the dry run refreshed its index an instant ago, so the first try skips that process (a
+    stat-only change in between makes git refuse; the landing is then undone and tried again).
+    """
     deadline = time.monotonic() + LOCK_WAIT
     while True:
-        _git(checkout, "update-index", "-q", "--refresh")
+        if not refreshed:
+            _git(checkout, "update-index", "-q", "--refresh")
+        refreshed = False
         done = _git(checkout, "read-tree", "-m", "-u", str(old), str(new))
         if done.returncode == 0:
             return None

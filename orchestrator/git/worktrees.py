@@ -297,9 +297,7 @@ class WorktreePool:
 
     async def _delete_branch(self, st: _Repo, branch: str) -> None:
         async with st.lock:
-            exists = await asyncio.to_thread(_has_branch, st.path, branch)
-            if exists:
-                await _git(st.path, "branch", "-q", "-D", branch)
+            await asyncio.to_thread(_drop_branch, st.path, branch)
 
 
 # -- helpers (sync ones run in threads) ------------------------------------------------------------
@@ -406,8 +404,15 @@ def _move(src: Path, dest: Path) -> None:
     (admin / "gitdir").write_text(f"{dest / '.git'}\n")
 
 
-def _has_branch(repo: Path, branch: str) -> bool:
-    return repos.open_repo(repo).branches.local.get(branch) is not None
+def _drop_branch(repo: Path, branch: str) -> None:
+    """`git branch -D` in-process (libgit2 also refuses a branch checked out somewhere, and drops its reflog)."""
+    ref = repos.open_repo(repo).branches.local.get(branch)
+    if ref is None:
+        return
+    try:
+        ref.delete()
+    except pygit2.GitError as exc:
+        raise WorktreeError(f"could not delete branch {branch} in {repo}: {exc}") from exc
 
 
 def _unregister(repo: Path, home: Path, path: Path, trash: Path) -> bool:

@@ -77,6 +77,11 @@ class Board:
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
 
+    @property
+    def subscribed(self) -> bool:
+        """True if anyone reads the announcements (else building them is wasted work)."""
+        return bool(self._subscribers)
+
     def publish(self, item: dict[str, Any]) -> None:
         for sub in self._subscribers:
             sub.put(item)
@@ -90,7 +95,8 @@ class Board:
                 w.pending.discard(job_id)
                 if not w.pending:
                     w.done.set()
-        self.publish({"type": "job", "job": job.to_json()})
+        if self._subscribers:
+            self.publish({"type": "job", "job": job.to_json()})
         if "state" in fields and job.state.terminal:
             for ended in self._ended:
                 ended(job)

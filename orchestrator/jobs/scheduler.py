@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -54,8 +55,8 @@ OPEN_STATES = (
     JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY
 )  # fmt: skip
 DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
-ROUND_SLICE = 200
-"""Decisions made between two yields to the event loop in one round."""
+ROUND_SLICE = 50
+"""Decisions made between two yields to the event loop in one round (a wake-up cuts a full pass short there)."""
 EXPLAIN_EVERY = 2.0
 """Seconds between full passes over a queue whose tail cannot start (every slot taken)."""
 
@@ -80,9 +81,12 @@ class _Seen:
     live: dict[int, Decision] = field(default_factory=dict)
     written: dict[int, Reason] = field(default_factory=dict)
     checked: dict[int, str] = field(default_factory=dict)
+    rendered: dict[int, tuple[Decision, str]] = field(default_factory=dict)
+    """`live` as the JSON of a job's reason, code and decision, kept while the decision is the same object."""
 
     def forget(self, job_id: int) -> None:
         self.live.pop(job_id, None)
+        self.rendered.pop(job_id, None)
         self.written.pop(job_id, None)
         self.checked.pop(job_id, None)
 
@@ -128,6 +132,7 @@ class Scheduler:
         self._cut = 0.0
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
+        self._attr_last: dict[str, frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.planning = Planning(
             board,
@@ -254,8 +259,10 @@ class Scheduler:
                     complete = False  # newer facts came: start over on them
                     break
         if writes:
-            await store.update_many(writes)  # one transaction for the round's changed reasons
-            for w in writes:  # no wake: a deferral changes no decision
+            # One transaction for the round's changed reasons. Not marked changed: the planned mirror's
+            # reason, code and decision of a waiting job are never read (`live` serves the latest decision).
+            await store.update_many(writes, changed=False)
+            for w in writes if self.board.subscribed else ():  # no wake: a deferral changes no decision
                 self.board.publish({"type": "job", "job": self.live(by_id[w.job_id]).to_json()})
         if complete:
             self._explained = time.monotonic()
@@ -279,16 +286,21 @@ class Scheduler:
                     heads[key] = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
                 except repos.RepoError:
                     heads[key] = None
+        # Only what moved since each job was last checked (earlier moves were checked already); one diff
+        # per distinct (since, head), however many jobs share it, and no await per job.
+        pending: dict[int, tuple[str, str, str]] = {}
         moved: dict[int, frozenset[str] | None] = {}
         for job in planned:
             head = heads[(job.repo, job.branch)]
             if head is None:
                 moved[job.id] = None
             elif job.base:
-                # Only what moved since it was last checked: earlier moves were checked already.
                 since = self._seen.checked.get(job.id, job.base)
                 if head != since:
-                    moved[job.id] = await self._moved(job.repo, since, head)
+                    pending[job.id] = (job.repo, since, head)
+        diffs = {key: await self._moved(*key) for key in set(pending.values())}
+        for job_id, key in pending.items():
+            moved[job_id] = diffs[key]
         mergeable = {repo: await self._mergeable(repo, head) for (repo, _), head in heads.items()}
         deps = {dep for job in planned for dep in job.after}
         states = await self.board.store.states(deps)
@@ -317,7 +329,16 @@ class Scheduler:
             if head:
                 with olog.best_effort("read .gitattributes", repos.RepoError, pygit2.GitError, OSError, repo=repo):
                     marked = await asyncio.to_thread(repos.gitattributes_union, Path(repo), head)
-            self._attr_cache[key] = marked | frozenset(self.cfg.repo(repo).mergeable)
+            value = marked | frozenset(self.cfg.repo(repo).mergeable)
+            # The same object while the set is the same: every waiting job's cached view stays valid when
+            # a landing moves the head (a new object made 5,000 views be rebuilt after each landing).
+            last = self._attr_last.get(repo)
+            if value == last:
+                value = last
+            self._attr_last[repo] = value
+            if len(self._attr_cache) > 4096:
+                self._attr_cache.clear()  # bounded: one entry per head seen
+            self._attr_cache[key] = value
         return self._attr_cache[key]
 
     async def _moved(self, repo: str, base: str, head: str) -> frozenset[str] | None:
@@ -359,6 +380,19 @@ class Scheduler:
         if d is None or job.state is not JobState.PLANNED:
             return job
         return replace(job, decision=d.to_json(), reason=d.message, code=str(d.reason))
+
+    def live_json(self, job_id: int) -> str | None:
+        """What `live` overrides of a waiting job (reason, code, decision) as JSON text; None when nothing."""
+        d = self._seen.live.get(job_id)
+        if d is None:
+            return None
+        hit = self._seen.rendered.get(job_id)
+        if hit is None or hit[0] is not d:
+            hit = self._seen.rendered[job_id] = (
+                d,
+                json.dumps({"reason": d.message, "code": str(d.reason), "decision": d.to_json()}),
+            )
+        return hit[1]
 
     async def _act(self, job: Job, decision: Decision) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)

@@ -8,14 +8,18 @@ says what to replay, in one of two forms:
       Fix the typo in the tutorial
       commit: 3f2a9c1        # a commit (sha or ref) of the same repository: its change against its parent
       after: 2.5             # seconds to wait before applying (default 0)
+      conflict: theirs       # on a conflicting hunk keep the recorded side (default: fail)
 
 - or one JSON object: `{"commit": "3f2a9c1", "after": 2.5}` / `{"patch": "/abs/change.patch"}`.
 
 `commit` is cherry-picked onto the worktree (a three-way merge with the commit's first parent as base, as
 `git cherry-pick --no-commit` does), so a change recorded on an older base still applies where it
-would for a person; a real conflict fails the job with the paths. `patch` is a unified diff file
+would for a person; a real conflict fails the job with the paths, unless `conflict: theirs` (as
+`git cherry-pick -X theirs`: a change recorded on top of one that has not landed yet still runs, and
+the daemon's landing check sees the conflict, re-running the job on the moved base). `patch` is a unified diff file
 (`git diff` / `git format-patch` output) applied to the worktree as `git apply` does. The daemon commits
-the result like any runner's.
+the result like any runner's. The runner logs `replay.started` and `replay.applied` (the benchmark's
+clock for when the work itself began and ended).
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ from pathlib import Path
 
 import pygit2
 
+from orchestrator import logging as olog
 from orchestrator.runners.base import RunContext, RunResult, note
 
-_LINE = re.compile(r"^\s*(commit|patch|after)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
+_KEYS = ("commit", "patch", "after", "conflict")
+_CONFLICT = ("fail", "theirs")
+_LINE = re.compile(r"^\s*(commit|patch|after|conflict)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
 
 
 class ReplayError(ValueError):
@@ -42,6 +49,8 @@ class ReplaySpec:
     commit: str | None = None
     patch: str | None = None
     after: float = 0.0
+    theirs: bool = False
+    """On a conflicting hunk keep the recorded change's side instead of failing (commits only)."""
 
 
 def parse(text: str) -> ReplaySpec:
@@ -55,9 +64,9 @@ def parse(text: str) -> ReplaySpec:
             raise ReplayError(f"the replay spec is not valid JSON ({e})") from None
         if not isinstance(loaded, dict):
             raise ReplayError("the replay spec must be a JSON object")
-        unknown = set(loaded) - {"commit", "patch", "after"}
+        unknown = set(loaded) - set(_KEYS)
         if unknown:
-            raise ReplayError(f"unknown replay keys {sorted(unknown)}: use commit, patch, after")
+            raise ReplayError(f"unknown replay keys {sorted(unknown)}: use {', '.join(_KEYS)}")
         raw = loaded
     else:
         raw = {}
@@ -65,6 +74,9 @@ def parse(text: str) -> ReplaySpec:
             if m := _LINE.match(line):
                 raw[m.group(1).lower()] = m.group(2)
     commit, patch, after = raw.get("commit"), raw.get("patch"), raw.get("after", 0)
+    conflict = str(raw.get("conflict", "fail")).lower()
+    if conflict not in _CONFLICT:
+        raise ReplayError(f"conflict: expected fail or theirs, got {conflict!r}")
     if (commit is None) == (patch is None):
         raise ReplayError(
             "a replay job names exactly one change: a line `commit: SHA` (a commit of this repository) "
@@ -77,12 +89,17 @@ def parse(text: str) -> ReplaySpec:
     if delay < 0:
         raise ReplayError(f"after: expected seconds >= 0, got {delay:g}")
     return ReplaySpec(
-        commit=None if commit is None else str(commit), patch=None if patch is None else str(patch), after=delay
+        commit=None if commit is None else str(commit),
+        patch=None if patch is None else str(patch),
+        after=delay,
+        theirs=conflict == "theirs",
     )
 
 
-def apply_commit(worktree: Path, rev: str) -> list[str]:
-    """Cherry-pick `rev`'s change (against its first parent) into the worktree, uncommitted. Returns its paths."""
+def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
+    """Cherry-pick `rev`'s change (against its first parent) into the worktree, uncommitted. Returns its paths.
+
+    `theirs`: a conflicting hunk takes the recorded change's side (`-X theirs`) instead of failing."""
     repo = pygit2.Repository(str(worktree))
     try:
         commit = repo.revparse_single(rev).peel(pygit2.Commit)
@@ -91,7 +108,8 @@ def apply_commit(worktree: Path, rev: str) -> list[str]:
     head = repo.head.peel(pygit2.Commit)
     base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
     assert isinstance(base_tree, pygit2.Tree)
-    index = repo.merge_trees(base_tree, head.tree, commit.tree)
+    favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
+    index = repo.merge_trees(base_tree, head.tree, commit.tree, favor=favor)
     if index.conflicts:
         paths = sorted({(e.path) for entries in index.conflicts for e in entries if e is not None})
         raise ReplayError(f"commit {rev} does not apply on this base: conflict in {', '.join(paths)}")
@@ -144,10 +162,12 @@ class ReplayRunner:
             return RunResult(False, None, f"timed out after {ctx.timeout:g}s")
         what = f"commit {spec.commit}" if spec.commit else f"patch {spec.patch}"
         _log(ctx, f"[replay] {what} after {spec.after:g}s")
+        log = olog.get()
+        log.info(olog.Event.REPLAY_STARTED, after=spec.after)
         await asyncio.sleep(spec.after)
         try:
             if spec.commit:
-                paths = await asyncio.to_thread(apply_commit, ctx.worktree, spec.commit)
+                paths = await asyncio.to_thread(apply_commit, ctx.worktree, spec.commit, spec.theirs)
             else:
                 assert spec.patch is not None
                 paths = await asyncio.to_thread(apply_patch, ctx.worktree, Path(spec.patch))
@@ -155,6 +175,7 @@ class ReplayRunner:
             _log(ctx, f"[replay] {e}")
             return RunResult(False, None, str(e))
         _log(ctx, f"[replay] applied {what}: {', '.join(paths) or 'no paths'}")
+        log.info(olog.Event.REPLAY_APPLIED, paths=len(paths))
         return RunResult(True, 0, f"replayed {what} ({len(paths)} paths)")
 
 

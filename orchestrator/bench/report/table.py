@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -18,10 +19,13 @@ COLUMNS = (
     ("wait_p50_s", "wait p50"),
     ("wait_p95_s", "wait p95"),
     ("overlaps", "overlaps"),
-    ("conflicts", "conflicts"),
+    ("conflicts", "confl"),
     ("redone", "redone"),
     ("lost", "lost"),
     ("over_serialized_pairs", "over-ser"),
+    ("reordered_pairs", "reord"),
+    ("confident_claims", "conf"),
+    ("missed_claims", "missed"),
 )
 OVERHEAD = (
     ("slot_to_start", "slot free → start"),
@@ -39,7 +43,8 @@ def _fmt(value: Any) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
-    console = Console()
+    # Piped (a file, a README), the table keeps its full width instead of wrapping every column to 80.
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     m = info["machine"]
     console.print(
         f"jobs bench: {info['changes']} changes from {info['history']}, "
