@@ -486,15 +486,20 @@ class Store:
             raise KeyError(job_id)
         return job
 
-    async def update_many(self, writes: Sequence[Write]) -> None:
-        """Several jobs' changes and events in one transaction (a scheduler round's batch)."""
+    async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> None:
+        """Several jobs' changes and events in one transaction (a scheduler round's batch).
+
+        `changed=False`: the writer needs not see these jobs again in `take_changed` (a round's own
+        deferral reasons, which it keeps in memory; re-reading thousands of them made the next round slow).
+        """
         for w in writes:
             unknown = set(w.fields) - set(_COLUMNS)
             if unknown:
                 raise ValueError(f"unknown job fields: {sorted(unknown)}")
         now = time.time()
         async with self._transaction():
-            self._changed.update(w.job_id for w in writes)
+            if changed:
+                self._changed.update(w.job_id for w in writes)
             for w in writes:
                 if w.fields:
                     sets = ", ".join(f"{k} = ?" for k in w.fields)

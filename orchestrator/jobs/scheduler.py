@@ -55,8 +55,8 @@ OPEN_STATES = (
     JobState.QUEUED, JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY
 )  # fmt: skip
 DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobState.INTERRUPTED)
-ROUND_SLICE = 200
-"""Decisions made between two yields to the event loop in one round."""
+ROUND_SLICE = 50
+"""Decisions made between two yields to the event loop in one round (a wake-up cuts a full pass short there)."""
 EXPLAIN_EVERY = 2.0
 """Seconds between full passes over a queue whose tail cannot start (every slot taken)."""
 
@@ -132,6 +132,7 @@ class Scheduler:
         self._cut = 0.0
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
+        self._attr_last: dict[str, frozenset[str]] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self.planning = Planning(
             board,
@@ -258,7 +259,9 @@ class Scheduler:
                     complete = False  # newer facts came: start over on them
                     break
         if writes:
-            await store.update_many(writes)  # one transaction for the round's changed reasons
+            # One transaction for the round's changed reasons. Not marked changed: the planned mirror's
+            # reason, code and decision of a waiting job are never read (`live` serves the latest decision).
+            await store.update_many(writes, changed=False)
             for w in writes if self.board.subscribed else ():  # no wake: a deferral changes no decision
                 self.board.publish({"type": "job", "job": self.live(by_id[w.job_id]).to_json()})
         if complete:
@@ -283,16 +286,21 @@ class Scheduler:
                     heads[key] = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
                 except repos.RepoError:
                     heads[key] = None
+        # Only what moved since each job was last checked (earlier moves were checked already); one diff
+        # per distinct (since, head), however many jobs share it, and no await per job.
+        pending: dict[int, tuple[str, str, str]] = {}
         moved: dict[int, frozenset[str] | None] = {}
         for job in planned:
             head = heads[(job.repo, job.branch)]
             if head is None:
                 moved[job.id] = None
             elif job.base:
-                # Only what moved since it was last checked: earlier moves were checked already.
                 since = self._seen.checked.get(job.id, job.base)
                 if head != since:
-                    moved[job.id] = await self._moved(job.repo, since, head)
+                    pending[job.id] = (job.repo, since, head)
+        diffs = {key: await self._moved(*key) for key in set(pending.values())}
+        for job_id, key in pending.items():
+            moved[job_id] = diffs[key]
         mergeable = {repo: await self._mergeable(repo, head) for (repo, _), head in heads.items()}
         deps = {dep for job in planned for dep in job.after}
         states = await self.board.store.states(deps)
@@ -321,7 +329,16 @@ class Scheduler:
             if head:
                 with olog.best_effort("read .gitattributes", repos.RepoError, pygit2.GitError, OSError, repo=repo):
                     marked = await asyncio.to_thread(repos.gitattributes_union, Path(repo), head)
-            self._attr_cache[key] = marked | frozenset(self.cfg.repo(repo).mergeable)
+            value = marked | frozenset(self.cfg.repo(repo).mergeable)
+            # The same object while the set is the same: every waiting job's cached view stays valid when
+            # a landing moves the head (a new object made 5,000 views be rebuilt after each landing).
+            last = self._attr_last.get(repo)
+            if value == last:
+                value = last
+            self._attr_last[repo] = value
+            if len(self._attr_cache) > 4096:
+                self._attr_cache.clear()  # bounded: one entry per head seen
+            self._attr_cache[key] = value
         return self._attr_cache[key]
 
     async def _moved(self, repo: str, base: str, head: str) -> frozenset[str] | None:
