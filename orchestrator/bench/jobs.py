@@ -257,13 +257,17 @@ def _ratios(rows: list[dict]) -> None:
 
 @click.command("jobs")
 @click.option("--history", "history_file", type=click.Path(path_type=Path), help="A touch-pattern history (JSONL).")
-@click.option("--repo", type=click.Path(path_type=Path), help="Take the touch pattern from this repository ...")
-@click.option("--range", "rev_range", help="... over this range of its history (A..B).")
+@click.option("--repo", type=click.Path(path_type=Path), help="Replay a range of this repository's own commits ...")
+@click.option("--range", "rev_range", help="... this range of its first-parent history (A..B).")
 @click.option("--last", type=int, default=30, show_default=True, help="Replay the last N changes of the history.")
 @click.option("--slots", type=int, default=4, show_default=True)
 @click.option("--policy", default=",".join(POLICIES), show_default=True)
-@click.option("--predictor", default="declared,local", show_default=True, help="Predictors for the claims policy.")
-@click.option("--scale", type=float, default=0.3, show_default=True, help="Seconds per unit of change size.")
+@click.option(
+    "--predictor", default="declared,local", show_default=True, help="Predictors for the claims policy (or oracle)."
+)
+@click.option(
+    "--scale", type=float, default=0.3, show_default=True, help="Seconds per unit of change size (1 + log2(1 + lines))."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")
