@@ -41,3 +41,18 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     assert out.returncode == 2 and "--repo" in out.stderr
     out = subprocess.run([*cmd, "--repo", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "not inside a git repository" in out.stderr
+
+
+def test_history_alone_replays_the_shipped_history() -> None:
+    """`--history` without a file replays the history that ships with the package, and says what a history
+    without file contents cannot measure."""
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "bench", "predict", "--history", "--limit", "30", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["repo"].endswith("flask-history.jsonl (synthesised)") and report["replayed"] == 30
+    assert any("definitions" in m for m in report["synthesised"]["not_measured"])

@@ -9,7 +9,7 @@ import pytest
 from orchestrator.core.models import ClaimSource
 from orchestrator.plan.base import Kind, Note
 from orchestrator.plan.evidence import local_plan
-from orchestrator.plan.history import History, mine
+from orchestrator.plan.history import VERSION_TOKEN, History, mine, tokens
 from orchestrator.plan.text import front_matter, mentions
 from tests.conftest import git, write
 
@@ -103,3 +103,20 @@ def test_history_is_incremental(shop: Path) -> None:
     old = git(shop, "rev-parse", "HEAD~1")
     new, incremental = mine(shop, head, old)
     assert incremental and [c.subject for c in new] == ["readme"]
+
+
+def test_attribute_and_history_confirmed_word_name_their_files(shop: Path) -> None:
+    """`Cart.total` (an attribute, not a file name) leads to the file defining `Cart`; a bare word that is a
+    file's name counts as naming it when the repo's past changes saying that word touched that file."""
+    k = kinds(plan(shop, "Constrain Cart.total to int"))
+    assert Kind.SYMBOL in k["src/shop/cart.py"]
+    p = plan(shop, "pricing: round half up")
+    whys = [e.why for e in p.evidence if e.path == "src/shop/pricing.py"]
+    assert whys == ["'pricing' is this file's name (3 of the 3 past changes saying it touched it)"]
+
+
+def test_release_descriptions_are_alike_whatever_the_number() -> None:
+    """A description that is only a version number is one token for similarity; beside other words a
+    number says nothing."""
+    assert tokens("v2.34.0") == tokens("release version 3.1.0 (#5640)") == {VERSION_TOKEN}
+    assert tokens("require werkzeug >= 2.3.3") == {"require", "werkzeug"}

@@ -7,7 +7,8 @@ reply, memory extraction: the whole pipeline), and measures from the client's si
 
 - ttfa: this session's request started → the daemon's acknowledgement line (client side, so it includes
   connecting to the socket); `ttfa_server_p99_s` is request received → ack written, as the daemon says;
-- first-Ollama: request sent → the first reply token;
+- first-Ollama: request sent → the first model call's answer (the classification's, or the reply's first
+  token when local rules skip the classification);
 - done: request sent → the reply's last line; wall (done): the last session's done;
 - wall (drained): until the daemon reports no call running or pending (extraction included);
 - CPU max and min free RAM: psutil, sampled every 100 ms during the run (whole machine).
@@ -22,6 +23,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -80,8 +82,8 @@ class Sampler:
         self._thread.join(timeout=5)
 
 
-def _spawn_double(profile: str, parallel: int | None) -> tuple[subprocess.Popen[str], str]:
-    args = [sys.executable, "-m", "orchestrator.doubles.ollama", "--port", "0", "--profile", profile]
+def _spawn_double(profile: str, parallel: int | None, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    args = [sys.executable, "-m", "orchestrator.doubles.ollama", "--port", "0", "--profile", profile, *extra]
     if parallel:
         args += ["--parallel", str(parallel)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -153,7 +155,9 @@ async def _session(http: aiohttp.ClientSession, name: str, t0: float) -> Sample:
             if ev["event"] == "ack":
                 ttfa = time.monotonic() - mine
                 server = float(ev.get("ttfa_s", "nan"))
-            elif ev["event"] == "token" and first is None:
+            elif first is None and (
+                ev["event"] == "token" or (ev["event"] == "intent" and ev.get("source") == "model")
+            ):
                 first = now
             elif ev["event"] == "error":
                 error = f"{ev['code']}: {ev['message']}"
@@ -169,7 +173,27 @@ def _drained(s: dict[str, Any]) -> bool:
     return s["gate"]["running"] == 0 and s["gate"]["queued"] == 0 and s["extraction"]["pending"] == 0
 
 
-async def run_one(url: str, policy: str, n: int, slots: int, model: str, timeout: float) -> dict[str, Any]:
+async def warm(url: str, model: str, calls: int) -> None:
+    """Warm the server as a day's use would have: the model loaded, the shared system part in each slot."""
+    import ollama as ollama_pkg
+
+    from orchestrator.bench.simulate import warmup_messages
+    from orchestrator.llm.ollama import DEFAULT_OPTIONS
+
+    client = ollama_pkg.AsyncClient(host=url, timeout=120)
+    try:
+        opts = {**DEFAULT_OPTIONS, "num_predict": 1}
+        await asyncio.gather(
+            *(client.chat(model=model, messages=warmup_messages(), options=opts) for _ in range(calls))
+        )
+    finally:
+        await client._client.aclose()
+
+
+async def run_one(
+    url: str, policy: str, n: int, slots: int, model: str, timeout: float, server_slots: int | None = None
+) -> dict[str, Any]:
+    await warm(url, model, server_slots or slots)
     async with _daemon(url, policy, slots, model) as sock:
         conn = aiohttp.UnixConnector(path=str(sock), limit=0)
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
@@ -223,6 +247,50 @@ async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> d
         sys.exit(2)
     async with server as url:
         return await run_one(url, policy, n, slots, MODEL_NAME, timeout)
+
+
+async def ttfa_run(url: str, sessions: int, slots: int, model: str, mode: str, timeout: float) -> dict[str, Any]:
+    """ttfa with `sessions` sessions open at once (one kept-alive connection each), through the gate.
+
+    `typing`: each session sends two turns at random moments over ~6 s, as people typing would (the
+    realistic load); `burst`: every session's turn is sent at the same instant (the worst case).
+    """
+    rng = random.Random(7)
+    async with _daemon(url, "gate", slots, model) as sock:
+        conn = aiohttp.UnixConnector(path=str(sock), limit=0)
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+
+            async def open_session(name: str) -> None:
+                async with http.get(f"http://localhost/chat/{name}") as r:
+                    await r.read()
+
+            names = [f"t{i}" for i in range(sessions)]
+            await asyncio.gather(*(open_session(n) for n in names))  # the sessions' connections are open
+            if mode == "burst":
+                plan = [(0.0, n) for n in names]
+            else:
+                plan = sorted((rng.uniform(0.0, 6.0), n) for n in names for _ in range(2))
+            t0 = time.monotonic()
+
+            async def at(delay: float, name: str) -> Sample:
+                await asyncio.sleep(max(0.0, t0 + delay - time.monotonic()))
+                return await _session(http, name, time.monotonic())
+
+            with Sampler() as sampler:
+                samples = await asyncio.gather(*(at(d, n) for d, n in plan))
+    ttfas = sorted(s.ttfa for s in samples)
+    servers = sorted(s.ttfa_server for s in samples)
+    return {
+        "mode": mode,
+        "sessions": sessions,
+        "turns": len(samples),
+        "ttfa_p50_s": round(ttfas[len(ttfas) // 2], 4),
+        "ttfa_p99_s": round(_p99(ttfas), 4),
+        "ttfa_max_s": round(ttfas[-1], 4),
+        "ttfa_server_p99_s": round(_p99(servers), 6),
+        "cpu_max_pct": round(sampler.cpu_max, 1),
+        "errors": [s.error for s in samples if s.error][:5],
+    }
 
 
 def _p99(sorted_values: list[float]) -> float:
@@ -335,6 +403,11 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--policy", default="gate,naive", help="policies side by side: gate,naive")
     ap.add_argument("--slots", type=int, help="the gate's slots (default: the double's num_parallel, or 1)")
     ap.add_argument("--sweep-slots", type=_ints, help="also run the gate at each slot count, e.g. 1,2,4")
+    ap.add_argument(
+        "--ttfa-sessions", type=int, default=64, metavar="N",
+        help="also measure ttfa with N sessions open at once, typing and in a burst (0: skip; default 64)",
+    )  # fmt: skip
+    ap.add_argument("--only-ttfa", action="store_true", help="measure only ttfa (see --ttfa-sessions)")
     ap.add_argument("--timeout", type=float, default=300.0, help="per run")
     ap.add_argument("--json", action="store_true", help="print {machine, rows} as JSON on stdout")
     ap.add_argument("--plot", type=Path, help="write a PNG of wall done / drained against N")
@@ -350,6 +423,37 @@ def main(argv: list[str]) -> None:
     asyncio.run(_main(args, policies))
 
 
+async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> dict[str, Any]:
+    """One (policy, N, slots) row on a fresh model server."""
+    from orchestrator.doubles.ollama import profile_named
+
+    if args.llama_server:
+        return await _on_llama_server(policy, n, slots, args.timeout)
+    proc = None
+    url = args.ollama
+    if not url:
+        proc, url = _spawn_double(args.double, None)
+    try:
+        server_slots = None if args.ollama else profile_named(args.double).num_parallel
+        return await run_one(url, policy, n, slots, args.model, args.timeout, server_slots)
+    finally:
+        if proc is not None:
+            _stop(proc)
+
+
+async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) -> dict[str, Any]:
+    proc = None
+    url = args.ollama
+    if not url:  # the ack must not depend on the model: 8 slots streaming 50 tokens/s each keep it busy
+        proc, url = _spawn_double("fast", 8, "--decode-s", "0.02")
+    try:
+        slots = default_slots if args.ollama else 8
+        return await ttfa_run(url, args.ttfa_sessions, slots, args.model, mode, args.timeout)
+    finally:
+        if proc is not None:
+            _stop(proc)
+
+
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     from orchestrator.doubles.ollama import profile_named
 
@@ -358,27 +462,37 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     plan: list[tuple[str, int, int]] = [(p, n, default_slots) for p in policies for n in args.n]
     for k in args.sweep_slots or []:
         plan += [("gate", n, k) for n in args.n if k != default_slots or "gate" not in policies]
-    rows = []
-    for i, (policy, n, slots) in enumerate(plan, 1):
-        print(f"[{i}/{len(plan)}] {policy} N={n} slots={slots} ...", file=sys.stderr, flush=True)
-        if args.llama_server:
-            rows.append(await _on_llama_server(policy, n, slots, args.timeout))
-            continue
-        proc = None
-        url = args.ollama
-        if not url:
-            proc, url = _spawn_double(args.double, None)
-        try:
-            rows.append(await run_one(url, policy, n, slots, args.model, args.timeout))
-        finally:
-            if proc is not None:
-                _stop(proc)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    steps: list[tuple[str, int | str, int]] = [*([] if args.only_ttfa else plan)]
+    steps += [("ttfa", m, 0) for m in (("typing", "burst") if args.ttfa_sessions > 0 else ())]
+    rows: list[dict[str, Any]] = []
+    ttfa: list[dict[str, Any]] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("bench chat", total=len(steps))
+        for policy, n, slots in steps:
+            if policy == "ttfa":
+                bar.update(task, description=f"ttfa: {args.ttfa_sessions} sessions open, {n}")
+                ttfa.append(await _ttfa_step(args, str(n), default_slots))
+            else:
+                bar.update(task, description=f"{policy} N={n} slots={slots}")
+                rows.append(await _step(args, policy, int(n), slots))
+            bar.advance(task)
     _ratios(rows)
     if args.json:
         source = args.ollama or ("llama-server" if args.llama_server else f"double:{args.double}")
-        print(json.dumps({"machine": machine(), "source": source, "rows": rows}, indent=2))
+        print(json.dumps({"machine": machine(), "source": source, "rows": rows, "ttfa": ttfa}, indent=2))
     else:
         _table(rows)
+        for t in ttfa:
+            print(
+                f"ttfa with {t['sessions']} sessions open, {t['mode']} ({t['turns']} turns): "
+                f"p50 {t['ttfa_p50_s'] * 1000:.1f} ms, p99 {t['ttfa_p99_s'] * 1000:.1f} ms, "
+                f"max {t['ttfa_max_s'] * 1000:.1f} ms (daemon side p99 {t['ttfa_server_p99_s'] * 1000:.2f} ms)"
+            )
     if args.sweep_slots:
         top = max(args.n)
         best = min((r for r in rows if r["policy"] == "gate" and r["n"] == top), key=lambda r: r["wall_done_s"])

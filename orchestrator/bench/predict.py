@@ -8,10 +8,13 @@ and, over every pair of changes within `--window` of each other (as if queued to
 claims would have run concurrently, and how many of those really overlapped.
 
     orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--json]
-    orchestrator bench predict --history FILE.jsonl [--limit N] [--json]
+    orchestrator bench predict --history [FILE.jsonl] [--limit N] [--json]
 
 `--history` replays a touch-pattern file (`{"sha", "parent", "subject", "files": [[path, +, -], ...]}` per
-line, oldest first) on a repository synthesised with those paths and commits (no file contents).
+line, oldest first; without FILE the one that ships with the package, 496 changes of a public project) on
+a repository synthesised with those paths and commits. It has subjects and paths but no file contents and
+no message bodies, so only part of local evidence is measured there (`SYNTHESISED_MEASURES`); a real
+repository (`--repo`) measures all of it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.bench.history import bundled
 from orchestrator.core import claims
 from orchestrator.core.models import Policy
 from orchestrator.git import repos
@@ -35,6 +39,23 @@ from orchestrator.plan.accuracy import Record
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import Change, History, mine
 
+SYNTHESISED_MEASURES = {
+    "measured": [
+        "paths, file names, modules and file stems named in subjects",
+        "test files by naming convention",
+        "co-change and widening from the replayed history",
+        "past changes described in the same words",
+        "words confirmed by past changes",
+    ],
+    "not_measured": [
+        "identifiers resolved to their definitions (no file contents)",
+        "tests found by their imports (no file contents)",
+        "message bodies (subjects only)",
+    ],
+}
+"""What a replay of a touch-pattern history (subjects and paths, no contents) can and cannot measure."""
+BUNDLED = "bundled"
+"""`--history` without a file: the history that ships with the package."""
 WARMUP = 1000
 """Changes before the replayed range that seed the history (when the range leaves room)."""
 
@@ -130,6 +151,8 @@ def _print(r: dict[str, Any]) -> None:
     print(f"  {'basis':<10}" + "".join(f"{'changes' if c == 'jobs' else c:>21}" for c in cols))
     for basis, row in r["by_basis"].items():
         print(f"  {basis:<10}" + "".join(f"{'-' if row[c] is None else row[c]!s:>21}" for c in cols))
+    if "synthesised" in r:
+        print("  no file contents or message bodies here: not measured: " + "; ".join(r["synthesised"]["not_measured"]))
     p = r["pairs"]
     print(
         f"  pairs within {p['window']} changes: {p['pairs']}; the claims run {p['concurrent']} concurrently, "
@@ -142,20 +165,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repo", type=Path, help="a repository to replay")
     parser.add_argument("--range", dest="rev_range", help="A..B: the changes after A up to B (first parent)")
     parser.add_argument("--limit", type=int, help="replay at most the last N changes")
-    parser.add_argument("--history", type=Path, help="a touch-pattern JSON lines file to replay instead")
+    parser.add_argument(
+        "--history",
+        nargs="?",
+        const=BUNDLED,
+        help="a touch-pattern JSON lines file to replay instead (alone: the one that ships with the package)",
+    )
     parser.add_argument("--window", type=int, default=8, help="pairs of changes at most this far apart")
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
     args = parser.parse_args(argv)
     if bool(args.repo) == bool(args.history):
-        parser.error("give either --repo PATH or --history FILE.jsonl")
+        parser.error("give either --repo PATH or --history [FILE.jsonl] (alone: the history that ships with it)")
     try:
         if args.history:
-            if not args.history.is_file():
-                parser.error(f"--history {args.history}: no such file")
+            history = bundled() if args.history == BUNDLED else Path(args.history)
+            if not history.is_file():
+                parser.error(f"--history {history}: no such file")
             with tempfile.TemporaryDirectory(prefix="orchestrator-predict-") as tmp:
-                synthesise(args.history, Path(tmp) / "repo", args.limit)
+                synthesise(history, Path(tmp) / "repo", args.limit)
                 r = run(Path(tmp) / "repo", None, args.limit, args.window)
-                r["repo"] = f"{args.history} (synthesised)"
+                r["repo"] = f"{history} (synthesised)"
+                r["synthesised"] = SYNTHESISED_MEASURES
         else:
             r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window)
     except repos.RepoError as e:

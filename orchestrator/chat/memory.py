@@ -1,8 +1,9 @@
 """Memory extraction, coalesced per session and kept out of the users' way.
 
 One pending extraction per session; each finished turn merges into it. It runs (as one BACKGROUND call
-through the gate) when the session has `every` unextracted turns, after `idle` seconds of quiet, when the
-session ends, or at once when nothing else wants the model server (an idle slot and no turn in flight).
+through the gate) as soon as nothing else wants the model server (an idle slot and no turn in flight),
+and at the latest `idle` seconds after the session's last turn; a session that ends or reaches `every`
+unextracted turns asks for it at once, but it still waits for the quiet (or the timer).
 Turns with nothing to remember (no first-person statement) are marked done without a call.
 """
 
@@ -76,10 +77,14 @@ class Extractor:
         self.stats.turns += 1
         if p.timer is not None:
             p.timer.cancel()
-        if not self.coalesce or end or p.turns >= self.every:
-            self._flush(session)
-        else:
-            p.timer = asyncio.get_running_loop().call_later(self.idle, self._flush, session)
+        if not self.coalesce:
+            self._flush(session)  # the seed's behaviour: every turn extracted at once
+            return
+        # Due (session ended, or `every` turns) or not, it runs when nothing else wants the model server
+        # (`poke`, called as each turn ends), and after `idle` seconds at the latest: an extraction's long
+        # prompt would otherwise stall the replies being decoded beside it.
+        p.timer = asyncio.get_running_loop().call_later(self.idle, self._flush, session)
+        if end or p.turns >= self.every:
             self.poke()
 
     def end(self, session: str) -> None:

@@ -119,8 +119,8 @@ class Scheduler:
         """Stamped each round and each idle wait: the service watchdog pings only while it is fresh."""
         self.tick: float | None = None
         """Longest idle wait (set under a watchdog), so a healthy idle loop still stamps its heartbeat."""
-        self.executor = Executor(board, cfg, paths, pool, runners, self._on_change)
         self.lander = Lander(board, cfg, paths, pool)
+        self.executor = Executor(board, cfg, paths, pool, runners, self._on_change, self.lander.top_up)
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._running: dict[int, asyncio.Task[Job]] = {}

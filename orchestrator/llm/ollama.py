@@ -124,14 +124,23 @@ class OllamaBackend:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.keep_alive = keep_alive
-        t = self.timeouts
-        self.client = ollama.AsyncClient(
-            host=host, timeout=httpx.Timeout(connect=t.connect, read=t.first_token, write=30.0, pool=t.total)
-        )
+        self._client: ollama.AsyncClient | None = None
         self._log = olog.get(ollama=host, model=model)
 
+    @property
+    def client(self) -> ollama.AsyncClient:
+        """The official client, made on first use (building its HTTP client costs ~50 ms)."""
+        if self._client is None:
+            t = self.timeouts
+            self._client = ollama.AsyncClient(
+                host=self.host,
+                timeout=httpx.Timeout(connect=t.connect, read=t.first_token, write=30.0, pool=t.total),
+            )
+        return self._client
+
     async def close(self) -> None:
-        await self.client._client.aclose()
+        if self._client is not None:
+            await self._client._client.aclose()
 
     async def chat(
         self,

@@ -46,6 +46,9 @@ NEIGHBOURS = 6
 """Most similar past changes looked at."""
 MIN_SEEN = 3
 """Past changes to the named files needed before their record decides the confidence."""
+WORD_SUPPORT = 0.5
+"""The share of past changes whose description has a word that must have touched the file the word names
+for the word to count as naming it (else a bare word matching a file's name is weak evidence)."""
 MAX_PER_NAME = 4
 """A name matching more files than this says little: it is left out."""
 _TEST_DIR = re.compile(r"(^|/)(tests?|spec|__tests__|testing)/")
@@ -170,7 +173,7 @@ class _Collector:
         return list(dict.fromkeys(e.path for e in self.evidence if not kinds or e.kind in kinds))
 
 
-def _named(m: Mentions, files: Files, ev: _Collector) -> bool:
+def _named(m: Mentions, files: Files, ev: _Collector, history: History | None = None) -> bool:
     """Paths, file names and modules the text names; True when one of them is explicit (not a bare word)."""
     explicit = False
     for tok in m.paths:
@@ -210,11 +213,25 @@ def _named(m: Mentions, files: Files, ev: _Collector) -> bool:
     for word in m.words:
         if word in _GENERIC_STEMS:
             continue
-        hits = [p for p in files.by_stem.get(word, []) if not is_test(p)]
-        if 0 < len(hits) <= MAX_PER_NAME:
-            for p in hits:
-                ev.add(p, Kind.NAMED, f"'{word}' is this file's name")
+        hits = [p for w in _forms(word) for p in files.by_stem.get(w, []) if not is_test(p)]
+        if not 0 < len(hits) <= MAX_PER_NAME:
+            continue
+        n, k = history.word_support(word, hits) if history is not None else (0, 0)
+        if n >= MIN_SEEN and k == 0:
+            continue  # this repo's history says the word does not mean these files
+        confirmed = k >= 2 and k / n >= WORD_SUPPORT
+        for p in hits:
+            why = f"'{word}' is this file's name"
+            why += f" ({k} of the {n} past changes saying it touched it)" if confirmed else ""
+            ev.add(p, Kind.NAMED, why)
+        explicit = explicit or confirmed
     return explicit
+
+
+def _forms(word: str) -> list[str]:
+    """The word and its singular or plural (`session` matches `sessions.py`, `hooks` matches `hook.py`)."""
+    other = word[:-1] if word.endswith("s") and len(word) > 3 else word + "s"
+    return [word, other]
 
 
 def _new_file(name: str, files: Files) -> bool:
@@ -234,7 +251,7 @@ def local_plan(
     m = mentions(text)
     files = tree_files(str(repo), base)
     ev = _Collector()
-    explicit = _named(m, files, ev)
+    explicit = _named(m, files, ev, history)
     idents = [i for i in m.identifiers if "." not in i][:12]
     defined = definitions(repo, base, idents) if idents else {}
     for ident, where in defined.items():
@@ -242,7 +259,11 @@ def local_plan(
             for p in where:
                 ev.add(p, Kind.SYMBOL, f"defines {ident}")
             explicit = True
-    seeds = [p for p in ev.paths() if not claims.is_glob(p) and not p.endswith("/")]
+    seeds = [
+        p
+        for p in ev.paths()
+        if not claims.is_glob(p) and not p.endswith("/") and not (ignore and claims.matches(p, tuple(ignore)))
+    ]  # a changelog named in the text says nothing about where the work is
     for p in seeds:
         for t in tests_for(p, files):
             ev.add(t, Kind.TEST, f"the test file of {p} (naming convention)")
@@ -261,7 +282,8 @@ def local_plan(
         paths = frozenset(claims.normalize(p) for p in ev.paths())
         if history is not None and seeds:
             paths = _widen(seeds, paths, history, files, ignore, ev)
-        confidence = _anchored_confidence(seeds, paths, explicit, history, ignore, notes)
+        only_mergeable = all(ignore and claims.matches(p, tuple(ignore)) for p in paths)
+        confidence = WEAK if only_mergeable else _anchored_confidence(seeds, paths, explicit, history, ignore, notes)
         basis = Kind.NAMED if explicit or Kind.SYMBOL not in {e.kind for e in ev.evidence} else Kind.SYMBOL
         if confidence < STEM and history is not None:
             similar = _similar(text, history, files, ignore)

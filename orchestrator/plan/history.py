@@ -59,10 +59,19 @@ def title(message: str) -> str:
     return lines[0]
 
 
+_VERSION = re.compile(r"(?<![\w.])v?\d+(\.\d+)+([.-]?(dev|rc|a|b|post)\d*)*(?![\w.])")
+VERSION_TOKEN = "versionnumber"
+"""Stands for any version number (`v2.34.0`, `3.1.0rc1`): releases are alike whatever their number."""
+
+
 def tokens(text: str) -> frozenset[str]:
-    """Content words of a change description, for similarity (numbers, refs and noise words dropped)."""
+    """Content words of a change description, for similarity (refs and noise words dropped). A description
+    that is only a version number (`v2.34.0`, `release version 3.1.0`) is `VERSION_TOKEN`, whatever the
+    number: releases are alike; elsewhere (`require werkzeug >= 2.3`) the number says nothing."""
     text = re.sub(r"#\d+|\b[0-9a-f]{7,40}\b", " ", text.lower())
-    return frozenset(t for t in _TOKEN.findall(text) if t not in _NOISE and len(t) > 2)
+    versioned = _VERSION.search(text) is not None
+    words = frozenset(t for t in _TOKEN.findall(_VERSION.sub(" ", text)) if t not in _NOISE and len(t) > 2)
+    return words or (frozenset({VERSION_TOKEN}) if versioned else words)
 
 
 class History:
@@ -139,6 +148,18 @@ class History:
                 if not index.meets(f) and not (ignore and claims.matches(f, tuple(ignore))):
                     out[f] += 1
         return out
+
+    def word_support(self, word: str, files: Iterable[str]) -> tuple[int, int]:
+        """Of the recent past changes whose description has `word`: (how many, how many touched one of
+        `files`). How far this repo's own history says the word means those files."""
+        wanted = set(files)
+        first = max(0, len(self.changes) - self.window)
+        n = k = 0
+        for i in self.index.get(word, ()):
+            if i >= first:
+                n += 1
+                k += not wanted.isdisjoint(self.changes[i].files)
+        return n, k
 
     def similar(self, text: str, limit: int = 5) -> list[tuple[float, Change]]:
         """Recent past changes described in the most similar words (Jaccard on content words), best first."""

@@ -27,6 +27,12 @@ _TRAILER = re.compile(r"^[A-Z][\w-]*-by:.*$", re.M)
 """Commit trailers (`Signed-off-by:`, `Co-authored-by:`): people, not code."""
 _VERSION = re.compile(r"v?\d+(?:\.\w+)+/?")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\(\)")
+_FILE_EXT = frozenset(
+    """py pyi pyx rst md txt toml cfg ini yaml yml json lock in js jsx ts tsx mjs cjs html htm css scss c h cc cpp
+    hpp go rs java kt rb php sh bash zsh sql xml svg png jpg jpeg gif ico csv tsv proto mk cmake gradle swift lua
+    pl r ex exs erl hs ml scala dart vue el clj conf env pem crt key typed bat ps1""".split()  # noqa: SIM905 - a word list reads better as prose
+)
+"""Extensions that make `x.ext` a file name; `Response.reason` or `Session.get` name an attribute instead."""
 _STOP = frozenset(
     """a an and are as at be by can do does done for from has have in into is it its make makes more no not of on
     or so than that the then this to too use used uses using via was we when where which while with without
@@ -99,6 +105,8 @@ def mentions(text: str) -> Mentions:
             tok = m.group(1).strip(".")
             if tok and not _VERSION.fullmatch(tok):
                 paths.append(tok if not m.group(1).endswith("/") else m.group(1))
+                if "/" not in tok and _WORD.fullmatch(tok) and tok.rsplit(".", 1)[1].lower() not in _FILE_EXT:
+                    idents += [tok, *(p for p in tok.split(".") if _CODELIKE.match(p) or p[:1].isupper())]
     for q in quoted:
         q = q.strip().rstrip("()")
         if _WORD.fullmatch(q):
