@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.bench.simulate import run_virtual
+from orchestrator.bench.simulate import run_virtual, simulate
 from orchestrator.doubles.engine import Engine, Profile
+from orchestrator.doubles.ollama import PROFILES
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,3 +61,16 @@ def test_a_slot_reuses_its_cached_prefix() -> None:
     first, second = run_virtual(run())
     assert first == pytest.approx(40 * 0.01)
     assert second == pytest.approx(0.01)  # "t0" is cached with the reply; only "more" is new
+
+
+def test_gate_beats_naive_on_the_seed_profile() -> None:
+    """The real pipeline in virtual time, 4 sessions at once on `seed`: the gate (2 slots) bounds done-max to
+    3.6× one session and finishes sooner than naive, without draining much later."""
+    seed = PROFILES["seed"]
+    one = simulate(seed, "gate", 1, 2).to_json()
+    gate = simulate(seed, "gate", 4, 2).to_json()
+    naive = simulate(seed, "naive", 4).to_json()
+    assert gate["done_max_s"] <= 3.6 * one["done_mean_s"]
+    assert gate["done_max_s"] <= 0.8 * naive["done_max_s"]
+    assert gate["done_mean_s"] < naive["done_mean_s"]
+    assert gate["wall_drained_s"] <= 1.1 * naive["wall_drained_s"]

@@ -82,8 +82,8 @@ class Sampler:
         self._thread.join(timeout=5)
 
 
-def _spawn_double(profile: str, parallel: int | None) -> tuple[subprocess.Popen[str], str]:
-    args = [sys.executable, "-m", "orchestrator.doubles.ollama", "--port", "0", "--profile", profile]
+def _spawn_double(profile: str, parallel: int | None, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    args = [sys.executable, "-m", "orchestrator.doubles.ollama", "--port", "0", "--profile", profile, *extra]
     if parallel:
         args += ["--parallel", str(parallel)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -423,6 +423,37 @@ def main(argv: list[str]) -> None:
     asyncio.run(_main(args, policies))
 
 
+async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> dict[str, Any]:
+    """One (policy, N, slots) row on a fresh model server."""
+    from orchestrator.doubles.ollama import profile_named
+
+    if args.llama_server:
+        return await _on_llama_server(policy, n, slots, args.timeout)
+    proc = None
+    url = args.ollama
+    if not url:
+        proc, url = _spawn_double(args.double, None)
+    try:
+        server_slots = None if args.ollama else profile_named(args.double).num_parallel
+        return await run_one(url, policy, n, slots, args.model, args.timeout, server_slots)
+    finally:
+        if proc is not None:
+            _stop(proc)
+
+
+async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) -> dict[str, Any]:
+    proc = None
+    url = args.ollama
+    if not url:  # the ack must not depend on the model: 8 slots streaming 50 tokens/s each keep it busy
+        proc, url = _spawn_double("fast", 8, "--decode-s", "0.02")
+    try:
+        slots = default_slots if args.ollama else 8
+        return await ttfa_run(url, args.ttfa_sessions, slots, args.model, mode, args.timeout)
+    finally:
+        if proc is not None:
+            _stop(proc)
+
+
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     from orchestrator.doubles.ollama import profile_named
 
@@ -431,34 +462,25 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     plan: list[tuple[str, int, int]] = [(p, n, default_slots) for p in policies for n in args.n]
     for k in args.sweep_slots or []:
         plan += [("gate", n, k) for n in args.n if k != default_slots or "gate" not in policies]
-    rows = []
-    for i, (policy, n, slots) in enumerate([] if args.only_ttfa else plan, 1):
-        print(f"[{i}/{len(plan)}] {policy} N={n} slots={slots} ...", file=sys.stderr, flush=True)
-        if args.llama_server:
-            rows.append(await _on_llama_server(policy, n, slots, args.timeout))
-            continue
-        proc = None
-        url = args.ollama
-        if not url:
-            proc, url = _spawn_double(args.double, None)
-        try:
-            server_slots = None if args.ollama else profile_named(args.double).num_parallel
-            rows.append(await run_one(url, policy, n, slots, args.model, args.timeout, server_slots))
-        finally:
-            if proc is not None:
-                _stop(proc)
-    ttfa = []
-    for mode in ("typing", "burst") if args.ttfa_sessions > 0 else ():
-        print(f"ttfa: {args.ttfa_sessions} sessions open, {mode} ...", file=sys.stderr, flush=True)
-        proc = None
-        url = args.ollama
-        if not url:
-            proc, url = _spawn_double("fast" if args.llama_server else args.double, None)
-        try:
-            ttfa.append(await ttfa_run(url, args.ttfa_sessions, default_slots, args.model, mode, args.timeout))
-        finally:
-            if proc is not None:
-                _stop(proc)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    steps: list[tuple[str, int | str, int]] = [*([] if args.only_ttfa else plan)]
+    steps += [("ttfa", m, 0) for m in (("typing", "burst") if args.ttfa_sessions > 0 else ())]
+    rows: list[dict[str, Any]] = []
+    ttfa: list[dict[str, Any]] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("bench chat", total=len(steps))
+        for policy, n, slots in steps:
+            if policy == "ttfa":
+                bar.update(task, description=f"ttfa: {args.ttfa_sessions} sessions open, {n}")
+                ttfa.append(await _ttfa_step(args, str(n), default_slots))
+            else:
+                bar.update(task, description=f"{policy} N={n} slots={slots}")
+                rows.append(await _step(args, policy, int(n), slots))
+            bar.advance(task)
     _ratios(rows)
     if args.json:
         source = args.ollama or ("llama-server" if args.llama_server else f"double:{args.double}")

@@ -30,6 +30,8 @@ from orchestrator.runners import get as get_runner
 from orchestrator.runners.base import RunContext, RunResult
 
 OnChange = Callable[[int, frozenset[str]], Awaitable[None]]
+OnAcquired = Callable[[Path, str], None]
+"""Told (repo, base) after each job takes its worktree: the warm pool's owner tops it up beside the job."""
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Executor:
         pool: WorktreePool,
         runners: dict[str, Runner],
         on_change: OnChange,
+        on_acquired: OnAcquired | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -57,6 +60,7 @@ class Executor:
         self.pool = pool
         self.runners = runners
         self.on_change = on_change
+        self.on_acquired = on_acquired
         self.stops: dict[int, Stop] = {}
 
     async def run(self, job: Job) -> Job:
@@ -70,6 +74,8 @@ class Executor:
         try:
             runner = get_runner(job.runner, self.runners)
             worktree = await self.pool.acquire(repo, job.id, base)
+            if self.on_acquired is not None:
+                self.on_acquired(repo, base)
             job = await self.board.update(job.id, worktree=str(worktree))
             log.info(
                 olog.Event.JOB_STARTED,

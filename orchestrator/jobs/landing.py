@@ -76,6 +76,17 @@ class Lander:
         with olog.best_effort("refill the worktree pool", *CLEANUP_ERRORS, **bound):
             await self.pool.fill(repo, landed)
 
+    def top_up(self, repo: Path, at: str) -> None:
+        """Refill a repo's warm pool beside a job that took its last worktree. Without this the pool stays
+        empty from a repo's first jobs (fresh checkouts) until its first landing, and the jobs admitted
+        then all wait for fresh checkouts made one after another under the repo's worktree lock."""
+        if not self.pool.pooled(repo):
+            self._beside(self._top_up(repo, at), f"top-up-{repo.name}")
+
+    async def _top_up(self, repo: Path, at: str) -> None:
+        with olog.best_effort("top the worktree pool up", *CLEANUP_ERRORS, repo=str(repo)):
+            await self.pool.fill(repo, at)
+
     async def drain(self, timeout: float) -> list[int]:
         """Let landings in flight finish within `timeout`; cancel the rest and return their ids."""
         tasks = list(self.tasks.values())
