@@ -292,14 +292,16 @@ def test_cancel_a_running_job(started, tmp_path):
 
 
 def test_branch_moving_in_claimed_paths_replans_before_start(make_repo, daemon_factory, tmp_path):
-    """A waiting job whose claimed paths moved on the branch re-plans on the new head, then runs on it."""
+    """A waiting job whose planned claim's paths moved on the branch re-plans on the new head, then runs on it
+    (a declared claim would come back the same: it starts on the new head without re-planning)."""
     repo = make_repo()
     d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}).start()
     gate = tmp_path / "gate"
     first = d.enqueue(repo, f"{wait_for_file(gate)}; echo one > one.txt", "--path", "one.txt")
     until(lambda: d.cli_json("show", str(first))["state"] == "running", what="first running")
-    waiting = d.enqueue(repo, "echo waiting >> README.md", "--path", "README.md")
+    waiting = d.enqueue(repo, "echo waiting >> README.md")  # no --path: local evidence claims README.md
     until(lambda: d.cli_json("show", str(waiting))["state"] == "planned", what="planned")
+    assert d.cli_json("show", str(waiting))["claim"]["source"] == "evidence"
     planned_base = d.cli_json("show", str(waiting))["base"]
     (repo / "README.md").write_text("hello\nuser\n")
     git(repo, "commit", "-qam", "user moves README")
