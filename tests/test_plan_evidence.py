@@ -120,3 +120,15 @@ def test_release_descriptions_are_alike_whatever_the_number() -> None:
     number says nothing."""
     assert tokens("v2.34.0") == tokens("release version 3.1.0 (#5640)") == {VERSION_TOKEN}
     assert tokens("require werkzeug >= 2.3.3") == {"require", "werkzeug"}
+
+
+def test_similar_past_changes_agree_on_the_files_that_still_exist(make_repo) -> None:
+    """Past changes in the same words that also touched files deleted since agree on what is left."""
+    repo = make_repo("ci", {".github/workflows/ci.yaml": "on: push\n", "a_old.cfg": "a\n", "b_old.cfg": "b\n"})
+    for n, old in enumerate(["a_old.cfg", "b_old.cfg"]):
+        write(repo, {".github/workflows/ci.yaml": f"on: push # {n}\n", old: f"{n}\n"})
+        git(repo, "commit", "-qam", "bump ci workflow")
+    git(repo, "rm", "-q", "a_old.cfg", "b_old.cfg")
+    git(repo, "commit", "-qm", "drop old configs")
+    p = plan(repo, "bump ci workflow")
+    assert p.basis == "history" and p.claim.paths == {".github/workflows/ci.yaml"} and p.claim.confidence >= 0.5

@@ -58,7 +58,9 @@ DEAD_STATES = (JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED, JobStat
 ROUND_SLICE = 50
 """Decisions made between two yields to the event loop in one round (a wake-up cuts a full pass short there)."""
 EXPLAIN_EVERY = 2.0
-"""Seconds between full passes over a queue whose tail cannot start (every slot taken)."""
+"""Seconds between full passes over a queue whose tail cannot start (every slot taken, or a landing in flight)."""
+EXPLAIN_PER_JOB = 0.005
+"""...and more for a long queue (5 s at 1,000 waiting), so these passes stay a small share of the daemon's time."""
 
 
 class JobError(Exception):
@@ -129,6 +131,7 @@ class Scheduler:
         self._views = rounds.Views()
         self._repo_facts = rounds.RepoFacts()
         self._explained = 0.0
+        self._explain_every = EXPLAIN_EVERY
         self._cut = 0.0
         self._moved_cache: dict[tuple[str, str, str], frozenset[str] | None] = {}
         self._attr_cache: dict[tuple[str, str], frozenset[str]] = {}
@@ -171,7 +174,8 @@ class Scheduler:
                 await asyncio.sleep(1.0)
                 self.wake()
             # Every fact that can change a decision wakes us; the timeout is only a safety net.
-            timeout = 30.0 if self._explained >= self._cut else EXPLAIN_EVERY  # a cut-short tail is explained soon
+            # A cut-short tail is explained soon.
+            timeout = 30.0 if self._explained >= self._cut else self._explain_every
             if self.burst and not await self.board.store.count(OPEN_STATES):
                 # Burst: exit once idle, after a short grace for a client that is about to enqueue.
                 quiet = time.monotonic() - self._last_wake
@@ -229,15 +233,23 @@ class Scheduler:
             self._repo_facts.reset()
             return
         active = await store.jobs(ACTIVE_STATES)
+        # When nothing can start (every slot taken, or a landing in flight on every waiting job's branch), the
+        # queue can only be deferred: its reasons are refreshed by a full pass every `_explain_every` seconds
+        # (one a woken round may cut short), not by every round.
+        self._explain_every = max(EXPLAIN_EVERY, EXPLAIN_PER_JOB * len(planned))
+        explain = time.monotonic() - self._explained >= self._explain_every
+        blocked = self._nothing_can_start(planned, len(active))
+        if blocked and not explain:
+            # No snapshot of the whole queue on every job's start, finish and landing: a re-plan or a dead
+            # dependency waits for that pass, or for the slot or the landing that lets a job start.
+            self._cut = time.monotonic()
+            return
         self._views.keep((*by_id, *(j.id for j in active)))
         snapshot, heads = await self._snapshot(planned, active)
         # Repositories whose facts did not change since the last round are not decided again.
         snapshot = self._repo_facts.narrow(snapshot, self._seen.live)
         writes: list[Write] = []
         busy, cap = len(active), snapshot.policy.max_concurrent
-        # With every slot taken, the queue's tail can only be deferred: its reasons are refreshed by a full
-        # pass at most every EXPLAIN_EVERY seconds (one a woken round may cut short), not by every round.
-        explain = time.monotonic() - self._explained >= EXPLAIN_EVERY
         complete = True
         for n, decision in enumerate(admission.iter_decisions(snapshot), start=1):
             job = by_id[decision.job_id]
@@ -255,8 +267,14 @@ class Scheduler:
                 break
             if n % ROUND_SLICE == 0:
                 await asyncio.sleep(0)  # a long queue's tail must not stall the API and the running jobs
-                if busy >= cap and self._wakeup.is_set():
-                    complete = False  # newer facts came: start over on them
+                # Newer facts came and a job may start now: start over on them. Not on every wake-up: a
+                # busy queue wakes us on every job's progress, and a pass always cut short never completes.
+                if (
+                    blocked
+                    and self._wakeup.is_set()
+                    and not self._nothing_can_start(planned, await store.count(ACTIVE_STATES))
+                ):
+                    complete = False
                     break
         if writes:
             # One transaction for the round's changed reasons. Not marked changed: the planned mirror's
@@ -270,6 +288,13 @@ class Scheduler:
         else:
             self._cut = time.monotonic()
             self._repo_facts.reset()
+
+    def _nothing_can_start(self, planned: list[Job], active: int) -> bool:
+        """Every slot is taken, or every waiting job's branch has a landing in flight (admission defers all)."""
+        if active >= self.cfg.policy().max_concurrent:
+            return True
+        inflight = self.lander.inflight
+        return bool(inflight) and all((j.repo, j.branch) in inflight for j in planned)
 
     async def _plan(self, job: Job) -> None:
         """Hand the job to planning: its plan runs as a task of its own and wakes us when done."""

@@ -347,8 +347,10 @@ def _similar(text: str, history: History, files: Files, ignore: Sequence[str]) -
     others (leave-one-out), widened to their directories when that is what makes them agree."""
     near = [c for s, c in history.similar(title(text), limit=NEIGHBOURS) if s >= SIMILAR]  # history keeps titles
     sets = []
-    for c in near:
+    for c in near:  # files deleted since are left out: what is left is what such a change touches now
         kept = frozenset(f for f in c.files if not (ignore and claims.matches(f, tuple(ignore))))
+        if len(present := kept & files.paths) * 2 >= len(kept):
+            kept = present  # else the change is of another layout of the repo: taken as it was
         if kept:
             sets.append(kept)
     if len(sets) < 2:

@@ -419,13 +419,15 @@ def _start_time(pid: int) -> int:
 
 def members(pgid: int) -> list[int]:
     """Live (not zombie) processes in process group `pgid`."""
-    if not Path("/proc/self/stat").exists():  # no procfs: ask the kernel (zombies count as alive then)
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            return [pgid]
+    # The kernel first, in one call: a group it does not know has no process at all (a job's group is
+    # usually gone by the time we ask), so the scan of every process below is only for groups that remain.
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
+    if not Path("/proc/self/stat").exists():  # no procfs: the kernel's answer (zombies count as alive then)
         return [pgid]
     found = []
     for entry in os.scandir("/proc"):
