@@ -77,6 +77,12 @@ class Client:
             raise Unreachable(f"cannot open {self.socket_path}: it belongs to another user") from e
         except _GONE as e:
             raise self._gone() from e
+        except OSError as e:  # "AF_UNIX path too long": no daemon can listen there either
+            from orchestrator.paths import socket_too_long
+
+            if (problem := socket_too_long(Path(self.socket_path))) is not None:
+                raise Unreachable(problem) from e
+            raise
 
     def _gone(self) -> Unreachable:
         return Unreachable(

@@ -14,8 +14,24 @@ import platformdirs
 APP = "orchestrator"
 
 
+SOCKET_PATH_MAX = 107
+"""Longest path a UNIX socket can be bound or reached at (Linux `sun_path` is 108 bytes with its NUL)."""
+
+
 class PathError(RuntimeError):
     """A directory orchestrator needs cannot be used; the message says what to set instead."""
+
+
+def socket_too_long(socket: Path) -> str | None:
+    """Why `socket` cannot be used as a UNIX socket path, with what to do; None when it fits."""
+    n = len(os.fsencode(socket))
+    if n <= SOCKET_PATH_MAX:
+        return None
+    return (
+        f"the socket path {socket} is {n} bytes, longer than the {SOCKET_PATH_MAX} a UNIX socket allows: "
+        "set ORCHESTRATOR_HOME to a shorter directory (the socket is its run/orchestrator.sock), or without "
+        "ORCHESTRATOR_HOME set XDG_RUNTIME_DIR to a shorter one"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +90,8 @@ class Paths:
     def ensure(self) -> None:
         """Create the dirs. State and runtime dirs are 0700 whatever the umask: job texts, logs and the
         database are private, and only the owner may reach the socket."""
+        if (problem := socket_too_long(self.socket)) is not None:
+            raise PathError(problem)
         for d in (self.config_dir, self.state_dir, self.job_logs, self.worktrees, self.scratch):
             d.mkdir(parents=True, exist_ok=True)
         for d in (self.state_dir, self.runtime_dir):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import sqlite3
@@ -264,6 +265,9 @@ class Write:
     data: dict[str, Any] | None = None
 
 
+JSON_CACHE_MAX = 20_000
+"""Jobs whose rendered JSON `Store.jobs_json` keeps between calls (past that, each call renders them all)."""
+
 EX_STATE = 65
 """Exit status of a daemon whose database cannot be used (corrupt, truncated, newer schema): EX_DATAERR.
 Restarting cannot fix it, so the systemd unit lists it in RestartPreventExitStatus."""
@@ -283,6 +287,10 @@ class Store:
         self._tx = asyncio.Lock()
         # Ids of jobs written since the scheduler last asked (`take_changed`): its rounds re-read only those.
         self._changed: set[int] = set()
+        # `jobs_json`'s rendered rows by id (None: not read yet), and the ids written since it last read.
+        self._json: dict[int, tuple[str, str, str]] | None = None
+        self._stale_json: set[int] = set()
+        self._json_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -377,6 +385,7 @@ class Store:
             job_id = cur.lastrowid
             assert job_id is not None
             self._changed.add(job_id)
+            self._stale_json.add(job_id)
             await self._event(job_id, "enqueued", {"state": "queued"}, now)
             if ticket is not None:
                 await self._db.execute(
@@ -433,14 +442,40 @@ class Store:
         `body` is every field but `_LIVE` (reason, code, decision), which are in `live`, so a caller can
         splice in a waiting job's in-memory decision without parsing anything.
         """
-        args: tuple[str, ...] = ()
-        sql = _JOB_JSON
-        if states is not None:
-            args = tuple(str(s) for s in states)
-            sql += f" WHERE state IN ({', '.join('?' * len(args))})"
-        async with self._db.execute(sql + " ORDER BY id", args) as cur:
+        # Rendered rows are kept, and only the jobs written since are rendered again: a long queue's ended
+        # jobs never change, and `status` is asked often while it drains. Taken before reading, like
+        # `take_changed`: a write during the read is rendered next time.
+        async with self._json_lock:  # two callers at once: the second waits for the first's refresh
+            return await self._jobs_json(states)
+
+    async def _jobs_json(self, states: Iterable[JobState] | None) -> list[tuple[int, str, str, str]]:
+        stale, self._stale_json = self._stale_json, set()
+        if self._json is None:
+            rendered = {row[0]: row[1:] for row in await self._render_json("", ())}
+            self._json = rendered if len(rendered) <= JSON_CACHE_MAX else None
+        elif stale:
+            wanted = sorted(stale)
+            for i in range(0, len(wanted), 500):  # SQLite caps the number of bound parameters
+                chunk = wanted[i : i + 500]
+                fresh = {
+                    row[0]: row[1:]
+                    for row in await self._render_json(f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+                }
+                for job_id in chunk:
+                    if job_id in fresh:
+                        self._json[job_id] = fresh[job_id]
+                    else:
+                        self._json.pop(job_id, None)  # deleted
+            if any(a > b for a, b in itertools.pairwise(self._json)):  # ids are new at the end; keep id order
+                self._json = dict(sorted(self._json.items()))
+        names = None if states is None else {str(s) for s in states}
+        rows = self._json if self._json is not None else rendered
+        return [(i, *row) for i, row in rows.items() if names is None or row[0] in names]
+
+    async def _render_json(self, where: str, args: Sequence[Any]) -> list[tuple[int, str, str, str]]:
+        async with self._db.execute(_JOB_JSON + where, tuple(args)) as cur:
             rows = await cur.fetchall()
-        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in sorted(rows, key=lambda r: int(r[0]))]
 
     async def count(self, states: Iterable[JobState]) -> int:
         """How many jobs are in these states (without reading them)."""
@@ -498,6 +533,7 @@ class Store:
                 raise ValueError(f"unknown job fields: {sorted(unknown)}")
         now = time.time()
         async with self._transaction():
+            self._stale_json.update(w.job_id for w in writes)
             if changed:
                 self._changed.update(w.job_id for w in writes)
             for w in writes:
@@ -517,6 +553,7 @@ class Store:
         """Forget an ended job: its record and its history (`orchestrator clean`)."""
         async with self._transaction():
             self._changed.add(job_id)
+            self._stale_json.add(job_id)
             await self._db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
             await self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 

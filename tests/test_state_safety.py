@@ -121,3 +121,18 @@ def test_private_files_whatever_the_umask(make_repo, daemon_factory):
     log = state / "jobs" / f"{job}.log"
     assert "secret-job-output" in log.read_text() and log.stat().st_mode & 0o777 == 0o600
     assert git(repo, "show", "main:x.txt") == "x"
+
+
+def test_a_home_too_long_for_a_socket_says_what_to_do(tmp_path):
+    """A socket path over 107 bytes: the daemon exits 78 and the CLI 3, both naming the limit and the fix."""
+    home = tmp_path / ("h" * max(1, 120 - len(str(tmp_path))))
+    env = {k: v for k, v in os.environ.items() if k not in ("JOURNAL_STREAM", "NOTIFY_SOCKET")}
+    env["ORCHESTRATOR_HOME"] = str(home)
+    cmd = [sys.executable, "-m", "orchestrator"]
+    daemon = subprocess.run([*cmd, "daemon"], env=env, capture_output=True, text=True, timeout=60)
+    assert daemon.returncode == 78, daemon.stderr
+    assert "longer than the 107" in daemon.stderr and "ORCHESTRATOR_HOME" in daemon.stderr
+    assert "Traceback" not in daemon.stderr
+    status = subprocess.run([*cmd, "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 3 and "longer than the 107" in status.stderr, status.stderr
+    assert "Traceback" not in status.stderr

@@ -91,3 +91,24 @@ async def test_jobs_json_is_exactly_to_json(tmp_path):
         assert json.loads(body[:-1] + "," + live[1:]) == job.to_json()
     assert [r[0] for r in await store.jobs_json([JobState.QUEUED])] == [bare.id]
     await store.close()
+
+
+async def test_jobs_json_renders_again_only_what_changed(tmp_path):
+    """The list keeps rendered rows: after an update, an add and a delete it matches a fresh render exactly."""
+    import json
+
+    store = await Store.open(tmp_path / "o.db")
+    ids = [(await store.add_job(repo="/r", branch="main", text=f"t{i}", runner="shell")).id for i in range(3)]
+    first = await store.jobs_json()
+    assert [r[0] for r in first] == ids
+    await store.update(ids[1], state=JobState.LANDED, reason="landed", event="landed")
+    await store.delete_job(ids[0])
+    new = (await store.add_job(repo="/r", branch="main", text="t3", runner="shell")).id
+    rows = await store.jobs_json()
+    assert [r[0] for r in rows] == [ids[1], ids[2], new]
+    for job_id, state, body, live in rows:
+        job = await store.get(job_id)
+        assert job is not None and state == str(job.state)
+        assert json.loads(body[:-1] + "," + live[1:]) == job.to_json()
+    assert [r[0] for r in await store.jobs_json([JobState.LANDED])] == [ids[1]]
+    await store.close()

@@ -37,6 +37,8 @@ BEFORE, AFTER = 3, 12
 USE_CONTEXT = 2
 MAX_HITS = 6
 """Most places shown per file."""
+MAX_READ = 2_000_000
+"""Bytes of a file searched for the named identifiers (a generated giant is read no further)."""
 
 TOOL: dict[str, Any] = {
     "name": "submit_plan",
@@ -98,7 +100,7 @@ def _lines_of(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[str
     data = repo[obj.id].data if obj.type_str == "blob" else b""
     if not data or b"\0" in data[:8000]:
         return None
-    return data.decode("utf-8", "replace").splitlines()
+    return data[:MAX_READ].decode("utf-8", "replace").splitlines()
 
 
 def snippet(lines: Sequence[str], names: Sequence[str], budget: int) -> str:
