@@ -249,35 +249,84 @@ async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> d
         return await run_one(url, policy, n, slots, MODEL_NAME, timeout)
 
 
+class RawSession:
+    """One session's kept-alive connection to the daemon's socket, speaking just enough HTTP/1.1.
+
+    The ttfa runs use it instead of a client library, so the figure is the daemon's and the socket's, not
+    the time one client process spends building 64 requests (as 64 people's terminals would not).
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, sock: Path) -> RawSession:
+        return cls(*await asyncio.open_unix_connection(str(sock)))
+
+    async def turn(self, name: str, text: str) -> Sample:
+        body = json.dumps({"text": text, "end": True}).encode()
+        head = f"POST /chat/{name} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        t = time.monotonic()
+        self.writer.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        headers = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        status = int(headers.split(" ", 2)[1])
+        if "chunked" not in headers.lower():
+            length = int(
+                next(h.split(":", 1)[1] for h in headers.split("\r\n") if h.lower().startswith("content-length"))
+            )
+            await self.reader.readexactly(length)
+            return Sample(time.monotonic() - t, None, time.monotonic() - t, f"HTTP {status}")
+        ttfa = server = float("nan")
+        error = None
+        while size := int((await self.reader.readline()).strip(), 16):
+            chunk = await self.reader.readexactly(size + 2)
+            for line in chunk.splitlines():
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                if ev["event"] == "ack":
+                    ttfa, server = time.monotonic() - t, float(ev.get("ttfa_s", "nan"))
+                elif ev["event"] == "error":
+                    error = f"{ev['code']}: {ev['message']}"
+        await self.reader.readline()
+        return Sample(ttfa, None, time.monotonic() - t, error, server)
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
 async def ttfa_run(url: str, sessions: int, slots: int, model: str, mode: str, timeout: float) -> dict[str, Any]:
     """ttfa with `sessions` sessions open at once (one kept-alive connection each), through the gate.
 
     `typing`: each session sends two turns at random moments over ~6 s, as people typing would (the
-    realistic load); `burst`: every session's turn is sent at the same instant (the worst case).
+    realistic load; a session's second turn goes once its first is answered); `burst`: every session's
+    turn is sent at the same instant (the worst case).
     """
     rng = random.Random(7)
     async with _daemon(url, "gate", slots, model) as sock:
-        conn = aiohttp.UnixConnector(path=str(sock), limit=0)
-        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+        names = [f"t{i}" for i in range(sessions)]
+        conns = await asyncio.gather(*(RawSession.open(sock) for _ in names))  # the sessions are open
+        if mode == "burst":
+            plans = [[0.0] for _ in names]
+        else:
+            plans = [sorted(rng.uniform(0.0, 6.0) for _ in range(2)) for _ in names]
+        t0 = time.monotonic()
 
-            async def open_session(name: str) -> None:
-                async with http.get(f"http://localhost/chat/{name}") as r:
-                    await r.read()
+        async def session(conn: RawSession, name: str, delays: list[float]) -> list[Sample]:
+            out = []
+            for d in delays:
+                await asyncio.sleep(max(0.0, t0 + d - time.monotonic()))
+                out.append(await conn.turn(name, PROMPT))
+            return out
 
-            names = [f"t{i}" for i in range(sessions)]
-            await asyncio.gather(*(open_session(n) for n in names))  # the sessions' connections are open
-            if mode == "burst":
-                plan = [(0.0, n) for n in names]
-            else:
-                plan = sorted((rng.uniform(0.0, 6.0), n) for n in names for _ in range(2))
-            t0 = time.monotonic()
-
-            async def at(delay: float, name: str) -> Sample:
-                await asyncio.sleep(max(0.0, t0 + delay - time.monotonic()))
-                return await _session(http, name, time.monotonic())
-
+        try:
             with Sampler() as sampler:
-                samples = await asyncio.gather(*(at(d, n) for d, n in plan))
+                async with asyncio.timeout(timeout):
+                    got = await asyncio.gather(*(session(c, n, p) for c, n, p in zip(conns, names, plans, strict=True)))
+        finally:
+            await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+    samples = [s for g in got for s in g]
     ttfas = sorted(s.ttfa for s in samples)
     servers = sorted(s.ttfa_server for s in samples)
     return {

@@ -100,9 +100,9 @@ def _claims_of(row: Row, changes: list[hist.Change], jobs: list[dict]) -> list[f
         for j in jobs:
             c = j["claim"]
             ambiguous = not c["paths"] or claims.ROOT in c["paths"] or c["confidence"] < MIN_CONFIDENCE
-            out.append(None if ambiguous else sched.counted(c["paths"], MERGEABLE) or None)
+            out.append(None if ambiguous else sched.counted(c["paths"], MERGEABLE))
         return out
-    return [sched.counted(_declared(row, c), MERGEABLE) or None for c in changes]
+    return [sched.counted(_declared(row, c), MERGEABLE) for c in changes]
 
 
 def run_row(
@@ -202,7 +202,7 @@ def _figures(
     ]  # fmt: skip
     releases += [t for t in landed_at if t]
     slot_to_start = sched.start_latency(starts, created, releases)
-    real = [sched.counted(c.files, MERGEABLE) or None for c in changes]
+    real = [sched.counted(c.files, MERGEABLE) for c in changes]
     claims_ = _claims_of(row, changes, jobs)
     makespan = max(landed_at) - t0 if any(landed_at) else 0.0
     lost, reordered = replayrepo.lost(replay, changes, landed_at, MERGEABLE)

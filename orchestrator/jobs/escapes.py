@@ -2,9 +2,10 @@
 
 What is detected: files of the repository's own work tree (tracked or untracked, not ignored) created,
 changed or deleted while the job ran, other than by a landing (a file whose content is the branch head's
-before or after is not counted, so a landing of another job that updates the checkout is not a false
-alarm). What is not: writes elsewhere (`$HOME`, other repositories, ignored files). A person editing their
-checkout during the job is indistinguishable from the job doing it; the job's reason says so.
+before or after, or any commit the branch moved through in between, is not counted: landings of other jobs
+that update the checkout, one after another or still under way, are not a false alarm). What is not:
+writes elsewhere (`$HOME`, other repositories, ignored files). A person editing their checkout during the job
+is indistinguishable from the job doing it; the job's reason says so.
 
 Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 """
@@ -43,6 +44,10 @@ def snapshot(repo_path: Path) -> CheckoutState:
     return CheckoutState(head, dirty)
 
 
+MOVES_LOOKED_AT = 1000
+"""At most this many commits between the two heads are taken as the states a landing may have left a file in."""
+
+
 def _blob_matches(repo: pygit2.Repository, head: str | None, path: str, data: bytes | None) -> bool:
     if head is None:
         return data is None
@@ -54,6 +59,22 @@ def _blob_matches(repo: pygit2.Repository, head: str | None, path: str, data: by
     return data is not None and entry.id == pygit2.hash(data)
 
 
+def _heads_between(repo: pygit2.Repository, before: str | None, after: str | None) -> list[str | None]:
+    """`before`, `after` and every commit reachable from `after` but not from `before` (newest first, capped):
+    each is a state some landing may have left the checkout's files in."""
+    heads: list[str | None] = [before, after]
+    if after is None:
+        return heads
+    walker = repo.walk(pygit2.Oid(hex=after), pygit2.enums.SortMode.TOPOLOGICAL)
+    if before is not None:
+        walker.hide(pygit2.Oid(hex=before))
+    for i, commit in enumerate(walker):
+        if i >= MOVES_LOOKED_AT:
+            break
+        heads.append(str(commit.id))
+    return list(dict.fromkeys(heads))
+
+
 def written(repo_path: Path, before: CheckoutState, after: CheckoutState) -> list[str]:
     """Paths of the user's checkout that changed between the snapshots and are not explained by a landing."""
     changed = [p for p, st in after.dirty.items() if before.dirty.get(p) != st]
@@ -62,13 +83,14 @@ def written(repo_path: Path, before: CheckoutState, after: CheckoutState) -> lis
         return []
     repo = pygit2.Repository(str(repo_path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
     root = Path(repo.workdir or repo_path)
+    heads = _heads_between(repo, before.head, after.head) if before.head != after.head else []
     out = []
     for path in sorted(set(changed)):
         try:
             data: bytes | None = (root / path).read_bytes() if (root / path).is_file() else None
         except OSError:
             data = None
-        if before.head != after.head and any(_blob_matches(repo, h, path, data) for h in (before.head, after.head)):
-            continue  # a landing moved the branch and updated (or is updating) the checkout
+        if any(_blob_matches(repo, h, path, data) for h in heads):
+            continue  # landings moved the branch and updated (or are updating) the checkout
         out.append(path)
     return out

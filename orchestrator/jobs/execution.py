@@ -34,6 +34,10 @@ OnAcquired = Callable[[Path, str], None]
 """Told (repo, base) after each job takes its worktree: the warm pool's owner tops it up beside the job."""
 
 
+ESCAPE_RECHECK = 0.5
+"""Seconds before a checkout that looked written by a job is looked at again (a landing may be under way)."""
+
+
 @dataclass
 class Stop:
     """Why a job's task was cancelled: a person cancelled it, or the daemon is stopping."""
@@ -62,6 +66,17 @@ class Executor:
         self.on_change = on_change
         self.on_acquired = on_acquired
         self.stops: dict[int, Stop] = {}
+
+    async def _written(self, repo: Path, before: escapes.CheckoutState) -> list[str]:
+        """Paths of the user's checkout the job wrote while it ran (see `escapes`). A first finding is looked at
+        again after `ESCAPE_RECHECK` seconds: a landing caught half way through its checkout update has
+        finished by then and explains its files."""
+        after = await asyncio.to_thread(escapes.snapshot, repo)
+        if not await asyncio.to_thread(escapes.written, repo, before, after):
+            return []
+        await asyncio.sleep(ESCAPE_RECHECK)
+        after = await asyncio.to_thread(escapes.snapshot, repo)
+        return await asyncio.to_thread(escapes.written, repo, before, after)
 
     async def run(self, job: Job) -> Job:
         """Carry an admitted job (already stored as running, with its base) to landing or an end state."""
@@ -105,8 +120,8 @@ class Executor:
             if result.usage is not None:
                 job = await self.board.update(job.id, usage=result.usage)
             if before is not None and result.ok:
-                after = await asyncio.to_thread(escapes.snapshot, repo)
-                if wrote := await asyncio.to_thread(escapes.written, repo, before, after):
+                wrote = await self._written(repo, before)
+                if wrote:
                     log.warning(olog.Event.JOB_ESCAPED, paths=wrote[:50])
                     result = RunResult(
                         False,
@@ -213,4 +228,3 @@ class Executor:
             return job
         finally:
             structlog.contextvars.unbind_contextvars("job_id", "repo")
-
