@@ -32,6 +32,7 @@ def test_history_replay_reports_per_basis(tmp_path: Path) -> None:
     history_row = report["by_basis"]["history"]
     assert history_row["confident"] >= 8 and history_row["recall"] == 1.0 and history_row["precision"] == 1.0
     assert report["pairs"]["really_overlapped"] == 0
+    assert report["calibrated"]["all"]["recall"] == 1.0 and report["calibrated"]["raised"] == 0
 
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:

@@ -47,3 +47,20 @@ def test_collisions_count_only_paths_outside_the_claim() -> None:
     a = ended(1, "/a", {"src/x.py"}, {"src/x.py", "src/y.py"})
     b = ended(2, "/a", {"src/y.py"}, {"src/y.py"})
     assert accuracy.collisions([a, b], [(1, {"paths": ["src/y.py"]}), (2, {"paths": ["src/y.py"]})]) == {1}
+
+
+def test_raised_threshold_is_the_lowest_that_holds_and_comes_back_down() -> None:
+    """The threshold is the lowest whose would-be-confident claims held (0.6 claims missing does not
+    silence 0.8 claims that mostly hit); claims that ran alone under it still judge it, so once the 0.6
+    claims stop missing the repo's threshold returns to the default."""
+    policy = Policy()
+    jobs = [ended(i, "/a", {"src/x.py"}, {"src/x.py", "src/y.py"}, conf=0.6) for i in range(1, 7)]
+    jobs.append(ended(7, "/a", {"src/z.py"}, {"src/z.py", "src/y.py"}))
+    jobs += [ended(i, "/a", {"src/z.py"}, {"src/z.py"}) for i in range(8, 13)]
+    assert accuracy.thresholds(accuracy.records(jobs, set(), policy), policy) == (("/a", 0.65),)
+    for i in range(13, 40):
+        jobs.append(ended(i, "/a", {"src/x.py"}, {"src/x.py"}, conf=0.6))
+        raised = accuracy.thresholds(accuracy.records(jobs, set(), policy), policy)
+        if not raised:
+            break
+    assert not raised and i == 23  # the last 20 claims confident at 0.5 hold 4 misses (20%) from then on

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from orchestrator.core.models import ClaimSource
 from orchestrator.plan.base import Kind, Note
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import VERSION_TOKEN, History, mine, tokens
+from orchestrator.plan.local import Histories
 from orchestrator.plan.text import front_matter, mentions
 from tests.conftest import git, write
 
@@ -105,6 +107,42 @@ def test_history_is_incremental(shop: Path) -> None:
     assert incremental and [c.subject for c in new] == ["readme"]
 
 
+def test_history_is_authored_changes_not_merges(shop: Path) -> None:
+    """A merge is left out and the commits it brings are each a change on its own parent; mining on from a
+    merge (or from a commit of a merged branch) adds only what is new; an unknown head re-mines all."""
+    git(shop, "checkout", "-qb", "feature")
+    write(shop, {"src/shop/cart.py": FILES["src/shop/cart.py"] + "# f\n"})
+    git(shop, "commit", "-qam", "cart tweak")
+    feature = git(shop, "rev-parse", "HEAD")
+    git(shop, "checkout", "-q", "main")
+    write(shop, {"docs/pricing.md": "# pricing!\n"})
+    git(shop, "commit", "-qam", "docs tweak")
+    git(shop, "merge", "-q", "--no-ff", "-m", "Merge branch 'feature'", "feature")
+    merge = git(shop, "rev-parse", "HEAD")
+    changes, _ = mine(shop, merge)
+    assert len(changes) == 7 and {(c.subject, c.files) for c in changes[-2:]} == {
+        ("docs tweak", ("docs/pricing.md",)),
+        ("cart tweak", ("src/shop/cart.py",)),
+    }
+    line, _ = mine(shop, merge, first_parent=True)
+    assert [(c.subject, c.files) for c in line[-2:]] == [
+        ("docs tweak", ("docs/pricing.md",)),
+        ("Merge branch 'feature'", ("src/shop/cart.py",)),
+    ]
+    write(shop, {"README.md": "shop 2\n"})
+    git(shop, "commit", "-qam", "readme 2")
+    head = git(shop, "rev-parse", "HEAD")
+    assert [c.subject for c in mine(shop, head, merge)[0]] == ["readme 2"] and mine(shop, head, merge)[1]
+    new, incremental = mine(shop, head, feature)
+    assert incremental and sorted(c.subject for c in new) == ["docs tweak", "readme 2"]
+    new, incremental = mine(shop, head, "0" * 40)
+    assert not incremental and len(new) == 8
+    histories = Histories(None)
+    asyncio.run(histories.at(str(shop), merge))
+    history = asyncio.run(histories.at(str(shop), head))  # on from the merge it was mined to
+    assert history.tip == head and sorted(c.sha for c in history.changes) == sorted(c.sha for c in mine(shop, head)[0])
+
+
 def test_attribute_and_history_confirmed_word_name_their_files(shop: Path) -> None:
     """`Cart.total` (an attribute, not a file name) leads to the file defining `Cart`; a bare word that is a
     file's name counts as naming it when the repo's past changes saying that word touched that file."""
@@ -132,3 +170,11 @@ def test_similar_past_changes_agree_on_the_files_that_still_exist(make_repo) -> 
     git(repo, "commit", "-qm", "drop old configs")
     p = plan(repo, "bump ci workflow")
     assert p.basis == "history" and p.claim.paths == {".github/workflows/ci.yaml"} and p.claim.confidence >= 0.5
+
+
+def test_claim_holding_most_of_a_directory_claims_it(make_repo) -> None:
+    """Two of a directory's four files named: the directory is claimed (a sibling added since is covered);
+    one of four stays a file."""
+    repo = make_repo("dirs", {f"ci/{n}.yml": f"{n}\n" for n in "abcd"} | {"README.md": "x\n"})
+    assert plan(repo, "bump ci/a.yml and ci/b.yml").claim.paths == {"ci/"}
+    assert plan(repo, "bump ci/a.yml").claim.paths == {"ci/a.yml"}

@@ -1,13 +1,19 @@
 """How good are the claims? Replay a repository's own history through the local planner.
 
-For each change (oldest first): plan from its message on its parent commit, with the co-change history
-of the changes before it only, and compare the claim with the files the change really touched
-(union-mergeable files such as changelogs left out, as admission leaves them out). Printed per basis
-(what the confidence rests on) and in total: recall, precision, confident share and confident-miss rate;
-and, over every pair of changes within `--window` of each other (as if queued together), how many the
-claims would have run concurrently, and how many of those really overlapped.
+For each authored change (oldest first: a commit after its parents, else by commit time): plan from its
+message on its parent commit, with the co-change history of the changes before it only, and compare the
+claim with the files the change really touched (union-mergeable files such as changelogs left out, as
+admission leaves them out). Printed per basis (what the confidence rests on) and in total: recall,
+precision, confident share and confident-miss rate; and, over every pair of changes within `--window` of
+each other (as if queued together), how many the claims would have run concurrently, and how many of
+those really overlapped.
 
-    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--json]
+Merge commits are not replayed: a job is one authored change with its own message, while a merge's files
+(against its first parent) are a whole branch's sum and its subject ("Merge branch 'x'") names none of
+them; the commits it brings are replayed instead, each on its own parent. `--merges` replays the
+first-parent line as it is (each merge one change, the commits it brings none), for comparison.
+
+    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--merges] [--json]
     orchestrator bench predict --history [FILE.jsonl] [--limit N] [--json]
 
 `--history` replays a touch-pattern file (`{"sha", "parent", "subject", "files": [[path, +, -], ...]}` per
@@ -27,6 +33,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +61,11 @@ SYNTHESISED_MEASURES = {
     ],
 }
 """What a replay of a touch-pattern history (subjects and paths, no contents) can and cannot measure."""
+MERGES_LEFT_OUT = (
+    "authored changes, merge commits not replayed: a merge's files are its whole branch's sum and its subject "
+    "(\"Merge branch 'x'\") describes none of them; the commits it brings are replayed each on its own parent"
+)
+"""What a replayed change is (a job is one authored change with its own message); `--merges` for the old way."""
 BUNDLED = "bundled"
 """`--history` without a file: the history that ships with the package."""
 WARMUP = 1000
@@ -79,24 +91,44 @@ def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> lis
 
 def summarise(records: list[Record], window: int, policy: Policy) -> dict[str, Any]:
     """Per basis and in total (`accuracy.summary`), and the pairs of changes the claims would have run
-    concurrently, among those within `window` of each other, with how many really overlapped."""
+    concurrently, among those within `window` of each other, with how many really overlapped; and the
+    same in total with calibrated thresholds (`calibrated`)."""
     groups: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         groups[r.basis].append(r)
     groups["all"] = records
-    pairs = concurrent = bad = 0
-    confident = [r.confident(policy) for r in records]
+    thresholds = calibrated(records, policy, window)
+    confident = [r.confident(replace(policy, min_confidence=t)) for r, t in zip(records, thresholds, strict=True)]
+    return {
+        "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
+        "pairs": pairs(records, [r.confident(policy) for r in records], window),
+        "calibrated": {
+            "all": accuracy.summary(records, policy, confident),
+            "pairs": pairs(records, confident, window),
+            "raised": sum(t > policy.min_confidence for t in thresholds),
+            "thresholds": sorted(set(thresholds)),
+        },
+    }
+
+
+def calibrated(records: list[Record], policy: Policy, lag: int) -> list[float]:
+    """The threshold calibration would have set for each change (`accuracy.threshold`), learning only from
+    the changes at least `lag` before it: those nearer were still running, their outcome unknown."""
+    return [accuracy.threshold([q for q in records if q.job_id <= r.job_id - lag], policy) for r in records]
+
+
+def pairs(records: list[Record], confident: list[bool], window: int) -> dict[str, int]:
+    """Of the pairs of changes within `window` of each other: how many the claims would have run
+    concurrently (both confident, claims disjoint), and how many of those really overlapped."""
+    n = concurrent = bad = 0
     for i, a in enumerate(records):
         for j in range(i + 1, min(len(records), i + 1 + window)):
             b = records[j]
-            pairs += 1
+            n += 1
             if confident[i] and confident[j] and not claims.PathIndex(a.claim.paths).meeting(b.claim.paths):
                 concurrent += 1
                 bad += bool(claims.PathIndex(a.actual).meeting(b.actual))
-    return {
-        "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
-        "pairs": {"window": window, "pairs": pairs, "concurrent": concurrent, "really_overlapped": bad},
-    }
+    return {"window": window, "pairs": n, "concurrent": concurrent, "really_overlapped": bad}
 
 
 def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
@@ -123,23 +155,26 @@ def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
     return [r.get("sha", "") for r in rows]
 
 
-def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8) -> dict[str, Any]:
+def run(
+    repo: Path, rev_range: str | None, limit: int | None, window: int = 8, merges: bool = False
+) -> dict[str, Any]:
     head = rev_range.split("..", 1)[1] if rev_range and ".." in rev_range else (rev_range or "HEAD")
     since = rev_range.split("..", 1)[0] if rev_range and ".." in rev_range else None
     head_sha = repos.resolve_rev(repo, head or "HEAD")
     since_sha = repos.resolve_rev(repo, since) if since else None
-    replayed, _ = mine(repo, head_sha, since_sha, limit or 100_000)
-    first = replayed[0].sha if replayed else head_sha
-    parents = repos.open_repo(repo)[first].parent_ids
-    warm: list[Change] = []
-    if parents:
-        warm, _ = mine(repo, str(parents[0]), None, WARMUP)
+    limit = limit or 100_000
+    changes, _ = mine(repo, head_sha, since_sha, limit + WARMUP, first_parent=merges)
+    start = max(0, len(changes) - limit)
+    if since_sha and start < WARMUP:
+        before, _ = mine(repo, since_sha, None, WARMUP - start, first_parent=merges)
+        changes, start = before + changes, start + len(before)
     t = time.perf_counter()
     policy = Policy()
-    outcomes = replay(repo, warm + replayed, len(warm), policy)
+    outcomes = replay(repo, changes, start, policy)
     elapsed = time.perf_counter() - t
     out = summarise(outcomes, window, policy)
     out.update(repo=str(repo), range=f"{since_sha or ''}..{head_sha}", replayed=len(outcomes))
+    out["changes"] = "first-parent line, merges included" if merges else MERGES_LEFT_OUT
     out["seconds"] = round(elapsed, 2)
     out["ms_per_plan"] = round(1000 * elapsed / max(1, len(outcomes)), 1)
     return out
@@ -153,23 +188,32 @@ def _print(r: dict[str, Any]) -> None:
         print(f"  {basis:<10}" + "".join(f"{'-' if row[c] is None else row[c]!s:>21}" for c in cols))
     if "synthesised" in r:
         print("  no file contents or message bodies here: not measured: " + "; ".join(r["synthesised"]["not_measured"]))
-    p = r["pairs"]
-    print(
-        f"  pairs within {p['window']} changes: {p['pairs']}; the claims run {p['concurrent']} concurrently, "
-        f"{p['really_overlapped']} of which really overlapped"
-    )
+    c = r["calibrated"]
+    print(f"  {'calibrated':<10}" + "".join(f"{'-' if c['all'][k] is None else c['all'][k]!s:>21}" for k in cols))
+    print(f"  (calibrated: thresholds learnt from earlier changes, {c['raised']} changes judged above the default)")
+    for label, p in (("", r["pairs"]), ("calibrated: ", c["pairs"])):
+        print(
+            f"  {label}pairs within {p['window']} changes: {p['pairs']}; the claims run {p['concurrent']} "
+            f"concurrently, {p['really_overlapped']} of which really overlapped"
+        )
+    print(f"  {r['changes']}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="orchestrator bench predict", description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, help="a repository to replay")
-    parser.add_argument("--range", dest="rev_range", help="A..B: the changes after A up to B (first parent)")
+    parser.add_argument("--range", dest="rev_range", help="A..B: the changes after A up to B (or B: up to B)")
     parser.add_argument("--limit", type=int, help="replay at most the last N changes")
     parser.add_argument(
         "--history",
         nargs="?",
         const=BUNDLED,
         help="a touch-pattern JSON lines file to replay instead (alone: the one that ships with the package)",
+    )
+    parser.add_argument(
+        "--merges",
+        action="store_true",
+        help="replay the first-parent line instead: each merge as one change, the commits it brings not at all",
     )
     parser.add_argument("--window", type=int, default=8, help="pairs of changes at most this far apart")
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
@@ -183,11 +227,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 parser.error(f"--history {history}: no such file")
             with tempfile.TemporaryDirectory(prefix="orchestrator-predict-") as tmp:
                 synthesise(history, Path(tmp) / "repo", args.limit)
-                r = run(Path(tmp) / "repo", None, args.limit, args.window)
+                r = run(Path(tmp) / "repo", None, args.limit, args.window, args.merges)
                 r["repo"] = f"{history} (synthesised)"
                 r["synthesised"] = SYNTHESISED_MEASURES
         else:
-            r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window)
+            r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window, args.merges)
     except repos.RepoError as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         sys.exit(2)

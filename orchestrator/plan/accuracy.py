@@ -4,7 +4,8 @@ Every ended job with a predicted claim is a `Record`: its claim, the basis of it
 it really touched (union-mergeable files left out, as admission leaves them out) and whether it touched,
 outside its claim, a file another running job held (an `overlap` event). Reported per repo and per
 basis: recall, precision, and the confident-miss rate. A repo whose confident predicted claims keep
-missing gets a higher confidence threshold: its weaker claims become ambiguous and run alone.
+missing gets a higher confidence threshold: its weaker claims become ambiguous and run alone, until the
+claims below it stop missing (`threshold`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from orchestrator.core import claims
 from orchestrator.core.models import Claim, ClaimSource, Policy
 
 WINDOW = 20
-"""Most recent confident predicted claims per repo that decide its threshold."""
+"""Most recent claims confident at a candidate threshold that judge it."""
 MISS_RATE = 0.2
-"""A repo whose confident claims missed more often than this gets a higher threshold."""
+"""The most often the claims confident at a threshold may miss for it to stand."""
+STEP = 0.05
+"""A raised threshold is this far above the confidence of a claim that missed."""
 CEILING = 0.95
 """The highest threshold calibration sets: declared claims (confidence 1.0) always stay confident."""
 
@@ -68,9 +71,11 @@ def _rate(n: float, d: float) -> float | None:
     return round(n / d, 3) if d else None
 
 
-def summary(records: Sequence[Record], policy: Policy) -> dict[str, Any]:
-    """Recall, precision, confident share and confident-miss rate, for all records."""
-    conf = [r for r in records if r.confident(policy)]
+def summary(records: Sequence[Record], policy: Policy, confident: Sequence[bool] | None = None) -> dict[str, Any]:
+    """Recall, precision, confident share and confident-miss rate, for all records (`confident`: whether each
+    was confident, when not at the policy's threshold)."""
+    flags = confident if confident is not None else [r.confident(policy) for r in records]
+    conf = [r for r, c in zip(records, flags, strict=True) if c]
     return {
         "jobs": len(records),
         "confident": len(conf),
@@ -102,21 +107,31 @@ def report(records: Sequence[Record], policy: Policy) -> dict[str, Any]:
     return out
 
 
+def threshold(records: Sequence[Record], policy: Policy, after: int = 5) -> float:
+    """One repo's threshold: the lowest at which its recent claims that would have been confident missed at
+    most MISS_RATE of the time.
+
+    `records` are the repo's, oldest first. Each candidate (the policy's threshold, and just above each
+    confidence a claim missed at) is judged on the last WINDOW predicted claims confident at it: fewer than
+    `after` of them is no evidence against it. Every job's claim is recorded, confident or not (one that ran
+    alone still claimed what it claimed and touched what it touched), so a raised threshold comes back
+    down once the claims below it stop missing."""
+    judged = [r for r in records if r.predicted and r.actual and r.confident(policy)]
+    missed = {r.claim.confidence for r in judged if r.missed or r.collided}
+    for t in sorted({policy.min_confidence} | {min(CEILING, round(c + STEP, 2)) for c in missed}):
+        recent = [r for r in judged if r.claim.confidence >= t][-WINDOW:]
+        if len(recent) < after or sum(r.missed or r.collided for r in recent) <= MISS_RATE * len(recent):
+            return t
+    return CEILING
+
+
 def thresholds(records: Sequence[Record], policy: Policy, after: int = 5) -> tuple[tuple[str, float], ...]:
-    """Repos whose recent confident predicted claims missed too often, each with its raised threshold:
-    just above the most confident claim that missed (so those claims are ambiguous now), at most CEILING."""
-    recent: dict[str, list[Record]] = defaultdict(list)
+    """Repos whose threshold calibration sets above the policy's (`threshold`), each with it."""
+    by_repo: dict[str, list[Record]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r.job_id):
-        if r.predicted and r.actual and r.confident(policy):
-            recent[r.repo].append(r)
-    out = []
-    for repo, rs in sorted(recent.items()):
-        window = rs[-WINDOW:]
-        missed = [r for r in window if r.missed or r.collided]
-        if len(window) >= after and len(missed) / len(window) > MISS_RATE:
-            top = max(r.claim.confidence for r in missed)
-            out.append((repo, round(min(CEILING, max(policy.min_confidence, top) + 0.05), 2)))
-    return tuple(out)
+        by_repo[r.repo].append(r)
+    out = ((repo, threshold(rs, policy, after)) for repo, rs in sorted(by_repo.items()))
+    return tuple((repo, t) for repo, t in out if t > policy.min_confidence)
 
 
 def records(jobs: Iterable[Any], collided: Iterable[int], policy: Policy) -> list[Record]:

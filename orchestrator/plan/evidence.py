@@ -51,6 +51,10 @@ WORD_SUPPORT = 0.5
 for the word to count as naming it (else a bare word matching a file's name is weak evidence)."""
 MAX_PER_NAME = 4
 """A name matching more files than this says little: it is left out."""
+DIR_SHARE = 0.5
+"""A claim holding at least this share of a directory's files (two or more) claims the directory."""
+DIR_MIN_FILES = 4
+"""Directories with fewer files than this are claimed file by file."""
 _TEST_DIR = re.compile(r"(^|/)(tests?|spec|__tests__|testing)/")
 _GENERIC_STEMS = frozenset({"__init__", "index", "main", "conf", "setup", "readme", "license", "init", "mod", "lib"})
 
@@ -63,6 +67,8 @@ class Files:
     dirs: frozenset[str]
     by_name: dict[str, list[str]] = field(default_factory=dict)
     by_stem: dict[str, list[str]] = field(default_factory=dict)
+    by_dir: dict[str, list[str]] = field(default_factory=dict)
+    """The files directly in each directory."""
 
     @classmethod
     def of(cls, paths: Iterable[str]) -> Files:
@@ -70,11 +76,13 @@ class Files:
         dirs = {d for p in ps for d in claims.ancestors(p) if d}
         by_name: dict[str, list[str]] = defaultdict(list)
         by_stem: dict[str, list[str]] = defaultdict(list)
+        by_dir: dict[str, list[str]] = defaultdict(list)
         for p in sorted(ps):
             base = posixpath.basename(p)
             by_name[base].append(p)
             by_stem[_stem(base).lower()].append(p)
-        return cls(ps, frozenset(dirs), dict(by_name), dict(by_stem))
+            by_dir[posixpath.dirname(p)].append(p)
+        return cls(ps, frozenset(dirs), dict(by_name), dict(by_stem), dict(by_dir))
 
 
 def _stem(base: str) -> str:
@@ -282,6 +290,7 @@ def local_plan(
         paths = frozenset(claims.normalize(p) for p in ev.paths())
         if history is not None and seeds:
             paths = _widen(seeds, paths, history, files, ignore, ev)
+        paths = _directories(paths, files, ev)
         only_mergeable = all(ignore and claims.matches(p, tuple(ignore)) for p in paths)
         confidence = WEAK if only_mergeable else _anchored_confidence(seeds, paths, explicit, history, ignore, notes)
         basis = Kind.NAMED if explicit or Kind.SYMBOL not in {e.kind for e in ev.evidence} else Kind.SYMBOL
@@ -319,6 +328,23 @@ def _widen(
                 ev.add(g, Kind.COCHANGE, f"touched by {kk} of the {n} past changes to {', '.join(seeds[:2])}")
             return frozenset(wider)
     return paths
+
+
+def _directories(paths: frozenset[str], files: Files, ev: _Collector) -> frozenset[str]:
+    """A claim that holds most of a directory's files claims the directory instead: a change to a set of
+    sibling files (workflows, requirements, certificates) touches the ones added there since as well."""
+    by_dir: dict[str, list[str]] = defaultdict(list)
+    for p in paths:
+        if p in files.paths and (d := posixpath.dirname(p)):
+            by_dir[d].append(p)
+    out = set(paths)
+    for d, held in sorted(by_dir.items()):
+        n = len(files.by_dir.get(d, ()))
+        if len(held) >= 2 and n >= DIR_MIN_FILES and len(held) >= DIR_SHARE * n:
+            out.difference_update(held)
+            out.add(d + "/")
+            ev.add(d + "/", Kind.COCHANGE, f"the claim holds {len(held)} of this directory's {n} files")
+    return frozenset(out)
 
 
 def _anchored_confidence(
@@ -370,7 +396,7 @@ def _similar(text: str, history: History, files: Files, ignore: Sequence[str]) -
             ev.add(p, Kind.HISTORY, f"touched by past changes described in the same words ({len(sets)} of them)")
     if not ev.evidence:
         return None
-    paths = frozenset(ev.paths())
+    paths = _directories(frozenset(ev.paths()), files, ev)
     return Plan(Claim(paths, STEM, ClaimSource.EVIDENCE), tuple(ev.evidence), "", str(Kind.HISTORY))
 
 

@@ -1,5 +1,6 @@
 """A repository's own past changes as planning evidence: files that change together, and changes described
-in the same words. Mined from `git log` (first parent, each commit against its first parent), kept per
+in the same words. Mined from `git log`: the authored changes (each commit against its one parent, merge
+commits left out: a merge's files are a whole branch's sum and its subject says nothing of them), kept per
 repo in the store and extended incrementally from the last mined head.
 
 `History` is plain data plus counting, no I/O; `mine` reads git (call it in a thread).
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +81,9 @@ class History:
     window = 1000
     """Recent changes the similarity and closure estimates look at."""
 
-    def __init__(self, changes: Iterable[Change] = ()) -> None:
+    def __init__(self, changes: Iterable[Change] = (), tip: str | None = None) -> None:
+        self.tip = tip
+        """The commit this history was mined up to (a merge, perhaps: not one of `changes`)."""
         self.changes: list[Change] = []
         self.count: Counter[str] = Counter()
         self.pairs: dict[str, Counter[str]] = defaultdict(Counter)
@@ -88,10 +91,6 @@ class History:
         self._tokens: list[frozenset[str]] = []
         for c in changes:
             self.add(c)
-
-    @property
-    def head(self) -> str | None:
-        return self.changes[-1].sha if self.changes else None
 
     def add(self, change: Change) -> None:
         i = len(self.changes)
@@ -189,21 +188,54 @@ def _files(repo: pygit2.Repository, commit: pygit2.Commit) -> tuple[str, ...]:
     return tuple(sorted(paths))
 
 
-def mine(repo_path: Path | str, head: str, since: str | None = None, limit: int = KEEP) -> tuple[list[Change], bool]:
-    """Changes on the first-parent line from `since` (exclusive) to `head`, oldest first, at most `limit`.
+def _ancestor(repo: pygit2.Repository, tip: pygit2.Oid, since: str) -> bool:
+    """`since` is `tip` or one of its ancestors (False when it is not a commit of this repository)."""
+    try:
+        oid = pygit2.Oid(hex=since)
+        return oid == tip or repo.descendant_of(tip, oid)
+    except (ValueError, KeyError, pygit2.GitError):
+        return False
 
-    Returns (changes, incremental): incremental is False when `since` was not met (history rewritten,
-    or none given), in which case the changes are the newest `limit` and replace any cache.
+
+def _first_parent_line(repo: pygit2.Repository, tip: pygit2.Commit) -> Iterator[pygit2.Commit]:
+    commit: pygit2.Commit | None = tip
+    while commit is not None:
+        yield commit
+        commit = commit.parents[0] if commit.parents else None
+
+
+def mine(
+    repo_path: Path | str, head: str, since: str | None = None, limit: int = KEEP, first_parent: bool = False
+) -> tuple[list[Change], bool]:
+    """The authored changes reachable from `head` and not from `since`, at most the newest `limit`, in history
+    order (oldest first; a commit after its parents, else by commit time). Merge commits are left out: the
+    commits a merge brings are each a change of their own. With `first_parent`, the first-parent line as
+    it is instead: a merge is one change (its files against its first parent), its branch's commits none.
+
+    Returns (changes, incremental): incremental is True when `since` is `head` or one of its ancestors and
+    every change since fit in `limit`; else (history rewritten, no `since`, too many) the changes are the
+    newest `limit` and replace any cache.
     """
     repo = repos.open_repo(repo_path)
-    commit = repo.revparse_single(head).peel(pygit2.Commit)
+    tip = repo.revparse_single(head).peel(pygit2.Commit)
+    known = since is not None and _ancestor(repo, tip.id, since)
+    if first_parent:
+        commits: Iterator[pygit2.Commit] = _first_parent_line(repo, tip)
+    else:
+        walker = repo.walk(tip.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
+        if known and since is not None:
+            walker.hide(pygit2.Oid(hex=since))
+        commits = (c for c in walker if len(c.parent_ids) < 2)
     out: list[Change] = []
-    met = False
-    while commit is not None and len(out) < limit:
-        if since is not None and str(commit.id) == since:
+    met = not first_parent  # the hidden walk never yields `since`; the first-parent line must meet it
+    complete = True
+    for commit in commits:
+        if known and str(commit.id) == since:
             met = True
             break
+        if len(out) >= limit:
+            complete = False
+            break
         out.append(Change(str(commit.id), title(commit.message), _files(repo, commit)))
-        commit = commit.parents[0] if commit.parents else None
     out.reverse()
-    return out, met
+    return out, known and met and complete

@@ -35,22 +35,23 @@ class Histories:
             if history is None and self.store is not None:
                 cached = await self.store.plan_history(repo)
                 if cached is not None:
-                    history = History(Change.from_json(row) for row in cached[1])
-            if history is not None and history.head == head:
+                    history = History((Change.from_json(row) for row in cached[1]), tip=cached[0])
+            if history is not None and history.tip == head:
                 self._mem[repo] = history
                 return history
-            since = history.head if history is not None else None
+            since = history.tip if history is not None else None
             new, incremental = await asyncio.to_thread(mine, Path(repo), head, since, self.keep)
             if history is None or not incremental:
-                history = History(new)
+                history = History(new, tip=head)
             else:
                 for c in new:
                     history.add(c)
+                history.tip = head
                 if len(history.changes) > self.keep * 2:
-                    history = History(history.changes[-self.keep :])
+                    history = History(history.changes[-self.keep :], tip=head)
             self._mem[repo] = history
-            if self.store is not None and history.head:
-                await self.store.save_plan_history(repo, history.head, [c.to_json() for c in history.changes])
+            if self.store is not None:
+                await self.store.save_plan_history(repo, head, [c.to_json() for c in history.changes])
             olog.get(repo=repo).debug(
                 olog.Event.PLAN_HISTORY, head=head, mined=len(new), incremental=incremental, kept=len(history.changes)
             )
