@@ -354,6 +354,7 @@ def machine() -> dict[str, Any]:
     return {
         "cores": os.cpu_count(),
         "ram_mb": round(psutil.virtual_memory().total / 2**20),
+        "load_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "orchestrator": __version__,
@@ -412,7 +413,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("orchestrator: --plot needs matplotlib (`pip install matplotlib`)", file=sys.stderr)
+        print("orchestrator: --plot needs matplotlib (`pip install 'orchestrator[plot]'`)", file=sys.stderr)
         sys.exit(2)
     fig, ax = plt.subplots(figsize=(7, 4))
     for policy in sorted({r["policy"] for r in rows}):
