@@ -536,7 +536,12 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
         source = args.ollama or ("llama-server" if args.llama_server else f"double:{args.double}")
         print(json.dumps({"machine": machine(), "source": source, "rows": rows, "ttfa": ttfa}, indent=2))
     else:
-        _table(rows)
+        m = machine()
+        source = args.ollama or ("llama-server" if args.llama_server else f"the Ollama double, profile {args.double}")
+        where = f"{m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}"
+        print(f"bench chat on {source}: {where}")
+        if rows:
+            _table(rows)
         for t in ttfa:
             print(
                 f"ttfa with {t['sessions']} sessions open, {t['mode']} ({t['turns']} turns): "
