@@ -515,11 +515,10 @@ class Store:
         self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
     ) -> Job:
         """Change fields of a job and append one event, in one transaction, before anyone acts on it."""
-        await self.update_many([Write(job_id, fields, event, data)])
-        job = await self.get(job_id)
-        if job is None:
+        row = await self._write([Write(job_id, fields, event, data)], changed=True, read=job_id)
+        if row is None:
             raise KeyError(job_id)
-        return job
+        return _row_to_job(row)
 
     async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> None:
         """Several jobs' changes and events in one transaction (a scheduler round's batch).
@@ -527,19 +526,31 @@ class Store:
         `changed=False`: the writer needs not see these jobs again in `take_changed` (a round's own
         deferral reasons, which it keeps in memory; re-reading thousands of them made the next round slow).
         """
+        await self._write(writes, changed=changed, read=None)
+
+    async def _write(self, writes: Sequence[Write], *, changed: bool, read: int | None) -> sqlite3.Row | None:
+        """The writes in one transaction, and the row of job `read` after them, in ONE call to the database
+        thread (a call per statement cost each job's every state change a dozen thread hand-offs)."""
         for w in writes:
             unknown = set(w.fields) - set(_COLUMNS)
             if unknown:
                 raise ValueError(f"unknown job fields: {sorted(unknown)}")
-        now = time.time()
-        async with self._transaction():
+        async with self._tx:
             self._stale_json.update(w.job_id for w in writes)
             if changed:
                 self._changed.update(w.job_id for w in writes)
+            # aiosqlite's own way to run a function on its connection's thread (as its execute_fetchall does).
+            return await self._db._execute(self._write_sync, writes, time.time(), read)
+
+    def _write_sync(self, writes: Sequence[Write], now: float, read: int | None) -> sqlite3.Row | None:
+        """Runs on the database thread: BEGIN IMMEDIATE, the updates and events, COMMIT (ROLLBACK on error)."""
+        conn = self._db._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
             for w in writes:
                 if w.fields:
                     sets = ", ".join(f"{k} = ?" for k in w.fields)
-                    await self._db.execute(
+                    conn.execute(
                         f"UPDATE jobs SET {sets} WHERE id = ?",
                         [*(_encode(k, v) for k, v in w.fields.items()), w.job_id],
                     )
@@ -547,7 +558,18 @@ class Store:
                     payload = dict(w.data or {})
                     if "state" in w.fields:
                         payload.setdefault("state", str(w.fields["state"]))
-                    await self._event(w.job_id, w.event, payload, now)
+                    conn.execute(
+                        "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",
+                        (w.job_id, now, w.event, json.dumps(payload, default=str)),
+                    )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if read is None:
+            return None
+        row: sqlite3.Row | None = conn.execute("SELECT * FROM jobs WHERE id = ?", (read,)).fetchone()
+        return row
 
     async def delete_job(self, job_id: int) -> None:
         """Forget an ended job: its record and its history (`orchestrator clean`)."""
