@@ -234,8 +234,15 @@ def warm_size(cfg: Config) -> int:
     return max(cfg.jobs.warm_worktrees, min(cfg.jobs.per_repo, cfg.jobs.max_concurrent))
 
 
+GC_THRESHOLDS = (700, 10, 1000)
+"""CPython's collector as by default (700, 10, 10), but a full pass only after 1,000 young ones instead of 10:
+a full pass walks every object, and with 5,000 jobs waiting each took 90-330 ms (one in the middle of a
+landing → next admission); young garbage is still collected as often as before."""
+
+
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
     olog.configure(sys.stdout)
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())
     except AlreadyRunning as e:
