@@ -172,9 +172,14 @@ def test_similar_past_changes_agree_on_the_files_that_still_exist(make_repo) -> 
     assert p.basis == "history" and p.claim.paths == {".github/workflows/ci.yaml"} and p.claim.confidence >= 0.5
 
 
-def test_claim_holding_most_of_a_directory_claims_it(make_repo) -> None:
-    """Two of a directory's four files named: the directory is claimed (a sibling added since is covered);
-    one of four stays a file."""
-    repo = make_repo("dirs", {f"ci/{n}.yml": f"{n}\n" for n in "abcd"} | {"README.md": "x\n"})
+def test_claim_takes_directories_generated_files_and_slashed_names(make_repo) -> None:
+    """Two of a directory's four files named: the directory is claimed (a sibling added since is covered),
+    one of four stays a file; a manifest brings its lock file, a pip-compile input its output; `ci/b:`
+    names `ci/b.yml`."""
+    files = {f"ci/{n}.yml": f"{n}\n" for n in "abcd"}
+    files |= {"pyproject.toml": "[project]\n", "uv.lock": "x\n", "reqs/dev.in": "x\n", "reqs/dev.txt": "x\n"}
+    repo = make_repo("dirs", files)
     assert plan(repo, "bump ci/a.yml and ci/b.yml").claim.paths == {"ci/"}
-    assert plan(repo, "bump ci/a.yml").claim.paths == {"ci/a.yml"}
+    assert plan(repo, "ci/b: bump").claim.paths == {"ci/b.yml"}
+    assert plan(repo, "raise the floor in pyproject.toml").claim.paths == {"pyproject.toml", "uv.lock"}
+    assert plan(repo, "pin reqs/dev.in").claim.paths == {"reqs/dev.in", "reqs/dev.txt"}

@@ -354,6 +354,7 @@ def machine() -> dict[str, Any]:
     return {
         "cores": os.cpu_count(),
         "ram_mb": round(psutil.virtual_memory().total / 2**20),
+        "load_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "orchestrator": __version__,
@@ -412,7 +413,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("orchestrator: --plot needs matplotlib (`pip install matplotlib`)", file=sys.stderr)
+        print("orchestrator: --plot needs matplotlib (`pip install 'orchestrator[plot]'`)", file=sys.stderr)
         sys.exit(2)
     fig, ax = plt.subplots(figsize=(7, 4))
     for policy in sorted({r["policy"] for r in rows}):
@@ -535,7 +536,12 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
         source = args.ollama or ("llama-server" if args.llama_server else f"double:{args.double}")
         print(json.dumps({"machine": machine(), "source": source, "rows": rows, "ttfa": ttfa}, indent=2))
     else:
-        _table(rows)
+        m = machine()
+        source = args.ollama or ("llama-server" if args.llama_server else f"the Ollama double, profile {args.double}")
+        where = f"{m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}"
+        print(f"bench chat on {source}: {where}")
+        if rows:
+            _table(rows)
         for t in ttfa:
             print(
                 f"ttfa with {t['sessions']} sessions open, {t['mode']} ({t['turns']} turns): "

@@ -127,6 +127,7 @@ class Server:
 
     def app(self) -> web.Application:
         app = web.Application()
+        app.on_cleanup.append(self._close)
         app.add_routes(
             [
                 web.post("/api/chat", self.chat),
@@ -141,6 +142,9 @@ class Server:
             ]
         )
         return app
+
+    async def _close(self, app: web.Application) -> None:
+        await self.engine.close()  # the batch loop is the engine's task: it ends with the server
 
     async def root(self, request: web.Request) -> web.Response:
         return web.Response(text="Ollama is running")

@@ -55,6 +55,17 @@ DIR_SHARE = 0.5
 """A claim holding at least this share of a directory's files (two or more) claims the directory."""
 DIR_MIN_FILES = 4
 """Directories with fewer files than this are claimed file by file."""
+LOCKS = {
+    "pyproject.toml": ("uv.lock", "poetry.lock", "pdm.lock"),
+    "package.json": ("package-lock.json", "yarn.lock", "pnpm-lock.yaml"),
+    "Cargo.toml": ("Cargo.lock",),
+    "go.mod": ("go.sum",),
+    "Gemfile": ("Gemfile.lock",),
+    "composer.json": ("composer.lock",),
+}
+"""Manifests and the lock files generated from them beside them: a change to one rewrites the other."""
+_COMPILED = {".in": ".txt", ".txt": ".in"}
+"""`requirements/x.in` and the `x.txt` pip-compile makes of it."""
 _TEST_DIR = re.compile(r"(^|/)(tests?|spec|__tests__|testing)/")
 _GENERIC_STEMS = frozenset({"__init__", "index", "main", "conf", "setup", "readme", "license", "init", "mod", "lib"})
 
@@ -198,6 +209,12 @@ def _named(m: Mentions, files: Files, ev: _Collector, history: History | None = 
         elif name in files.dirs:
             ev.add(name + "/", Kind.NAMED, "the text names this directory")
             explicit = True
+        elif "." not in posixpath.basename(name) and 0 < len(
+            hits := [p for p in files.paths if posixpath.splitext(p)[0] == name]
+        ) <= MAX_PER_NAME:
+            for p in hits:
+                ev.add(p, Kind.NAMED, f"the text names {name}")
+            explicit = True
         elif hits := [p for p in files.paths if p.endswith("/" + name)]:
             if len(hits) <= MAX_PER_NAME:
                 for p in hits:
@@ -290,7 +307,7 @@ def local_plan(
         paths = frozenset(claims.normalize(p) for p in ev.paths())
         if history is not None and seeds:
             paths = _widen(seeds, paths, history, files, ignore, ev)
-        paths = _directories(paths, files, ev)
+        paths = _directories(_generated(paths, files, ev), files, ev)
         only_mergeable = all(ignore and claims.matches(p, tuple(ignore)) for p in paths)
         confidence = WEAK if only_mergeable else _anchored_confidence(seeds, paths, explicit, history, ignore, notes)
         basis = Kind.NAMED if explicit or Kind.SYMBOL not in {e.kind for e in ev.evidence} else Kind.SYMBOL
@@ -328,6 +345,21 @@ def _widen(
                 ev.add(g, Kind.COCHANGE, f"touched by {kk} of the {n} past changes to {', '.join(seeds[:2])}")
             return frozenset(wider)
     return paths
+
+
+def _generated(paths: frozenset[str], files: Files, ev: _Collector) -> frozenset[str]:
+    """The files generated from claimed ones (or these from them) beside them: lock files of a manifest,
+    a pip-compile `.txt` and its `.in`."""
+    out = set(paths)
+    for p in sorted(paths):
+        d, base = posixpath.split(p)
+        stem, ext = posixpath.splitext(base)
+        names = [*LOCKS.get(base, ()), *([stem + _COMPILED[ext]] if ext in _COMPILED else [])]
+        for name in names:
+            if (g := posixpath.join(d, name)) in files.paths and g not in out:
+                out.add(g)
+                ev.add(g, Kind.COCHANGE, f"generated with {p}")
+    return frozenset(out)
 
 
 def _directories(paths: frozenset[str], files: Files, ev: _Collector) -> frozenset[str]:
@@ -396,7 +428,7 @@ def _similar(text: str, history: History, files: Files, ignore: Sequence[str]) -
             ev.add(p, Kind.HISTORY, f"touched by past changes described in the same words ({len(sets)} of them)")
     if not ev.evidence:
         return None
-    paths = _directories(frozenset(ev.paths()), files, ev)
+    paths = _directories(_generated(frozenset(ev.paths()), files, ev), files, ev)
     return Plan(Claim(paths, STEM, ClaimSource.EVIDENCE), tuple(ev.evidence), "", str(Kind.HISTORY))
 
 

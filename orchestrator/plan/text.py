@@ -19,6 +19,9 @@ _SPLIT = re.compile(r"[,\s]+")
 _BACKTICK = re.compile(r"`([^`\n]{1,200})`")
 # A token that looks like a path: has a '/' or an extension, made of path characters.
 _PATHLIKE = re.compile(r"(?<![\w/.-])((?:[\w.*?\[\]-]+/)*[\w*?\[\]-][\w.*?\[\]-]*(?:\.[A-Za-z0-9]{1,8}|/))(?![\w/-])")
+# A slashed token without an extension (`examples/javascript`, `docs/ssl`): a directory, or a file's path
+# without its extension (`area: subject` commit messages name them so).
+_SLASHED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[A-Za-z_][\w-]*)(?![\w/.-])")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 # Code-like identifiers: snake_case with an underscore, camelCase/PascalCase with an inner capital, dotted.
 _CODELIKE = re.compile(r"^(?:_*[a-z0-9]+(?:_[a-z0-9]+)+_*|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*|\w+(?:\.\w+)+)$")
@@ -107,6 +110,7 @@ def mentions(text: str) -> Mentions:
                 paths.append(tok if not m.group(1).endswith("/") else m.group(1))
                 if "/" not in tok and _WORD.fullmatch(tok) and tok.rsplit(".", 1)[1].lower() not in _FILE_EXT:
                     idents += [tok, *(p for p in tok.split(".") if _CODELIKE.match(p) or p[:1].isupper())]
+        paths += [m.group(1) for m in _SLASHED.finditer(chunk)]
     for q in quoted:
         q = q.strip().rstrip("()")
         if _WORD.fullmatch(q):
