@@ -9,8 +9,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 APP = "orchestrator"
 
 
@@ -112,6 +110,8 @@ def resolve(env: dict[str, str] | None = None) -> Paths:
     if home:
         root = Path(home).expanduser().resolve()
         return Paths(root / "config", root / "state", root / "run")
+    import platformdirs  # here: with ORCHESTRATOR_HOME (tests, benchmarks, scripts) the CLI never needs it
+
     state = Path(platformdirs.user_state_dir(APP))
     runtime = env.get("XDG_RUNTIME_DIR")
     # Without XDG_RUNTIME_DIR (an ssh session, a container) the socket lives in the private state dir,

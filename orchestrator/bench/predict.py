@@ -1,12 +1,11 @@
 """How good are the claims? Replay a repository's own history through the local planner.
 
-For each authored change (oldest first: a commit after its parents, else by commit time): plan from its
-message on its parent commit, with the co-change history of the changes before it only, and compare the
-claim with the files the change really touched (union-mergeable files such as changelogs left out, as
-admission leaves them out). Printed per basis (what the confidence rests on) and in total: recall,
-precision, confident share and confident-miss rate; and, over every pair of changes within `--window` of
-each other (as if queued together), how many the claims would have run concurrently, and how many of
-those really overlapped.
+For each authored change (oldest first, by commit time): plan from its message on its parent commit,
+with the co-change history of the changes before it only, and compare the claim with the files the
+change really touched (union-mergeable files such as changelogs left out, as admission leaves them out).
+Printed per basis (what the confidence rests on) and in total: recall, precision, confident share and
+confident-miss rate; and, over every pair of changes within `--window` of each other (as if queued
+together), how many the claims would have run concurrently, and how many of those really overlapped.
 
 Merge commits are not replayed: a job is one authored change with its own message, while a merge's files
 (against its first parent) are a whole branch's sum and its subject ("Merge branch 'x'") names none of

@@ -384,7 +384,8 @@ class Scheduler:
         is what made the event log grow quadratically. The transient Landing reason is not written over
         a more durable one. `live` keeps the exact latest decision for `why` and `status`.
         """
-        self._seen.live[job.id] = decision
+        if self._seen.live.get(job.id) != decision:  # the same decision keeps its object: its JSON stays cached
+            self._seen.live[job.id] = decision
         last = self._seen.written.get(job.id)
         if last == decision.reason or (last is not None and decision.reason is Reason.LANDING):
             return

@@ -209,9 +209,10 @@ def _named(m: Mentions, files: Files, ev: _Collector, history: History | None = 
         elif name in files.dirs:
             ev.add(name + "/", Kind.NAMED, "the text names this directory")
             explicit = True
-        elif "." not in posixpath.basename(name) and 0 < len(
-            hits := [p for p in files.paths if posixpath.splitext(p)[0] == name]
-        ) <= MAX_PER_NAME:
+        elif (
+            "." not in posixpath.basename(name)
+            and 0 < len(hits := [p for p in files.paths if posixpath.splitext(p)[0] == name]) <= MAX_PER_NAME
+        ):
             for p in hits:
                 ev.add(p, Kind.NAMED, f"the text names {name}")
             explicit = True

@@ -8,6 +8,8 @@ repo in the store and extended incrementally from the last mined head.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -197,6 +199,21 @@ def _ancestor(repo: pygit2.Repository, tip: pygit2.Oid, since: str) -> bool:
         return False
 
 
+def _newest_first(tip: pygit2.Commit) -> Iterator[pygit2.Commit]:
+    """Every commit reachable from `tip`, newest first by commit time (a parent is met only after one of its
+    children), lazily: libgit2's sorted walks read the whole history before yielding the first commit."""
+    order = itertools.count()
+    seen = {tip.id}
+    heap = [(-tip.commit_time, next(order), tip)]
+    while heap:
+        commit = heapq.heappop(heap)[2]
+        yield commit
+        for parent in commit.parents:
+            if parent.id not in seen:
+                seen.add(parent.id)
+                heapq.heappush(heap, (-parent.commit_time, next(order), parent))
+
+
 def _first_parent_line(repo: pygit2.Repository, tip: pygit2.Commit) -> Iterator[pygit2.Commit]:
     commit: pygit2.Commit | None = tip
     while commit is not None:
@@ -208,7 +225,7 @@ def mine(
     repo_path: Path | str, head: str, since: str | None = None, limit: int = KEEP, first_parent: bool = False
 ) -> tuple[list[Change], bool]:
     """The authored changes reachable from `head` and not from `since`, at most the newest `limit`, in history
-    order (oldest first; a commit after its parents, else by commit time). Merge commits are left out: the
+    order (oldest first, by commit time). Merge commits are left out: the
     commits a merge brings are each a change of their own. With `first_parent`, the first-parent line as
     it is instead: a merge is one change (its files against its first parent), its branch's commits none.
 
@@ -222,10 +239,13 @@ def mine(
     if first_parent:
         commits: Iterator[pygit2.Commit] = _first_parent_line(repo, tip)
     else:
-        walker = repo.walk(tip.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
-        if known and since is not None:
+        if known and since is not None:  # what is new since a cached head: a short walk
+            walker = repo.walk(tip.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
             walker.hide(pygit2.Oid(hex=since))
-        commits = (c for c in walker if len(c.parent_ids) < 2)
+            commits = iter(walker)
+        else:
+            commits = _newest_first(tip)
+        commits = (c for c in commits if len(c.parent_ids) < 2)
     out: list[Change] = []
     met = not first_parent  # the hidden walk never yields `since`; the first-parent line must meet it
     complete = True
