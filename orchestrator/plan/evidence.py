@@ -26,6 +26,7 @@ from pathlib import Path
 from orchestrator.core import claims
 from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.git import repos
+from orchestrator.plan import manifests
 from orchestrator.plan.base import Evidence, Kind, Note, Plan
 from orchestrator.plan.history import History, title
 from orchestrator.plan.text import Mentions, mentions
@@ -272,8 +273,72 @@ def local_plan(
 ) -> Plan:
     """The claim local evidence supports for `text` at `base` (blocking: run it in a thread).
 
-    `ignore`: union-mergeable patterns (changelogs), which never count as a miss.
+    `ignore`: union-mergeable patterns (changelogs), which never count as a miss. A dependency update or a
+    release also claims the manifests or version files it touches (`manifests`), confidently when the
+    repo's past changes of that kind stayed inside such files.
     """
+    plan = _evidence_plan(repo, base, text, history, ignore)
+    kind = manifests.kind_of(title(text))
+    if kind is None:
+        return plan
+    files = tree_files(str(repo), base)
+    if kind is manifests.Kind.DEPENDENCY and (name := manifests.dependency(title(text))):
+        found = _grep_files(repo, base, manifests.declaration_pattern(name), manifests.MANIFESTS)
+        why = f"declares {name}"
+    elif kind is manifests.Kind.DEPENDENCY:
+        name = manifests.group(title(text)) or ""
+        found = _group_files(repo, base, name, files)
+        why = f"a manifest of the dependabot group {name}"
+    else:
+        found = manifests.version_files(_grep_files(repo, base, manifests.VERSION_PATTERN, manifests.VERSION_HOLDERS), history)
+        found += [f for f in manifests.release_companions(history, files.paths, ignore) if f not in found] if history else []
+        why = "holds the version, or past releases touched it"
+    if not found:
+        return plan
+    ev = _Collector()
+    for e in plan.evidence:
+        ev.add(e.path, e.kind, e.why)
+    for p in found:
+        ev.add(p, Kind.NAMED, why)
+    paths = _covered(_directories(_generated(plan.claim.paths | frozenset(found), files, ev), files, ev))
+    n, inside = manifests.trusted(history, kind, paths, ignore)
+    confidence = plan.claim.confidence
+    notes = list(plan.notes)
+    if n >= manifests.MIN_SEEN and inside / n >= manifests.CLOSED:
+        confidence = max(confidence, STEM)
+    else:
+        notes.append((Note.WIDE, f"{inside} of the {n} past changes of this kind ({kind}) stayed inside such a claim"))
+    basis = plan.basis if plan.claim.confidence >= confidence else str(Kind.NAMED)
+    return Plan(Claim(paths, confidence, ClaimSource.EVIDENCE), tuple(ev.evidence), "", basis, tuple(notes))
+
+
+def _covered(paths: frozenset[str]) -> frozenset[str]:
+    """The claim without the paths a directory it claims already holds."""
+    dirs = [p for p in paths if p.endswith("/")]
+    return frozenset(p for p in paths if not any(p != d and p.startswith(d) for d in dirs))
+
+
+def _group_files(repo: Path, base: str, name: str, files: Files) -> list[str]:
+    """The manifests a dependabot group's update touches: its ecosystem's, in its directory."""
+    for config in manifests.DEPENDABOT:
+        if config in files.paths:
+            found = manifests.group_directory(_git(repo, "show", f"{base}:{config}"), name)
+            if found is None:
+                return []
+            eco, d = found
+            if eco == "github-actions":
+                return sorted(p for p in files.paths if p.startswith(manifests.ACTIONS_DIR + "/"))
+            return sorted(p for p in files.by_dir.get(d, ()) if manifests.is_manifest(p))
+    return []
+
+
+def _grep_files(repo: Path, base: str, pattern: str, pathspecs: Sequence[str]) -> list[str]:
+    """Files at `base` (among `pathspecs`) with a line matching `pattern` (case-insensitive)."""
+    out = _git(repo, "grep", "-l", "-I", "-i", "-E", "-e", pattern, base, "--", *pathspecs)
+    return sorted({line.split(":", 1)[1] for line in out.splitlines() if ":" in line})
+
+
+def _evidence_plan(repo: Path, base: str, text: str, history: History | None, ignore: Sequence[str]) -> Plan:
     m = mentions(text)
     files = tree_files(str(repo), base)
     ev = _Collector()

@@ -1,0 +1,173 @@
+"""Dependency updates and releases: the files such a change touches, read from the manifests at the base.
+
+A dependency update (`Bump actions/checkout from 3 to 4`, `Update httpcore requirement from <0.17 to
+<0.18`) touches the manifests that declare that dependency; a release (`v2.32.0`, `Release version 3.0.0`)
+touches the files that hold the version, and what the repo's past releases touched beside them (a
+changelog). Both are found in the tree at the base (`git grep`: real evidence, not a guess), and trusted
+only as far as the repo's own past changes of the same kind stayed inside such files: in a repo where
+dependency updates also fix the code the new version flags, the claim is kept but not trusted.
+
+Pure: the patterns and the record; `evidence` runs the greps.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from enum import StrEnum
+
+from orchestrator.core import claims
+from orchestrator.plan.history import VERSION_TOKEN, History, tokens
+
+MANIFESTS = (
+    ".github/workflows/*",
+    ".github/actions/*",
+    ".pre-commit-config.yaml",
+    "*requirements*.txt",
+    "*requirements*.in",
+    "requirements/*",
+    "*pyproject.toml",
+    "*setup.cfg",
+    "*setup.py",
+    "*tox.ini",
+    "*package.json",
+    "*Cargo.toml",
+    "*go.mod",
+    "*Gemfile",
+    "*Dockerfile",
+    "*.gemspec",
+    "*composer.json",
+)
+"""Files that declare dependencies (git pathspecs: `*` crosses `/`)."""
+LOCKFILES = ("*.lock", "*-lock.json", "*-lock.yaml", "*go.sum")
+"""Files generated from the manifests."""
+VERSION_HOLDERS = (*MANIFESTS, "*__init__.py", "*version.py", "*__version__.py")
+"""Files where a project's version is set."""
+VERSION_PATTERN = r"""^\s*["']?(__version__|version)["']?\s*[:=]\s*["']?v?[0-9]"""
+"""A line setting the version (`version = "3.0.0.dev"`, `__version__ = "2.31.0"`, `"version": "1.0.0"`)."""
+SUPPORT = 0.5
+"""The share of past releases that must have touched a file for a release to claim it."""
+MIN_SEEN = 3
+"""Past changes of the kind needed before their record can make a claim confident."""
+CLOSED = 0.8
+"""The share of them that must have stayed inside such a claim."""
+
+_DEPENDENCY = re.compile(
+    r"^(?:\w+\(deps[\w-]*\):\s*)?(?:bump|update|upgrade)\s+(?!the\b|to\b|all\b|dev\b|min\b)"
+    r"([A-Za-z0-9][\w.:/@-]*)\s+(?:requirement\s+)?(?:from\s+\S+\s+)?(?:to\s+)?v?\d",
+    re.I,
+)
+_GROUP = re.compile(r"^(?:bump|update)\s+the\s+(\S+)\s+group\b", re.I)
+_URL_BUMP = re.compile(r"^(?:bump|update|upgrade)\s+(https?://\S+)", re.I)
+_RELEASE = re.compile(r"\b(release|bump)\s+(version|v?\d)", re.I)
+_GENERIC = frozenset({"python", "version", "versions", "dependencies", "deps", "requirements", "pin", "pins"})
+
+
+class Kind(StrEnum):
+    DEPENDENCY = "dependency"
+    RELEASE = "release"
+
+
+def dependency(title: str) -> str | None:
+    """The dependency a title says is updated (`Bump actions/checkout from 3 to 4` → `actions/checkout`)."""
+    m = _DEPENDENCY.match(title.strip()) or _URL_BUMP.match(title.strip())
+    if m is None or m.group(1).lower() in _GENERIC:
+        return None
+    return m.group(1).rstrip(".,:")
+
+
+def group(title: str) -> str | None:
+    """The dependabot group a title says is updated (`Bump the github-actions group with 4 updates`)."""
+    m = _GROUP.match(title.strip())
+    return m.group(1) if m else None
+
+
+DEPENDABOT = (".github/dependabot.yml", ".github/dependabot.yaml")
+"""Where dependabot's configuration lives: each update block's ecosystem, directory and groups."""
+ACTIONS_DIR = ".github/workflows"
+
+
+def group_directory(config: str, name: str) -> tuple[str, str] | None:
+    """(ecosystem, directory) of the dependabot update block that defines the group `name`: the files
+    such a group's update touches are that ecosystem's manifests in that directory."""
+    for block in re.split(r"(?m)^\s*-\s+(?=package-ecosystem:)", config)[1:]:
+        eco = re.search(r"package-ecosystem:\s*[\"']?([\w-]+)", block)
+        where = re.search(r"(?m)^\s*directory:\s*[\"']?([^\s\"']+)", block)
+        if eco and where and re.search(rf"(?m)^\s+{re.escape(name)}:\s*$", block):
+            return eco.group(1), where.group(1).strip("/")
+    return None
+
+
+def is_release(title: str) -> bool:
+    """A title that says a release: only a version number (`v2.32.0`), or `Release version 3.0.0`."""
+    return tokens(title) == frozenset({VERSION_TOKEN}) or _RELEASE.search(title) is not None
+
+
+def kind_of(title: str) -> Kind | None:
+    if dependency(title) is not None or group(title) is not None:
+        return Kind.DEPENDENCY
+    return Kind.RELEASE if is_release(title) else None
+
+
+def declaration_pattern(name: str) -> str:
+    """A line declaring the dependency `name` with a version or a ref after it (`mypy==1.0`, `"rich>=10"`,
+    `uses: actions/checkout@v3`, `- repo: https://github.com/x/y`), for `git grep -i -E`."""
+    return rf"""(^|[^[:alnum:]_.-]){re.escape(name)}[[:space:]]*(==|>=|<=|~=|!=|<|>|@|\[|;|,|"|'|$)"""
+
+
+def is_manifest(path: str) -> bool:
+    return any(fnmatch.fnmatchcase(path, p) for p in (*MANIFESTS, *LOCKFILES))
+
+
+def past(history: History, kind: Kind) -> list[tuple[str, ...]]:
+    """The files of the recent past changes of this kind, oldest first."""
+    return [c.files for c in history.changes[-history.window :] if kind_of(c.subject) is kind]
+
+
+def release_companions(history: History, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
+    """Files (still in the tree) that at least SUPPORT of the past releases touched."""
+    releases = past(history, Kind.RELEASE)
+    count: Counter[str] = Counter(f for files in releases for f in set(files))
+    return sorted(
+        f
+        for f, k in count.items()
+        if f in present and k >= 2 and k >= SUPPORT * len(releases) and not (ignore and claims.matches(f, tuple(ignore)))
+    )
+
+
+def trusted(history: History | None, kind: Kind, claim: Iterable[str], ignore: Sequence[str]) -> tuple[int, int]:
+    """Of the past changes of this kind: (how many, how many stayed inside what such a change claims now).
+    A dependency update: past updates that touched a file of `claim` (where this dependency is declared),
+    inside when they touched only manifests; a release: past releases, inside when within `claim`."""
+    if history is None:
+        return 0, 0
+    index = claims.PathIndex(claim)
+    n = inside = 0
+    for files in past(history, kind):
+        rest = [f for f in files if not (ignore and claims.matches(f, tuple(ignore)))]
+        if not rest or (kind is Kind.DEPENDENCY and not index.meeting(rest)):
+            continue  # a dependency update is judged by past updates to the files that declare it
+        n += 1
+        if kind is Kind.DEPENDENCY:
+            inside += all(is_manifest(f) for f in rest)
+        else:
+            inside += len(index.meeting(rest)) == len(rest)
+    return n, inside
+
+
+def version_files(found: Iterable[str], history: History | None) -> list[str]:
+    """Of the files setting a version: those past releases touched, else those at the least depth (the
+    project's own version, not an example's)."""
+    ps = sorted(found)
+    touched = {f for files in past(history, Kind.RELEASE) for f in files} if history is not None else set()
+    return [p for p in ps if p in touched] or _shallowest(ps)
+
+
+def _shallowest(ps: list[str]) -> list[str]:
+    if not ps:
+        return []
+    depth = min(p.count("/") for p in ps)
+    return [p for p in ps if p.count("/") == depth or posixpath.basename(p) == "__version__.py"]
