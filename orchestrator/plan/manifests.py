@@ -115,7 +115,7 @@ def kind_of(title: str) -> Kind | None:
 def declaration_pattern(name: str) -> str:
     """A line declaring the dependency `name` with a version or a ref after it (`mypy==1.0`, `"rich>=10"`,
     `uses: actions/checkout@v3`, `- repo: https://github.com/x/y`), for `git grep -i -E`."""
-    return rf"""(^|[^[:alnum:]_.-]){re.escape(name)}[[:space:]]*(==|>=|<=|~=|!=|<|>|@|\[|;|,|"|'|$)"""
+    return rf"""(^|[^[:alnum:]_.-]){re.escape(name)}[[:space:]]*(==|>=|<=|~=|!=|<|>|@|/|\[|;|,|"|'|$)"""
 
 
 def is_manifest(path: str) -> bool:
