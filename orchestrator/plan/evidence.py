@@ -290,8 +290,10 @@ def local_plan(
         found = _group_files(repo, base, name, files)
         why = f"a manifest of the dependabot group {name}"
     else:
-        found = manifests.version_files(_grep_files(repo, base, manifests.VERSION_PATTERN, manifests.VERSION_HOLDERS), history)
-        found += [f for f in manifests.release_companions(history, files.paths, ignore) if f not in found] if history else []
+        setting = _grep_files(repo, base, manifests.VERSION_PATTERN, manifests.VERSION_HOLDERS)
+        found = manifests.version_files(setting, history)
+        if history is not None:
+            found += [f for f in manifests.release_companions(history, files.paths, ignore) if f not in found]
         why = "holds the version, or past releases touched it"
     if not found:
         return plan

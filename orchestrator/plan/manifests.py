@@ -57,7 +57,7 @@ CLOSED = 0.8
 
 _DEPENDENCY = re.compile(
     r"^(?:\w+\(deps[\w-]*\):\s*)?(?:bump|update|upgrade)\s+(?!the\b|to\b|all\b|dev\b|min\b)"
-    r"([A-Za-z0-9][\w.:/@-]*)\s+(?:requirement\s+)?(?:from\s+\S+\s+)?(?:to\s+)?v?\d",
+    r"([A-Za-z0-9][\w.:/@-]*)\s+(?:requirement\s+)?(?:from\s+\S+\s+)?(?:to\s+)?[<>=~!^]*v?\d",
     re.I,
 )
 _GROUP = re.compile(r"^(?:bump|update)\s+the\s+(\S+)\s+group\b", re.I)
@@ -134,7 +134,10 @@ def release_companions(history: History, present: frozenset[str], ignore: Sequen
     return sorted(
         f
         for f, k in count.items()
-        if f in present and k >= 2 and k >= SUPPORT * len(releases) and not (ignore and claims.matches(f, tuple(ignore)))
+        if f in present
+        and k >= 2
+        and k >= SUPPORT * len(releases)
+        and not (ignore and claims.matches(f, tuple(ignore)))
     )
 
 

@@ -1,0 +1,93 @@
+"""Dependency updates and releases claim the manifests and version files they touch (`plan.manifests`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.plan import manifests
+from orchestrator.plan.evidence import local_plan
+from orchestrator.plan.history import History, mine
+from tests.conftest import git, write
+
+FILES = {
+    ".github/workflows/ci.yml": "steps:\n  - uses: actions/checkout@v3\n",
+    ".github/workflows/docs.yml": "steps:\n  - uses: actions/setup-python@v4\n",
+    ".github/dependabot.yml": (
+        "version: 2\nupdates:\n  - package-ecosystem: pip\n    directory: /requirements\n"
+        "    groups:\n      py-deps:\n        patterns: ['*']\n"
+    ),
+    "requirements/dev.txt": "mypy==1.0\n",
+    "requirements/docs.txt": "sphinx==7.0\n",
+    "pyproject.toml": '[project]\nversion = "1.0.dev"\ndependencies = ["rich>=10"]\n\n[tool.mypy]\nstrict = true\n',
+    "CHANGES.md": "# 1.0\n",
+    "src/app.py": "x = 1\n",
+}
+
+
+def plan(repo: Path, text: str):
+    head = git(repo, "rev-parse", "HEAD")
+    return local_plan(repo, head, text, History(mine(repo, head)[0]), ("CHANGES*",))
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> None:
+    write(repo, files)
+    git(repo, "commit", "-qam", message)
+
+
+def test_dependency_updates_claim_where_the_dependency_is_declared_trusted_by_past_updates(make_repo) -> None:
+    """`Bump X from a to b` claims the manifests declaring X (not a `[tool.X]` section); a dependabot group
+    claims its directory's manifests; made confident only where past updates to those files stayed in manifests."""
+    repo = make_repo("deps", FILES)
+    p = plan(repo, "Bump actions/checkout from 3 to 4")
+    assert p.claim.paths == {".github/workflows/ci.yml"} and p.claim.confidence < 0.5
+    assert plan(repo, "Bump mypy from 1.0 to 1.1").claim.paths == {"requirements/dev.txt"}
+    assert plan(repo, "Bump the py-deps group in /requirements with 2 updates").claim.paths == {
+        "requirements/dev.txt",
+        "requirements/docs.txt",
+    }
+    for n in range(3):
+        commit(
+            repo,
+            {".github/workflows/ci.yml": f"steps:\n  - uses: actions/checkout@v3.{n}\n"},
+            f"Bump actions/checkout from 3 to 3.{n}",
+        )
+    assert plan(repo, "Bump actions/checkout from 3.2 to 4").claim.confidence >= 0.5
+    for n in range(3):  # mypy updates that also fixed the code: the rule does not vouch for the claim
+        commit(
+            repo,
+            {"requirements/dev.txt": f"mypy==1.{n}\n", "src/app.py": f"x = {n}\n"},
+            f"Bump mypy from 1.{n} to 1.{n + 1}",
+        )
+    p = plan(repo, "Bump mypy from 1.3 to 1.4")
+    assert "0 of the 3 past changes of this kind (dependency)" in str(p.notes) and "src/app.py" in p.claim.paths
+
+
+def test_release_claims_the_version_file_and_what_past_releases_touched(make_repo) -> None:
+    """A release claims the file that sets the version; once past releases stayed inside it, confidently."""
+    repo = make_repo("rel", FILES)
+    assert plan(repo, "Release version 1.0").claim.paths == {"pyproject.toml"}
+    for n in range(3):
+        commit(
+            repo,
+            {"pyproject.toml": FILES["pyproject.toml"].replace("1.0.dev", f"1.{n}"), "CHANGES.md": f"{n}\n"},
+            f"v1.{n}",
+        )
+    p = plan(repo, "v1.3")
+    assert p.claim.paths == {"pyproject.toml"} and p.claim.confidence >= 0.5
+
+
+def test_titles_and_dependabot_groups() -> None:
+    """What titles say a dependency or a release, and which directory a dependabot group covers."""
+    assert manifests.dependency("Update httpcore requirement from <0.17 to <0.18") == "httpcore"
+    assert (
+        manifests.dependency("Bump https://github.com/astral-sh/ruff-pre-commit (#1)")
+        == "https://github.com/astral-sh/ruff-pre-commit"
+    )
+    assert (
+        manifests.dependency("update dependencies") is None
+        and manifests.dependency("bump werkzeug 2.3.7") == "werkzeug"
+    )
+    assert manifests.is_release("v2.32.0") and manifests.is_release("Release version 3.0.0")
+    assert not manifests.is_release("fix the version check")
+    assert manifests.group_directory(FILES[".github/dependabot.yml"], "py-deps") == ("pip", "requirements")
+    assert manifests.group_directory(FILES[".github/dependabot.yml"], "other") is None
