@@ -4,7 +4,8 @@ One pending extraction per session; each finished turn merges into it. It runs (
 through the gate) as soon as nothing else wants the model server (an idle slot and no turn in flight),
 and at the latest `idle` seconds after the session's last turn; a session that ends or reaches `every`
 unextracted turns asks for it at once, but it still waits for the quiet (or the timer) — up to `2 × every`
-turns, when it runs whatever the server is doing. Turns with nothing to remember (no first-person statement) are marked done without a call.
+turns, when it runs whatever the server is doing. Turns with nothing to remember (no first-person
+statement) are marked done without a call.
 """
 
 from __future__ import annotations
