@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import random
@@ -376,6 +377,23 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
             r["drained_x_single"] = round(r["wall_drained_s"] / one["wall_drained_s"], 2)
 
 
+def _cell(key: str, v: Any) -> str:
+    """A table cell with its unit: ttfa in ms, times in s, CPU in %, RAM in MB, ratios bare."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return str(v)
+    if key.startswith("ttfa"):
+        return f"{v * 1000:.1f} ms"
+    if key.endswith("_s"):
+        return f"{v:.2f} s"
+    if key.endswith("_pct"):
+        return f"{v:.0f} %"
+    if key.endswith("_mb"):
+        return f"{v:,.0f} MB"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
 def _table(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -400,8 +418,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
             elif name == "errors":
                 cells.append(str(len(r["errors"])))
             else:
-                v = r.get(key or "")
-                cells.append("-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v)))
+                cells.append(_cell(key or "", r.get(key or "")))
         t.add_row(*cells)
     Console(width=220 if not sys.stdout.isatty() else None).print(t)
 
@@ -421,6 +438,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.plot([r["n"] for r in mine], [r["wall_done_s"] for r in mine], marker="o", label=f"{policy}: wall done")
         ns = [r["n"] for r in mine]
         ax.plot(ns, [r["wall_drained_s"] for r in mine], marker="x", ls="--", label=f"{policy}: drained")
+    ax.set_xticks(sorted({r["n"] for r in rows}))
     ax.set_xlabel("concurrent sessions (N)")
     ax.set_ylabel("seconds")
     ax.legend()

@@ -12,7 +12,7 @@ from orchestrator.commands.common import FAILED, REJECTED, api_call, client, err
 
 @click.command()
 @click.option("--session", "-s", default="default", show_default=True, help="The conversation this turn belongs to.")
-@click.option("--end", is_flag=True, help="Last turn of the session: extract its memories now.")
+@click.option("--end", is_flag=True, help="Last turn of the session: extract its memories once the server is free.")
 @json_option
 @click.argument("text", nargs=-1, required=True)
 @api_call

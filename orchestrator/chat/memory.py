@@ -3,8 +3,9 @@
 One pending extraction per session; each finished turn merges into it. It runs (as one BACKGROUND call
 through the gate) as soon as nothing else wants the model server (an idle slot and no turn in flight),
 and at the latest `idle` seconds after the session's last turn; a session that ends or reaches `every`
-unextracted turns asks for it at once, but it still waits for the quiet (or the timer).
-Turns with nothing to remember (no first-person statement) are marked done without a call.
+unextracted turns asks for it at once, but it still waits for the quiet (or the timer) — up to `2 × every`
+turns, when it runs whatever the server is doing. Turns with nothing to remember (no first-person
+statement) are marked done without a call.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class Extractor:
         # Due (session ended, or `every` turns) or not, it runs when nothing else wants the model server
         # (`poke`, called as each turn ends), and after `idle` seconds at the latest: an extraction's long
         # prompt would otherwise stall the replies being decoded beside it.
+        if p.turns >= 2 * self.every:
+            self._flush(session)  # never let a busy server grow one extraction's prompt without bound
+            return
         p.timer = asyncio.get_running_loop().call_later(self.idle, self._flush, session)
         if end or p.turns >= self.every:
             self.poke()
