@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
+from functools import lru_cache
 
 from orchestrator.core import claims
 from orchestrator.plan.history import VERSION_TOKEN, History, tokens
@@ -106,7 +107,9 @@ def is_release(title: str) -> bool:
     return tokens(title) == frozenset({VERSION_TOKEN}) or _RELEASE.search(title) is not None
 
 
+@lru_cache(maxsize=8192)
 def kind_of(title: str) -> Kind | None:
+    """What kind of change a title says (cached: each past change's title is asked on every plan of the kind)."""
     if dependency(title) is not None or group(title) is not None:
         return Kind.DEPENDENCY
     return Kind.RELEASE if is_release(title) else None
