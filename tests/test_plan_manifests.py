@@ -18,7 +18,7 @@ FILES = {
     ),
     "requirements/dev.txt": "mypy==1.0\n",
     "requirements/docs.txt": "sphinx==7.0\n",
-    "pyproject.toml": '[project]\nversion = "1.0.dev"\ndependencies = ["rich>=10"]\n\n[tool.mypy]\nstrict = true\n',
+    "pyproject.toml": '[project]\nversion = "1.0.dev"\ndependencies = ["rich>=10"]\n\n[tool.mypy]\nfiles = ["src"]\n',
     "CHANGES.md": "# 1.0\n",
     "src/app.py": "x = 1\n",
 }
@@ -41,6 +41,7 @@ def test_dependency_updates_claim_where_the_dependency_is_declared_trusted_by_pa
     p = plan(repo, "Bump actions/checkout from 3 to 4")
     assert p.claim.paths == {".github/workflows/ci.yml"} and p.claim.confidence < 0.5
     assert plan(repo, "Bump mypy from 1.0 to 1.1").claim.paths == {"requirements/dev.txt"}
+    assert "pyproject.toml" not in plan(repo, "Update src to 2 packages").claim.paths  # the repo's own directory
     assert plan(repo, "Bump the py-deps group in /requirements with 2 updates").claim.paths == {
         "requirements/dev.txt",
         "requirements/docs.txt",

@@ -283,7 +283,9 @@ def local_plan(
         return plan
     files = tree_files(str(repo), base)
     if kind is manifests.Kind.DEPENDENCY and (name := manifests.dependency(title(text))):
-        found = _grep_files(repo, base, manifests.declaration_pattern(name), manifests.MANIFESTS)
+        # a name that is the repo's own file or directory (`Update README.md to v2`) is no dependency
+        own = name.rstrip("/") in files.paths or name.rstrip("/") in files.dirs
+        found = [] if own else _grep_files(repo, base, manifests.declaration_pattern(name), manifests.MANIFESTS)
         why = f"declares {name}"
     elif kind is manifests.Kind.DEPENDENCY:
         name = manifests.group(title(text)) or ""
