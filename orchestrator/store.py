@@ -265,6 +265,8 @@ class Write:
     data: dict[str, Any] | None = None
 
 
+_EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
+
 JSON_CACHE_MAX = 20_000
 """Jobs whose rendered JSON `Store.jobs_json` keeps between calls (past that, each call renders them all)."""
 
@@ -559,7 +561,7 @@ class Store:
                     if "state" in w.fields:
                         payload.setdefault("state", str(w.fields["state"]))
                     conn.execute(
-                        "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",
+                        _EVENT_SQL,
                         (w.job_id, now, w.event, json.dumps(payload, default=str)),
                     )
         except BaseException:
@@ -599,7 +601,7 @@ class Store:
 
     async def _event(self, job_id: int, kind: str, data: dict[str, Any], at: float) -> None:
         await self._db.execute(
-            "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",
+            _EVENT_SQL,
             (job_id, at, kind, json.dumps(data, default=str)),
         )
 

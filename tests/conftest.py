@@ -67,3 +67,14 @@ def daemon_factory(tmp_path: Path):
     yield _make
     for d in made:
         d.stop()
+
+
+FOUR_SLOTS = {"MAX_CONCURRENT_JOBS": "4"}
+
+
+@pytest.fixture
+def started(make_repo, daemon_factory):
+    """A repository and a running daemon with 4 slots."""
+    repo = make_repo()
+    d = daemon_factory(env=FOUR_SLOTS).start()
+    return repo, d

@@ -10,11 +10,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import git
-
-ENV = {"MAX_CONCURRENT_JOBS": "4"}
+from tests.conftest import FOUR_SLOTS, git
 
 
 def until(cond, timeout: float = 30.0, what: str = "condition") -> None:
@@ -32,13 +28,6 @@ def wait_for_file(path: Path, limit: int = 400) -> str:
 
 def ts(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
-
-
-@pytest.fixture
-def started(make_repo, daemon_factory):
-    repo = make_repo()
-    d = daemon_factory(env=ENV).start()
-    return repo, d
 
 
 def test_disjoint_jobs_run_at_the_same_time_and_both_land(started, tmp_path):
@@ -266,7 +255,7 @@ def test_landing_check_failure_leaves_the_job_unlanded(make_repo, daemon_factory
     home = repo.parent / "home-check"
     (home / "config").mkdir(parents=True)
     (home / "config" / "config.toml").write_text(f'[repos."{repo}"]\ncheck = "test -e ok.txt && echo checked"\n')
-    d = daemon_factory("home-check", env=ENV).start()
+    d = daemon_factory("home-check", env=FOUR_SLOTS).start()
     before = git(repo, "rev-parse", "main")
     bad = d.enqueue(repo, "echo x > src/a.py", "--path", "src/a.py")
     assert d.cli("wait", str(bad), "--timeout", "60").returncode == 1

@@ -7,20 +7,9 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from orchestrator.commands import fit
 from tests.conftest import git
 from tests.test_e2e_jobs import until, wait_for_file
-
-ENV = {"MAX_CONCURRENT_JOBS": "4"}
-
-
-@pytest.fixture
-def started(make_repo, daemon_factory):
-    repo = make_repo()
-    d = daemon_factory(env=ENV).start()
-    return repo, d
 
 
 def test_cut_middle_keeps_what_to_do() -> None:

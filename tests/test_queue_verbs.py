@@ -5,19 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from tests.conftest import git
 from tests.test_e2e_jobs import until, wait_for_file
-
-ENV = {"MAX_CONCURRENT_JOBS": "4"}
-
-
-@pytest.fixture
-def started(make_repo, daemon_factory):
-    repo = make_repo()
-    d = daemon_factory(env=ENV).start()
-    return repo, d
 
 
 def states(d, *ids: int) -> list[str]:

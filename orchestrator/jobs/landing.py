@@ -73,8 +73,7 @@ class Lander:
         bound = {"job_id": job_id, "repo": str(repo)}
         with olog.best_effort("recycle the landed job's worktree", *CLEANUP_ERRORS, **bound):
             await self.pool.release(repo, job_id, keep=False, delete_branch=True)
-        with olog.best_effort("refill the worktree pool", *CLEANUP_ERRORS, **bound):
-            await self.pool.fill(repo, landed)
+        await self._top_up(repo, landed)
 
     def top_up(self, repo: Path, at: str) -> None:
         """Refill a repo's warm pool beside a job that took its last worktree. Without this the pool stays

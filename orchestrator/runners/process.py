@@ -24,7 +24,8 @@ mark in its environment, `ORCHESTRATOR_RUN=<home tag>.<run id>`, which its desce
 group or session they move to. When a command's group has ended, processes still carrying its run's
 mark are ended too (`end_marked`); on start, a daemon ends every process carrying its home's tag (only a
 dead predecessor on the same state dir can have started them: one daemon owns a state dir). A process
-that scrubs its own environment escapes this; a sandbox with its own PID namespace does not let it.
+that leaves its group and scrubs its own environment escapes this (a cgroup or a PID namespace would not
+let it; neither is used).
 """
 
 from __future__ import annotations
