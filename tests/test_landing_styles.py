@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.git.landing import LandOutcome, land
-from tests.conftest import git, write
-from tests.test_e2e_jobs import ENV
+from tests.conftest import FOUR_SLOTS, git, write
 
 
 def job_branch(repo: Path, base: str, commits: list[tuple[str, dict[str, str]]]) -> str:
@@ -91,7 +90,7 @@ def test_daemon_lands_jobs_with_a_repos_rebase_style_in_a_linear_history(make_re
     home = repo.parent / "home-style"
     (home / "config").mkdir(parents=True)
     (home / "config" / "config.toml").write_text(f'[repos."{repo}"]\nland_style = "rebase"\n')
-    d = daemon_factory("home-style", env=ENV).start()
+    d = daemon_factory("home-style", env=FOUR_SLOTS).start()
     jobs = [d.enqueue(repo, f"echo {n} > f{n}.txt\n# details of ticket {n}", "--path", f"f{n}.txt") for n in range(3)]
     assert d.cli("wait", *map(str, jobs), "--timeout", "90").returncode == 0
     assert git(repo, "rev-list", "--merges", "main") == "", "no merge commits: linear"
