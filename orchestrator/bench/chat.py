@@ -42,9 +42,10 @@ import aiohttp
 import psutil
 
 from orchestrator import __version__
+from orchestrator.bench import turns
 from orchestrator.client import Client, Unreachable
-
-PROMPT = "I'm planning a trip to Lisbon with my sister next month. What should we see first?"
+from orchestrator.paths import resolve as resolve_paths
+from orchestrator.store import Store
 
 
 @dataclass
@@ -106,10 +107,22 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
         proc.stdout.close()
 
 
+async def _seeded(home: Path, sessions: dict[str, int]) -> None:
+    """The sessions' earlier conversations and memories, written to the daemon's store before it starts."""
+    paths = resolve_paths({"ORCHESTRATOR_HOME": str(home)})
+    paths.ensure()
+    store = await Store.open(paths.db)
+    try:
+        await turns.seed(store, sessions)
+    finally:
+        await store.close()
+
+
 @asynccontextmanager
-async def _daemon(url: str, policy: str, slots: int, model: str) -> AsyncIterator[Path]:
+async def _daemon(url: str, policy: str, slots: int, model: str, sessions: dict[str, int]) -> AsyncIterator[Path]:
     home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
     (home / "config").mkdir()
+    await _seeded(home, sessions)
     (home / "config" / "config.toml").write_text(
         f'[ollama]\nhost = "{url}"\nparallel = {slots}\nmodel = "{model}"\nmax_queue = 4096\n'
         f'[chat]\npolicy = "{policy}"\nextract_idle = 5.0\n'
@@ -142,12 +155,12 @@ async def _daemon(url: str, policy: str, slots: int, model: str) -> AsyncIterato
         shutil.rmtree(home, ignore_errors=True)
 
 
-async def _session(http: aiohttp.ClientSession, name: str, t0: float) -> Sample:
+async def _session(http: aiohttp.ClientSession, i: int, t0: float) -> Sample:
     ttfa = first = None
     error = None
     server = float("nan")
     mine = time.monotonic()
-    async with http.post(f"http://localhost/chat/{name}", json={"text": PROMPT, "end": True}) as r:
+    async with http.post(f"http://localhost/chat/bench{i}", json={"text": turns.prompt(i), "end": True}) as r:
         if r.status != 200:
             return Sample(time.monotonic() - mine, None, time.monotonic() - t0, f"HTTP {r.status}")
         async for line in r.content:
@@ -195,12 +208,12 @@ async def run_one(
     url: str, policy: str, n: int, slots: int, model: str, timeout: float, server_slots: int | None = None
 ) -> dict[str, Any]:
     await warm(url, model, server_slots or slots)
-    async with _daemon(url, policy, slots, model) as sock:
+    async with _daemon(url, policy, slots, model, {f"bench{i}": i for i in range(n)}) as sock:
         conn = aiohttp.UnixConnector(path=str(sock), limit=0)
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
             with Sampler() as sampler:
                 t0 = time.monotonic()
-                samples = await asyncio.gather(*(_session(http, f"bench{i}", t0) for i in range(n)))
+                samples = await asyncio.gather(*(_session(http, i, t0) for i in range(n)))
                 wall_done = time.monotonic() - t0
                 while True:
                     stats = await _stats(http)
@@ -305,8 +318,8 @@ async def ttfa_run(url: str, sessions: int, slots: int, model: str, mode: str, t
     turn is sent at the same instant (the worst case).
     """
     rng = random.Random(7)
-    async with _daemon(url, "gate", slots, model) as sock:
-        names = [f"t{i}" for i in range(sessions)]
+    names = [f"t{i}" for i in range(sessions)]
+    async with _daemon(url, "gate", slots, model, {name: i for i, name in enumerate(names)}) as sock:
         conns = await asyncio.gather(*(RawSession.open(sock) for _ in names))  # the sessions are open
         if mode == "burst":
             plans = [[0.0] for _ in names]
@@ -314,17 +327,17 @@ async def ttfa_run(url: str, sessions: int, slots: int, model: str, mode: str, t
             plans = [sorted(rng.uniform(0.0, 6.0) for _ in range(2)) for _ in names]
         t0 = time.monotonic()
 
-        async def session(conn: RawSession, name: str, delays: list[float]) -> list[Sample]:
+        async def session(conn: RawSession, i: int, delays: list[float]) -> list[Sample]:
             out = []
             for d in delays:
                 await asyncio.sleep(max(0.0, t0 + d - time.monotonic()))
-                out.append(await conn.turn(name, PROMPT))
+                out.append(await conn.turn(names[i], turns.prompt(i)))
             return out
 
         try:
             with Sampler() as sampler:
                 async with asyncio.timeout(timeout):
-                    got = await asyncio.gather(*(session(c, n, p) for c, n, p in zip(conns, names, plans, strict=True)))
+                    got = await asyncio.gather(*(session(conns[i], i, p) for i, p in enumerate(plans)))
         finally:
             await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
     samples = [s for g in got for s in g]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from orchestrator import logging as olog
+from orchestrator.bench import turns
 from orchestrator.chat import prompts
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import ChatConfig, OllamaConfig
@@ -26,7 +27,6 @@ from orchestrator.doubles.ollama import render, script
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 
-PROMPT = "I'm planning a trip to Lisbon with my sister next month. What should we see first?"
 T = TypeVar("T")
 
 
@@ -127,6 +127,8 @@ class SimRow:
     done: list[float]
     drained: float
     extraction_calls: int
+    prompt_tokens: int = 0
+    """Prompt tokens the server read, not served from a slot's prefix cache."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -160,11 +162,13 @@ async def _run(profile: Profile, policy: str, n: int, slots: int, chat: ChatConf
     await _warm(engine)
     cfg = OllamaConfig(parallel=slots, max_queue=4096)
     gate = Gate("virtual", ollama.gate_policy(cfg, naive=policy == "naive"), clock=engine.now)
-    plane = ChatPlane(MemStore(), EngineBackend(engine, gate), replace(chat, policy=policy))
+    store = MemStore()
+    await turns.seed(store, {f"s{i}": i for i in range(n)})
+    plane = ChatPlane(store, EngineBackend(engine, gate), replace(chat, policy=policy))
     t0 = engine.now()
 
-    async def one(name: str) -> tuple[float | None, float]:
-        _, q = plane.submit(name, PROMPT, end=True)
+    async def one(i: int) -> tuple[float | None, float]:
+        _, q = plane.submit(f"s{i}", turns.prompt(i), end=True)
         first = None
         async for ev in plane.events(q):
             if first is None and (ev["event"] == "token" or (ev["event"] == "intent" and ev.get("source") == "model")):
@@ -174,7 +178,7 @@ async def _run(profile: Profile, policy: str, n: int, slots: int, chat: ChatConf
         return first, engine.now() - t0
 
     try:
-        got = await asyncio.gather(*(one(f"s{i}") for i in range(n)))
+        got = await asyncio.gather(*(one(i) for i in range(n)))
         while gate.running or gate.queued or plane.extractor.busy:  # noqa: ASYNC110 - polls as the bench does
             await asyncio.sleep(0.01)
         drained = engine.now() - t0
@@ -182,7 +186,10 @@ async def _run(profile: Profile, policy: str, n: int, slots: int, chat: ChatConf
         await plane.close()
         await engine.close()
     firsts = [f for f, _ in got if f is not None]
-    return SimRow(policy, n, slots, firsts, [d for _, d in got], drained, plane.extractor.stats.calls)
+    return SimRow(
+        policy, n, slots, firsts, [d for _, d in got], drained, plane.extractor.stats.calls,
+        engine.counts["prompt_tokens"],
+    )
 
 
 def simulate(profile: Profile, policy: str, n: int, slots: int | None = None, chat: ChatConfig | None = None) -> SimRow:

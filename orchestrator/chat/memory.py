@@ -1,11 +1,13 @@
 """Memory extraction, coalesced per session and kept out of the users' way.
 
 One pending extraction per session; each finished turn merges into it. It runs (as one BACKGROUND call
-through the gate) as soon as nothing else wants the model server (an idle slot and no turn in flight),
-and at the latest `idle` seconds after the session's last turn; a session that ends or reaches `every`
-unextracted turns asks for it at once, but it still waits for the quiet (or the timer) — up to `2 × every`
-turns, when it runs whatever the server is doing. Turns with nothing to remember (no first-person
-statement) are marked done without a call.
+through the gate) when the plane says the server can take it (`quiet`): a slot is idle and no turn waits
+for one; while turns are being answered, one extraction at a time (its long prompt stalls the replies
+decoded beside it); with no turn in flight, as many as the gate lets background use. At the latest it runs
+`idle` seconds after the session's last turn; a session that ends or reaches `every` unextracted turns
+asks for it at once, but it still waits for `quiet` (or the timer) — up to `2 × every` turns, when it
+runs whatever the server is doing. Turns with nothing to remember (no first-person statement) are marked
+done without a call.
 """
 
 from __future__ import annotations
@@ -97,9 +99,9 @@ class Extractor:
 
     def poke(self) -> None:
         """Run pending extractions now if nothing else wants the model server (called when a turn ends)."""
-        if not self.quiet():
-            return
         for session in list(self.pending):
+            if not self.quiet():
+                return
             if session not in self.running:
                 self._flush(session)
 
@@ -136,6 +138,7 @@ class Extractor:
             again = self.pending.get(session)
             if again is not None and again.due:
                 self._flush(session)
+            self.poke()  # the next session's pending extraction may go now
 
     async def _extract(self, session: str) -> None:
         todo = await self.store.unextracted(session)

@@ -80,7 +80,12 @@ class ChatPlane:
         self._log = olog.get(plane="chat")
 
     def _quiet(self) -> bool:
-        return self.stats.active == 0 and self.gate.idle_slot()
+        """May a pending extraction start now? Only on a slot no turn waits for; and while turns are being
+        answered, one extraction at a time: its long prompt stalls the replies decoded beside it, but leaving
+        every slot but the turns' idle until the last reply ends drains later than the seed's pipeline."""
+        if not self.gate.idle_slot():
+            return False
+        return self.stats.active == 0 or (self._unserved == 0 and not self.extractor.running)
 
     def busy(self) -> Busy | None:
         """A refusal to answer at once (before the acknowledgement) when the gate's queue is full."""

@@ -117,7 +117,7 @@ class Engine:
         self._loop_task: asyncio.Task[None] | None = None
         self.seen: deque[dict[str, Any]] = deque(maxlen=2000)
         self.faults = Faults()
-        self.counts = {"calls": 0, "busy": 0, "closed_early": 0, "max_active": 0, "steps": 0}
+        self.counts = {"calls": 0, "busy": 0, "closed_early": 0, "max_active": 0, "steps": 0, "prompt_tokens": 0}
 
     @staticmethod
     def now() -> float:
@@ -180,6 +180,7 @@ class Engine:
             await asyncio.sleep(self.profile.overhead_s)
         todo = max(1, len(prompt) - hit)  # a full hit still evaluates the last token for its logits
         seq = Seq(slot, prompt, todo, reply or [""], constrained, started=self.now(), uncached=todo)
+        self.counts["prompt_tokens"] += todo  # tokens read (not served from the slot's cache)
         self.seqs.append(seq)
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="double-engine")
