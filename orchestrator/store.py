@@ -732,6 +732,38 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
+    async def open_turn(self, session: str, text: str, history: int, memories: int = 50) -> tuple[
+        list[dict[str, Any]], list[str]
+    ]:
+        """A new user message: the session's last `history` messages and its memories (as before the message),
+        then the message stored, in ONE call to the database thread (a burst of turns would otherwise spend
+        the daemon's loop on thread hand-offs while other sessions wait for their acknowledgement)."""
+        async with self._tx:
+            return await self._db._execute(self._open_turn_sync, session, text, history, memories, time.time())
+
+    def _open_turn_sync(
+        self, session: str, text: str, history: int, memories: int, now: float
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        conn = self._db._conn
+        rows = conn.execute(
+            "SELECT id, role, content, at, extracted FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?",
+            (session, history),
+        ).fetchall()
+        mems = conn.execute(
+            "SELECT content FROM memories WHERE session_id = ? ORDER BY id DESC LIMIT ?", (session, memories)
+        ).fetchall()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session, now))
+            conn.execute(
+                "INSERT INTO messages (session_id, role, content, at) VALUES (?, ?, ?, ?)", (session, "user", text, now)
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return [dict(r) for r in reversed(rows)], [r["content"] for r in mems]
+
     async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
         """The session's last `limit` messages, oldest first: `id, role, content, at, extracted`."""
         async with self._db.execute(

@@ -112,3 +112,21 @@ async def test_jobs_json_renders_again_only_what_changed(tmp_path):
         assert json.loads(body[:-1] + "," + live[1:]) == job.to_json()
     assert [r[0] for r in await store.jobs_json([JobState.LANDED])] == [ids[1]]
     await store.close()
+
+
+async def test_open_turn_reads_history_and_memories_then_stores_the_message(tmp_path):
+    """A chat turn's store work is one call: history and memories as they were, then the message, durable."""
+    path = tmp_path / "o.db"
+    store = await Store.open(path)
+    first = await store.add_message("s", "user", "my dog is Rex")
+    await store.add_message("s", "assistant", "noted")
+    await store.remember("s", first, ["The user has a dog named Rex"])
+    history, memories = await store.open_turn("s", "walks for a spaniel?", 1)
+    assert [m["content"] for m in history] == ["noted"] and memories == ["The user has a dog named Rex"]
+    fresh, none = await store.open_turn("new", "hello", 12)
+    assert fresh == [] and none == []
+    await store.close()
+    store = await Store.open(path)
+    assert [m["content"] for m in await store.history("s", 5)] == ["my dog is Rex", "noted", "walks for a spaniel?"]
+    assert [m["content"] for m in await store.history("new", 5)] == ["hello"]
+    await store.close()

@@ -72,6 +72,13 @@ class MemStore:
     async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
         return [dict(m) for m in self.messages.get(session, [])[-limit:]]
 
+    async def open_turn(self, session: str, text: str, history: int, memories: int = 50) -> tuple[
+        list[dict[str, Any]], list[str]
+    ]:
+        before = await self.history(session, history), await self.memories(session, memories)
+        await self.add_message(session, "user", text)
+        return before
+
     async def unextracted(self, session: str) -> list[dict[str, Any]]:
         return [dict(m) for m in self.messages.get(session, []) if not m["extracted"]]
 

@@ -173,9 +173,8 @@ class ChatPlane:
     async def _turn(self, turn: Turn) -> None:
         session, text = turn.session, "\n".join(turn.texts)
         started = time.monotonic()
-        history = await self.store.history(session, self.cfg.history)
-        memories = prompts.relevant(await self.store.memories(session), text)
-        await self.store.add_message(session, "user", text)
+        history, known = await self.store.open_turn(session, text, self.cfg.history)
+        memories = prompts.relevant(known, text)
         if self.naive:
             turn.served()
             intent, reply = await self._calls(turn, text, history, memories, None)

@@ -221,6 +221,7 @@ class Gate:
         self.clock = clock
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiter] = {}
+        self._background_waiting = 0
         self._running: dict[int, Lease] = {}
         self._aging: asyncio.TimerHandle | None = None
         self.stats = {p: ClassStats() for p in Priority}
@@ -312,13 +313,13 @@ class Gate:
             id=next(self._ids), priority=priority, arrived=now if arrived is None else arrived, session=session
         )
         waiter = _Waiter(info, preemptions, asyncio.get_running_loop().create_future())
-        self._waiting[info.id] = waiter
+        self._enter(waiter)
         self._pump()
         try:
             async with asyncio.timeout(timeout):
                 lease = await asyncio.shield(waiter.future)
         except BaseException as e:
-            self._waiting.pop(info.id, None)
+            self._leave(info.id)
             if waiter.future.done() and not waiter.future.cancelled():
                 self.release(waiter.future.result())  # granted just as we gave up: hand it on
             else:
@@ -354,6 +355,16 @@ class Gate:
 
     # -- the shell around `decide` -------------------------------------------------------------------
 
+    def _enter(self, waiter: _Waiter) -> None:
+        self._waiting[waiter.info.id] = waiter
+        self._background_waiting += waiter.info.priority is Priority.BACKGROUND
+
+    def _leave(self, wid: int) -> _Waiter | None:
+        w = self._waiting.pop(wid, None)
+        if w is not None:
+            self._background_waiting -= w.info.priority is Priority.BACKGROUND
+        return w
+
     def _snapshot(self) -> list[Running]:
         return [
             Running(id=lease.id, priority=lease.priority, preemptible=lease.preemptible)
@@ -362,10 +373,20 @@ class Gate:
 
     def _pump(self) -> None:
         now = self.clock()
+        if (
+            not self.policy.unbounded
+            and len(self._running) >= self.policy.slots
+            and not any(lease.preemptible for lease in self._running.values())
+        ):
+            # Every slot is held and none may be taken back: `decide` could grant and preempt nothing, so a
+            # burst of arrivals costs each one O(1) here instead of sorting the whole queue again.
+            self._arm_aging(now)
+            return
         waiting = [w.info for w in self._waiting.values()]
         d = decide(self.policy, self._snapshot(), waiting, now)
         for wid in d.grant:
-            w = self._waiting.pop(wid)
+            w = self._leave(wid)
+            assert w is not None  # `decide` grants only waiters
             lease = Lease(
                 id=wid, priority=w.info.priority, session=w.info.session, arrived=w.info.arrived,
                 preemptions=w.preemptions, gate=self, granted=now,
@@ -387,8 +408,10 @@ class Gate:
         if self._aging is not None:
             self._aging.cancel()
             self._aging = None
+        if self.policy.unbounded or not self._background_waiting:
+            return
         pending = [w.info.arrived for w in self._waiting.values() if w.info.priority is Priority.BACKGROUND]
-        if pending and not self.policy.unbounded:
+        if pending:
             due = max(0.0, min(pending) + self.policy.aging_s - now)
             self._aging = asyncio.get_running_loop().call_later(due + 0.001, self._pump)
 
