@@ -60,7 +60,17 @@ def test_watch_shows_running_and_waiting_jobs_with_reasons_and_q_quits(make_repo
         assert all(len(line) <= 120 for line in lines)
 
         gate.touch()  # the view follows the daemon's events: the waiter runs and everything lands
-        until(lambda: "3 landed" in screen(), timeout=60, what="the view to show every job landed")
+        jobs = (holder, docs, waiter)
+        try:
+            until(lambda: all(d.cli_json("show", str(j))["state"] == "landed" for j in jobs), timeout=180,
+                  what="every job landed")  # fmt: skip
+        except AssertionError:
+            states = {j: d.cli_json("show", str(j)) for j in jobs}
+            raise AssertionError(f"the jobs did not all land: {states}\n{screen()}") from None
+        try:
+            until(lambda: "3 landed" in screen(), timeout=30, what="the view to show every job landed")
+        except AssertionError:
+            raise AssertionError("the view never showed the jobs landed:\n" + screen()) from None
         assert "no running or waiting jobs" in screen()
 
         subprocess.run([*tmux, "send-keys", "-t", "w", "q"], check=True, timeout=20)
