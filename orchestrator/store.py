@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -266,6 +266,20 @@ class Write:
 
 
 _EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
+_HISTORY_SQL = "SELECT id, role, content, at, extracted FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?"
+_MEMORIES_SQL = "SELECT content FROM memories WHERE session_id = ? ORDER BY id DESC LIMIT ?"
+
+
+@contextlib.contextmanager
+def _sync_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """On the database thread: BEGIN IMMEDIATE, then COMMIT (ROLLBACK on error)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 JSON_CACHE_MAX = 20_000
 """Jobs whose rendered JSON `Store.jobs_json` keeps between calls (past that, each call renders them all)."""
@@ -547,8 +561,7 @@ class Store:
     def _write_sync(self, writes: Sequence[Write], now: float, read: int | None) -> sqlite3.Row | None:
         """Runs on the database thread: BEGIN IMMEDIATE, the updates and events, COMMIT (ROLLBACK on error)."""
         conn = self._db._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _sync_transaction(conn):
             for w in writes:
                 if w.fields:
                     sets = ", ".join(f"{k} = ?" for k in w.fields)
@@ -560,14 +573,7 @@ class Store:
                     payload = dict(w.data or {})
                     if "state" in w.fields:
                         payload.setdefault("state", str(w.fields["state"]))
-                    conn.execute(
-                        _EVENT_SQL,
-                        (w.job_id, now, w.event, json.dumps(payload, default=str)),
-                    )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+                    conn.execute(_EVENT_SQL, (w.job_id, now, w.event, json.dumps(payload, default=str)))
         if read is None:
             return None
         row: sqlite3.Row | None = conn.execute("SELECT * FROM jobs WHERE id = ?", (read,)).fetchone()
@@ -720,12 +726,14 @@ class Store:
 
     async def add_message(self, session: str, role: str, content: str) -> int:
         """Append one message to a session's history (the session is created on its first message)."""
-        now = time.time()
-        async with self._transaction():
-            await self._db.execute(
-                "INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session, now)
-            )
-            cur = await self._db.execute(
+        async with self._tx:
+            return await self._db._execute(self._add_message_sync, session, role, content, time.time())
+
+    def _add_message_sync(self, session: str, role: str, content: str, now: float) -> int:
+        conn = self._db._conn
+        with _sync_transaction(conn):
+            conn.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session, now))
+            cur = conn.execute(
                 "INSERT INTO messages (session_id, role, content, at) VALUES (?, ?, ?, ?)",
                 (session, role, content, now),
             )
@@ -745,31 +753,14 @@ class Store:
         self, session: str, text: str, history: int, memories: int, now: float
     ) -> tuple[list[dict[str, Any]], list[str]]:
         conn = self._db._conn
-        rows = conn.execute(
-            "SELECT id, role, content, at, extracted FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?",
-            (session, history),
-        ).fetchall()
-        mems = conn.execute(
-            "SELECT content FROM memories WHERE session_id = ? ORDER BY id DESC LIMIT ?", (session, memories)
-        ).fetchall()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session, now))
-            conn.execute(
-                "INSERT INTO messages (session_id, role, content, at) VALUES (?, ?, ?, ?)", (session, "user", text, now)
-            )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        rows = conn.execute(_HISTORY_SQL, (session, history)).fetchall()
+        mems = conn.execute(_MEMORIES_SQL, (session, memories)).fetchall()
+        self._add_message_sync(session, "user", text, now)
         return [dict(r) for r in reversed(rows)], [r["content"] for r in mems]
 
     async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
         """The session's last `limit` messages, oldest first: `id, role, content, at, extracted`."""
-        async with self._db.execute(
-            "SELECT id, role, content, at, extracted FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?",
-            (session, limit),
-        ) as cur:
+        async with self._db.execute(_HISTORY_SQL, (session, limit)) as cur:
             rows = await cur.fetchall()
         return [dict(r) for r in reversed(list(rows))]
 
@@ -793,7 +784,5 @@ class Store:
 
     async def memories(self, session: str, limit: int = 50) -> list[str]:
         """The session's memories, newest first."""
-        async with self._db.execute(
-            "SELECT content FROM memories WHERE session_id = ? ORDER BY id DESC LIMIT ?", (session, limit)
-        ) as cur:
+        async with self._db.execute(_MEMORIES_SQL, (session, limit)) as cur:
             return [r["content"] for r in await cur.fetchall()]

@@ -140,3 +140,32 @@ def test_extraction_runs_one_at_a_time_beside_turns_and_in_parallel_after() -> N
     assert max(beside) == 1  # one extraction did run beside the last turns
     assert all(x == 0 for a, u, x in seen if u)  # never while a turn waited for a slot
     assert max(x for a, _, x in seen if not a) >= 2  # the rest shared the slots once the turns were done
+
+
+def test_closing_the_extractor_starts_no_further_extraction() -> None:
+    """An extraction cancelled by `close` pokes the next session's pending one: after close, none runs."""
+    from orchestrator.bench.simulate import EngineBackend, MemStore
+    from orchestrator.chat.memory import Extractor
+    from orchestrator.config import OllamaConfig
+    from orchestrator.llm import ollama
+    from orchestrator.llm.gate import Gate
+
+    async def run() -> None:
+        engine = Engine(replace(PROFILES["seed"], decode_s=10.0))  # an extraction that would take minutes
+        gate = Gate("virtual", ollama.gate_policy(OllamaConfig(parallel=3)), clock=engine.now)
+        store = MemStore()
+        for s in ("a", "b"):
+            await store.add_message(s, "user", "my name is Ann")
+        quiet = [True]
+        ex = Extractor(store, EngineBackend(engine, gate), quiet=lambda: quiet[0])
+        ex.turn_done("a", end=True)  # runs at once
+        quiet[0] = False
+        ex.turn_done("b", end=True)  # waits for quiet
+        await asyncio.sleep(1.0)
+        assert set(ex.running) == {"a"} and "b" in ex.pending
+        quiet[0] = True
+        await ex.close()
+        assert not ex.running
+        await engine.close()
+
+    run_virtual(run())

@@ -327,17 +327,17 @@ async def ttfa_run(url: str, sessions: int, slots: int, model: str, mode: str, t
             plans = [sorted(rng.uniform(0.0, 6.0) for _ in range(2)) for _ in names]
         t0 = time.monotonic()
 
-        async def session(conn: RawSession, i: int, delays: list[float]) -> list[Sample]:
+        async def session(i: int, delays: list[float]) -> list[Sample]:
             out = []
             for d in delays:
                 await asyncio.sleep(max(0.0, t0 + d - time.monotonic()))
-                out.append(await conn.turn(names[i], turns.prompt(i)))
+                out.append(await conns[i].turn(names[i], turns.prompt(i)))
             return out
 
         try:
             with Sampler() as sampler:
                 async with asyncio.timeout(timeout):
-                    got = await asyncio.gather(*(session(conns[i], i, p) for i, p in enumerate(plans)))
+                    got = await asyncio.gather(*(session(i, p) for i, p in enumerate(plans)))
         finally:
             await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
     samples = [s for g in got for s in g]

@@ -165,6 +165,7 @@ class Extractor:
         for p in self.pending.values():
             if p.timer is not None:
                 p.timer.cancel()
+        self.pending.clear()  # a cancelled extraction's `poke` must not start the next one
         tasks = list(self.running.values())
         for t in tasks:
             t.cancel()
