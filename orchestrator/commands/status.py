@@ -27,6 +27,7 @@ from orchestrator.commands.common import (
 STATE_STYLE = {
     "running": "green",
     "landing": "cyan",
+    "ready": "bold magenta",
     "landed": "dim",
     "failed": "red",
     "conflicted": "red",
@@ -103,6 +104,8 @@ def status(state: str | None, repo: Path | None, since: str | None, wide: bool, 
     if jobs:
         print_jobs(jobs, wide)
     err(fit.summary(jobs))
+    if ready := [j["id"] for j in jobs if j["state"] == "ready"]:
+        err(fit.review_hint(ready))
     paused = sorted(scope for scope, c in client().controls().items() if c["paused"])
     if paused:
         where = "every repo" if "*" in paused else ", ".join(paused)
@@ -117,6 +120,8 @@ def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
         if j["state"] in fit.WAITING:
             nxt = (j.get("decision") or {}).get("next", "")
             parts.append(f"{j['id']} {j.get('code') or j['state']}" + (f": {nxt}" if nxt else ""))
+        elif j["state"] == "ready":
+            parts.append(f"{j['id']} ready for your review (`orchestrator diff {j['id']}`, then land or reject)")
         elif j["state"] == "landing" and j.get("code") not in ("", None, "Finished"):
             parts.append(f"{j['id']} landing, {j['code']}")
         else:

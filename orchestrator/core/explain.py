@@ -32,6 +32,11 @@ def next_step(job: Job, landing_now: bool = False) -> str:
         if code == Code.LAND_AFTER:
             return f"lands after jobs {', '.join(map(str, sorted(job.land_after)))} (it overlapped them)"
         return f"waits for its turn in the landing queue of {job.branch}"
+    if st is JobState.READY:
+        return (
+            f"waits for your review: `orchestrator diff {job.id}` shows its change, `orchestrator land {job.id}` "
+            f"lands it, `orchestrator reject {job.id}` drops it (its paths stay taken until then)"
+        )
     if st is JobState.LANDED:
         return "nothing: it has landed" + (f" at {job.landed_sha[:12]}" if job.landed_sha else "")
     return f"nothing by itself: `orchestrator retry {job.id}` runs it again, `orchestrator clean {job.id}` forgets it"
