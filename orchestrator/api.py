@@ -122,8 +122,16 @@ def _read_from(path: Path, pos: int, size: int = 1 << 20) -> bytes:
 
 
 class Api:
-    def __init__(self, scheduler: Scheduler, runners: dict[str, Runner], stop: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        runners: dict[str, Runner],
+        stop: Callable[[], None],
+        *,
+        config_stamp: list[int] | None = None,
+    ) -> None:
         self.scheduler = scheduler
+        self.config_stamp = config_stamp
         self.store = scheduler.board.store
         self.runners = runners
         self.stop = stop
@@ -160,7 +168,14 @@ class Api:
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {"ok": True, "pid": os.getpid(), "version": __version__, "burst": self.scheduler.burst}
+            {
+                "ok": True,
+                "pid": os.getpid(),
+                "version": __version__,
+                "burst": self.scheduler.burst,
+                "config_stamp": self.config_stamp,
+                "runners": sorted(self.runners),
+            }
         )
 
     async def _resolve(self, data: dict[str, Any]) -> tuple[Path, str, str]:

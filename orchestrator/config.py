@@ -429,6 +429,18 @@ def _apply_env(cfg: Config, env: Mapping[str, str]) -> Config:
     return dataclasses.replace(cfg, jobs=jobs, ollama=ollama, anthropic=anthropic)
 
 
+def stamp(path: Path) -> list[int] | None:
+    """What tells one version of the config file from another: [mtime_ns, size], or None when it is absent.
+
+    Taken before the file is read, so a daemon whose stamp differs from the file's has not read what the
+    file now says."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
 def load(path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Read `path` (missing means all defaults) and apply the environment."""
     env = os.environ if env is None else env

@@ -67,8 +67,18 @@ def _lock(paths: Paths) -> IO[str]:
 
 
 class Daemon:
-    def __init__(self, cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        paths: Paths,
+        *,
+        burst: bool = False,
+        grace: float = 2.0,
+        config_stamp: list[int] | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.config_stamp = config_stamp
+        """The config file's version (`config.stamp`) when it was read: `config show` tells a changed one."""
         self.paths = paths
         self.burst = burst
         self.grace = grace
@@ -136,7 +146,7 @@ class Daemon:
                 ollama.from_config(self.cfg.ollama, self.gates, naive=self.cfg.chat.policy == "naive"),
                 self.cfg.chat,
             )
-            api = Api(scheduler, runners, self.request_stop)
+            api = Api(scheduler, runners, self.request_stop, config_stamp=self.config_stamp)
             runner = await self._start_api(api, ChatApi(chat).routes())
             log.info(
                 olog.Event.DAEMON_STARTED,
@@ -240,11 +250,13 @@ a full pass walks every object, and with 5,000 jobs waiting each took 90-330 ms 
 landing → next admission); young garbage is still collected as often as before."""
 
 
-def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
+def run(
+    cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0, config_stamp: list[int] | None = None
+) -> int:
     olog.configure(sys.stdout)
     gc.set_threshold(*GC_THRESHOLDS)
     try:
-        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())
+        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace, config_stamp=config_stamp).serve())
     except AlreadyRunning as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from orchestrator import paths
 from orchestrator.commands import fit
 from orchestrator.commands.common import (
     FAILED,
@@ -110,6 +111,10 @@ def status(state: str | None, repo: Path | None, since: str | None, wide: bool, 
     if paused:
         where = "every repo" if "*" in paused else ", ".join(paused)
         err(f"paused: {where} (nothing new starts there; `orchestrator resume` lifts it)")
+    from orchestrator.commands.settings import restart_notice
+
+    if notice := restart_notice(paths.resolve()):
+        err(notice)
 
 
 def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
