@@ -1,8 +1,9 @@
 """The real agent CLIs the end-to-end tests drive: found where `.ci/run` installs them, or on PATH.
 
 `.ci/run` installs Claude Code (npm `@anthropic-ai/claude-code`) and aider (PyPI `aider-chat`, in a venv
-of its own) under `.tools/` and links both into `.tools/bin`. A test needing one skips, saying what to
-install, where neither place has it.
+of its own) under `$ORCHESTRATOR_TEST_TOOLS` (default `~/.cache/orchestrator-test-tools`: outside `/tmp`,
+which a job's sandbox replaces with an empty one, and kept between runs) and links both into its `bin/`.
+A test needing one skips, saying what to install, where neither that dir nor PATH has it.
 """
 
 from __future__ import annotations
@@ -15,20 +16,18 @@ from pathlib import Path
 
 import pytest
 
-TOOLS = Path(__file__).resolve().parent.parent / ".tools" / "bin"
+TOOLS = Path(os.environ.get("ORCHESTRATOR_TEST_TOOLS") or Path.home() / ".cache" / "orchestrator-test-tools")
 INSTALL = {
-    "claude": "npm install --prefix .tools/claude-code @anthropic-ai/claude-code (or run bash .ci/run)",
-    "aider": "python3 -m venv .tools/aider && .tools/aider/bin/pip install aider-chat (or run bash .ci/run)",
+    "claude": "bash .ci/run installs it (npm @anthropic-ai/claude-code)",
+    "aider": "bash .ci/run installs it (pip aider-chat, in a venv of its own)",
 }
 
 
 @cache
 def find(name: str) -> str | None:
-    """The CLI's absolute path: `.tools/bin/NAME` first, then PATH."""
-    local = TOOLS / name
-    if local.exists() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which(name)
+    """The CLI's absolute path, under its own name: the tools dir first, then PATH."""
+    local = TOOLS / "bin" / name
+    return str(local) if local.exists() and os.access(local, os.X_OK) else shutil.which(name)
 
 
 @cache
@@ -50,5 +49,6 @@ def need(name: str) -> str:
 
 
 def bin_dir(name: str) -> str:
-    """The directory to put on a daemon's PATH so that the bare command name finds the CLI."""
-    return str(Path(need(name)).parent)
+    """The directory to put on a daemon's PATH so that the bare command name finds the CLI (its real path:
+    a job's sandbox shows no `/tmp` and may not follow a link that leads through it)."""
+    return os.path.realpath(Path(need(name)).parent)

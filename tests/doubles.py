@@ -6,13 +6,13 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from orchestrator.doubles.anthropic import AnthropicDouble, Script
 from orchestrator.doubles.openai import OpenAIDouble
 from orchestrator.doubles.openai import Script as ChatScript
 
-D = TypeVar("D", bound=AbstractAsyncContextManager)  # type: ignore[type-arg]
+D = TypeVar("D", bound="AbstractAsyncContextManager[Any]")
 
 
 @contextmanager

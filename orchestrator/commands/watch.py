@@ -220,11 +220,11 @@ class Review:
     def key(self, key: str, pager: Any) -> None:
         v = self.view
         if v.confirm is not None:
-            job, v.confirm = v.confirm, None
+            asked, v.confirm = v.confirm, None
             if key in ("y", "Y"):
-                self._call(job, "rejected", self.c.reject)
+                self._call(asked, "rejected", self.c.reject)
             else:
-                self.say(f"job {job}: kept")
+                self.say(f"job {asked}: kept")
             return
         job = v.select(self.repo, -1 if key in UP else 1 if key in DOWN else 0)
         if job is None or key in UP + DOWN:
