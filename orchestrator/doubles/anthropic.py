@@ -28,6 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
+from orchestrator.doubles.http import picker, serve
+
 __all__ = ["AnthropicDouble", "Reply", "error_reply", "text_message", "tool_use_message"]
 
 _ids = itertools.count(1)
@@ -119,19 +121,7 @@ class AnthropicDouble:
     """`async with AnthropicDouble(script) as double:` serves on 127.0.0.1 at `double.url`."""
 
     def __init__(self, script: Script) -> None:
-        self._pick: Callable[[dict[str, Any]], Reply]
-        if callable(script):
-            self._pick = script
-        else:
-            replies = iter(list(script))
-
-            def pick(_: dict[str, Any]) -> Reply:
-                try:
-                    return next(replies)
-                except StopIteration:
-                    return error_reply(500, "protocol double: its script is used up")
-
-            self._pick = pick
+        self._pick = picker(script, error_reply(500, "protocol double: its script is used up"))
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         """Each request's headers (`x-api-key`, `anthropic-beta`, ...), in the order of `requests`."""
@@ -145,14 +135,7 @@ class AnthropicDouble:
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_route("*", "/api/hello", self._hello)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[attr-defined]
-        port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -24,6 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
+from orchestrator.doubles.http import picker, serve
+
 __all__ = ["ChatReply", "OpenAIDouble", "chat_message", "error_reply"]
 
 _ids = itertools.count(1)
@@ -68,16 +70,7 @@ class OpenAIDouble:
     """`async with OpenAIDouble(script) as double:` serves on 127.0.0.1; base URL `double.url + "/v1"`."""
 
     def __init__(self, script: Script, *, models: Iterable[str] = ("gpt-double",)) -> None:
-        self._pick: Callable[[dict[str, Any]], ChatReply]
-        if callable(script):
-            self._pick = script
-        else:
-            replies = iter(list(script))
-
-            def pick(_: dict[str, Any]) -> ChatReply:
-                return next(replies, error_reply(500, "protocol double: its script is used up"))
-
-            self._pick = pick
+        self._pick = picker(script, error_reply(500, "protocol double: its script is used up"))
         self.models = tuple(models)
         self.requests: list[dict[str, Any]] = []
         self._runner: web.AppRunner | None = None
@@ -88,13 +81,7 @@ class OpenAIDouble:
         for prefix in ("/v1", ""):
             app.router.add_post(f"{prefix}/chat/completions", self._completions)
             app.router.add_get(f"{prefix}/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[attr-defined]
-        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"  # type: ignore[attr-defined]
+        self._runner, self.url = await serve(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
