@@ -25,6 +25,7 @@ from orchestrator.git import repos
 from orchestrator.jobs.scheduler import JobError, Scheduler
 from orchestrator.plan import accuracy, declared
 from orchestrator.runners import Runner
+from orchestrator.runners.command import transcript_path
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -338,6 +339,10 @@ class Api:
         job = await self.scheduler.get(_job_id(request))
         follow = request.query.get("follow") in ("1", "true")
         path = self.scheduler.paths.job_log(job.id)
+        if request.query.get("transcript") in ("1", "true"):  # an agent CLI's transcript, kept beside the log
+            path, follow = transcript_path(path), False
+            if not path.exists():
+                return _error(404, f"job {job.id} has no transcript (runners with `output = \"claude-json\"` keep one)")
         resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
         await resp.prepare(request)
         pos = 0

@@ -35,7 +35,7 @@ from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
-from orchestrator.runners import Runner, registry
+from orchestrator.runners import Runner, jobpath, registry
 from orchestrator.runners import sandbox as sandboxes
 from orchestrator.service import intake
 from orchestrator.service.spool import Spool
@@ -114,6 +114,7 @@ class Daemon:
             # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
             claude = SharedClaude(self.cfg.anthropic)
             sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+            await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
             runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
             for repo in sorted({j.repo for j in await store.jobs()}):

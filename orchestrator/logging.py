@@ -117,6 +117,7 @@ class Event(StrEnum):
     AGENT_PATH_REFUSED = "agent.path_refused"
     """The agent named a path outside its worktree (`..`, absolute, a symlink out, `.git`): refused."""
     SANDBOX_READY = "sandbox.ready"
+    JOB_PATH = "jobs.path"
     SANDBOX_UNAVAILABLE = "sandbox.unavailable"
     """bubblewrap is missing or does not work here: said once at start, with the reason."""
     JOB_ESCAPED = "job.escaped"

@@ -15,35 +15,18 @@ from typing import Any
 
 from orchestrator.doubles.anthropic import Reply, text_message, tool_use_message
 from orchestrator.doubles.openai import chat_message
-from orchestrator.doubles.script import Conversations, Turn
+from orchestrator.doubles.script import Conversations, Turn, text_of
 from tests import clis
 from tests.conftest import git
 from tests.doubles import anthropic_double, openai_double
 from tests.test_sandbox import needs_bwrap
 
 KEY = "sk-ant-test-key-for-the-stand-in"
-QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1"}
-"""Claude Code sends no telemetry and checks for no update: the tests reach nothing but the stand-in."""
-
-CLAUDE_CODE = f"""
-[runners.claude-code]
-argv = ["claude", "-p", "{{prompt}}", "--permission-mode", "acceptEdits", "--output-format", "json"]
-pass_env = ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", {", ".join(json.dumps(k) for k in QUIET)}]
-scratch_home = true
-"""
-
-AIDER = """
-[runners.aider]
-argv = ["aider", "--yes-always", "--no-auto-commits", "--no-gitignore", "--map-tokens", "0", "--no-check-update",
-        "--analytics-disable", "--no-show-model-warnings", "--no-pretty", "--no-fancy-input",
-        "--chat-history-file", "/dev/null", "--input-history-file", "/dev/null", "--message", "{prompt}"]
-pass_env = ["OPENAI_API_KEY", "OPENAI_API_BASE", "AIDER_*", "LITELLM_LOCAL_MODEL_COST_MAP"]
-scratch_home = true
-"""
 
 
-def _daemon(daemon_factory, tmp_path: Path, tool: str, config: str, env: dict[str, str]):
-    """A daemon with bwrap required, the CLI on its PATH, a user HOME of the test's own and local planning."""
+def _daemon(daemon_factory, tmp_path: Path, tool: str, env: dict[str, str], config: str = ""):
+    """A daemon with bwrap required, the CLI on its PATH, a user HOME of the test's own and local planning;
+    the runners are the shipped profiles (plus `config`)."""
     home = tmp_path / "userhome"
     home.mkdir(exist_ok=True)
     path = f"{clis.bin_dir(tool)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
@@ -83,7 +66,8 @@ def _read(rel: str) -> Any:
 
 @needs_bwrap
 def test_claude_code_lands_exactly_its_change_under_bwrap(make_repo, daemon_factory, tmp_path):
-    """Real Claude Code writes one file and edits another through its tools; exactly those land."""
+    """The shipped `claude-code` profile, as is: real Claude Code writes one file and edits another; exactly
+    those land; its cost, tokens and transcript are kept on the job."""
     clis.need("claude")
     repo = make_repo()
     conv = Conversations(
@@ -99,14 +83,19 @@ def test_claude_code_lands_exactly_its_change_under_bwrap(make_repo, daemon_fact
         tools_only=True,
     )
     with anthropic_double(conv) as double:
-        d = _daemon(daemon_factory, tmp_path, "claude", CLAUDE_CODE,
-                    {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url, **QUIET})  # fmt: skip
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url})
         job = d.enqueue(repo, "Please greet the world in hello.txt and set a to 2", "--runner", "claude-code",
                         "--path", "hello.txt", "--path", "src/a.py")  # fmt: skip
         (shown,) = _finish(d, job)
     assert _landed(repo, shown) == {"hello.txt": "hello", "src/a.py": "a = 2"}
-    assert len(conv.requests("greet the world")) == 4, "every scripted turn was asked for"
+    turns = conv.requests("greet the world")
+    assert len(turns) == 4, "every scripted turn was asked for"
     assert {h["x-api-key"] for h in double.headers} == {KEY}, "the key reached it through pass_env"
+    usage = shown["usage"]
+    assert usage["source"] == "claude-code" and usage["calls"] == 4 and usage["session_id"]
+    assert usage["input_tokens"] == 400 and usage["output_tokens"] == 80 and usage["cost_usd"] > 0
+    transcript = d.cli("logs", "--transcript", str(shown["id"]))
+    assert transcript.returncode == 0 and "greet the world" in transcript.stdout and "Write" in transcript.stdout
 
 
 @needs_bwrap
@@ -128,8 +117,7 @@ def test_two_claude_code_jobs_on_disjoint_claims_run_at_once(make_repo, daemon_f
         tools_only=True,
     )
     with anthropic_double(conv) as double:
-        d = _daemon(daemon_factory, tmp_path, "claude", CLAUDE_CODE,
-                    {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url, **QUIET})  # fmt: skip
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url})
         a = d.enqueue(repo, "The first job: add src/one.py", "--runner", "claude-code", "--path", "src/one.py")
         b = d.enqueue(repo, "The second job: add docs/two.md", "--runner", "claude-code", "--path", "docs/two.md")
         ja, jb = _finish(d, a, b)
@@ -171,19 +159,22 @@ def test_aider_lands_exactly_its_change_under_bwrap(make_repo, daemon_factory, t
     # aider first asks to add the files the edit names to its chat, then asks the model again: the same edit.
     conv = Conversations({"greet the world": [_aider_turn, _aider_turn]}, side=chat_message("ok"))
     # The model's limits and prices, as a user of a model aider does not know gives them (no fetch from the web).
-    metadata = tmp_path / "models.json"
+    (tmp_path / "userhome").mkdir()
+    metadata = tmp_path / "userhome" / ".aider.model.metadata.json"  # the scratch HOME gets a copy
     metadata.write_text(json.dumps({"openai/gpt-double": {
         "max_input_tokens": 128000, "max_output_tokens": 4096, "input_cost_per_token": 1e-6,
         "output_cost_per_token": 2e-6, "litellm_provider": "openai", "mode": "chat"}}))  # fmt: skip
     with openai_double(conv) as double:
         env = {
             "OPENAI_API_KEY": "sk-test-openai", "OPENAI_API_BASE": double.url + "/v1",
-            "AIDER_MODEL": "openai/gpt-double", "AIDER_EDIT_FORMAT": "diff", "AIDER_MODEL_METADATA_FILE": str(metadata),
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "AIDER_MODEL": "openai/gpt-double", "AIDER_EDIT_FORMAT": "diff",
         }  # fmt: skip
-        d = _daemon(daemon_factory, tmp_path, "aider", AIDER, env)
+        d = _daemon(daemon_factory, tmp_path, "aider", env)
         job = d.enqueue(repo, "Please greet the world in hello.txt and set a to 2", "--runner", "aider",
                         "--path", "hello.txt", "--path", "src/a.py")  # fmt: skip
         (shown,) = _finish(d, job)
     assert _landed(repo, shown) == {"hello.txt": "hello", "src/a.py": "a = 2"}
-    assert len(conv.requests("greet the world")) == 2
+    asked = conv.requests("greet the world")
+    assert 1 <= len(asked) <= 2
+    sent = "\n".join(text_of(m.get("content")) for m in asked[0]["messages"])
+    assert "src/a.py" in sent and "a = 1" in sent, "{paths}: the claimed file that exists was in aider's chat"

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from orchestrator import logging as olog
 from orchestrator.git.repos import GIT_LOCATION_ENV
+from orchestrator.runners import jobpath
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -205,6 +206,8 @@ def environment(
         for k, v in source.items()
         if k not in GIT_LOCATION_ENV and any(fnmatch.fnmatchcase(k, p) for p in patterns)
     }
+    if "PATH" in env:
+        env["PATH"] = jobpath.job_path(env["PATH"])  # the user's login PATH first, never the daemon's venv
     env.update(extra or {})
     return env
 
