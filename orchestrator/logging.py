@@ -99,6 +99,8 @@ class Event(StrEnum):
     LANDING_RECOVERED = "landing.recovered"
     """On start, an interrupted landing's checkouts were brought level (finished or rolled back)."""
     DAEMON_REFUSED = "daemon.refused"
+    DAEMON_EXPOSED = "daemon.exposed"
+    """Core dumps or `/proc/<pid>/environ` could not be turned off for the daemon (`hardening.harden`)."""
     STEP_FAILED = "step.failed"
     """A best-effort step (cleanup, cache fill) failed; the daemon carries on (`best_effort`)."""
     PROCESS_UNEXPECTED = "process.unexpected"
