@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -75,7 +75,7 @@ def test_path_texts_leading_out_are_refused(path, says):
 
 @pytest.mark.parametrize(
     ("path", "link"),
-    [("link/secret.txt", "link"), ("link/new.txt", "link"), ("src/s.txt", "src/s.txt"), ("src/inner.py", "src/inner.py")],
+    [("link/secret.txt", "link"), ("link/new.txt", "link"), ("src/s.txt", "src/s.txt"), ("src/inner.py", "src/inner.py")],  # noqa: E501
 )
 def test_no_symlink_is_followed_and_the_message_names_it(tree, resolver, path, link):
     """A symlink anywhere on the path is refused, whether it leads out or stays inside, naming the link."""
@@ -159,6 +159,17 @@ def _race_tree(tmp_path: Path) -> tuple[Path, Path]:
     return wt, outside
 
 
+def _checked_then_written(wt: Path, outside: Path, swap: Callable[[], None]) -> bool:
+    """The old design: check the real path is inside, then write by path, with the swap in between."""
+    assert Path(os.path.realpath(wt / "d" / "f.txt")).is_relative_to(os.path.realpath(wt))
+    swap()
+    (wt / "d" / "f.txt").write_text("owned\n")
+    lost = (outside / "f.txt").read_text() == "owned\n"
+    (outside / "f.txt").write_text("outside\n")
+    swap()  # back as it was
+    return lost
+
+
 async def test_a_swap_between_the_steps_never_redirects_a_file_operation(tmp_path, resolver, monkeypatch):
     """A directory exchanged with a symlink out at any step of a resolution: the write lands inside or is
     refused, never outside (a check-then-write resolver, run through the same swap, writes outside)."""
@@ -171,13 +182,7 @@ async def test_a_swap_between_the_steps_never_redirects_a_file_operation(tmp_pat
         _exchange(wt / "d", wt / "l")
         swapped.append(1)
 
-    target = os.path.realpath(wt / "d" / "f.txt")
-    assert Path(target).is_relative_to(os.path.realpath(wt))
-    swap()
-    Path(wt / "d" / "f.txt").write_text("owned\n")
-    assert (outside / "f.txt").read_text() == "owned\n", "the swap must be able to redirect a path-based write"
-    (outside / "f.txt").write_text("outside\n")
-    swap()  # back as it was
+    assert _checked_then_written(wt, outside, swap), "the swap must be able to redirect a path-based write"
 
     tools = _tools(wt)
     calls = [
@@ -206,6 +211,10 @@ async def test_a_swap_between_the_steps_never_redirects_a_file_operation(tmp_pat
     assert len(swapped) > 4
 
 
+def _start(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True)
+
+
 async def test_a_process_exchanging_dirs_in_a_tight_loop_never_gets_a_write_outside(tmp_path, resolver):
     """Another process exchanges the directory and a symlink out as fast as it can while the tools write,
     edit and read through it: nothing outside changes, and writes inside still succeed."""
@@ -221,9 +230,7 @@ async def test_a_process_exchanging_dirs_in_a_tight_loop_never_gets_a_write_outs
         "if n % 2: libc.renameat2(-100, a, -100, b, 2)\n"
         "print(n)\n"
     )
-    racer = subprocess.Popen(
-        [sys.executable, "-c", loop, str(wt / "d"), str(wt / "l"), "0.6"], stdout=subprocess.PIPE, text=True
-    )
+    racer = _start(sys.executable, "-c", loop, str(wt / "d"), str(wt / "l"), "0.6")
     tools = _tools(wt)
     ok = 0
     deadline = time.monotonic() + 0.6
@@ -263,12 +270,18 @@ async def test_fifos_devices_and_hard_links_are_never_written(tree, resolver):
         assert outcome.error and "a device" in outcome.text
 
 
+def _write(path: bytes, data: bytes, size: int | None = None) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        if size is not None:
+            f.truncate(size)  # sparse: no block written
+
+
 async def test_a_huge_sparse_file_costs_the_daemon_only_the_limits(tree, resolver, monkeypatch):
     """A 1 GB sparse file: read_file reads READ_LIMIT bytes of it and says so, search skips it by name; a
     search stops at its total byte budget and says so."""
     wt, _ = tree
-    with open(wt / "big.txt", "wb") as f:
-        f.truncate(1 << 30)
+    _write(os.fsencode(wt / "big.txt"), b"", size=1 << 30)
     (wt / "src" / "needle.py").write_text("needle = 1\n")
     tools = _tools(wt)
     tracemalloc.start()
@@ -292,9 +305,7 @@ async def test_names_that_are_not_utf8_never_break_a_tool(tree, resolver):
     """A file name that is not UTF-8 is listed and found with `\\xNN` escapes, in text that encodes as
     UTF-8 (for the API and the log); a file of such bytes is edited keeping them."""
     wt, _ = tree
-    raw = os.fsencode(wt / "src") + b"/caf\xe9.txt"
-    with open(raw, "wb") as f:
-        f.write(b"needle \xff\xfe here\n")
+    _write(os.fsencode(wt / "src") + b"/caf\xe9.txt", b"needle \xff\xfe here\n")
     tools = _tools(wt)
     listing = (await tools.call("list_dir", {"path": "src"})).text
     hits = (await tools.call("search", {"pattern": "needle"})).text
