@@ -39,6 +39,7 @@ import structlog
 from orchestrator.git import repos
 from orchestrator.git.repos import canonical
 from orchestrator.logging import Event
+from orchestrator.paths import private_dir
 
 __all__ = ["WorktreeError", "WorktreePool", "branch_name", "repo_key"]
 
@@ -271,7 +272,7 @@ class WorktreePool:
                     f"worktree root {self.root} is inside the repository {path}: choose a root outside it "
                     "so jobs never write into your checkout"
                 )
-            home.mkdir(parents=True, exist_ok=True)
+            private_dir(home)  # 0700 whatever the umask
             st = self._repos.setdefault(path, _Repo(path=path, home=home))
         return st
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
+from orchestrator.paths import open_private
 from orchestrator.runners import process
 from orchestrator.runners.base import RunContext, RunResult, note
 from orchestrator.runners.sandbox import Sandbox, private_home
@@ -149,7 +150,7 @@ def keep_transcript(home: Path, session: str, dest: Path) -> bool:
     found = sorted((home / ".claude" / "projects").glob(f"*/{session}.jsonl"))
     if not found or found[0].is_symlink():
         return False
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(dest, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
     with os.fdopen(fd, "wb") as out, found[0].open("rb") as src:
         shutil.copyfileobj(src, out)
     return True
