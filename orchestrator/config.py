@@ -101,6 +101,8 @@ class RunnerTemplate:
     """Globs (on the path and its base name) of the CLI's own side files: new ones never land."""
     output: str = ""
     """How to read the CLI's output: "claude-json" (Claude Code's `--output-format json`: cost, session)."""
+    plan_argv: tuple[str, ...] = ()
+    """A read-only plan command (`plan.planner = "cli"`): given the planning prompt as `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
 
@@ -125,6 +127,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".claude/.credentials.json",),
         output="claude-json",
+        plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
     ),
     "aider": RunnerTemplate(
         argv=_words(
@@ -206,6 +209,8 @@ class PlanConfig:
     """Budget for the file list and snippets in a model's planning prompt."""
     calibrate_after: int = 5
     """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
+    cli: str = "claude-code"
+    """With `planner = "cli"`: the runner whose read-only `plan_argv` plans (an agent CLI's plan mode)."""
 
 
 @dataclass(frozen=True)
@@ -296,11 +301,12 @@ max_retry_wait = 60                # cap on one wait, whatever retry-after says
 shutdown_timeout = 10
 
 [plan]
-planner = "auto"          # auto | local | claude | ollama (auto: a configured model, else local evidence)
+planner = "auto"          # auto | local | claude | ollama | cli (auto: a configured model, else local evidence)
 concurrency = 4           # plans at once
 deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
+cli = "claude-code"       # planner = "cli": the runner whose read-only plan_argv plans (Claude Code's plan mode)
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
 max_turns = 60
@@ -409,8 +415,12 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
-    if cfg.plan.planner not in ("auto", "local", "claude", "ollama"):
-        raise ConfigError(f"plan.planner: unknown planner {cfg.plan.planner!r} (use auto, local, claude or ollama)")
+    if cfg.plan.planner not in ("auto", "local", "claude", "ollama", "cli"):
+        raise ConfigError(
+            f"plan.planner: unknown planner {cfg.plan.planner!r} (use auto, local, claude, ollama or cli)"
+        )
+    if cfg.plan.planner == "cli" and not getattr(cfg.runners.get(cfg.plan.cli), "plan_argv", ()):
+        raise ConfigError(f"plan.cli: runner {cfg.plan.cli!r} has no plan_argv (claude-code has one)")
     if cfg.plan.concurrency < 1:
         raise ConfigError("plan.concurrency: must be at least 1")
     if cfg.plan.deadline <= 0:

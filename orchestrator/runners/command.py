@@ -104,17 +104,11 @@ def base_files(repo: str, base: str | None) -> set[str]:
     return out
 
 
-def claude_result(log: Path, cap: int = 1 << 20) -> dict[str, Any] | None:
-    """Claude Code's `--output-format json` result: the last `{"type": "result", ...}` line of the job's log."""
-    try:
-        with log.open("rb") as f:
-            f.seek(max(0, log.stat().st_size - cap))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
+def claude_result(output: str) -> dict[str, Any] | None:
+    """Claude Code's `--output-format json` result: the last `{"type": "result", ...}` line of its output."""
+    for line in reversed(output.splitlines()):
         line = line.strip()
-        if line.startswith("{") and '"type":"result"' in line.replace(" ", ""):
+        if line.startswith("{") and '"result"' in line:
             try:
                 data = json.loads(line)
             except ValueError:
@@ -122,6 +116,16 @@ def claude_result(log: Path, cap: int = 1 << 20) -> dict[str, Any] | None:
             if isinstance(data, dict) and data.get("type") == "result":
                 return data
     return None
+
+
+def log_tail(log: Path, cap: int = 1 << 20) -> str:
+    """The last `cap` bytes of a job's log, as text ("" when it cannot be read)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - cap))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def claude_usage(result: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +220,7 @@ class CommandRunner:
         """The usage the CLI reported (and its transcript kept), for templates whose `output` says how."""
         if self.template.output != "claude-json":
             return None
-        found = claude_result(ctx.log_path)
+        found = claude_result(log_tail(ctx.log_path))
         if found is None:
             return None
         usage = claude_usage(found)
