@@ -19,6 +19,7 @@ from orchestrator.doubles.script import Conversations, Turn, text_of
 from tests import clis
 from tests.conftest import git
 from tests.doubles import anthropic_double, openai_double
+from tests.harness import until
 from tests.test_sandbox import needs_bwrap
 
 KEY = "sk-ant-test-key-for-the-stand-in"
@@ -96,6 +97,12 @@ def test_claude_code_lands_exactly_its_change_under_bwrap(make_repo, daemon_fact
     assert usage["input_tokens"] == 400 and usage["output_tokens"] == 80 and usage["cost_usd"] > 0
     transcript = d.cli("logs", "--transcript", str(shown["id"]))
     assert transcript.returncode == 0 and "greet the world" in transcript.stdout and "Write" in transcript.stdout
+    # Nothing of the job is left under the state dir: its scratch HOME went when it landed, the rest with clean.
+    state = d.home / "state"
+    until("the landed job's private dir removed", lambda: not any((state / "private").glob("*")))
+    assert d.cli("clean", "--all").returncode == 0
+    assert not any((state / "jobs").glob("*")), list((state / "jobs").iterdir())
+    assert not list(state.rglob("job-*")) and not any((state / "private").glob("*"))
 
 
 @needs_bwrap

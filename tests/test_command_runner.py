@@ -155,3 +155,17 @@ def test_a_template_named_like_a_builtin_is_a_config_error(daemon_factory):
     d.start(wait=False)
     assert d.wait_exit(30) == 78
     assert "runners.shell" in d.log_path.read_text()
+
+
+def test_a_jobs_private_dir_goes_when_nothing_of_its_attempt_is_kept():
+    """Landed, or ended before it ran: its scratch HOME goes; failed, cancelled running, ready: kept for a retry."""
+    from orchestrator.core.job import Job
+    from orchestrator.core.models import JobState
+    from orchestrator.jobs.privatedirs import done_with
+
+    def job(state: JobState, started: float | None = 1.0) -> Job:
+        return Job(id=1, repo="/r", branch="main", text="t", runner="shell", state=state, started_at=started)
+
+    assert done_with(job(JobState.LANDED)) and done_with(job(JobState.CANCELLED, None))
+    assert not any(done_with(job(s)) for s in (JobState.FAILED, JobState.CANCELLED, JobState.READY,
+                                               JobState.INTERRUPTED, JobState.CONFLICTED))  # fmt: skip

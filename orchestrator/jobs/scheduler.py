@@ -42,6 +42,7 @@ from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.notify import Notifier
 from orchestrator.jobs.planning import Planning
+from orchestrator.jobs.privatedirs import PrivateDirs
 from orchestrator.jobs.recovery import StoreOwner
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
 from orchestrator.llm.shared import SharedClaude
@@ -151,6 +152,8 @@ class Scheduler:
         board.on_change(self.wake)
         self.notifier = Notifier(cfg.jobs.on_end, StoreOwner(board.store))
         board.on_end(self.notifier.job_ended)
+        self.private_dirs = PrivateDirs(paths)
+        board.on_end(self.private_dirs.job_ended)
 
     def wake(self) -> None:
         self._last_wake = time.monotonic()
@@ -208,6 +211,7 @@ class Scheduler:
         await self.planning.stop()
         cut += await self.lander.drain(timeout)
         await self.notifier.drain(min(timeout, 5.0))
+        await self.private_dirs.close()
         for t in list(self._side_tasks):
             t.cancel()
         await asyncio.gather(*self._side_tasks, return_exceptions=True)
@@ -668,7 +672,7 @@ class Scheduler:
         dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
         await self.board.store.delete_job(job_id)
         self.board.publish({"type": "removed", "id": job_id})
-        self.paths.job_log(job_id).unlink(missing_ok=True)
+        await asyncio.to_thread(self.private_dirs.remove, job_id)  # its private dir, log and transcript
         olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
         await self.board.announce()
         return dropped
