@@ -10,7 +10,9 @@ from datetime import datetime
 from typing import Any
 
 WAITING = ("queued", "planning", "planned")
-SUMMARY_ORDER = ("running", "waiting", "landing", "ready", "landed", "failed", "conflicted", "cancelled", "interrupted")
+SUMMARY_ORDER = (
+    "running", "waiting", "landing", "ready", "landed", "unchanged", "failed", "conflicted", "cancelled", "interrupted",
+)  # fmt: skip
 ELLIPSIS = "…"
 
 

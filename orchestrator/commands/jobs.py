@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from orchestrator.commands.common import FAILED, FAILED_STATES, api_call, client, emit, err, json_option
+from orchestrator.commands.common import FAILED, FAILED_STATES, UNCHANGED, api_call, client, emit, err, json_option
 
 
 class ArgvCommand(click.Command):
@@ -240,6 +240,8 @@ def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> N
             err(f"job {job['id']}: {job['state']}{code} — {job['reason']}")
         if job["state"] in FAILED_STATES:
             sys.exit(FAILED)
+        if job["state"] == "unchanged":
+            sys.exit(UNCHANGED)
 
 
 def transcript_lines(entry: dict[str, Any], width: int = 200) -> list[str]:

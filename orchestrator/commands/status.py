@@ -17,6 +17,7 @@ from orchestrator.commands.common import (
     FAILED,
     FAILED_STATES,
     TIMED_OUT,
+    UNCHANGED,
     api_call,
     client,
     emit,
@@ -30,6 +31,7 @@ STATE_STYLE = {
     "landing": "cyan",
     "ready": "bold magenta",
     "landed": "dim",
+    "unchanged": "yellow",
     "failed": "red",
     "conflicted": "red",
     "cancelled": "yellow",
@@ -134,7 +136,7 @@ def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
     return fit.cut_end(f"waiting for {len(open_)} of {len(jobs)} jobs: " + " · ".join(parts), width)
 
 
-ENDED = frozenset(FAILED_STATES | {"landed"})
+ENDED = frozenset(FAILED_STATES | {"landed", "unchanged"})
 
 
 @click.command()
@@ -146,7 +148,8 @@ ENDED = frozenset(FAILED_STATES | {"landed"})
 def wait(job_ids: tuple[int, ...], timeout: float | None, quiet: bool, as_json: bool) -> None:
     """Wait until the jobs (default: all open ones) end.
 
-    Exit 0 if all landed, 1 if any ended without landing, 4 if the timeout passed first. On a terminal a
+    Exit 0 if all landed, 1 if any failed (or was cancelled, conflicted, interrupted), 5 if the rest landed but
+    one changed nothing (nothing of it landed), 4 if the timeout passed first. On a terminal a
     progress line says which jobs are still open and why.
     """
     c = client()
@@ -180,3 +183,5 @@ def wait(job_ids: tuple[int, ...], timeout: float | None, quiet: bool, as_json: 
         sys.exit(TIMED_OUT)
     if any(j["state"] in FAILED_STATES for j in jobs):
         sys.exit(FAILED)
+    if any(j["state"] == "unchanged" for j in jobs):
+        sys.exit(UNCHANGED)

@@ -37,6 +37,8 @@ def next_step(job: Job, landing_now: bool = False) -> str:
             f"waits for your review: `orchestrator diff {job.id}` shows its change, `orchestrator land {job.id}` "
             f"lands it, `orchestrator reject {job.id}` drops it (its paths stay taken until then)"
         )
+    if st is JobState.UNCHANGED:
+        return f"nothing: it changed nothing, so nothing landed; `orchestrator retry {job.id}` runs it again"
     if st is JobState.LANDED:
         return "nothing: it has landed" + (f" at {job.landed_sha[:12]}" if job.landed_sha else "")
     return f"nothing by itself: `orchestrator retry {job.id}` runs it again, `orchestrator clean {job.id}` forgets it"

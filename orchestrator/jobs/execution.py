@@ -159,11 +159,12 @@ class Executor:
                 await self.pool.release(repo, job.id, keep=False, delete_branch=True)
                 job = await self.board.update(
                     job.id,
-                    state=JobState.LANDED,
+                    state=JobState.UNCHANGED,
                     finished_at=time.time(),
                     exit_code=0,
                     actual=frozenset(),
-                    reason="finished with no changes: nothing to land",
+                    reason=f"{result.summary} but changed nothing: nothing landed (`orchestrator logs {job.id}` says "
+                    "what it did)",
                     code=Code.NO_CHANGES,
                     event="finished",
                 )

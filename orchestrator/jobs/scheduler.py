@@ -26,6 +26,7 @@ from orchestrator.core.job import Job
 from orchestrator.core.models import (
     ACTIVE_STATES,
     ALL_REPOS,
+    DONE_STATES,
     Code,
     Decision,
     JobState,
@@ -342,7 +343,7 @@ class Scheduler:
             waiting=tuple(view(j) for j in planned),
             moved=moved,
             landing=frozenset(self.lander.inflight),
-            landed=frozenset(i for i, st in states.items() if st is JobState.LANDED),
+            landed=frozenset(i for i, st in states.items() if st in DONE_STATES),
             dead=frozenset(i for i, st in states.items() if st in DEAD_STATES),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
@@ -637,9 +638,10 @@ class Scheduler:
 
     async def retry(self, job_id: int) -> Job:
         job = await self.get(job_id)
-        if job.state not in DEAD_STATES:
+        if job.state not in (*DEAD_STATES, JobState.UNCHANGED):
             raise JobError(
-                f"job {job_id} is {job.state}; only failed, cancelled, conflicted or interrupted jobs can be retried"
+                f"job {job_id} is {job.state}; only failed, cancelled, conflicted, interrupted or unchanged jobs "
+                "can be retried"
             )
         try:
             # Always: a crash may leave a worktree or branch the job's record does not name yet.
