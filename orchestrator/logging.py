@@ -123,6 +123,8 @@ class Event(StrEnum):
     """The agent named a path outside its worktree (`..`, absolute, a symlink out, `.git`): refused."""
     SANDBOX_READY = "sandbox.ready"
     JOB_PATH = "jobs.path"
+    JOB_OUTSIDE_CLAIM = "job.outside_claim"
+    """A finished job touched paths its claim did not hold (an event on the job too: `show`, `why`)."""
     SANDBOX_UNAVAILABLE = "sandbox.unavailable"
     """bubblewrap is missing or does not work here: said once at start, with the reason."""
     JOB_ESCAPED = "job.escaped"

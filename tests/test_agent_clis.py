@@ -107,7 +107,8 @@ def test_claude_code_lands_exactly_its_change_under_bwrap(make_repo, daemon_fact
 
 @needs_bwrap
 def test_two_claude_code_jobs_on_disjoint_claims_run_at_once(make_repo, daemon_factory, tmp_path):
-    """Two real Claude Code jobs with disjoint claims run side by side; each lands only its own file."""
+    """Two real Claude Code jobs with disjoint claims run side by side; each lands only its own files; the one
+    that also wrote outside its claim has that as an event, and `why` says so."""
     clis.need("claude")
     repo = make_repo()
 
@@ -117,7 +118,7 @@ def test_two_claude_code_jobs_on_disjoint_claims_run_at_once(make_repo, daemon_f
 
     conv = Conversations(
         {
-            "first job": [slow(_write("src/one.py", "one = 1\n")), text_message("done")],
+            "first job": [slow(_write("src/one.py", "one = 1\n")), _write("zeta.txt", "z\n"), text_message("done")],
             "second job": [slow(_write("docs/two.md", "two\n")), text_message("done")],
         },
         side=text_message("ok"),
@@ -128,7 +129,13 @@ def test_two_claude_code_jobs_on_disjoint_claims_run_at_once(make_repo, daemon_f
         a = d.enqueue(repo, "The first job: add src/one.py", "--runner", "claude-code", "--path", "src/one.py")
         b = d.enqueue(repo, "The second job: add docs/two.md", "--runner", "claude-code", "--path", "docs/two.md")
         ja, jb = _finish(d, a, b)
-    assert _landed(repo, ja) == {"src/one.py": "one = 1"} and _landed(repo, jb) == {"docs/two.md": "two"}
+    assert _landed(repo, ja) == {"src/one.py": "one = 1", "zeta.txt": "z"}
+    assert _landed(repo, jb) == {"docs/two.md": "two"}
+    # The write outside its claim is an event of the job, and `why` says so.
+    outside = [e for e in ja["events"] if e["kind"] == "outside_claim"]
+    assert [e["paths"] for e in outside] == [["zeta.txt"]], ja["events"]
+    assert "outside its claim: zeta.txt" in d.cli("why", str(a)).stdout
+    assert not [e for e in jb["events"] if e["kind"] == "outside_claim"]
     assert ja["started_at"] < jb["finished_at"] and jb["started_at"] < ja["finished_at"], "they overlapped"
     assert git(repo, "show", "main:src/one.py") == "one = 1" and git(repo, "show", "main:docs/two.md") == "two"
 

@@ -182,6 +182,8 @@ def why(job_id: int, as_json: bool) -> None:
             click.echo(f"  [{'ok' if c['ok'] else 'no'}] {c['name']}: {c['detail']}")
     if data.get("land_after"):
         click.echo(f"lands after: {', '.join(map(str, data['land_after']))}")
+    if data.get("outside_claim"):
+        click.echo(f"outside its claim: {', '.join(data['outside_claim'])} (touched, though its claim named them not)")
 
 
 @click.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.core import claims
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
 
@@ -56,4 +57,5 @@ def explain(job: Job, landing_now: bool = False) -> dict[str, Any]:
         "decision": job.decision if waiting else None,
         "last_decision": None if waiting else job.decision,
         "land_after": list(job.land_after),
+        "outside_claim": sorted(claims.outside(job.actual, job.claim.paths)) if job.claim.paths else [],
     }
