@@ -32,7 +32,8 @@ def test_auto_without_bwrap_says_why_once(monkeypatch):
 
 @needs_bwrap
 def test_with_bwrap_a_job_cannot_write_the_users_checkout_or_home(make_repo, daemon_factory, tmp_path):
-    """Writes to the user's checkout and $HOME fail and change nothing; the worktree, a commit and TMPDIR work."""
+    """Writes to the user's checkout and $HOME fail and change nothing; the workspace, a commit of the job's own
+    and TMPDIR work."""
     repo = make_repo()
     home = tmp_path / "userhome"
     home.mkdir()
@@ -53,7 +54,8 @@ def test_with_bwrap_a_job_cannot_write_the_users_checkout_or_home(make_repo, dae
     assert "Read-only file system" in d.cli("logs", str(checkout)).stdout
     assert jf["state"] == "landed", jf["reason"]
     assert git(repo, "show", "main:src/a.py") == "ok"
-    assert "own commit" in git(repo, "log", "--format=%s", "main")
+    # The job's own commit stayed in its own git dir: the daemon committed the files itself.
+    assert "own commit" not in git(repo, "log", "--format=%s", "main")
     assert any(e["event"] == "sandbox.ready" for e in d.events())
 
 
