@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from orchestrator import __version__
+from orchestrator import __version__, hardening
 from orchestrator import logging as olog
 from orchestrator.api import Api
 from orchestrator.chat.api import ChatApi
@@ -247,6 +247,7 @@ landing → next admission); young garbage is still collected as often as before
 
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
     olog.configure(sys.stdout)
+    hardening.harden()  # before the first job: no core file, no /proc/<pid>/environ holding the keys
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())

@@ -35,6 +35,7 @@ import pygit2
 from pygit2.enums import FileStatus
 
 from orchestrator.git import repos
+from orchestrator.paths import open_private, private_dir
 
 __all__ = [
     "ADMIN",
@@ -48,8 +49,7 @@ ADMIN = ".admin"
 """The folder beside the workspaces that holds their admin git dirs."""
 MAX_FILE_BYTES = 100 * 1024 * 1024
 """Largest file a job may commit (the largest a forge takes without LFS): a larger one fails its commit."""
-GIT_TIMEOUT = 600.0
-"""Seconds any one git command may take (a checkout through an LFS smudge filter can be slow)."""
+GIT_TIMEOUT = repos.GIT_TIMEOUT
 
 # Daemon-owned git dirs: no hook, no fsmonitor, no background maintenance, whatever the user's global config.
 _OWN_CONFIG = (
@@ -408,10 +408,9 @@ def _quoted(value: str) -> str:
 
 
 def _mkdir(path: Path, *, parents: bool = False) -> None:
-    path.mkdir(mode=0o700, parents=parents, exist_ok=True)
+    private_dir(path)  # 0700 whatever the umask, parents too
 
 
 def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW), "w") as f:
         f.write(text)

@@ -38,6 +38,7 @@ from orchestrator.git import repos
 from orchestrator.git.repos import canonical
 from orchestrator.git.workspace import ADMIN, Workspace, WorkspaceError, remove_tree
 from orchestrator.logging import Event
+from orchestrator.paths import private_dir
 
 __all__ = ["WorktreeError", "WorktreePool", "branch_name", "repo_key"]
 
@@ -289,7 +290,7 @@ class WorktreePool:
                     f"worktree root {self.root} is inside the repository {path}: choose a root outside it "
                     "so jobs never write into your checkout"
                 )
-            home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(home)  # 0700 whatever the umask
             st = self._repos.setdefault(path, _Repo(path=path, home=home))
         return st
 

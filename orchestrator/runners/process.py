@@ -48,6 +48,7 @@ import psutil
 
 from orchestrator import logging as olog
 from orchestrator.git.repos import GIT_LOCATION_ENV
+from orchestrator.paths import open_private, private_dir
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -161,8 +162,7 @@ class _Log:
     def open(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
 
     def note(self, text: str) -> None:
@@ -395,7 +395,7 @@ def _argv(command: str | Sequence[str], script_dir: Path | None) -> tuple[list[s
     if len(command.encode()) <= ARGV_TEXT_LIMIT:
         return ["/bin/sh", "-c", command], None
     if script_dir is not None:
-        script_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(script_dir)
     fd, name = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=script_dir)  # mode 0600
     with os.fdopen(fd, "wb") as f:
         f.write(command.encode())

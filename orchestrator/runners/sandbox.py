@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import logging as olog
+from orchestrator.paths import private_dir
 from orchestrator.runners.base import RunContext
 
 MODES = ("auto", "bwrap", "none")
@@ -90,9 +91,7 @@ class Sandbox:
 
 def job_tmp(ctx: RunContext) -> Path:
     base = ctx.private_dir or ctx.log_path.parent / f"{ctx.job.id}.private"
-    tmp = base / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return tmp
+    return private_dir(base / "tmp")
 
 
 def _repo_dirs(repo: Path) -> list[Path]:
@@ -193,7 +192,7 @@ def private_home(ctx: RunContext, copy: Sequence[str], source: Path | None = Non
     home = base / "home"
     if home.exists():
         shutil.rmtree(home)
-    home.mkdir(parents=True, mode=0o700)
+    private_dir(home)
     real = source or Path(os.environ.get("HOME") or Path.home())
     for rel in copy:
         src = real / rel
