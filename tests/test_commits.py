@@ -198,3 +198,35 @@ def test_fallback_identity(job: tuple[Path, Path, str], no_identity: None) -> No
     c = pygit2.Repository(str(repo)).revparse_single("orchestrator/1").peel(pygit2.Commit)
     assert (c.author.name, c.author.email) == ("orchestrator", "orchestrator@localhost")
     assert (c.committer.name, c.committer.email) == ("orchestrator", "orchestrator@localhost")
+
+
+@pytest.mark.parametrize("openat2", [True, False])
+def test_a_link_swapped_in_while_the_files_are_read_is_never_followed(
+    job: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch, openat2: bool
+) -> None:
+    """A process of the job that swaps a directory for a link to outside while the daemon reads the files
+    (deterministically: at the reader's first step) never gets an outside file into a blob."""
+    from orchestrator import beneath
+
+    repo, wt, _ = job
+    outside = wt.parent / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "a.py").write_text("the user's secret\n")
+    write(wt, {"src/deep/a.py": "a = 2\n"})
+    swapped: list[bool] = []
+
+    def swap() -> None:
+        if not swapped:
+            swapped.append(True)
+            os.rename(wt / "src", wt / "src.moved")
+            os.symlink(outside, wt / "src")
+
+    if openat2 and not beneath.have_openat2():
+        pytest.skip("this kernel has no openat2 (Linux 5.6+)")
+    monkeypatch.setattr(beneath, "pause", swap)
+    monkeypatch.setattr(beneath, "_openat2_state", openat2)
+    commit(job)
+    assert swapped
+    blobs = git(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)")
+    secret = pygit2.hash(b"the user's secret\n")
+    assert str(secret) not in blobs

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -102,24 +103,26 @@ def test_a_leftover_process_cannot_aim_the_daemons_cleanup_at_the_users_checkout
 ):
     """A `setsid env -i` process the job leaves points its .git at a git dir whose core.worktree is the
     user's checkout, right after the daemon commits: the daemon's recycling never runs git there, so the
-    user's edit, untracked and ignored files stay, and the landed file stays landed."""
+    user's edit, untracked and ignored files stay, and the landed file stays landed. (Without a sandbox the
+    process survives: it only rewrites .git here; a process that wrote the user's files itself could.)"""
     repo = users_repo(make_repo)
     before = user_state(repo)
+    evil = tmp_path / "evil.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(evil)], check=True)
+    subprocess.run(["git", f"--git-dir={evil}", "config", "core.worktree", str(repo)], check=True)
+    subprocess.run(["git", f"--git-dir={evil}", "config", "core.bare", "false"], check=True)
     d = daemon(daemon_factory, mode).start()
     text = f"""
 echo landed > new.txt
 ( setsid env -i PATH="$PATH" sh -c '
-    sleep 1.5
-    rm -rf .git && git init -q --bare .evil && git --git-dir=.evil config core.worktree {repo}
-    printf "gitdir: .evil\\n" > .git
-    git --git-dir=.evil --work-tree={repo} checkout -f HEAD -- . 2>/dev/null
+    for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+      sleep 0.2; rm -rf .git; printf "gitdir: {evil}\\n" > .git
+    done
 ' >/dev/null 2>&1 & )
 """
     job = d.enqueue(repo, text, "--path", "new.txt")
     assert d.cli("wait", str(job), "--timeout", "60").returncode == 0, d.cli_json("show", str(job))["reason"]
     d.cli("wait", str(d.enqueue(repo, "echo later > later.txt", "--path", "later.txt")), "--timeout", "60")
-    import time
-
     time.sleep(2.5)  # the leftover (unconfined without bwrap) has done its worst by now
     assert_untouched_but_landed(repo, before, {"new.txt": "landed\n", "later.txt": "later\n"})
 
@@ -242,6 +245,7 @@ def test_the_key_is_in_no_file_the_job_can_read(make_repo, daemon_factory, tmp_p
     d = daemon(daemon_factory, "bwrap")
     (d.home / "config").mkdir(parents=True)
     (d.home / "config" / "env").write_text(f"ANTHROPIC_API_KEY={KEY}\n")
+    (d.home / "config" / "env").chmod(0o600)
     d.start()
     secret_text = f"other job's secret {secrets.token_hex(6)}"
     other = d.enqueue(repo, f"sleep 3 # {secret_text}", "--path", "docs/")
@@ -306,3 +310,22 @@ echo y > y.txt"""
     shown = d.cli_json("show", str(job))
     assert shown["state"] == "failed" and shown["code"] == "WroteOutside", shown["reason"]
     assert "README.md" in shown["reason"]
+
+
+@needs_bwrap
+def test_no_process_of_a_sandboxed_job_outlives_it(make_repo, daemon_factory):
+    """Processes a job leaves (`setsid`, `env -i`, a double fork) are gone once it ends: the PID namespace
+    dies with its first process, so none writes afterwards and none is left running."""
+    repo = make_repo()
+    d = daemon(daemon_factory, "bwrap").start()
+    tag = f"leftover-{secrets.token_hex(4)}"
+    text = f"""
+( setsid env -i PATH="$PATH" sh -c 'sleep 1; echo late > "$0"/late.txt' "$TMPDIR" & )
+( ( exec -a {tag} sleep 30 ) & )
+echo now > now.txt
+"""
+    job = d.enqueue(repo, text, "--path", "now.txt")
+    assert d.cli("wait", str(job), "--timeout", "60").returncode == 0
+    time.sleep(1.5)
+    assert not list((d.home / "state").rglob("late.txt"))
+    assert subprocess.run(["pgrep", "-f", tag], capture_output=True).returncode == 1, "nothing left running"

@@ -193,11 +193,13 @@ def git_env(cwd: Path | None = None, *, environ: Mapping[str, str] | None = None
 def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[str]:
     """The git CLI at the top of the work tree `cwd` (the user's checkout), output captured as text, never
     prompting, never raising on a non-zero exit, never searching above `cwd` for a repository, with the
-    daemon's secrets out of its environment (`git_env`). The user's own config for their checkout applies
+    daemon's secrets out of its environment (`git_env`) and no hook run (what the daemon does there is
+    bookkeeping, not the user's git command). The user's own config for their checkout applies otherwise
     (their fsmonitor, their filters); a command that outlives `timeout` fails with exit 124."""
+    argv = ["git", "-c", "core.hooksPath=/dev/null", *args]
     try:
         return subprocess.run(
-            ["git", *args],
+            argv,
             cwd=cwd,
             env=git_env(cwd),
             capture_output=True,
@@ -206,7 +208,7 @@ def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.C
             timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(["git", *args], 124, "", f"git {args[0]} took over {timeout:.0f} s")
+        return subprocess.CompletedProcess(argv, 124, "", f"git {args[0]} took over {timeout:.0f} s")
 
 
 def _common_dir(gitdir: Path) -> Path:

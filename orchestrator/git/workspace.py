@@ -23,6 +23,7 @@ Sync code (pygit2, the git CLI, file walks): the pool calls it through `asyncio.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -34,6 +35,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileStatus
 
+from orchestrator import beneath
 from orchestrator.git import repos
 from orchestrator.paths import open_private, private_dir
 
@@ -115,9 +117,11 @@ class Workspace:
 
         What git's `add -A` would stage, taken from the files themselves: every change against the admin
         index (which the job never sees), untracked files unless ignored; `.git`, special files (FIFOs,
-        sockets, devices) and nested repositories left out; symlinks as links. A file over `max_file`
-        bytes raises WorkspaceError. With `record`, the admin index keeps the result (the job has ended);
-        otherwise it stays in memory (the job may still be writing).
+        sockets, devices) and nested repositories left out; symlinks as links. Each file is opened beneath
+        a handle on the workspace, following no link on the way or at the end, so a process of the job
+        still running (swapping a directory for a link to outside) cannot make the daemon read a file
+        outside into a blob. A file over `max_file` bytes raises WorkspaceError. With `record`, the admin
+        index keeps the result (the job has ended); otherwise it stays in memory.
         """
         repo = self.repo()
         index = repo.index
@@ -126,25 +130,17 @@ class Workspace:
         for path, flags in status.items():
             if flags & FileStatus.WT_DELETED and path in index:
                 index.remove(path)
-        for path, flags in status.items():
-            if path.endswith("/"):
-                continue  # a nested repository (a directory with its own .git): never ours to take
-            if not flags & (FileStatus.WT_NEW | FileStatus.WT_MODIFIED | FileStatus.WT_TYPECHANGE):
-                continue
-            try:
-                st = os.lstat(self.root / path)
-            except FileNotFoundError:
-                continue
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                if path in index:
-                    index.remove(path)  # a FIFO where a file was: the file is gone, the FIFO is not ours
-                continue
-            if st.st_size > max_file:
-                raise WorkspaceError(
-                    f"{path} is {st.st_size / 2**20:.0f} MiB, over the {max_file / 2**20:.0f} MiB a job may "
-                    "commit: make it smaller, or keep it out of the repository (.gitignore)"
-                )
-            index.add(path)
+        with beneath.Root(self.root) as root:
+            for path, flags in status.items():
+                if path.endswith("/"):
+                    continue  # a nested repository (a directory with its own .git): never ours to take
+                if not flags & (FileStatus.WT_NEW | FileStatus.WT_MODIFIED | FileStatus.WT_TYPECHANGE):
+                    continue
+                entry = _blob(repo, root, path, max_file)
+                if entry is not None:
+                    index.add(entry)
+                elif path in index:
+                    index.remove(path)  # a FIFO where a file was, or gone meanwhile: the file is not there
         tree = index.write_tree()
         if record:
             index.write()
@@ -191,7 +187,10 @@ class Workspace:
         if old != new:
             self.git("read-tree", "-m", "-u", old, new)
             _write(self.admin / "HEAD", f"{new}\n")
-        self.private(self._common(), new, branch)
+        if self.private_git.is_dir() and not self.private_git.is_symlink():
+            self._point(new, branch)  # ours since the last reset: only HEAD, the ref and the index change
+        else:
+            self.private(self._common(), new, branch)
 
     def reset(self, sha: str, branch: str | None) -> None:
         """Bring a workspace a job used back to exactly `sha`, trusting nothing the job left.
@@ -205,7 +204,7 @@ class Workspace:
         self.git("reset", "-q", "--hard", sha)
         _write(self.admin / "HEAD", f"{sha}\n")
         self._inherit_info(self._common())
-        tracked = {e.path for e in self.repo().index}
+        tracked = set(os.fsdecode(p) for p in self.git_bytes("ls-files", "-z").split(b"\0") if p)
         _prune_untracked(self.root, tracked)
         left = self.repo().status(untracked_files="all", ignored=True)
         if left:
@@ -225,20 +224,25 @@ class Workspace:
             _mkdir(g / d)
         _write(g / "objects" / "info" / "alternates", f"{common / 'objects'}\n")
         _write(g / "config", _private_config(common))
+        for name in _INFO_FILES:
+            src = self.admin / "info" / name
+            if src.exists():
+                shutil.copyfile(src, g / "info" / name)
+        self._point(sha, branch)
+
+    def _point(self, sha: str, branch: str | None) -> None:
+        """The job's git dir at `sha` on `branch` (None: detached), with the admin index as its own."""
+        g = self.private_git
         if branch is None:
             _write(g / "HEAD", f"{sha}\n")
         else:
             ref = g / "refs" / "heads" / branch
-            _mkdir(ref.parent, parents=True)
+            _mkdir(ref.parent)
             _write(ref, f"{sha}\n")
             _write(g / "HEAD", f"ref: refs/heads/{branch}\n")
         index = self.admin / "index"
         if index.exists():
             shutil.copyfile(index, g / "index")
-        for name in _INFO_FILES:
-            src = self.admin / "info" / name
-            if src.exists():
-                shutil.copyfile(src, g / "info" / name)
 
     def adopt(self, repo_path: Path, base: str) -> None:
         """Give a directory of files (a workspace from before admin dirs existed) an admin dir at `base`.
@@ -283,6 +287,10 @@ class Workspace:
 
     def git(self, *args: str) -> str:
         """The git CLI on the admin dir with the workspace as work tree: hooks, fsmonitor, maintenance off."""
+        return self.git_bytes(*args).decode(errors="replace").strip()
+
+    def git_bytes(self, *args: str) -> bytes:
+        """`git` with its output as bytes (file names are bytes to git)."""
         argv = ["git", *_OWN_CONFIG, f"--git-dir={self.admin}", f"--work-tree={self.root}", *args]
         try:
             out = subprocess.run(
@@ -290,15 +298,62 @@ class Workspace:
                 cwd=self.root,
                 env=repos.git_env(self.root),
                 capture_output=True,
-                text=True,
                 stdin=subprocess.DEVNULL,
                 timeout=GIT_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
             raise WorkspaceError(f"`git {' '.join(args)}` in {self.root} took over {GIT_TIMEOUT:.0f} s") from None
         if out.returncode != 0:
-            raise WorkspaceError(f"`git {' '.join(args)}` in {self.root} failed: {out.stderr.strip()}")
-        return out.stdout.strip()
+            err = out.stderr.decode(errors="replace").strip()
+            raise WorkspaceError(f"`git {' '.join(args)}` in {self.root} failed: {err}")
+        return out.stdout
+
+
+def _blob(repo: pygit2.Repository, root: beneath.Root, path: str, max_file: int) -> pygit2.IndexEntry | None:
+    """The index entry (blob written) for the file or link at `path`, read without following any link; None
+    when it is not a regular file or link any more (or a link on the way makes it not the workspace's)."""
+    names = tuple(path.split("/"))
+    try:
+        parent = root.open(names[:-1], os.O_RDONLY | os.O_DIRECTORY) if len(names) > 1 else os.dup(root.fd)
+    except (beneath.Escape, OSError):
+        return None
+    try:
+        st = os.stat(names[-1], dir_fd=parent, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            target = os.fsencode(os.readlink(names[-1], dir_fd=parent))
+            return pygit2.IndexEntry(path, repo.create_blob(target), pygit2.enums.FileMode.LINK)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        _fits(path, st.st_size, max_file)
+        try:
+            fd = os.open(names[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOENT):
+                return None  # swapped for a link, or gone, since the stat
+            raise
+        with os.fdopen(fd, "rb") as f:
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode):
+                return None
+            data = f.read(max_file + 1)
+        _fits(path, len(data), max_file)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(parent)
+    filters = repo.load_filter_list(path, pygit2.enums.FilterMode.CLEAN)
+    if filters is not None:  # what `git add` applies: text=auto / eol normalisation, ident (never a command)
+        data = filters.apply_to_buffer(data)
+    mode = pygit2.enums.FileMode.BLOB_EXECUTABLE if fst.st_mode & stat.S_IXUSR else pygit2.enums.FileMode.BLOB
+    return pygit2.IndexEntry(path, repo.create_blob(data), mode)
+
+
+def _fits(path: str, size: int, max_file: int) -> None:
+    if size > max_file:
+        raise WorkspaceError(
+            f"{path} is {size / 2**20:.0f} MiB, over the {max_file / 2**20:.0f} MiB a job may commit: make it "
+            "smaller, or keep it out of the repository (.gitignore)"
+        )
 
 
 def remove_tree(path: Path) -> None:
@@ -356,29 +411,31 @@ def _prune_untracked(root: Path, tracked: set[str]) -> None:
     """Remove every entry under `root` that is neither a tracked path nor a directory leading to one.
 
     By directory file descriptor, never following a link: a symlink where a directory was is unlinked, not
-    entered. Tracked entries of the wrong type were already replaced by `reset --hard`.
+    entered. Tracked entries of the wrong type were already replaced by `reset --hard`. Entry types come
+    from the directory listing itself (no stat per file: 10k files take a few ms more than the listing).
     """
-    dirs = {str(Path(p).parent) for p in tracked}
-    dirs |= {str(parent) for p in tracked for parent in Path(p).parents}
-    dirs.discard(".")
+    dirs: set[str] = set()
+    for p in tracked:
+        cut = p.rfind("/")
+        while cut > 0 and p[:cut] not in dirs:
+            dirs.add(p[:cut])
+            cut = p.rfind("/", 0, cut)
 
     def walk(fd: int, prefix: str) -> None:
-        for entry in os.scandir(fd):
-            rel = f"{prefix}{entry.name}"
-            if prefix == "" and entry.name == ".git":
-                continue  # the job's own git dir: rewritten right after
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                if rel in dirs:
-                    sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                    try:
-                        walk(sub, rel + "/")
-                    finally:
-                        os.close(sub)
-                else:
-                    remove_tree(root / rel)
-            elif rel not in tracked or not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                os.unlink(entry.name, dir_fd=fd)
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if rel in dirs:
+                        sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                        try:
+                            walk(sub, rel + "/")
+                        finally:
+                            os.close(sub)
+                    elif not (prefix == "" and entry.name == ".git"):  # the job's git dir: rewritten after
+                        remove_tree(root / rel)
+                elif rel not in tracked or not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                    os.unlink(entry.name, dir_fd=fd)
 
     top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
@@ -407,7 +464,7 @@ def _quoted(value: str) -> str:
     return f'"{clean}"'
 
 
-def _mkdir(path: Path, *, parents: bool = False) -> None:
+def _mkdir(path: Path) -> None:
     private_dir(path)  # 0700 whatever the umask, parents too
 
 
