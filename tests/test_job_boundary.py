@@ -329,3 +329,25 @@ echo now > now.txt
     time.sleep(1.5)
     assert not list((d.home / "state").rglob("late.txt"))
     assert subprocess.run(["pgrep", "-f", tag], capture_output=True).returncode == 1, "nothing left running"
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.getuid() != 0, reason="capabilities inside the sandbox are only a question when root runs it")
+def test_a_job_of_a_daemon_run_as_root_has_no_capability_to_remount(make_repo, daemon_factory):
+    """Under a daemon run as root, a job that remounts the read-only root (or binds over it) to write the
+    user's checkout fails: it has no capability in its namespace, and setuid programs give none back."""
+    repo = users_repo(make_repo)
+    before = user_state(repo)
+    d = daemon(daemon_factory, "bwrap").start()
+    text = f"""
+grep CapEff /proc/self/status > caps.txt
+mount -o remount,rw / 2>>caps.txt; mount -o remount,rw,bind {repo} {repo} 2>>caps.txt
+mount -t tmpfs none {repo} 2>>caps.txt
+echo pwned > {repo}/README.md 2>>caps.txt
+true
+"""
+    job = d.enqueue(repo, text, "--path", "caps.txt")
+    assert d.cli("wait", str(job), "--timeout", "60").returncode == 0
+    caps = git(repo, "show", "main:caps.txt")
+    assert "CapEff:\t0000000000000000" in caps, caps
+    assert_untouched_but_landed(repo, before, {"caps.txt": caps + "\n"})

@@ -16,7 +16,9 @@ What a confined command sees (`confine`):
 - its own PID and IPC namespaces: `/proc` shows only its own processes (no other process's environment,
   the daemon's least of all), and when its first process ends the kernel kills every process left in
   the namespace, `setsid`/double-forked ones included; `--die-with-parent` ends it with the daemon;
-- a new session (no terminal to inject keystrokes into).
+- a new session (no terminal to inject keystrokes into), and no capability even when the daemon runs as
+  root (bwrap keeps root's otherwise: a remount would make the root file system writable again), with
+  `no_new_privs` set, so no setuid program gives them back.
 
 The network stays on (agents call APIs), so abstract UNIX sockets (the `@` namespace) stay reachable.
 """
@@ -122,8 +124,10 @@ def binds(
     Later mounts win: the read-only root first, then empty tmpfs over every hidden dir, then the dirs
     that must be seen inside a hidden one, read-only (`shown`), then the writable ones.
     """
+    # No capability, whoever runs the daemon: bwrap started by root keeps them all otherwise, and
+    # CAP_SYS_ADMIN in the job's mount namespace would remount the read-only root writable.
     args = [
-        "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
+        "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL",
         "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
     ]  # fmt: skip
     runtime = os.environ.get("XDG_RUNTIME_DIR")
@@ -150,7 +154,7 @@ def probe(bwrap: str) -> str | None:
     """Why bwrap cannot confine a command here (None: it can). Runs `true` in a sandbox like a job's."""
     try:
         out = subprocess.run(
-            [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session",
+            [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session", "--cap-drop", "ALL",
              "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", "true"],
             capture_output=True,
             text=True,
