@@ -335,7 +335,9 @@ echo now > now.txt
 @pytest.mark.skipif(os.getuid() != 0, reason="capabilities inside the sandbox are only a question when root runs it")
 def test_a_job_of_a_daemon_run_as_root_has_no_capability_to_remount(make_repo, daemon_factory):
     """Under a daemon run as root, a job that remounts the read-only root (or binds over it) to write the
-    user's checkout fails: it has no capability in its namespace, and setuid programs give none back."""
+    user's checkout, or writes the kernel's core_pattern, fails: it has no capability in its namespace,
+    setuid programs give none back, and /proc/sys is read-only."""
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text()
     repo = users_repo(make_repo)
     before = user_state(repo)
     d = daemon(daemon_factory, "bwrap").start()
@@ -344,10 +346,12 @@ grep CapEff /proc/self/status > caps.txt
 mount -o remount,rw / 2>>caps.txt; mount -o remount,rw,bind {repo} {repo} 2>>caps.txt
 mount -t tmpfs none {repo} 2>>caps.txt
 echo pwned > {repo}/README.md 2>>caps.txt
+echo '|/bin/sh -c "touch {repo}/pwned"' > /proc/sys/kernel/core_pattern 2>>caps.txt
 true
 """
     job = d.enqueue(repo, text, "--path", "caps.txt")
     assert d.cli("wait", str(job), "--timeout", "60").returncode == 0
     caps = git(repo, "show", "main:caps.txt")
     assert "CapEff:\t0000000000000000" in caps, caps
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == pattern
     assert_untouched_but_landed(repo, before, {"caps.txt": caps + "\n"})

@@ -14,7 +14,7 @@ What a confined command sees (`confine`):
   sockets live there), and so are `$XDG_RUNTIME_DIR` and `/run/user` (the user's D-Bus and systemd);
   what of the repository lay in them is shown again read-only;
 - its own PID and IPC namespaces: `/proc` shows only its own processes (no other process's environment,
-  the daemon's least of all), and when its first process ends the kernel kills every process left in
+  the daemon's least of all; `/proc/sys` read-only), and when its first process ends the kernel kills every process left in
   the namespace, `setsid`/double-forked ones included; `--die-with-parent` ends it with the daemon;
 - a new session (no terminal to inject keystrokes into), and no capability even when the daemon runs as
   root (bwrap keeps root's otherwise: a remount would make the root file system writable again), with
@@ -40,6 +40,8 @@ MODES = ("auto", "bwrap", "none")
 
 SESSION_DIRS: tuple[str, ...] = ("/tmp", "/run/user", "/dev/shm")
 """Shared dirs where a user's session keeps its UNIX sockets; a confined command gets empty ones."""
+PROC_READONLY: tuple[str, ...] = ("/proc/sys", "/proc/sysrq-trigger", "/proc/sys/fs/binfmt_misc")
+"""Parts of the sandbox's /proc that act on the whole machine: shown read-only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,11 @@ def binds(
         "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL",
         "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
     ]  # fmt: skip
+    # The new /proc is writable where the kernel's sysctls and sysrq live: root's uid may write those
+    # (owner bits; core_pattern runs a program as root on the next crash). Read-only, as on the host.
+    for p in PROC_READONLY:
+        if os.path.exists(p):
+            args += ["--ro-bind", p, p]
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     empty: list[Path] = []
     for d in (*SESSION_DIRS, *([runtime] if runtime else []), *hidden):
