@@ -14,8 +14,9 @@ What a confined command sees (`confine`):
   sockets live there), and so are `$XDG_RUNTIME_DIR` and `/run/user` (the user's D-Bus and systemd);
   what of the repository lay in them is shown again read-only;
 - its own PID and IPC namespaces: `/proc` shows only its own processes (no other process's environment,
-  the daemon's least of all; `/proc/sys` read-only), and when its first process ends the kernel kills every process left in
-  the namespace, `setsid`/double-forked ones included; `--die-with-parent` ends it with the daemon;
+  the daemon's least of all; `/proc/sys` read-only), and when its first process ends the kernel kills
+  every process left in the namespace, `setsid`/double-forked ones included; `--die-with-parent` ends
+  it with the daemon;
 - a new session (no terminal to inject keystrokes into), and no capability even when the daemon runs as
   root (bwrap keeps root's otherwise: a remount would make the root file system writable again), with
   `no_new_privs` set, so no setuid program gives them back.
