@@ -113,7 +113,11 @@ class Daemon:
             recovered = await store.recover()
             # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
             claude = SharedClaude(self.cfg.anthropic)
-            sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+            sandbox = await asyncio.to_thread(
+                sandboxes.resolve,
+                self.cfg.jobs.sandbox,
+                (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
+            )
             await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
             runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
@@ -138,6 +142,7 @@ class Daemon:
                 grace=self.grace,
                 gates=self.gates,
                 claude=claude,
+                sandbox=sandbox,
             )
             if self.cfg.jobs.requeue_interrupted:
                 await requeue_interrupted(scheduler, runners)

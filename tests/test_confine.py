@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runners import agent_tools, confine
+from orchestrator import beneath as confine
+from orchestrator.runners import agent_tools
 from orchestrator.runners.agent_tools import Tools
 
 RENAME_EXCHANGE = 2

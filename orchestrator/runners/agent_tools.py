@@ -1,6 +1,6 @@
 """The built-in agent's tools: their definitions (JSON schemas the model reads) and what each one does.
 
-Every path goes through `confine` first: checked as text, then opened beneath a handle on the worktree
+Every path goes through `beneath` first: checked as text, then opened beneath a handle on the worktree
 without following a symlink, and read or written only through that descriptor (a process the job left
 cannot redirect a write by swapping a directory for a link). A refused path is a tool error the model
 can read (and a logged event), never an exception that ends the job. Reads and searches are bounded
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.runners.confine import Escape, Root, open_beneath, parts, regular, shown
+from orchestrator.beneath import Escape, Root, open_beneath, parts, regular, shown
 
 SEARCH_LIMIT = 200
 """Most matching lines `search` returns."""

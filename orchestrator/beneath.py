@@ -1,4 +1,6 @@
-"""Keep an agent's file access inside its worktree, race-free: every path is opened beneath a handle on it.
+"""Open paths beneath a directory handle, race-free, never following a link.
+
+Used by the agent's file tools (inside its worktree) and by the daemon reading a job's files (`git.workspace`).
 
 A path the model names is first checked as text (`parts`: relative, no `..`, no `.git`), then opened
 relative to an open directory handle of the worktree (`Root`) without ever following a symbolic link:
