@@ -158,3 +158,24 @@ async def test_turn_preempts_running_background_and_background_resumes() -> None
     await asyncio.wait_for(bg, 5)
     assert order == ["preempted", "turn", "background"]
     assert gate.preemptions == 1
+
+
+async def test_background_waiters_never_take_the_room_of_turns() -> None:
+    """Each class has its own queue bound: background calls queued past `max_queue` refuse only background,
+    and an arriving turn still queues (and is served first)."""
+    gate = Gate("t", GatePolicy(slots=1, max_queue=2))
+    held = await gate.acquire(I, session="a")
+    background = [asyncio.create_task(gate.acquire(B)) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(Busy):
+        await asyncio.wait_for(gate.acquire(B), 1)
+    assert gate.refusal(I) is None
+    turn = asyncio.create_task(gate.acquire(I, session="b"))
+    await asyncio.sleep(0)
+    assert gate.queued_of(I) == 1 and gate.queued_of(B) == 2
+    gate.release(held)
+    got = await asyncio.wait_for(turn, 1)
+    assert got.priority is I and not any(t.done() for t in background)
+    gate.release(got)
+    for t in background:
+        gate.release(await asyncio.wait_for(t, 1))

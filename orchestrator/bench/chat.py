@@ -194,14 +194,11 @@ async def warm(url: str, model: str, calls: int) -> None:
     from orchestrator.bench.simulate import warmup_messages
     from orchestrator.llm.ollama import DEFAULT_OPTIONS
 
-    client = ollama_pkg.AsyncClient(host=url, timeout=120)
-    try:
+    async with ollama_pkg.AsyncClient(host=url, timeout=120) as client:
         opts = {**DEFAULT_OPTIONS, "num_predict": 1}
         await asyncio.gather(
             *(client.chat(model=model, messages=warmup_messages(), options=opts) for _ in range(calls))
         )
-    finally:
-        await client._client.aclose()
 
 
 async def run_one(

@@ -82,6 +82,9 @@ class MemStore:
     async def unextracted(self, session: str) -> list[dict[str, Any]]:
         return [dict(m) for m in self.messages.get(session, []) if not m["extracted"]]
 
+    async def unextracted_sessions(self) -> list[str]:
+        return [s for s, ms in self.messages.items() if any(not m["extracted"] for m in ms)]
+
     async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
         self.mems.setdefault(session, [])[:0] = list(memories)
         for m in self.messages.get(session, []):

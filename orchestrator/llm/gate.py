@@ -17,8 +17,9 @@ The decisions are one pure function, `decide(policy, running, waiting, now)`:
 The async `Gate` around it only keeps the lists, wakes waiters and counts.
 
 The queue is bounded: at most one queued interactive turn per session (`SessionQueued`: the caller
-merges its message into that turn) and `max_queue` waiters in all; past that `acquire` answers `Busy`
-with a retry-after at once instead of growing.
+merges its message into that turn) and `max_queue` waiters *of each class*; past that `acquire` answers
+`Busy` with a retry-after at once instead of growing. Each class counts only its own waiters, so
+background calls queued after a burst never take the room interactive turns need.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ class Gate:
         self.clock = clock
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiter] = {}
-        self._background_waiting = 0
+        self._queued = dict.fromkeys(Priority, 0)
         self._running: dict[int, Lease] = {}
         self._aging: asyncio.TimerHandle | None = None
         self.stats = {p: ClassStats() for p in Priority}
@@ -242,15 +243,19 @@ class Gate:
     def queued(self) -> int:
         return len(self._waiting)
 
+    def queued_of(self, priority: Priority) -> int:
+        """Waiters of one class (each class has its own `max_queue`)."""
+        return self._queued[priority]
+
     def idle_slot(self) -> bool:
         """True when a background call would start at once (the extraction scheduler asks this)."""
         probe = Waiting(id=-1, priority=Priority.BACKGROUND, arrived=self.clock())
         d = decide(self.policy, self._snapshot(), [w.info for w in self._waiting.values()] + [probe], self.clock())
         return -1 in d.grant
 
-    def refusal(self, queued: int | None = None) -> Busy | None:
-        """`Busy` with a retry-after when `queued` (default: this gate's queue) may not grow, else None."""
-        queued = len(self._waiting) if queued is None else queued
+    def refusal(self, priority: Priority = Priority.INTERACTIVE, queued: int | None = None) -> Busy | None:
+        """`Busy` with a retry-after when `queued` (default: this class's waiters) may not grow, else None."""
+        queued = self._queued[priority] if queued is None else queued
         if self.policy.unbounded or queued < self.policy.max_queue:
             return None
         self.busy += 1
@@ -289,7 +294,7 @@ class Gate:
     ) -> Lease:
         """Wait for a slot; `Busy` / `SessionQueued` at once when the queue may not grow."""
         if not self.policy.unbounded:
-            refused = self.refusal()
+            refused = self.refusal(priority)
             if refused is not None:
                 self._log.warning(
                     olog.Event.OLLAMA_GATE_BUSY,
@@ -357,12 +362,12 @@ class Gate:
 
     def _enter(self, waiter: _Waiter) -> None:
         self._waiting[waiter.info.id] = waiter
-        self._background_waiting += waiter.info.priority is Priority.BACKGROUND
+        self._queued[waiter.info.priority] += 1
 
     def _leave(self, wid: int) -> _Waiter | None:
         w = self._waiting.pop(wid, None)
         if w is not None:
-            self._background_waiting -= w.info.priority is Priority.BACKGROUND
+            self._queued[w.info.priority] -= 1
         return w
 
     def _snapshot(self) -> list[Running]:
@@ -408,7 +413,7 @@ class Gate:
         if self._aging is not None:
             self._aging.cancel()
             self._aging = None
-        if self.policy.unbounded or not self._background_waiting:
+        if self.policy.unbounded or not self._queued[Priority.BACKGROUND]:
             return
         pending = [w.info.arrived for w in self._waiting.values() if w.info.priority is Priority.BACKGROUND]
         if pending:

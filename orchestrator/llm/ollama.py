@@ -140,7 +140,8 @@ class OllamaBackend:
 
     async def close(self) -> None:
         if self._client is not None:
-            await self._client._client.aclose()
+            await self._client.close()
+            self._client = None
 
     async def chat(
         self,
@@ -291,27 +292,6 @@ class OllamaBackend:
         return OllamaError(
             OllamaCode.ServerError, f"Ollama at {self.host} answered: {e.error} (status {e.status_code})"
         )
-
-    async def check(self) -> dict[str, Any]:
-        """For `doctor` and the daemon's start: is the server up, and does it have the model?"""
-        try:
-            async with asyncio.timeout(self.timeouts.connect + 5):
-                version = await self.client._client.get("/api/version")
-                tags = await self.client.list()
-        except (TimeoutError, ConnectionError, httpx.TransportError) as e:
-            return {"ok": False, "host": self.host, "error": f"unreachable: {type(e).__name__}: {e}",
-                    "fix": "start Ollama (`ollama serve`) or set OLLAMA_HOST"}  # fmt: skip
-        names = {m.model for m in tags.models if m.model}
-        have = self.model in names or f"{self.model}:latest" in names
-        out: dict[str, Any] = {
-            "ok": have,
-            "host": self.host,
-            "version": version.json().get("version"),
-            "model": self.model,
-        }
-        if not have:
-            out["fix"] = f"ollama pull {self.model}"
-        return out
 
 
 def gate_policy(cfg: OllamaConfig, *, naive: bool = False) -> GatePolicy:
