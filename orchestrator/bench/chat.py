@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,13 +118,17 @@ async def _seeded(home: Path, sessions: dict[str, int]) -> None:
 
 
 @asynccontextmanager
-async def _daemon(url: str, policy: str, slots: int, model: str, sessions: dict[str, int]) -> AsyncIterator[Path]:
+async def _daemon(
+    url: str, policy: str, slots: int, model: str, sessions: dict[str, int], chat: dict[str, Any] | None = None,
+    turn_slots: int = 0,
+) -> AsyncIterator[Path]:
     home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
     (home / "config").mkdir()
     await _seeded(home, sessions)
+    more = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (chat or {}).items())
     (home / "config" / "config.toml").write_text(
         f'[ollama]\nhost = "{url}"\nparallel = {slots}\nmodel = "{model}"\nmax_queue = 4096\n'
-        f'[chat]\npolicy = "{policy}"\nextract_idle = 5.0\n'
+        f'turn_slots = {min(turn_slots, slots)}\n[chat]\npolicy = "{policy}"\nextract_idle = 5.0\n{more}'
     )
     env = {**os.environ, "ORCHESTRATOR_HOME": str(home)}
     env.pop("OLLAMA_NUM_PARALLEL", None)
@@ -201,10 +205,15 @@ async def warm(url: str, model: str, calls: int) -> None:
 
 
 async def run_one(
-    url: str, policy: str, n: int, slots: int, model: str, timeout: float, server_slots: int | None = None
+    url: str, policy: str, n: int, slots: int, model: str, timeout: float, server_slots: int | None = None,
+    engine: Callable[[float, float], dict[str, Any]] | None = None, chat: dict[str, Any] | None = None,
+    turn_slots: int = 0,
 ) -> dict[str, Any]:
+    """One (policy, N) row; `engine(t0, end)` adds the model server's own account of the run, when it has one;
+    `chat` sets more `[chat]` keys, `turn_slots` the gate's `[ollama] turn_slots`."""
     await warm(url, model, server_slots or slots)
-    async with _daemon(url, policy, slots, model, {f"bench{i}": i for i in range(n)}) as sock:
+    sessions = {f"bench{i}": i for i in range(n)}
+    async with _daemon(url, policy, slots, model, sessions, chat, turn_slots) as sock:
         conn = aiohttp.UnixConnector(path=str(sock), limit=0)
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
             with Sampler() as sampler:
@@ -227,6 +236,7 @@ async def run_one(
         "policy": policy,
         "n": n,
         "slots": slots,
+        "turn_slots": turn_slots if policy == "gate" else None,
         "ttfa_mean_s": round(statistics.fmean(ttfas), 4),
         "ttfa_p99_s": round(_p99(ttfas), 4),
         "ttfa_server_p99_s": round(_p99(servers), 6),
@@ -243,12 +253,15 @@ async def run_one(
         "extraction_calls": stats["extraction"]["calls"],
         "classify_calls": stats["turns"]["classify_calls"],
         "errors": errors,
+        **({"engine": engine(t0, t0 + wall_drained)} if engine else {}),
     }
 
 
-async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> dict[str, Any]:
+async def _on_llama_server(
+    policy: str, n: int, slots: int, timeout: float, chat: dict[str, Any] | None = None, turn_slots: int = 0
+) -> dict[str, Any]:
     """One run on a fresh llama-server with as many slots as the gate (its prompt cache starts cold)."""
-    from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing
+    from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary
 
     try:
         server = LlamaServer(slots)
@@ -256,7 +269,10 @@ async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> d
         print(f"orchestrator: {e}", file=sys.stderr)
         sys.exit(2)
     async with server as url:
-        return await run_one(url, policy, n, slots, MODEL_NAME, timeout)
+        return await run_one(
+            url, policy, n, slots, MODEL_NAME, timeout, engine=lambda a, b: engine_summary(server.trace, a, b),
+            chat=chat, turn_slots=turn_slots,
+        )
 
 
 class RawSession:
@@ -395,13 +411,22 @@ def main(argv: list[str]) -> None:
         "(`bash bench/llama-server-setup.sh` builds it once)",
     )  # fmt: skip
     ap.add_argument("--model", default="hermes3")
-    ap.add_argument("--policy", default="gate,naive", help="policies side by side: gate,naive")
+    ap.add_argument(
+        "--policy", default="gate,naive",
+        help="policies side by side: gate, naive, and gate:model / gate:idle / gate:rules (the gate with that "
+        "[chat] classify)",
+    )  # fmt: skip
     ap.add_argument(
         "--slots", type=_ints, metavar="K[,K...]",
         help="server slots = the gate's slots, e.g. 1,2,3: every policy runs at each (default: the double's "
         "num_parallel, or 1)",
     )  # fmt: skip
     ap.add_argument("--sweep-slots", type=_ints, help="also run the gate alone at each slot count, e.g. 1,2,4")
+    ap.add_argument(
+        "--turn-slots", type=int, metavar="K",
+        help="the gate's [ollama] turn_slots: turns answered at once (0: one per slot; default 1 with "
+        "--llama-server, else 0)",
+    )  # fmt: skip
     ap.add_argument(
         "--repeat", type=int, default=1, metavar="K",
         help="run everything K times (policies side by side in each run) and report the median and spread",
@@ -423,27 +448,48 @@ def main(argv: list[str]) -> None:
     if args.repeat < 1:
         ap.error("--repeat: at least 1")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    if any(p not in ("gate", "naive") for p in policies):
-        ap.error(f"--policy: use gate and/or naive, got {args.policy!r}")
+    known = ("gate", "naive", *(f"gate:{m}" for m in CLASSIFY))
+    if not policies or any(p not in known for p in policies):
+        ap.error(f"--policy: use {', '.join(known)} (comma-separated), got {args.policy!r}")
     asyncio.run(_main(args, policies))
 
 
+CLASSIFY = ("model", "idle", "rules")
+"""`gate:MODE` runs the gate with `[chat] classify = MODE` (plain `gate`: the configured default)."""
+
+
 async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> dict[str, Any]:
-    """One (policy, N, slots) row on a fresh model server."""
+    """One (policy, N, slots) row on a fresh model server (with `--slots`, the double gets as many slots)."""
     from orchestrator.doubles.ollama import profile_named
 
+    base, _, mode = policy.partition(":")
+    chat = {"classify": mode} if mode else None
+    turn_slots = _turn_slots(args)
     if args.llama_server:
-        return await _on_llama_server(policy, n, slots, args.timeout)
-    proc = None
-    url = args.ollama
-    if not url:
-        proc, url = _spawn_double(args.double, None)
-    try:
-        server_slots = None if args.ollama else profile_named(args.double).num_parallel
-        return await run_one(url, policy, n, slots, args.model, args.timeout, server_slots)
-    finally:
-        if proc is not None:
-            _stop(proc)
+        row = await _on_llama_server(base, n, slots, args.timeout, chat, turn_slots)
+    else:
+        proc = None
+        url = args.ollama
+        parallel = slots if args.slots else None
+        if not url:
+            proc, url = _spawn_double(args.double, parallel)
+        try:
+            server_slots = None if args.ollama else parallel or profile_named(args.double).num_parallel
+            row = await run_one(
+                url, base, n, slots, args.model, args.timeout, server_slots, chat=chat, turn_slots=turn_slots
+            )
+        finally:
+            if proc is not None:
+                _stop(proc)
+    return {**row, "policy": policy}
+
+
+def _turn_slots(args: argparse.Namespace) -> int:
+    """The gate's `turn_slots`: as given, else the server kind's default (1 for llama-server: on a CPU its
+    batched decoding does not pay, see bench/README.md; 0, one turn per slot, elsewhere)."""
+    if args.turn_slots is not None:
+        return int(args.turn_slots)
+    return 1 if args.llama_server else 0
 
 
 async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) -> dict[str, Any]:

@@ -61,28 +61,26 @@ def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def versus(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Gate / naive per (slots, N > 1), taken in each run, then the median and spread over the runs."""
+    """Each gate policy / naive per (slots, N > 1), taken in each run, then the median and spread over the runs."""
     by = {(r.get("run", 0), r["policy"], r["slots"], r["n"]): r for r in rows}
-    keys = sorted({(r["slots"], r["n"]) for r in rows if r["n"] > 1})
+    keys = sorted({(r["policy"], r["slots"], r["n"]) for r in rows if r["n"] > 1 and r["policy"] != "naive"})
     out = []
-    for slots, n in keys:
-        runs = sorted({run for run, p, s, k in by if p == "gate" and s == slots and k == n})
+    for policy, slots, n in keys:
+        runs = sorted({run for run, p, s, k in by if p == policy and s == slots and k == n})
         per_run = []
         for run in runs:
-            gate, naive = by.get((run, "gate", slots, n)), by.get((run, "naive", slots, n))
+            gate, naive = by.get((run, policy, slots, n)), by.get((run, "naive", slots, n))
             if gate is None or naive is None:
                 continue
             per_run.append({k: round(gate[k] / naive[k], 3) for k in VERSUS if gate.get(k) and naive.get(k)})
         if not per_run:
             continue
-        row: dict[str, Any] = {"slots": slots, "n": n, "runs": per_run}
+        row: dict[str, Any] = {"policy": policy, "slots": slots, "n": n, "runs": per_run}
         for k in VERSUS:
             values = [p[k] for p in per_run if k in p]
             if values:
                 row[k] = _spread(values)
-        row["gate_ttfa_p99_s"] = _spread(
-            float(by[(run, "gate", slots, n)]["ttfa_p99_s"]) for run in runs if (run, "gate", slots, n) in by
-        )
+        row["gate_ttfa_p99_s"] = _spread(float(by[(run, policy, slots, n)]["ttfa_p99_s"]) for run in runs)
         out.append(row)
     return out
 
@@ -155,10 +153,10 @@ def versus_table(rows: list[dict[str, Any]]) -> None:
     t = Table(title=escape(title), box=None, pad_edge=False)
     names = {"done_max_s": "done max", "done_mean_s": "done mean", "wall_drained_s": "drained",
              "wall_done_s": "wall done", "first_ollama_mean_s": "first-Ollama"}  # fmt: skip
-    for name in ("slots", "N", *names.values(), "gate ttfa p99"):
+    for name in ("policy", "slots", "N", *names.values(), "ttfa p99"):
         t.add_column(name, justify="right")
     for r in rows:
-        cells = [str(r["slots"]), str(r["n"])]
+        cells = [r["policy"], str(r["slots"]), str(r["n"])]
         for k in names:
             s = r.get(k)
             cells.append("-" if s is None else f"{s['median']:.3f}" + (

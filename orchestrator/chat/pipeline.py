@@ -90,10 +90,14 @@ class ChatPlane:
     def _quiet(self) -> bool:
         """May a pending extraction start now? Only on a slot no turn waits for; and while turns are being
         answered, one extraction at a time: its long prompt stalls the replies decoded beside it, but leaving
-        every slot but the turns' idle until the last reply ends drains later than the seed's pipeline."""
+        every slot but the turns' idle until the last reply ends drains later than the seed's pipeline. On a
+        server that answers turns few at a time (`turn_slots`: its batched decoding does not pay), a sequence
+        decoded beside a turn slows it as much as it gains: extraction waits until no turn is in flight."""
         if not self.gate.idle_slot():
             return False
-        return self.stats.active == 0 or (self._unserved == 0 and not self.extractor.running)
+        if self.stats.active == 0:
+            return True
+        return not self.gate.policy.turn_slots and self._unserved == 0 and not self.extractor.running
 
     def busy(self) -> Busy | None:
         """A refusal to answer at once (before the acknowledgement) when the gate's queue is full."""
@@ -211,6 +215,8 @@ class ChatPlane:
     ) -> tuple[prompts.Intent, Any]:
         intent = None if self.naive else prompts.rule_intent(text)
         source = "rules"
+        if intent is None and not self._classify():
+            intent, source = prompts.Intent.chat, "default"
         if intent is None:
             source = "model"
             self.stats.classify_calls += 1
@@ -231,6 +237,15 @@ class ChatPlane:
             session=turn.session, lease=lease, on_token=on_token,
         )  # fmt: skip
         return intent, reply
+
+    def _classify(self) -> bool:
+        """Does the model classify this turn (the rules could not)? Its answer only shapes the reply's
+        instruction, and it costs the server a call before the reply; `idle` asks only while no other turn
+        waits for a slot, so under load every slot goes to replies."""
+        mode = "model" if self.naive else self.cfg.classify
+        if mode == "idle":
+            return self._unserved == 0 and self.gate.queued_of(Priority.INTERACTIVE) == 0
+        return mode == "model"
 
     def end(self, session: str) -> None:
         self.extractor.end(session)

@@ -13,6 +13,8 @@ The decisions are one pure function, `decide(policy, running, waiting, now)`:
 - with no free slot, each interactive waiter beyond the free slots preempts one running background
   lease that is still preemptible (its stream is closed, it queues again with its original arrival
   time; after `max_preemptions` it may finish);
+- with `turn_slots`, at most that many turns hold slots at once (the others wait in order; background
+  still waits behind them, and takes the idle slots only when no turn waits);
 - a background waiter older than `aging_s` is ordered with the interactive ones, so it never starves.
 The async `Gate` around it only keeps the lists, wakes waiters and counts.
 
@@ -93,6 +95,10 @@ class GatePolicy:
     aging_s: float = 60.0
     unbounded: bool = False
     """No gate at all (the seed's naive behaviour, for benchmarks): every call goes straight through."""
+    turn_slots: int = 0
+    """At most this many interactive leases at once (0: all `slots`). On a server whose batched decoding does
+    not pay (llama.cpp on a CPU, with prompts of a few hundred tokens), one turn at a time answers each turn
+    in a fraction of the time and the last one no later; background work still fills every slot after."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
         return Decision(grant=tuple(w.id for w in _order(policy, waiting, now)))
     free = policy.slots - len(running)
     background = sum(1 for r in running if r.priority is Priority.BACKGROUND)
+    turn_room = (policy.turn_slots or policy.slots) - (len(running) - background)
     bg_cap = policy.slots if policy.slots == 1 else policy.slots - 1
     # No turn running or waiting: background may also take the reserved slot, but only preemptibly,
     # so a turn that arrives takes it back at once instead of waiting (with one slot this is the only way).
@@ -142,9 +149,10 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
     blocked_interactive = 0
     for w in _order(policy, waiting, now):
         if w.priority is Priority.INTERACTIVE:
-            if free > 0:
+            if free > 0 and turn_room > 0:
                 grant.append(w.id)
                 free -= 1
+                turn_room -= 1
             else:
                 blocked_interactive += 1
         elif free > 0 and blocked_interactive == 0 and (background < bg_cap or (not turns and w.preemptible)):
@@ -153,7 +161,9 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
             background += 1
     victims = [r for r in running if r.priority is Priority.BACKGROUND and r.preemptible]
     # The newest background leases give way first (they have done the least work).
-    preempt = tuple(r.id for r in sorted(victims, key=lambda r: -r.id)[:blocked_interactive])
+    # Each turn that could start but for a slot takes one back (not those held back by `turn_slots`).
+    takers = min(blocked_interactive, max(0, turn_room)) if free <= 0 else 0
+    preempt = tuple(r.id for r in sorted(victims, key=lambda r: -r.id)[:takers])
     return Decision(grant=tuple(grant), preempt=preempt)
 
 

@@ -16,7 +16,11 @@ Failure is explicit, never a hang: connect, first-token and total timeouts; a 50
 connection error is retried with backoff only while no token has reached the user; a server that stays
 down is `OllamaError(ServerDown)` naming the host; a missing model is `OllamaError(ModelMissing)` naming
 the `ollama pull` to run. Every call sends the same `options`, so the server never reloads the model;
-`max_tokens` caps a call client-side by closing its stream (which frees the server's slot).
+`max_tokens` caps a call: it is sent as `num_predict` (a per-request option, not one of the runner
+options that make Ollama reload), so the server ends the call itself and its slot is free the moment the
+last line arrives — a capped call closed only by the client keeps the slot busy until the server notices,
+and the turn's next call then lands on another slot and reads the whole history again. The client closes
+the stream at the cap too, for a server that ignores the option.
 """
 
 from __future__ import annotations
@@ -248,7 +252,7 @@ class OllamaBackend:
                     messages=list(messages),
                     stream=True,
                     format=format,
-                    options=self.options,
+                    options=self.options if max_tokens is None else {**self.options, "num_predict": max_tokens},
                     keep_alive=self.keep_alive,
                 )
                 async for part in stream:
@@ -295,7 +299,7 @@ class OllamaBackend:
 
 
 def gate_policy(cfg: OllamaConfig, *, naive: bool = False) -> GatePolicy:
-    return GatePolicy(slots=cfg.parallel, max_queue=cfg.max_queue, unbounded=naive)
+    return GatePolicy(slots=cfg.parallel, max_queue=cfg.max_queue, unbounded=naive, turn_slots=cfg.turn_slots)
 
 
 def from_config(cfg: OllamaConfig, gates: dict[str, Gate], *, naive: bool = False, **kwargs: Any) -> OllamaBackend:
