@@ -424,8 +424,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--sweep-slots", type=_ints, help="also run the gate alone at each slot count, e.g. 1,2,4")
     ap.add_argument(
         "--turn-slots", type=int, metavar="K",
-        help="the gate's [ollama] turn_slots: turns answered at once (0: one per slot; default 1 with "
-        "--llama-server, else 0)",
+        help="the gate's [ollama] turn_slots: turns answered at once (default 0: one per slot)",
     )  # fmt: skip
     ap.add_argument(
         "--repeat", type=int, default=1, metavar="K",
@@ -485,11 +484,8 @@ async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> di
 
 
 def _turn_slots(args: argparse.Namespace) -> int:
-    """The gate's `turn_slots`: as given, else the server kind's default (1 for llama-server: on a CPU its
-    batched decoding does not pay, see bench/README.md; 0, one turn per slot, elsewhere)."""
-    if args.turn_slots is not None:
-        return int(args.turn_slots)
-    return 1 if args.llama_server else 0
+    """The gate's `turn_slots`: as given, else 0 (one turn per slot)."""
+    return int(args.turn_slots or 0)
 
 
 async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) -> dict[str, Any]:
