@@ -105,7 +105,7 @@ class OllamaConfig:
     max_queue: int = 256
     """Calls waiting at the gate beyond this are answered "busy, retry after" at once."""
     turn_slots: int = 0
-    """Chat turns answered at once (0: one per slot). 1 on a CPU server, where batched decoding does not pay."""
+    """Chat turns answered at once (0: one per slot); fewer for a server whose batched decoding does not pay."""
     first_token_timeout: float = 120.0
     total_timeout: float = 600.0
 
@@ -223,7 +223,7 @@ host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
 parallel = 1                       # match the server's OLLAMA_NUM_PARALLEL
 model = "hermes3"
 max_queue = 256                    # gate queue bound per class (turns, background): past it, "busy, retry after N s"
-turn_slots = 0                     # turns answered at once (0: one per slot; 1 on a CPU server: see bench chat)
+turn_slots = 0                     # turns answered at once (0: one per slot; bench chat --turn-slots 1 tells)
 first_token_timeout = 120
 total_timeout = 600
 

@@ -97,8 +97,8 @@ class GatePolicy:
     """No gate at all (the seed's naive behaviour, for benchmarks): every call goes straight through."""
     turn_slots: int = 0
     """At most this many interactive leases at once (0: all `slots`). On a server whose batched decoding does
-    not pay (llama.cpp on a CPU, with prompts of a few hundred tokens), one turn at a time answers each turn
-    in a fraction of the time and the last one no later; background work still fills every slot after."""
+    not pay, fewer turns at a time answer each sooner and the last one no later; background work still fills
+    every slot after them."""
 
 
 @dataclass(frozen=True)
