@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from orchestrator import __version__
+from orchestrator import __version__, hardening
 from orchestrator import logging as olog
 from orchestrator.api import Api
 from orchestrator.chat.api import ChatApi
@@ -103,7 +103,11 @@ class Daemon:
             recovered = await store.recover()
             # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
             claude = SharedClaude(self.cfg.anthropic)
-            sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+            sandbox = await asyncio.to_thread(
+                sandboxes.resolve,
+                self.cfg.jobs.sandbox,
+                (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
+            )
             runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
             for repo in sorted({j.repo for j in await store.jobs()}):
@@ -127,6 +131,7 @@ class Daemon:
                 grace=self.grace,
                 gates=self.gates,
                 claude=claude,
+                sandbox=sandbox,
             )
             if self.cfg.jobs.requeue_interrupted:
                 await requeue_interrupted(scheduler, runners)
@@ -242,6 +247,7 @@ landing → next admission); young garbage is still collected as often as before
 
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
     olog.configure(sys.stdout)
+    hardening.harden()  # before the first job: no core file, no /proc/<pid>/environ holding the keys
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())

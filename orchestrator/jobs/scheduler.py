@@ -49,6 +49,7 @@ from orchestrator.paths import Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
+from orchestrator.runners.sandbox import Sandbox
 from orchestrator.store import Write
 
 OPEN_STATES = (
@@ -107,6 +108,7 @@ class Scheduler:
         planner: Planner | None = None,
         gates: dict[str, Any] | None = None,
         claude: SharedClaude | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -119,7 +121,7 @@ class Scheduler:
         """Stamped each round and each idle wait: the service watchdog pings only while it is fresh."""
         self.tick: float | None = None
         """Longest idle wait (set under a watchdog), so a healthy idle loop still stamps its heartbeat."""
-        self.lander = Lander(board, cfg, paths, pool)
+        self.lander = Lander(board, cfg, paths, pool, sandbox)
         self.executor = Executor(board, cfg, paths, pool, runners, self._on_change, self.lander.top_up)
         self._wakeup = asyncio.Event()
         self._stopping = False
