@@ -261,14 +261,14 @@ class OllamaBackend:
                         first = time.monotonic() - sent
                         cm.reschedule(asyncio.get_running_loop().time() + max(0.0, deadline - time.monotonic()))
                     if content:
+                        if max_tokens is not None and tokens >= max_tokens:
+                            break  # a server that ignored num_predict: closing the stream below frees its slot
                         tokens += 1
                         parts.append(content)
                         await deliver(content)
                     if part.done:
                         stats = {k: int(getattr(part, k) or 0) for k in _STAT_KEYS}
                         break
-                    if max_tokens is not None and tokens >= max_tokens:
-                        break  # closing the stream below frees the server's slot
         except TimeoutError:
             which = "first token" if first is None else "whole reply"
             limit = self.timeouts.first_token if first is None else self.timeouts.total
