@@ -35,7 +35,7 @@ from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
-from orchestrator.runners import Runner, registry
+from orchestrator.runners import Runner, process, registry
 from orchestrator.runners import sandbox as sandboxes
 from orchestrator.service import intake
 from orchestrator.service.spool import Spool
@@ -98,6 +98,9 @@ class Daemon:
         notifier = Notifier()
         spool: Spool | None = None
         try:
+            # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
+            no_cgroups = await asyncio.to_thread(process.use_cgroups)
+            log.info(olog.Event.PROCESS_CGROUPS, used=not no_cgroups, reason=no_cgroups or None)
             # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()

@@ -96,6 +96,8 @@ class Event(StrEnum):
     PROCESS_LINGERS = "process.lingers"
     """A killed process group still has members after the wait (uninterruptible sleep?)."""
     PROCESS_NOT_OURS = "process.not_ours"
+    PROCESS_CGROUPS = "process.cgroups"
+    """At start: whether each command gets a cgroup of its own (and why not)."""
     PROCESS_ESCAPEES_ENDED = "process.escapees_ended"
     """Processes that had left their command's group (setsid, a double fork) were found by their mark and ended."""
     ATTEMPT_KEPT = "job.attempt_kept"

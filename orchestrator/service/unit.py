@@ -96,6 +96,9 @@ TimeoutStartSec=90
 TimeoutStopSec=45
 # SIGTERM to the daemon only: it stops its own runners, then systemd kills what is left.
 KillMode=mixed
+# The service's cgroup is the daemon's to divide: one child cgroup per command, so nothing a job starts
+# (setsid, a cleared environment) outlives it. No controller is used.
+Delegate=yes
 UMask=0077
 Environment=PYTHONUNBUFFERED=1
 Environment="PATH={path}"
