@@ -163,6 +163,8 @@ class OllamaConfig:
     model: str = "hermes3"
     max_queue: int = 256
     """Calls waiting at the gate beyond this are answered "busy, retry after" at once."""
+    turn_slots: int = 0
+    """Chat turns answered at once (0: one per slot); fewer for a server whose batched decoding does not pay."""
     first_token_timeout: float = 120.0
     total_timeout: float = 600.0
 
@@ -177,6 +179,9 @@ class ChatConfig:
     """Seconds of quiet in a session after which its pending extraction runs."""
     history: int = 12
     """Messages of the session's history in each prompt."""
+    classify: str = "rules"
+    """When the model classifies a turn the local rules cannot: `model` (always, before the reply: the seed's
+    order), `idle` (only while no other turn waits for the server), `rules` (never: the reply starts at once)."""
 
 
 @dataclass(frozen=True)
@@ -279,7 +284,8 @@ land = "auto"             # auto | review: review holds finished jobs `ready` fo
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
 parallel = 1                       # match the server's OLLAMA_NUM_PARALLEL
 model = "hermes3"
-max_queue = 256                    # gate queue bound: past it, "busy, retry after N s"
+max_queue = 256                    # gate queue bound per class (turns, background): past it, "busy, retry after N s"
+turn_slots = 0                     # turns answered at once (0: one per slot; bench chat --turn-slots 1 tells)
 first_token_timeout = 120
 total_timeout = 600
 
@@ -288,6 +294,7 @@ policy = "gate"           # or "naive": every call straight to the server (for c
 extract_every = 3         # turns per memory-extraction call
 extract_idle = 30         # seconds of quiet before a session's pending extraction runs
 history = 12              # messages of history in each prompt
+classify = "rules"        # rules | idle | model: when the model classifies what the local rules cannot
 
 [anthropic]
 model = "claude-sonnet-4-5"        # coding agents; key from env ANTHROPIC_API_KEY only
@@ -415,6 +422,11 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
+    if not 0 <= cfg.ollama.turn_slots <= cfg.ollama.parallel:
+        raise ConfigError(
+            f"ollama.turn_slots: between 0 (one turn per slot) and parallel ({cfg.ollama.parallel}), "
+            f"got {cfg.ollama.turn_slots}"
+        )
     if cfg.plan.planner not in ("auto", "local", "claude", "ollama", "cli"):
         raise ConfigError(
             f"plan.planner: unknown planner {cfg.plan.planner!r} (use auto, local, claude, ollama or cli)"
@@ -427,6 +439,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("plan.deadline: must be positive")
     if cfg.chat.policy not in ("gate", "naive"):
         raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
+    if cfg.chat.classify not in ("model", "idle", "rules"):
+        raise ConfigError(f"chat.classify: expected 'model', 'idle' or 'rules', got {cfg.chat.classify!r}")
     if cfg.anthropic.concurrency < 1:
         raise ConfigError("anthropic.concurrency: must be at least 1")
     if cfg.anthropic.timeout <= 0:

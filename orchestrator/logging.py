@@ -90,6 +90,7 @@ class Event(StrEnum):
     CHAT_TURN_CANCELLED = "chat.turn.cancelled"
     CHAT_EXTRACTION_DONE = "chat.extraction.done"
     CHAT_EXTRACTION_FAILED = "chat.extraction.failed"
+    CHAT_EXTRACTION_RESUMED = "chat.extraction.resumed"
     PROCESS_SURVIVORS_ENDED = "process.survivors_ended"
     """A restarted daemon ended process groups its dead predecessor had started."""
     PROCESS_LINGERS = "process.lingers"
