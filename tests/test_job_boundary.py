@@ -259,7 +259,8 @@ def test_the_key_is_in_no_file_the_job_can_read(make_repo, daemon_factory, tmp_p
 mv "$TMPDIR/found" found.txt
 """
     job = d.enqueue(repo, text, "--path", "found.txt")
-    assert d.cli("wait", str(job), str(other), "--timeout", "60").returncode == 0
+    assert d.cli("wait", str(job), str(other), "--timeout", "60").returncode == 5  # `other` changes nothing
+    assert d.cli_json("show", str(job))["state"] == "landed"
     found = subprocess.run(["git", "show", "main:found.txt"], cwd=repo, capture_output=True, check=True).stdout
     assert KEY.encode() not in found and secret_text.encode() not in found
     assert int(found.splitlines()[0]) <= 8, "only the job's own processes are visible"

@@ -50,7 +50,7 @@ import psutil
 from orchestrator import logging as olog
 from orchestrator.git.repos import GIT_LOCATION_ENV
 from orchestrator.paths import open_private, private_dir
-from orchestrator.runners import cgroups
+from orchestrator.runners import cgroups, jobpath
 from orchestrator.runners.cgroups import PREFIX, Cgroups
 
 TAIL_BYTES = 4096
@@ -210,6 +210,8 @@ def environment(
         for k, v in source.items()
         if k not in GIT_LOCATION_ENV and any(fnmatch.fnmatchcase(k, p) for p in patterns)
     }
+    if "PATH" in env:
+        env["PATH"] = jobpath.job_path(env["PATH"])  # the user's login PATH first, never the daemon's venv
     env.update(extra or {})
     return env
 

@@ -110,6 +110,32 @@ WantedBy=default.target
 """
 
 
+def env_file(env: Mapping[str, str] | None = None) -> Path:
+    """The file the unit reads its environment from (`EnvironmentFile=-%E/orchestrator/env`)."""
+    env = os.environ if env is None else env
+    return Path(env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")) / "orchestrator" / "env"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The variables an `EnvironmentFile=` sets, as systemd reads it: `KEY=value` lines, `#`/`;` comments,
+    a value in matching quotes unquoted. A missing file sets nothing."""
+    try:
+        text = path.read_text(errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return {}
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip().removeprefix("export ").strip()] = value
+    return out
+
+
 def unit_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where a user's own units live: `$XDG_CONFIG_HOME/systemd/user` (default ~/.config/systemd/user)."""
     env = os.environ if env is None else env
