@@ -56,6 +56,24 @@ async def test_memory_from_one_turn_reaches_a_later_turns_prompt(daemon_factory,
     assert "Rex" in json.dumps(reply_prompts[-1]["messages"][-1])  # the task instruction carries the memory
 
 
+async def test_extraction_reads_only_what_is_not_extracted_yet(daemon_factory, doubles, tmp_path: Path) -> None:
+    """The gate's extraction call carries the turns not yet extracted and the memories of the earlier ones,
+    never the earlier messages themselves, and begins as every session's does (one cached prefix)."""
+    ol = doubles()
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, extract_every=1)
+    said = ["I'm Ann and my dog is called Rex.", "I live in Porto and I work on the billing service."]
+    for i, text in enumerate(said):
+        await turn(d.socket, "ann", text)
+        await wait_for(d.socket, lambda s, i=i: s["extraction"]["calls"] == i + 1 and s["extraction"]["pending"] == 0)
+    await turn(d.socket, "bob", "My cat is called Tom.")
+    await wait_for(d.socket, lambda s: s["extraction"]["calls"] == 3 and s["extraction"]["pending"] == 0)
+    extractions = [r["messages"] for r in ol.requests() if r["format"] and "intent" not in r["messages"][-1]["content"]]
+    assert len(extractions) == 3
+    assert [m["content"] for m in extractions[1] if m["role"] == "user"] == [said[1]]  # the first: extracted
+    assert "Rex" in extractions[1][2]["content"]  # ... and its memory is there instead
+    assert extractions[0][:2] == extractions[1][:2] == extractions[2][:2]
+
+
 async def test_turn_holds_its_slot_from_classification_through_reply(daemon_factory, doubles, tmp_path: Path) -> None:
     """With one gate slot, no other call reaches the server between a turn's classification and its reply."""
     ol = doubles("--parallel", "4")
