@@ -26,13 +26,14 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -501,7 +502,19 @@ def main(argv: list[str]) -> None:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if any(p not in ("gate", "naive") for p in policies):
         ap.error(f"--policy: use gate and/or naive, got {args.policy!r}")
-    asyncio.run(_main(args, policies))
+    try:
+        asyncio.run(_stopped_by_sigterm(_main(args, policies)))
+    except asyncio.CancelledError:
+        print("orchestrator bench chat: stopped by SIGTERM; its daemons and model servers are stopped", file=sys.stderr)
+        sys.exit(143)
+
+
+async def _stopped_by_sigterm(work: Coroutine[Any, Any, None]) -> None:
+    """`work`, cancelled by SIGTERM: every `finally` on the way out stops the daemon and model server it started."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    await work
 
 
 async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> dict[str, Any]:

@@ -9,7 +9,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-WAITING = ("queued", "planning", "planned")
+from orchestrator.core import models
+
+WAITING = models.WAITING
+SUMMARY = ("running", "waiting", "landing", "ready", "interrupted", "landed", "failed", "conflicted", "cancelled")
+"""The order of a summary's counts: what runs or waits first, then what ended."""
 ELLIPSIS = "…"
 
 
@@ -51,7 +55,7 @@ def summary(jobs: Iterable[dict[str, Any]]) -> str:
     by_state = Counter("waiting" if j["state"] in WAITING else j["state"] for j in jobs)
     codes = Counter(j.get("code") or j["state"] for j in jobs if j["state"] in WAITING)
     parts = []
-    for state in ("running", "waiting", "landing", "landed", "failed", "conflicted", "cancelled", "interrupted"):
+    for state in SUMMARY:
         n = by_state.get(state, 0)
         if not n:
             continue

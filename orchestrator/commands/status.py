@@ -23,6 +23,7 @@ from orchestrator.commands.common import (
     err,
     json_option,
 )
+from orchestrator.core import models
 
 STATE_STYLE = {
     "running": "green",
@@ -124,7 +125,7 @@ def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
     return fit.cut_end(f"waiting for {len(open_)} of {len(jobs)} jobs: " + " · ".join(parts), width)
 
 
-ENDED = frozenset(FAILED_STATES | {"landed"})
+ENDED = models.ENDED
 
 
 @click.command()

@@ -22,9 +22,11 @@ from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.commands import fit
 from orchestrator.commands.common import api_call, client, json_option
 from orchestrator.commands.status import job_line
+from orchestrator.core import models
 
-OPEN = ("queued", "planning", "planned", "running", "landing")
-ORDER = {"landing": 0, "running": 1, "planned": 2, "planning": 3, "queued": 4}
+OPEN = models.OPEN | models.HELD
+"""What the view lists per repo: jobs that run or wait, and interrupted ones (they keep their place)."""
+ORDER = {str(s): n for n, s in enumerate(models.VIEW_ORDER)}
 
 
 class View:

@@ -10,7 +10,8 @@ failing one, in this order, gives the reason and the outcome:
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
  6. Overlap                  its claim meets what an active job of its repo claims or has touched
- 7. Priority                 an earlier waiting job of its repo that it conflicts with goes first
+ 7. Priority                 an earlier waiting job of its repo that it conflicts with goes first (so
+                             does an earlier job that keeps its place: interrupted, or planning again)
  8. Landing                  a landing into its target branch is in flight (transient, so reported
                              only when nothing more durable holds the job back)
  9. Concurrency              the global or per-repo limit of active jobs is reached
@@ -278,11 +279,12 @@ def _glob_buckets(path: str, names: dict[str, list[K]], globs: list[tuple[str, K
 class _State:
     """Active jobs by repo and ready waiting jobs by repo. Holds no reference to the snapshot."""
 
-    __slots__ = ("active", "count", "waiting")
+    __slots__ = ("active", "count", "held", "waiting")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.active: dict[str, _Active] = {}
         self.waiting: dict[str, _Waiting] = {}
+        self.held = frozenset(j.id for j in snapshot.held)
         self.count = 0
         for job in snapshot.active:
             self.add_active(_facts(job, snapshot.policy))
@@ -314,7 +316,7 @@ def _state(snapshot: Snapshot) -> _State:
     if hit is not None and hit[0]() is snapshot:
         return hit[1]
     state = _State(snapshot)
-    for job in sorted(snapshot.waiting, key=_order):
+    for job in sorted((*snapshot.waiting, *snapshot.held), key=_order):
         if _ready(job, snapshot):
             state.add_waiting(_facts(job, snapshot.policy))
 
@@ -351,8 +353,13 @@ def decide_all(snapshot: Snapshot) -> list[Decision]:
 def iter_decisions(snapshot: Snapshot) -> Iterator[Decision]:
     """`decide_all`, one decision at a time: a caller can act on an admission before the queue's tail is decided."""
     state = _State(snapshot)
-    for job in sorted(snapshot.waiting, key=_order):
+    held = {j.id for j in snapshot.held}
+    for job in sorted((*snapshot.waiting, *snapshot.held), key=_order):
         f = _facts(job, snapshot.policy)
+        if job.id in held:
+            if _ready(job, snapshot):
+                state.add_waiting(f)  # keeps its place: later jobs it overlaps wait for it
+            continue
         d = _decide(f, snapshot, state)
         yield d
         if d.admitted:
@@ -397,15 +404,58 @@ class _Checks:
             self.verdict = _Verdict(reason, outcome, message, next, tuple(blocking), tuple(paths))
 
 
-def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
-    job, policy, c = f.job, snap.policy, _Checks()
-    active = st.active.get(job.repo)
-    repo_active = active.jobs if active is not None else []
-    repo_ids = [a.job.id for a in repo_active]
-    in_repo = f"{_n(len(repo_active), 'active job')} in repo"
+@dataclass(slots=True)
+class _Ask:
+    """One waiting job's question to one snapshot, with what every check reads of its repo."""
 
-    # 1-2. Dependencies.
-    after = sorted(set(job.after))
+    f: _Facts
+    snap: Snapshot
+    st: _State
+    active: _Active | None
+    repo_active: list[_Facts]
+    repo_ids: list[int]
+    in_repo: str
+    shared: frozenset[str] = frozenset()
+    """Union-mergeable paths it shares with active jobs (found by the overlap check)."""
+
+    @property
+    def job(self) -> JobView:
+        return self.f.job
+
+
+def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
+    active = st.active.get(f.job.repo)
+    repo_active = active.jobs if active is not None else []
+    ask = _Ask(
+        f,
+        snap,
+        st,
+        active,
+        repo_active,
+        [a.job.id for a in repo_active],
+        f"{_n(len(repo_active), 'active job')} in repo",
+    )
+    c = _Checks()
+    for check in CHECKS:
+        check(ask, c)
+    job, shared_paths = f.job, tuple(sorted(ask.shared))
+    if (v := c.verdict) is not None:
+        return Decision(
+            job.id, v.outcome, v.reason, v.message, v.blocking, v.paths, shared_paths, v.next, tuple(c.checks)
+        )
+    if f.exclusive:
+        msg = f"admitted to run alone ({f.alone_reason})"
+    elif repo_active:
+        msg = f"admitted beside {ask.in_repo}, claim disjoint{_shared_note(ask.shared)}"
+    else:
+        msg = f"admitted: no active job in repo{_shared_note(ask.shared)}"
+    return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
+
+
+def _dependencies(ask: _Ask, c: _Checks) -> None:
+    """1-2. DependencyFailed, Dependency."""
+    snap = ask.snap
+    after = sorted(set(ask.job.after))
     dead = [i for i in after if i in snap.dead]
     pending = [i for i in after if i not in snap.landed and i not in snap.dead]
     if dead:
@@ -422,16 +472,22 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 
-    # 2b. Paused: nothing new starts in a paused repo (running jobs go on).
-    if job.repo in snap.paused or ALL_REPOS in snap.paused:
-        scope = "the daemon" if ALL_REPOS in snap.paused else "its repo"
-        how = "`orchestrator resume" + ("`" if ALL_REPOS in snap.paused else f" --repo {job.repo}`")
+
+def _paused(ask: _Ask, c: _Checks) -> None:
+    """2b. Paused: nothing new starts in a paused repo (running jobs go on)."""
+    paused = ask.snap.paused
+    if ask.job.repo in paused or ALL_REPOS in paused:
+        scope = "the daemon" if ALL_REPOS in paused else "its repo"
+        how = "`orchestrator resume" + ("`" if ALL_REPOS in paused else f" --repo {ask.job.repo}`")
         c.fail(Reason.PAUSED, f"{scope} is paused: nothing new starts", f"waits for {how}")
     else:
         c.ok("Paused", "not paused")
 
-    # 3. Base moved. A job that runs alone starts on the current head anyway.
-    moved = snap.moved.get(job.id, frozenset())
+
+def _base_moved(ask: _Ask, c: _Checks) -> None:
+    """3. Base moved. A job that runs alone starts on the current head anyway."""
+    job, f, policy = ask.job, ask.f, ask.snap.policy
+    moved = ask.snap.moved.get(job.id, frozenset())
     if f.exclusive:
         c.ok("BaseMoved", "runs alone: starts on the current head")
     elif job.claim.source is ClaimSource.DECLARED:
@@ -452,8 +508,10 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
         else:
             c.ok("BaseMoved", f"{job.branch} moved in {_n(len(moved), 'path')} since planning, none claimed")
 
-    # 4. An active job of the repo runs alone.
-    alone = [a for a in repo_active if a.exclusive]
+
+def _exclusive(ask: _Ask, c: _Checks) -> None:
+    """4. An active job of the repo runs alone."""
+    alone = [a for a in ask.repo_active if a.exclusive]
     if alone:
         ids = [a.job.id for a in alone]
         if len(alone) == 1:
@@ -464,88 +522,104 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Exclusive", "no active job in repo runs alone")
 
-    # 5. It must run alone.
-    wait_alone = f"waits to run alone: {in_repo}"
+
+def _runs_alone(ask: _Ask, c: _Checks) -> None:
+    """5. It must run alone: Ambiguous, Barrier."""
+    f, job, policy = ask.f, ask.job, ask.snap.policy
+    wait_alone = f"waits to run alone: {ask.in_repo}"
     if f.ambiguous is None:
         c.ok(
             "Ambiguous", f"claim is specific: {_n(len(job.claim.paths), 'path')}, confidence {job.claim.confidence:.2f}"
         )
-    elif repo_active:
-        c.fail(Reason.AMBIGUOUS, f"claim is ambiguous ({f.ambiguous}): runs alone, {in_repo}", wait_alone, repo_ids)
+    elif ask.repo_active:
+        msg = f"claim is ambiguous ({f.ambiguous}): runs alone, {ask.in_repo}"
+        c.fail(Reason.AMBIGUOUS, msg, wait_alone, ask.repo_ids)
     else:
         c.ok("Ambiguous", f"claim is ambiguous ({f.ambiguous}): runs alone, no active job in repo")
     if not f.barriers:
         c.ok("Barrier", "touches no barrier path" if policy.barriers else "no barrier paths configured")
-    elif repo_active:
-        msg = f"touches barrier {_plist(f.barriers)}: runs alone, {in_repo}"
-        c.fail(Reason.BARRIER, msg, wait_alone, repo_ids, f.barriers)
+    elif ask.repo_active:
+        msg = f"touches barrier {_plist(f.barriers)}: runs alone, {ask.in_repo}"
+        c.fail(Reason.BARRIER, msg, wait_alone, ask.repo_ids, f.barriers)
     else:
         c.ok("Barrier", f"touches barrier {_plist(f.barriers)}: runs alone, no active job in repo")
 
-    # 6. Overlap with what active jobs claim or have touched.
+
+def _overlap(ask: _Ask, c: _Checks) -> None:
+    """6. Overlap with what active jobs claim or have touched."""
+    f, active = ask.f, ask.active
     owners, met = active.meeting(f) if active is not None else (set(), set())
-    shared = active.merged.meeting(f.claim_merge) if active is not None and active.merged else frozenset()
+    ask.shared = active.merged.meeting(f.claim_merge) if active is not None and active.merged else frozenset()
     if owners:
         ids = sorted(owners)
         shown = ", ".join(
             f"job {a.job.id} ({_plist(_held_meeting(a, f), 2)})"
-            for a in [a for a in repo_active if a.job.id in owners][:4]
+            for a in [a for a in ask.repo_active if a.job.id in owners][:4]
         )
         more = f" and {len(ids) - 4} more" if len(ids) > 4 else ""
-        msg = f"claim meets {len(ids)} of {in_repo}: {shown}{more}"
+        msg = f"claim meets {len(ids)} of {ask.in_repo}: {shown}{more}"
         c.fail(Reason.OVERLAP, msg, f"waits for {_jobs(ids)} to land", ids, sorted(met))
     else:
-        c.ok(
-            "Overlap",
-            f"claim is disjoint from {in_repo}{_shared_note(shared)}" if repo_active else "no active job in repo",
-        )
+        disjoint = f"claim is disjoint from {ask.in_repo}{_shared_note(ask.shared)}"
+        c.ok("Overlap", disjoint if ask.repo_active else "no active job in repo")
 
-    # 7. Earlier waiting jobs it conflicts with go first.
-    waiting = st.waiting.get(job.repo)
-    early, early_paths, more = waiting.earlier(f) if waiting is not None else ([], [], False)
-    if early:
-        count = ("at least " if more else "") + _n(len(early), "earlier waiting job")
-        if f.exclusive:
-            msg = f"runs alone after {count} in repo: {_jobs(early, bare=True)}"
-        else:
-            over = f" (over {_plist(early_paths)})" if early_paths else ""
-            msg = f"{count} in repo go{'es' if len(early) == 1 else ''} first: {_jobs(early, bare=True)}{over}"
-        c.fail(Reason.PRIORITY, msg, f"waits for {_jobs(early)} to start", early, early_paths)
-    else:
+
+def _priority(ask: _Ask, c: _Checks) -> None:
+    """7. Earlier waiting jobs it conflicts with go first (and earlier jobs that keep their place)."""
+    f = ask.f
+    waiting = ask.st.waiting.get(ask.job.repo)
+    early: list[int] = []
+    early_paths: list[str] = []
+    beyond = False
+    if waiting is not None:
+        early, early_paths, beyond = waiting.earlier(f)
+    if not early:
         c.ok("Priority", "no earlier waiting job in repo conflicts with it")
+        return
+    count = ("at least " if beyond else "") + _n(len(early), "earlier waiting job")
+    if f.exclusive:
+        msg = f"runs alone after {count} in repo: {_jobs(early, bare=True)}"
+    else:
+        over = f" (over {_plist(early_paths)})" if early_paths else ""
+        msg = f"{count} in repo go{'es' if len(early) == 1 else ''} first: {_jobs(early, bare=True)}{over}"
+    kept = [i for i in early if i in ask.st.held]
+    nxt = f"waits for {_jobs(early)} to start"
+    if kept:
+        nxt += (
+            f"; {_jobs(kept)} kept {'its' if len(kept) == 1 else 'their'} place after a stop: "
+            f"`orchestrator retry {kept[0]}` runs it again, `orchestrator cancel {kept[0]}` gives the place up"
+        )
+    c.fail(Reason.PRIORITY, msg, nxt, early, early_paths)
 
-    # 8. Landing in flight: transient (a landing takes a moment), so the durable reasons above come first.
-    if (job.repo, job.branch) in snap.landing:
+
+def _landing(ask: _Ask, c: _Checks) -> None:
+    """8. Landing in flight: transient (a landing takes a moment), so the durable reasons above come first."""
+    job = ask.job
+    if (job.repo, job.branch) in ask.snap.landing:
         msg = f"a landing into {job.branch} is in flight"
         c.fail(Reason.LANDING, msg, f"waits for the landing into {job.branch} to finish")
     else:
         c.ok("Landing", f"no landing into {job.branch} in flight")
 
-    # 9. Capacity.
-    limit, per_repo = policy.max_concurrent, snap.slots.get(job.repo, policy.per_repo)
+
+def _capacity(ask: _Ask, c: _Checks) -> None:
+    """9. Capacity: the global and the per-repo limit of active jobs."""
+    policy, st, n_repo = ask.snap.policy, ask.st, len(ask.repo_active)
+    limit, per_repo = policy.max_concurrent, ask.snap.slots.get(ask.job.repo, policy.per_repo)
     if st.count >= limit:
         msg = (
             f"{max(limit - st.count, 0)}/{limit} slots free: {_n(st.count, 'active job')} (MAX_CONCURRENT_JOBS={limit})"
         )
         c.fail(Reason.CONCURRENCY, msg, "waits for a free slot", st.active_ids())
-    elif len(repo_active) >= per_repo:
-        msg = f"{max(per_repo - len(repo_active), 0)}/{per_repo} repo slots free: {in_repo} (per-repo limit {per_repo})"
-        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot in repo", repo_ids)
+    elif n_repo >= per_repo:
+        msg = f"{max(per_repo - n_repo, 0)}/{per_repo} repo slots free: {ask.in_repo} (per-repo limit {per_repo})"
+        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot in repo", ask.repo_ids)
     else:
-        c.ok("Concurrency", f"{limit - st.count}/{limit} slots free, {per_repo - len(repo_active)}/{per_repo} in repo")
+        c.ok("Concurrency", f"{limit - st.count}/{limit} slots free, {per_repo - n_repo}/{per_repo} in repo")
 
-    shared_paths = tuple(sorted(shared))
-    if (v := c.verdict) is not None:
-        return Decision(
-            job.id, v.outcome, v.reason, v.message, v.blocking, v.paths, shared_paths, v.next, tuple(c.checks)
-        )
-    if f.exclusive:
-        msg = f"admitted to run alone ({f.alone_reason})"
-    elif repo_active:
-        msg = f"admitted beside {in_repo}, claim disjoint{_shared_note(shared)}"
-    else:
-        msg = f"admitted: no active job in repo{_shared_note(shared)}"
-    return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
+
+CHECKS = (_dependencies, _paused, _base_moved, _exclusive, _runs_alone, _overlap, _priority, _landing, _capacity)
+"""The checks in order: the first that fails gives the reason (see the module docstring); all are kept for `why`."""
 
 
 def _held_meeting(a: _Facts, f: _Facts) -> list[str]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.core.job import Job
-from orchestrator.core.models import Code, JobState
-
-WAITING = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
+from orchestrator.core.models import WAITING, Code, JobState
 
 
 def next_step(job: Job, landing_now: bool = False) -> str:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pygit2
 import structlog
 import unidiff
+import watchfiles
 from pygit2.enums import DiffFind, DiffOption
-from watchfiles._rust_notify import RustNotify
 
 from orchestrator.git import repos
 from orchestrator.logging import Event
@@ -30,6 +30,8 @@ __all__ = ["ChangeWatcher", "OnChange", "actual_paths", "paths_from_diff", "unif
 log = structlog.get_logger(__name__)
 
 OnChange = Callable[[frozenset[str]], Awaitable[None]]
+READY_MS = 50
+"""How long the watch thread's wait for a change lasts before it looks again (and how soon `start` returns)."""
 
 _WORKDIR_FLAGS = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS | DiffOption.SHOW_UNTRACKED_CONTENT
 _FIND = DiffFind.FIND_RENAMES | DiffFind.FIND_FOR_UNTRACKED
@@ -180,21 +182,30 @@ class ChangeWatcher:
                 loop.call_soon_threadsafe(batches.put_nowait, item)
 
         try:
-            notify = RustNotify([self._root], False, False, 300, True, True)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting start()
-            ready.set_exception(exc)
-            return
-        try:
-            with notify:
-                ready.set_result(None)
-                while not self._stop.is_set():
-                    raw = notify.watch(self._debounce_ms, self._step_ms, 1_000, self._stop)
-                    if isinstance(raw, set):
-                        changed = [path for _, path in raw if self._outside_git(path)]
-                        if changed:
-                            send(changed)
-        except Exception:
-            log.exception(Event.WORKTREE_ERROR, worktree=self._root, stage="watch")
+            # watchfiles' public generator: it registers the watches, then yields each debounced batch, and (with
+            # `yield_on_timeout`) an empty one every READY_MS while nothing changes — the first yield of either
+            # kind says the watches are in place.
+            for raw in watchfiles.watch(
+                self._root,
+                watch_filter=None,
+                debounce=self._debounce_ms,
+                step=self._step_ms,
+                stop_event=self._stop,
+                rust_timeout=READY_MS,
+                yield_on_timeout=True,
+                raise_interrupt=False,
+                ignore_permission_denied=True,
+            ):
+                if not ready.done():
+                    ready.set_result(None)
+                changed = [path for _, path in raw if self._outside_git(path)]
+                if changed:
+                    send(changed)
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                log.exception(Event.WORKTREE_ERROR, worktree=self._root, stage="watch")
         finally:
             send(None)
 

@@ -18,7 +18,7 @@ HEADER = "==> "
 
 def _open_private(path: Path, flags: int, mode: str) -> BinaryIO:
     """Job logs hold the job's text and output: 0600 whatever the umask."""
-    return os.fdopen(os.open(path, flags | os.O_CREAT, 0o600), mode)
+    return os.fdopen(os.open(path, flags | os.O_CREAT, 0o600), mode)  # type: ignore[return-value]  # binary mode
 
 
 def attempt_header(path: Path, job: Job) -> None:
