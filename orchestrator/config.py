@@ -1,6 +1,7 @@
 """Settings: TOML (tomllib) into frozen dataclasses, then environment overrides.
 
-An invalid file is a `ConfigError` naming the key; the CLI exits 78 (EX_CONFIG) on it.
+An invalid file is a `ConfigError` naming the key; the CLI exits 78 (EX_CONFIG) on it. So is a config dir,
+config file or env file that another user could have written (ssh's rule, `paths.unsafe`): it is never read.
 Environment overrides: `MAX_CONCURRENT_JOBS` (as in the seed), `OLLAMA_HOST`, `OLLAMA_NUM_PARALLEL`,
 `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `ORCHESTRATOR_SANDBOX` (jobs.sandbox).
 """
@@ -450,9 +451,28 @@ def _apply_env(cfg: Config, env: Mapping[str, str]) -> Config:
     return dataclasses.replace(cfg, jobs=jobs, ollama=ollama, anthropic=anthropic)
 
 
+def trusted(path: Path) -> None:
+    """Raise ConfigError when another user could have written the config file `path`, its dir (or one above)
+    or the env file beside it (which must not be readable by others either): its settings name commands the
+    daemon runs (`on_end`, `check`, runners) and whether jobs are confined, so only its owner may set them."""
+    from orchestrator.paths import unsafe
+
+    for p, secret in ((path.parent, False), (path, False), (path.with_name("env"), True)):
+        if not os.path.lexists(p):
+            continue
+        try:
+            problem = unsafe(p, secret=secret)
+        except OSError as e:
+            problem = f"{p}: cannot check who may write it ({e.strerror}): fix its permissions or move it aside"
+        if problem is not None:
+            raise ConfigError(f"refused: {problem}")
+
+
 def load(path: Path, env: Mapping[str, str] | None = None) -> Config:
-    """Read `path` (missing means all defaults) and apply the environment."""
+    """Read `path` (missing means all defaults) and apply the environment; a file another user could have
+    written is refused unread (`trusted`)."""
     env = os.environ if env is None else env
+    trusted(path)
     data: dict[str, Any] = {}
     if path.exists() or path.is_symlink():
         try:

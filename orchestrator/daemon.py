@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from orchestrator import __version__, socketguard
+from orchestrator import __version__, hardening, socketguard
 from orchestrator import logging as olog
 from orchestrator.api import Api
 from orchestrator.chat.api import ChatApi
@@ -53,6 +53,7 @@ from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner, registry
 from orchestrator.runners import sandbox as sandboxes
+from orchestrator.runners.sandbox import Sandbox
 from orchestrator.service import intake
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
@@ -113,11 +114,12 @@ class JobPlane:
         gates: dict[str, Any] | None = None,
         claude: SharedClaude | None = None,
         planner: Planner | None = None,
+        sandbox: Sandbox | None = None,
     ) -> JobPlane:
         store = board.store
         facts = GitFacts(cfg)
         watch = OverlapWatch(board, cfg, facts)
-        lander = Lander(board, cfg, paths, pool)
+        lander = Lander(board, cfg, paths, pool, sandbox)
         executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up)
         scheduler: Scheduler | None = None
 
@@ -199,7 +201,11 @@ class Daemon:
         # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
         claude = SharedClaude(self.cfg.anthropic)
         parts.push_async_callback(claude.close)
-        sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+        sandbox = await asyncio.to_thread(
+            sandboxes.resolve,
+            self.cfg.jobs.sandbox,
+            (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
+        )
         runners = registry(self.cfg, claude, sandbox)
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
         for repo in sorted({j.repo for j in await store.jobs()}):
@@ -215,7 +221,7 @@ class Daemon:
         await settle_landings(board, pool)
         plane = JobPlane.load(
             self.cfg, self.paths, board, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates,
-            claude=claude,
+            claude=claude, sandbox=sandbox,
         )  # fmt: skip
         timeout = self.cfg.daemon.shutdown_timeout
         parts.push_async_callback(plane.notifier.drain, min(timeout, 5.0))
@@ -346,6 +352,7 @@ landing → next admission); young garbage is still collected as often as before
 
 def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
     olog.configure(sys.stdout)
+    hardening.harden()  # before the first job: no core file, no /proc/<pid>/environ holding the keys
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())

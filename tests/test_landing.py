@@ -15,7 +15,7 @@ import pytest
 from orchestrator.git import checkouts, landing
 from orchestrator.git.commits import commit_worktree
 from orchestrator.git.landing import Check, LandOutcome, advance, land, run_check
-from tests.conftest import git, write
+from tests.conftest import git, workspace, write
 
 
 class Repo:
@@ -31,12 +31,11 @@ class Repo:
 
     def job(self, n: int, files: dict[str, str | None], base: str | None = None) -> str:
         """Job `n`'s commit: `files` written (None: deleted) in its worktree on `orchestrator/n` from `base`."""
-        wt = self.tmp / f"wt{n}"
-        git(self.root, "worktree", "add", "-q", "-b", f"orchestrator/{n}", str(wt), base or self.base)
+        wt = workspace(self.root, self.tmp / f"wt{n}", base or self.base, f"orchestrator/{n}")
         write(wt, {p: t for p, t in files.items() if t is not None})
         for p in (p for p, t in files.items() if t is None):
             (wt / p).unlink()
-        sha = commit_worktree(wt, message=f"job {n}", job_id=n, base=base or self.base)
+        sha = commit_worktree(wt, message=f"job {n}", job_id=n, base=base or self.base, repo_path=self.root)
         assert sha is not None
         return sha
 

@@ -5,6 +5,7 @@ The work lives in `orchestrator.service` (unit, manager, hooks, doctor); these a
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -147,11 +148,10 @@ def _in_repo(action: Callable[[Path], T], repo: Path) -> tuple[Path, T]:
 def _remember(repo: Path) -> None:
     """Note the repository for `doctor` (which checks the hooks of every known repository)."""
     p = paths.resolve()
-    p.state_dir.mkdir(parents=True, exist_ok=True)
     known = p.state_dir / "hooked-repos"
     lines = known.read_text().splitlines() if known.exists() else []
     if str(repo) not in lines:
-        with known.open("a") as f:
+        with os.fdopen(paths.open_private(known, os.O_WRONLY | os.O_APPEND), "a") as f:  # dirs 0700, file 0600
             f.write(f"{repo}\n")
 
 

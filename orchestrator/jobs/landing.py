@@ -33,14 +33,19 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
+from orchestrator.runners.sandbox import Sandbox
 
 LANDING = frozenset({JobState.LANDING})
 USER_DIRTY_RETRY = (1.0, 30.0)  # first and longest wait before trying again when the user's changes are in the way
 
 
 class Lander:
-    def __init__(self, board: Board, cfg: Config, paths: Paths, pool: WorktreePool) -> None:
+    def __init__(
+        self, board: Board, cfg: Config, paths: Paths, pool: WorktreePool, sandbox: Sandbox | None = None
+    ) -> None:
         self.board = board
+        self.sandbox = sandbox
+        """Where landing checks run (the job's code, merged): confined like the jobs themselves."""
         self.cfg = cfg
         self.paths = paths
         self.pool = pool
@@ -214,6 +219,7 @@ class Lander:
                 log_path=self.paths.job_log(job.id),
                 scratch_root=self.paths.scratch,
                 owner=StoreOwner(self.board.store, job.id),
+                sandbox=self.sandbox,
             )
         return await git_landing.land(
             Path(job.repo),

@@ -44,8 +44,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from orchestrator import logging as olog
 from orchestrator.git.repos import GIT_LOCATION_ENV
+from orchestrator.paths import open_private, private_dir
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -159,8 +162,7 @@ class _Log:
     def open(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
 
     def note(self, text: str) -> None:
@@ -274,7 +276,7 @@ async def run(
             pass  # the gate is already gone (killed from outside): its exit status says so
         finally:
             proc.stdin.close()
-        return await _supervise(proc, group, owner, log, timeout, grace)
+        return await _supervise(proc, group, owner, log, timeout, grace, spare_leader=bool(prefix))
     finally:
         await asyncio.to_thread(log.close)
         if script is not None:
@@ -283,7 +285,14 @@ async def run(
 
 
 async def _supervise(
-    proc: asyncio.subprocess.Process, group: Group, owner: Owner, log: _Log, timeout: float, grace: float
+    proc: asyncio.subprocess.Process,
+    group: Group,
+    owner: Owner,
+    log: _Log,
+    timeout: float,
+    grace: float,
+    *,
+    spare_leader: bool = False,
 ) -> ProcessResult:
     async def pump() -> None:
         assert proc.stdout is not None
@@ -298,11 +307,11 @@ async def _supervise(
         except TimeoutError:
             timed_out = True
             log.note(f"\n[timed out after {timeout:g}s: SIGTERM, then SIGKILL after {grace:g}s]\n")
-            await _terminate(proc, grace)
+            await _terminate(proc, grace, spare_leader=spare_leader)
     except asyncio.CancelledError:
         # A graceful stop or a cancel: the command gets SIGTERM and its grace, shielded from a second cancel.
         log.note(f"\n[stopped: SIGTERM, then SIGKILL after {grace:g}s]\n")
-        await asyncio.shield(_end_group(proc, group, grace=grace))
+        await asyncio.shield(_end_group(proc, group, grace=grace, spare_leader=spare_leader))
         await asyncio.shield(owner.disown(group))
         reader.cancel()
         raise
@@ -347,8 +356,13 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         delay = min(delay * 2, 0.1)
 
 
-async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
-    signal_group(proc.pid, signal.SIGTERM)
+async def _terminate(proc: asyncio.subprocess.Process, grace: float, *, spare_leader: bool = False) -> None:
+    """SIGTERM, `grace` seconds, SIGKILL. With `spare_leader` (the leader is a sandbox whose death kills all it
+    holds at once), SIGTERM goes to the leader's descendants only, so the command gets its grace period."""
+    if spare_leader:
+        _signal_descendants(proc.pid, signal.SIGTERM)
+    else:
+        signal_group(proc.pid, signal.SIGTERM)
     try:
         await asyncio.wait_for(_exited(proc), grace)
     except TimeoutError:
@@ -356,10 +370,22 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
         await _exited(proc)
 
 
-async def _end_group(proc: asyncio.subprocess.Process, group: Group, *, grace: float) -> None:
+def _signal_descendants(pid: int, sig: signal.Signals) -> None:
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        with contextlib.suppress(psutil.Error):  # gone meanwhile: nothing to signal
+            child.send_signal(sig)
+
+
+async def _end_group(
+    proc: asyncio.subprocess.Process, group: Group, *, grace: float, spare_leader: bool = False
+) -> None:
     """SIGTERM (with `grace`) then SIGKILL the whole group; return once the leader is reaped and the group empty."""
     if grace > 0 and proc.returncode is None:
-        await _terminate(proc, grace)
+        await _terminate(proc, grace, spare_leader=spare_leader)
     signal_group(group.pgid, signal.SIGKILL)
     await _exited(proc)
     if not await _all_gone([group], EMPTY_WAIT, kill=True):
@@ -379,7 +405,7 @@ def _argv(command: str | Sequence[str], script_dir: Path | None) -> tuple[list[s
     if len(command.encode()) <= ARGV_TEXT_LIMIT:
         return ["/bin/sh", "-c", command], None
     if script_dir is not None:
-        script_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(script_dir)
     fd, name = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=script_dir)  # mode 0600
     with os.fdopen(fd, "wb") as f:
         f.write(command.encode())

@@ -93,7 +93,7 @@ def deliver(req: dict[str, Any], p: paths.Paths, timeout: float = TIMEOUT) -> st
 
 
 def _log(p: paths.Paths, line: str) -> None:
-    p.state_dir.mkdir(parents=True, exist_ok=True)
+    paths.private_dir(p.state_dir)  # 0700 whatever the umask: the daemon reads its spool from there
     log = p.hook_log
     if log.exists() and log.stat().st_size > LOG_CAP:
         log.replace(log.with_suffix(".log.1"))
