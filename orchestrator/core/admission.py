@@ -31,21 +31,26 @@ incrementally as it walks the queue.
 
 from __future__ import annotations
 
-import weakref
-from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from operator import itemgetter
-from typing import TypeVar
 
 from orchestrator.core import claims
-from orchestrator.core.claims import ClaimError, PathIndex, name_of
+from orchestrator.core.admission_index import (
+    BLOCKING_LIMIT,
+    Active,
+    Facts,
+    State,
+    canon,
+    clear_caches,
+    facts,
+    order,
+    plist,
+    ready,
+    state_of,
+)
 from orchestrator.core.models import (
     ALL_REPOS,
-    ROOT,
     Check,
-    Claim,
     ClaimSource,
     Decision,
     JobView,
@@ -55,286 +60,13 @@ from orchestrator.core.models import (
     Snapshot,
 )
 
-__all__ = ["clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
-
-OrderKey = tuple[int, int]
-BLOCKING_LIMIT = 20
-"""At most this many earlier waiting jobs are listed as blocking a job (Priority): the first in order."""
-_id = itemgetter(1)  # the job id of an order key
-K = TypeVar("K")
-
-
-# ---------------------------------------------------------------------------------------------- facts
-
-
-def _canon(path: str) -> str:
-    try:
-        return claims.normalize(path)
-    except ClaimError:
-        # A path we cannot place may be anywhere: treat it as the root, which overlaps everything.
-        return ROOT
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Facts:
-    """What admission derives from one job under one policy (cached: JobView and Policy are frozen)."""
-
-    job: JobView
-    counted: frozenset[str]
-    """Claim minus mergeable paths: what it asks for."""
-    held: frozenset[str]
-    """Claim and actual minus mergeable paths: what it holds while active."""
-    claim_merge: frozenset[str]
-    held_merge: frozenset[str]
-    claim_index: PathIndex
-    names: frozenset[str]
-    """Names (`name_of`) of the counted paths."""
-    under: frozenset[str]
-    """Strict ancestors of `names`."""
-    held_names: frozenset[str]
-    held_under: frozenset[str]
-    globs: tuple[str, ...]
-    """Counted paths that are patterns (kept out of `names`: they meet by matching, see `claims.overlaps`)."""
-    held_globs: tuple[str, ...]
-    ambiguous: str | None
-    barriers: tuple[str, ...]
-    """Its claim or actual paths that reach a barrier pattern, sorted."""
-    exclusive: bool
-    """It runs alone: ambiguous, or touching a barrier."""
-
-    @property
-    def alone_reason(self) -> str:
-        return self.ambiguous or f"barrier {_plist(self.barriers, 2)}"
-
-
-def _facts(job: JobView, policy: Policy) -> _Facts:
-    try:
-        return _cached_facts(job, policy)
-    except TypeError:  # a field given as a list or set: unhashable, so derive without the cache
-        return _derive_facts(job, policy)
-
-
-def _derive_facts(job: JobView, policy: Policy) -> _Facts:
-    claim_paths = frozenset(_canon(p) for p in job.claim.paths)
-    touched = claim_paths | frozenset(_canon(p) for p in job.actual)
-    counted, claim_merge = claims.split_mergeable(claim_paths, policy.mergeable, job.mergeable)
-    held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
-    names = frozenset(name_of(p) for p in counted if not claims.is_glob(p))
-    held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p))
-    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy, job.repo)
-    barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
-    return _Facts(
-        job=job,
-        counted=counted,
-        held=held,
-        claim_merge=claim_merge,
-        held_merge=held_merge,
-        claim_index=PathIndex(counted),
-        names=names,
-        under=frozenset(a for n in names for a in claims.ancestors(n)),
-        held_names=held_names,
-        held_under=frozenset(a for n in held_names for a in claims.ancestors(n)),
-        globs=tuple(sorted(p for p in counted if claims.is_glob(p))),
-        held_globs=tuple(sorted(p for p in held if claims.is_glob(p))),
-        ambiguous=ambiguous,
-        barriers=barriers,
-        exclusive=ambiguous is not None or bool(barriers),
-    )
-
-
-_cached_facts = lru_cache(maxsize=16384)(_derive_facts)
+__all__ = ["BLOCKING_LIMIT", "clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
 
 def runs_alone(job: JobView, policy: Policy) -> str | None:
     """Why `job` must run alone in its repo (ambiguous claim, barrier path), or None if it need not."""
-    f = _facts(job, policy)
+    f = facts(job, policy)
     return f.alone_reason if f.exclusive else None
-
-
-def clear_caches() -> None:
-    """Forget cached per-job facts and per-snapshot indexes (for benchmarks that measure cold calls)."""
-    _cached_facts.cache_clear()
-    _STATES.clear()
-
-
-# ------------------------------------------------------------------------------------------ indexes
-
-
-class _Waiting:
-    """Ready waiting jobs of one repo, indexed for the Priority check. Jobs are added in `order_key` order."""
-
-    __slots__ = ("exclusive", "globs", "keys", "names", "under")
-
-    def __init__(self) -> None:
-        self.keys: list[OrderKey] = []
-        self.exclusive: list[OrderKey] = []
-        self.globs: list[tuple[str, OrderKey]] = []
-        """Claimed patterns with their job's key: rare, so tested one by one."""
-        self.names: dict[str, list[OrderKey]] = {}
-        """name → keys of jobs that claim it."""
-        self.under: dict[str, list[OrderKey]] = {}
-        """name → keys of jobs that claim a path strictly under it."""
-
-    def add(self, f: _Facts) -> None:
-        key = f.job.order_key
-        self.keys.append(key)
-        if f.exclusive:
-            self.exclusive.append(key)
-        for n in f.names:
-            self.names.setdefault(n, []).append(key)
-        for a in f.under:
-            self.under.setdefault(a, []).append(key)
-        self.globs.extend((g, key) for g in f.globs)
-
-    def earlier(self, f: _Facts) -> tuple[list[int], list[str], bool]:
-        """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
-        meet them, and whether more block it than are listed. Bounded, so a long queue costs no more per job.
-        """
-        key = f.job.order_key
-        if f.exclusive:
-            cut = bisect_left(self.keys, key)
-            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT
-        cut = bisect_left(self.exclusive, key)
-        found = set(self.exclusive[: min(cut, BLOCKING_LIMIT)])
-        more = cut > BLOCKING_LIMIT
-        hit_paths = []
-        for p in sorted(f.counted):
-            buckets = _glob_buckets(p, self.names, self.globs)
-            if not claims.is_glob(p):
-                n = name_of(p)
-                buckets += [self.names.get(n), self.under.get(n)]
-                buckets.extend(self.names.get(a) for a in claims.ancestors(n))
-            hit = False
-            for bucket in buckets:
-                if bucket:
-                    cut = bisect_left(bucket, key)
-                    if cut:
-                        # The first BLOCKING_LIMIT of each bucket hold the first BLOCKING_LIMIT of their union.
-                        found.update(bucket[: min(cut, BLOCKING_LIMIT)])
-                        more = more or cut > BLOCKING_LIMIT
-                        hit = True
-            if hit:
-                hit_paths.append(p)
-        first = sorted(found)
-        if len(first) > BLOCKING_LIMIT:
-            first, more = first[:BLOCKING_LIMIT], True
-        return sorted(map(_id, first)), hit_paths, more
-
-
-class _Active:
-    """Active jobs of one repo, with what they hold indexed by name for the Overlap check."""
-
-    __slots__ = ("globs", "jobs", "merged", "names", "under")
-
-    def __init__(self) -> None:
-        self.jobs: list[_Facts] = []
-        self.globs: list[tuple[str, int]] = []
-        """Held patterns with their job's id."""
-        self.names: dict[str, list[int]] = {}
-        """name → ids of jobs that hold it."""
-        self.under: dict[str, list[int]] = {}
-        """name → ids of jobs that hold a path strictly under it."""
-        self.merged = PathIndex()
-        """Mergeable paths any of them claims or touched."""
-
-    def add(self, f: _Facts) -> None:
-        self.jobs.append(f)
-        self.jobs.sort(key=lambda a: a.job.id)
-        for n in f.held_names:
-            self.names.setdefault(n, []).append(f.job.id)
-        for a in f.held_under:
-            self.under.setdefault(a, []).append(f.job.id)
-        for p in f.held_merge:
-            self.merged.add(p)
-        self.globs.extend((g, f.job.id) for g in f.held_globs)
-
-    def meeting(self, f: _Facts) -> tuple[set[int], set[str]]:
-        """Ids of the jobs whose held paths meet the counted claim of `f`, and the paths of `f` that meet them."""
-        owners: set[int] = set()
-        met: set[str] = set()
-        names, under = self.names, self.under
-        for p in f.counted:
-            buckets = _glob_buckets(p, names, self.globs)
-            if not claims.is_glob(p):
-                n = name_of(p)
-                buckets += [names.get(n), under.get(n), *(names.get(a) for a in claims.ancestors(n))]
-            hit = False
-            for ids in buckets:
-                if ids:
-                    owners.update(ids)
-                    hit = True
-            if hit:
-                met.add(p)
-        return owners, met
-
-
-def _glob_buckets(path: str, names: dict[str, list[K]], globs: list[tuple[str, K]]) -> list[list[K] | None]:
-    """Entries a path meets by pattern: held patterns that meet it, and (for a pattern) held names it meets."""
-    out: list[list[K] | None] = [[k] for g, k in globs if claims.overlaps(path, g)]
-    if claims.is_glob(path):
-        out += [keys for n, keys in names.items() if claims.overlaps(n, path)]
-    return out
-
-
-class _State:
-    """Active jobs by repo and ready waiting jobs by repo. Holds no reference to the snapshot."""
-
-    __slots__ = ("active", "count", "held", "waiting")
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.active: dict[str, _Active] = {}
-        self.waiting: dict[str, _Waiting] = {}
-        self.held = frozenset(j.id for j in snapshot.held)
-        self.count = 0
-        for job in snapshot.active:
-            self.add_active(_facts(job, snapshot.policy))
-
-    def add_active(self, f: _Facts) -> None:
-        a = self.active.get(f.job.repo)
-        if a is None:
-            a = self.active[f.job.repo] = _Active()
-        a.add(f)
-        self.count += 1
-
-    def add_waiting(self, f: _Facts) -> None:
-        w = self.waiting.get(f.job.repo)
-        if w is None:
-            w = self.waiting[f.job.repo] = _Waiting()
-        w.add(f)
-
-    def active_ids(self) -> list[int]:
-        return sorted(a.job.id for r in self.active.values() for a in r.jobs)
-
-
-_STATES: dict[int, tuple[weakref.ref[Snapshot], _State]] = {}
-
-
-def _state(snapshot: Snapshot) -> _State:
-    """The full index of `snapshot` (all its ready waiting jobs), built once per snapshot object."""
-    key = id(snapshot)
-    hit = _STATES.get(key)
-    if hit is not None and hit[0]() is snapshot:
-        return hit[1]
-    state = _State(snapshot)
-    for job in sorted((*snapshot.waiting, *snapshot.held), key=_order):
-        if _ready(job, snapshot):
-            state.add_waiting(_facts(job, snapshot.policy))
-
-    def forget(ref: weakref.ref[Snapshot], key: int = key) -> None:
-        entry = _STATES.get(key)
-        if entry is not None and entry[0] is ref:
-            del _STATES[key]
-
-    _STATES[key] = (weakref.ref(snapshot, forget), state)
-    return state
-
-
-def _order(job: JobView) -> OrderKey:
-    return job.order_key
-
-
-def _ready(job: JobView, snapshot: Snapshot) -> bool:
-    return all(i in snapshot.landed for i in job.after)
 
 
 # --------------------------------------------------------------------------------------- decisions
@@ -342,7 +74,7 @@ def _ready(job: JobView, snapshot: Snapshot) -> bool:
 
 def decide(job: JobView, snapshot: Snapshot) -> Decision:
     """Decide one waiting job against `snapshot` (its active jobs, and its waiting jobs ahead of `job`)."""
-    return _decide(_facts(job, snapshot.policy), snapshot, _state(snapshot))
+    return _decide(facts(job, snapshot.policy), snapshot, state_of(snapshot))
 
 
 def decide_all(snapshot: Snapshot) -> list[Decision]:
@@ -352,19 +84,19 @@ def decide_all(snapshot: Snapshot) -> list[Decision]:
 
 def iter_decisions(snapshot: Snapshot) -> Iterator[Decision]:
     """`decide_all`, one decision at a time: a caller can act on an admission before the queue's tail is decided."""
-    state = _State(snapshot)
+    state = State(snapshot)
     held = {j.id for j in snapshot.held}
-    for job in sorted((*snapshot.waiting, *snapshot.held), key=_order):
-        f = _facts(job, snapshot.policy)
+    for job in sorted((*snapshot.waiting, *snapshot.held), key=order):
+        f = facts(job, snapshot.policy)
         if job.id in held:
-            if _ready(job, snapshot):
+            if ready(job, snapshot):
                 state.add_waiting(f)  # keeps its place: later jobs it overlaps wait for it
             continue
         d = _decide(f, snapshot, state)
         yield d
         if d.admitted:
             state.add_active(f)
-        elif _ready(job, snapshot):
+        elif ready(job, snapshot):
             state.add_waiting(f)
 
 
@@ -408,11 +140,11 @@ class _Checks:
 class _Ask:
     """One waiting job's question to one snapshot, with what every check reads of its repo."""
 
-    f: _Facts
+    f: Facts
     snap: Snapshot
-    st: _State
-    active: _Active | None
-    repo_active: list[_Facts]
+    st: State
+    active: Active | None
+    repo_active: list[Facts]
     repo_ids: list[int]
     in_repo: str
     shared: frozenset[str] = frozenset()
@@ -423,7 +155,7 @@ class _Ask:
         return self.f.job
 
 
-def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
+def _decide(f: Facts, snap: Snapshot, st: State) -> Decision:
     active = st.active.get(f.job.repo)
     repo_active = active.jobs if active is not None else []
     ask = _Ask(
@@ -500,10 +232,10 @@ def _base_moved(ask: _Ask, c: _Checks) -> None:
     elif not moved:
         c.ok("BaseMoved", f"{job.branch} has not moved since planning")
     else:
-        changed, _ = claims.split_mergeable((_canon(p) for p in moved), policy.mergeable, job.mergeable)
+        changed, _ = claims.split_mergeable((canon(p) for p in moved), policy.mergeable, job.mergeable)
         hits = sorted(p for p in changed if f.claim_index.meets(p))
         if hits:
-            msg = f"{job.branch} moved in {_n(len(hits), 'claimed path')} since planning: {_plist(hits)}"
+            msg = f"{job.branch} moved in {_n(len(hits), 'claimed path')} since planning: {plist(hits)}"
             c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", paths=hits, outcome=Outcome.REPLAN)
         else:
             c.ok("BaseMoved", f"{job.branch} moved in {_n(len(moved), 'path')} since planning, none claimed")
@@ -539,10 +271,10 @@ def _runs_alone(ask: _Ask, c: _Checks) -> None:
     if not f.barriers:
         c.ok("Barrier", "touches no barrier path" if policy.barriers else "no barrier paths configured")
     elif ask.repo_active:
-        msg = f"touches barrier {_plist(f.barriers)}: runs alone, {ask.in_repo}"
+        msg = f"touches barrier {plist(f.barriers)}: runs alone, {ask.in_repo}"
         c.fail(Reason.BARRIER, msg, wait_alone, ask.repo_ids, f.barriers)
     else:
-        c.ok("Barrier", f"touches barrier {_plist(f.barriers)}: runs alone, no active job in repo")
+        c.ok("Barrier", f"touches barrier {plist(f.barriers)}: runs alone, no active job in repo")
 
 
 def _overlap(ask: _Ask, c: _Checks) -> None:
@@ -553,7 +285,7 @@ def _overlap(ask: _Ask, c: _Checks) -> None:
     if owners:
         ids = sorted(owners)
         shown = ", ".join(
-            f"job {a.job.id} ({_plist(_held_meeting(a, f), 2)})"
+            f"job {a.job.id} ({plist(_held_meeting(a, f), 2)})"
             for a in [a for a in ask.repo_active if a.job.id in owners][:4]
         )
         more = f" and {len(ids) - 4} more" if len(ids) > 4 else ""
@@ -580,7 +312,7 @@ def _priority(ask: _Ask, c: _Checks) -> None:
     if f.exclusive:
         msg = f"runs alone after {count} in repo: {_jobs(early, bare=True)}"
     else:
-        over = f" (over {_plist(early_paths)})" if early_paths else ""
+        over = f" (over {plist(early_paths)})" if early_paths else ""
         msg = f"{count} in repo go{'es' if len(early) == 1 else ''} first: {_jobs(early, bare=True)}{over}"
     kept = [i for i in early if i in ask.st.held]
     nxt = f"waits for {_jobs(early)} to start"
@@ -622,7 +354,7 @@ CHECKS = (_dependencies, _paused, _base_moved, _exclusive, _runs_alone, _overlap
 """The checks in order: the first that fails gives the reason (see the module docstring); all are kept for `why`."""
 
 
-def _held_meeting(a: _Facts, f: _Facts) -> list[str]:
+def _held_meeting(a: Facts, f: Facts) -> list[str]:
     """The paths active job `a` holds that meet the claim of `f` (for the message: what it holds)."""
     return sorted(p for p in a.held if f.claim_index.meets(p))
 
@@ -649,12 +381,6 @@ def _jobs(ids: Iterable[int], *, bare: bool = False, limit: int = 5) -> str:
     return f"{'job' if len(ids) == 1 else 'jobs'} {shown}"
 
 
-def _plist(paths: Iterable[str], limit: int = 3) -> str:
-    paths = [p or "/" for p in paths]
-    shown = ", ".join(paths[:limit])
-    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-
-
 def _shared_note(shared: Iterable[str]) -> str:
     shared = sorted(shared)
-    return f"; shares {_plist(shared)} (union-merged)" if shared else ""
+    return f"; shares {plist(shared)} (union-merged)" if shared else ""
