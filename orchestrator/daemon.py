@@ -41,6 +41,7 @@ from orchestrator.jobs.facts import GitFacts
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.notify import Notifier as OnEnd
 from orchestrator.jobs.planning import Planning
+from orchestrator.jobs.privatedirs import PrivateDirs
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner, end_survivors, settle_landings
 from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.jobs.service import JobError, Jobs
@@ -51,7 +52,7 @@ from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
-from orchestrator.runners import Runner, registry
+from orchestrator.runners import Runner, jobpath, process, registry
 from orchestrator.runners import sandbox as sandboxes
 from orchestrator.runners.sandbox import Sandbox
 from orchestrator.service import intake
@@ -97,6 +98,7 @@ class JobPlane:
     lander: Lander
     watch: OverlapWatch
     notifier: OnEnd
+    private_dirs: PrivateDirs
     scheduler: Scheduler
     jobs: Jobs
 
@@ -139,13 +141,25 @@ class JobPlane:
         scheduler = Scheduler(board, cfg, planning, lander, executor, watch, facts, burst=burst, grace=grace)
         notifier = OnEnd(cfg.jobs.on_end, StoreOwner(store))
         board.on_end(notifier.job_ended)
-        jobs = Jobs(board, cfg, paths, pool, runners, scheduler, planning, lander)
-        return cls(board, planning, lander, watch, notifier, scheduler, jobs)
+        private_dirs = PrivateDirs(paths)
+        board.on_end(private_dirs.job_ended)
+        jobs = Jobs(board, cfg, paths, pool, runners, scheduler, planning, lander, private_dirs)
+        return cls(board, planning, lander, watch, notifier, private_dirs, scheduler, jobs)
 
 
 class Daemon:
-    def __init__(self, cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        paths: Paths,
+        *,
+        burst: bool = False,
+        grace: float = 2.0,
+        config_stamp: list[int] | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.config_stamp = config_stamp
+        """The config file's version (`config.stamp`) when it was read: `config show` tells a changed one."""
         self.paths = paths
         self.burst = burst
         self.grace = grace
@@ -195,6 +209,9 @@ class Daemon:
         parts.push_async_callback(store.close)
         notifier = Notifier()
         parts.push_async_callback(notifier.close)
+        # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
+        no_cgroups = await asyncio.to_thread(process.use_cgroups)
+        log.info(olog.Event.PROCESS_CGROUPS, used=not no_cgroups, reason=no_cgroups or None)
         # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
         await end_survivors(store, grace=self.cfg.jobs.kill_grace)
         recovered = await store.recover()
@@ -206,6 +223,7 @@ class Daemon:
             self.cfg.jobs.sandbox,
             (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
         )
+        await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
         for repo in sorted({j.repo for j in await store.jobs()}):
@@ -224,6 +242,7 @@ class Daemon:
             claude=claude, sandbox=sandbox,
         )  # fmt: skip
         timeout = self.cfg.daemon.shutdown_timeout
+        parts.push_async_callback(plane.private_dirs.close)
         parts.push_async_callback(plane.notifier.drain, min(timeout, 5.0))
         parts.push_async_callback(self._drain_landings, plane.lander, timeout)
         parts.push_async_callback(plane.planning.stop)
@@ -239,7 +258,8 @@ class Daemon:
         )
         parts.push_async_callback(chat.close)
         parts.callback(self._unlink_socket)
-        await self._start_api(parts, Api(plane.jobs, self.request_stop), ChatApi(chat).routes())
+        api = Api(plane.jobs, self.request_stop, config_stamp=self.config_stamp)
+        await self._start_api(parts, api, ChatApi(chat).routes())
         log.info(
             olog.Event.DAEMON_STARTED,
             pid=os.getpid(),
@@ -350,12 +370,14 @@ a full pass walks every object, and with 5,000 jobs waiting each took 90-330 ms 
 landing → next admission); young garbage is still collected as often as before."""
 
 
-def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
+def run(
+    cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0, config_stamp: list[int] | None = None
+) -> int:
     olog.configure(sys.stdout)
     hardening.harden()  # before the first job: no core file, no /proc/<pid>/environ holding the keys
     gc.set_threshold(*GC_THRESHOLDS)
     try:
-        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())
+        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace, config_stamp=config_stamp).serve())
     except AlreadyRunning as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         return 1

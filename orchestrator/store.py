@@ -562,6 +562,11 @@ class Store:
         )
         return [dict(r) for r in rows]
 
+    async def unextracted_sessions(self) -> list[str]:
+        """Sessions with messages whose memories have not been extracted yet (after a restart: to resume)."""
+        rows = await self._db.fetchall("SELECT DISTINCT session_id FROM messages WHERE extracted = 0")
+        return [r[0] for r in rows]
+
     async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
         """Store extracted memories and mark the session's messages up to `upto` as extracted, atomically."""
         await self._db.call(_remember_sync, session, upto, list(memories), time.time())

@@ -16,6 +16,7 @@ PATH = {
     JobState.LANDING: (JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING),
     JobState.READY: (JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.READY),
     JobState.LANDED: (JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.LANDED),
+    JobState.UNCHANGED: (JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.UNCHANGED),
     JobState.FAILED: (JobState.PLANNING, JobState.FAILED),
     JobState.CANCELLED: (JobState.CANCELLED,),
     JobState.CONFLICTED: (JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.CONFLICTED),

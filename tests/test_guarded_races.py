@@ -122,7 +122,7 @@ async def test_a_rounds_deferral_never_overwrites_a_newer_cancel(make_repo, tmp_
     repo = make_repo()
     gate = tmp_path / "gate"
     async with plane(tmp_path, max_concurrent=1) as p:
-        blocker = await p.enqueue(repo, f"while [ ! -e {gate} ]; do sleep 0.05; done", "a.txt")
+        blocker = await p.enqueue(repo, f"while [ ! -e {gate} ]; do sleep 0.05; done; echo a > a.txt", "a.txt")
         await p.reach(blocker, JobState.RUNNING)
         pause = Pause()
         testhook.install("round.deferrals", pause)

@@ -26,6 +26,7 @@ from orchestrator.core.models import (
     ANY,
     CANCELLABLE,
     DEAD,
+    DONE,
     ENDED,
     HELD,
     OPEN,
@@ -48,9 +49,9 @@ STATES = list(JobState)
 def test_every_group_is_named_once_and_they_partition_the_states():
     """Open, held and ended jobs partition the states; active and waiting jobs are open; landed never moves."""
     assert OPEN | ENDED == ANY and not OPEN & ENDED
-    assert HELD <= ENDED and DEAD <= ENDED and JobState.LANDED in ENDED
+    assert HELD <= ENDED and DEAD <= ENDED and DONE <= ENDED and {JobState.LANDED, JobState.UNCHANGED} == DONE
     assert ACTIVE | WAITING == OPEN and not ACTIVE & WAITING
-    assert RETRYABLE == DEAD | HELD and CANCELLABLE == OPEN | HELD
+    assert DEAD | HELD | {JobState.UNCHANGED} == RETRYABLE and CANCELLABLE == OPEN | HELD
     assert lifecycle.MOVES[JobState.LANDED] == frozenset()
     assert set(lifecycle.MOVES) == set(JobState)
 
@@ -84,13 +85,13 @@ def test_every_state_can_reach_an_end_and_only_retry_leaves_one():
 
 @given(st.booleans(), st.none() | st.integers(0, 3), st.booleans(), st.booleans())
 def test_after_run_lands_only_a_change_and_fails_every_failure(ok, exit_code, changed, review):
-    """A failed run fails; a run without changes is landed with nothing to land; a change is ready or landing."""
+    """A failed run fails; a run without changes is unchanged (nothing landed); a change is ready or landing."""
     step = lifecycle.after_run(RunEnd(7, ok, exit_code, None, "boom", changed, review, "/w"))
     assert step.expect == {JobState.RUNNING} and lifecycle.allowed(JobState.RUNNING, step.to)
     if not ok:
         assert step.to is JobState.FAILED and step.code in ("RunnerFailed", "TimedOut")
     elif not changed:
-        assert step.to is JobState.LANDED and step.code == "NoChanges"
+        assert step.to is JobState.UNCHANGED and step.code == "NoChanges"
     else:
         assert step.to is (JobState.READY if review else JobState.LANDING)
 
@@ -142,8 +143,6 @@ class World:
         self.starting: set[int] = set()
         self.deciding = False
         self.branch: list[int] = []
-        self.nothing: set[int] = set()
-        """Jobs landed without a change (nothing to put on the branch)."""
         self.spawned: list[Step] = []
         """Writers started by others (an admitted job's task), for the driver to interleave too."""
 
@@ -188,8 +187,7 @@ async def runner(w: World, job_id: int, ok: bool, changed: bool, review: bool) -
         if job is None or job.state is not JobState.RUNNING:
             continue
         step = lifecycle.after_run(RunEnd(job_id, ok, 0 if ok else 1, None, "x", changed, review, "/w"))
-        if await w.store.transition(job_id, step.expect, step.to, step.event) and step.to is JobState.LANDED:
-            w.nothing.add(job_id)
+        await w.store.transition(job_id, step.expect, step.to, step.event)
 
 
 async def lander(w: World, job_id: int, outcome: Landed) -> Step:
@@ -328,7 +326,7 @@ async def _check(w: World) -> None:
     landed = {j.id for j in jobs if j.state is JobState.LANDED}
     # Between its ref move and its record a landing holds the lock (the journal covers that window).
     moving = {j.id for j in jobs if j.id in w.landing_now and j.state is JobState.LANDING}
-    assert set(w.branch) - moving == landed - w.nothing, (w.branch, landed)
+    assert set(w.branch) - moving == landed, (w.branch, landed)
     assert len(w.branch) == len(set(w.branch)), f"landed twice: {w.branch}"
     active = [j for j in jobs if j.state in ACTIVE]
     for a, b in itertools.combinations(active, 2):

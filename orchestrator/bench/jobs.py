@@ -39,12 +39,13 @@ from orchestrator.bench import schedule as sched
 from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
 from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
+from orchestrator.core.models import ENDED as TERMINAL_STATES
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
-TERMINAL = ("landed", "failed", "conflicted", "cancelled", "interrupted")
+TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
 """A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
 

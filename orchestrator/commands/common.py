@@ -18,13 +18,13 @@ from orchestrator import paths
 from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.core import models
 
-OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT = 0, 1, 2, 3, 4
+OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT, UNCHANGED = 0, 1, 2, 3, 4, 5
 F = TypeVar("F", bound=Callable[..., Any])
 
 # The groups of states the commands use, as `core.models` names them (a state is a str: `"ready" in OPEN`).
 ENDED_STATES = tuple(sorted(models.ENDED))
-FAILED_STATES = models.RETRYABLE
-"""Ended without landing: a person may retry them (`--failed`)."""
+FAILED_STATES = models.DEAD | models.HELD
+"""Ended without landing, not as asked (an unchanged job did what it was asked): `--failed`, exit 1."""
 CANCELLABLE_STATES = tuple(sorted(models.CANCELLABLE))
 
 

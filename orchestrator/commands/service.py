@@ -86,13 +86,11 @@ def hook() -> None:
 def hook_install(repo: Path, tickets: str | None, as_json: bool) -> None:
     """Install post-commit and post-rewrite; a hook already there is moved aside and still runs."""
     import os
-    import subprocess
 
     from orchestrator.service import hooks
 
-    repo, done = _in_repo(lambda r: hooks.install(r, home=os.environ.get("ORCHESTRATOR_HOME")), repo)
+    repo, done = _in_repo(lambda r: hooks.install(r, home=os.environ.get("ORCHESTRATOR_HOME"), tickets=tickets), repo)
     if tickets:
-        subprocess.run(["git", "-C", str(repo), "config", "orchestrator.tickets", tickets], check=True, timeout=30)
         done.append(f"ticket folder: {tickets}")
     _remember(repo)
     _report_done(repo, done, as_json)

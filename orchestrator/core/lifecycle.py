@@ -21,7 +21,8 @@ from orchestrator.core.models import CANCELLABLE, Code, JobState
 
 Q, PLANNING, P = JobState.QUEUED, JobState.PLANNING, JobState.PLANNED
 RUNNING, LANDING, READY = JobState.RUNNING, JobState.LANDING, JobState.READY
-LANDED, CONFLICTED, FAILED = JobState.LANDED, JobState.CONFLICTED, JobState.FAILED
+LANDED, UNCHANGED, CONFLICTED = JobState.LANDED, JobState.UNCHANGED, JobState.CONFLICTED
+FAILED = JobState.FAILED
 CANCELLED, INTERRUPTED = JobState.CANCELLED, JobState.INTERRUPTED
 
 # -- the moves ---------------------------------------------------------------------------------------------
@@ -30,13 +31,14 @@ MOVES: Mapping[JobState, frozenset[JobState]] = {
     Q: frozenset({PLANNING, CANCELLED}),
     PLANNING: frozenset({P, FAILED, Q, CANCELLED}),  # Q: a daemon restart plans it again
     P: frozenset({RUNNING, Q, FAILED, CANCELLED}),  # Q: its base moved, re-plan; FAILED: a dependency failed
-    RUNNING: frozenset({LANDING, READY, LANDED, FAILED, CANCELLED, INTERRUPTED}),  # LANDED: no changes
+    RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED}),
     LANDING: frozenset({LANDED, FAILED, CONFLICTED, Q, CANCELLED}),  # Q: re-queued on a new head
     READY: frozenset({LANDING, CANCELLED}),
     INTERRUPTED: frozenset({Q, CANCELLED}),
     FAILED: frozenset({Q}),
     CANCELLED: frozenset({Q}),
     CONFLICTED: frozenset({Q}),
+    UNCHANGED: frozenset({Q}),
     LANDED: frozenset(),
 }
 """From each state, the states a job may move to. A landed job never moves again."""
@@ -93,15 +95,15 @@ class RunEnd:
 
 
 def after_run(end: RunEnd) -> Step:
-    """Where a job goes once its runner is done: failed, landed with nothing to land, ready, or landing."""
+    """Where a job goes once its runner is done: failed, unchanged (nothing to land), ready, or landing."""
     i = end.job_id
     if not end.ok:
         code = end.code or (Code.RUNNER_FAILED if end.exit_code is not None else Code.TIMED_OUT)
         reason = f"{end.summary}; worktree kept at {end.worktree} (see `orchestrator logs {i}`)"
         return Step(FAILED, frozenset({RUNNING}), "failed", str(code), reason)
     if not end.changed:
-        reason = "finished with no changes: nothing to land"
-        return Step(LANDED, frozenset({RUNNING}), "finished", Code.NO_CHANGES, reason)
+        reason = f"{end.summary} but changed nothing: nothing landed (`orchestrator logs {i}` says what it did)"
+        return Step(UNCHANGED, frozenset({RUNNING}), "finished", Code.NO_CHANGES, reason)
     if end.review:
         reason = f"ready for review: `orchestrator diff {i}`, then `orchestrator land {i}` or `orchestrator reject {i}`"
         return Step(READY, frozenset({RUNNING}), "finished", Code.READY, reason)

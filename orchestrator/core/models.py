@@ -28,6 +28,8 @@ class JobState(StrEnum):
     """Review mode: finished with changes, its result commit on its branch; waits for `land` or `reject`."""
     LANDED = "landed"
     """Its changes are on the target branch."""
+    UNCHANGED = "unchanged"
+    """Its runner ended well but changed nothing (or every write it tried was refused): nothing landed."""
     CONFLICTED = "conflicted"
     """Its changes conflict with the target branch and it will not be retried automatically."""
     FAILED = "failed"
@@ -60,17 +62,19 @@ HELD: frozenset[JobState] = frozenset({JobState.INTERRUPTED})
 retried or cancelled (`jobs.requeue_interrupted` retries them on start). They take no slot."""
 DEAD: frozenset[JobState] = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED})
 """Ended without landing, for good: a job that runs `--after` one of them can never run."""
-ENDED: frozenset[JobState] = DEAD | HELD | {JobState.LANDED}
+DONE: frozenset[JobState] = frozenset({JobState.LANDED, JobState.UNCHANGED})
+"""Ended as asked (an unchanged one had nothing to land): a job `--after` it may start."""
+ENDED: frozenset[JobState] = DEAD | HELD | DONE
 """Nothing happens to them without a person: `wait` returns, `clean` may forget them, `on_end` runs."""
 ANY: frozenset[JobState] = frozenset(JobState)
 """Every state: for a write that only appends an event, whatever the job does meanwhile."""
-RETRYABLE: frozenset[JobState] = DEAD | HELD
+RETRYABLE: frozenset[JobState] = DEAD | HELD | {JobState.UNCHANGED}
 CANCELLABLE: frozenset[JobState] = OPEN | HELD
 VIEW_ORDER: tuple[JobState, ...] = (
-    JobState.LANDING, JobState.READY, JobState.RUNNING, JobState.PLANNED, JobState.PLANNING, JobState.QUEUED,
+    JobState.READY, JobState.LANDING, JobState.RUNNING, JobState.PLANNED, JobState.PLANNING, JobState.QUEUED,
     JobState.INTERRUPTED,
 )  # fmt: skip
-"""How views list the jobs that are not over: nearest to landing first."""
+"""How views list the jobs that are not over: what waits for a person's review first, then nearest to landing."""
 
 
 class ClaimSource(StrEnum):

@@ -17,7 +17,7 @@ import structlog
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
-from orchestrator.core import lifecycle
+from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import RunEnd
 from orchestrator.core.models import Code, JobState
@@ -205,12 +205,20 @@ class Executor:
                 commits.commit_worktree, worktree, message=job.commit_text, job_id=job.id, base=base, repo_path=repo
             )
             actual = await asyncio.to_thread(actual_paths, worktree, base)
-            step = lifecycle.after_run(RunEnd(job.id, True, 0, changed=sha is not None, review=job.land == "review"))
+            step = lifecycle.after_run(
+                RunEnd(job.id, True, 0, summary=result.summary, changed=sha is not None, review=job.land == "review")
+            )
             if sha is None:
                 await self.pool.release(repo, job.id, keep=False, delete_branch=True)
                 job = await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())
                 log.info(olog.Event.JOB_FINISHED, changes=0, landed=False)
                 return job
+            if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
+                log.warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
+                job = _still(
+                    await self.board.update(job.id, RUNNING, event="outside_claim", data={"paths": sorted(wide)[:50]}),
+                    job,
+                )
             job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
             event = olog.Event.JOB_READY if step.to is JobState.READY else olog.Event.JOB_FINISHED
             log.info(event, result=sha, actual=sorted(actual))

@@ -30,6 +30,7 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Stop
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
+from orchestrator.jobs.privatedirs import PrivateDirs
 from orchestrator.jobs.recovery import CLEANUP_ERRORS
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
 from orchestrator.jobs.scheduler import Scheduler
@@ -61,6 +62,7 @@ class Jobs:
         scheduler: Scheduler,
         planning: Planning,
         lander: Lander,
+        private_dirs: PrivateDirs,
     ) -> None:
         self.board = board
         self.store = board.store
@@ -71,6 +73,7 @@ class Jobs:
         self.scheduler = scheduler
         self.planning = planning
         self.lander = lander
+        self.private_dirs = private_dirs
         self._locks: dict[int, asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
@@ -234,8 +237,8 @@ class Jobs:
             job = await self.get(job_id)
             if job.state not in RETRYABLE:
                 raise JobError(
-                    f"job {job_id} is {job.state}; only failed, cancelled, conflicted or interrupted jobs can be "
-                    "retried"
+                    f"job {job_id} is {job.state}; only failed, cancelled, conflicted, interrupted or unchanged jobs "
+                    "can be retried"
                 )
             try:
                 # Always: a crash may leave a worktree or branch the job's record does not name yet.
@@ -274,7 +277,7 @@ class Jobs:
             if not await self.store.delete_job(job_id, ENDED):
                 raise JobError(f"job {job_id} changed while it was being cleaned; `orchestrator show {job_id}`")
             self.board.publish({"type": "removed", "id": job_id})
-            self.paths.job_log(job_id).unlink(missing_ok=True)
+            await asyncio.to_thread(self.private_dirs.remove, job_id)  # its private dir, log and transcript
             olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
             await self.board.announce()
             return dropped
