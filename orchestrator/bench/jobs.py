@@ -39,11 +39,14 @@ from orchestrator.bench import schedule as sched
 from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
 from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
+from orchestrator.core.models import Claim, Policy
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
+RISK = 0.03
+"""`plan.risk` of the rows' daemons (the default)."""
 TERMINAL = ("landed", "failed", "conflicted", "cancelled", "interrupted")
 STALL_S = 180.0
 """A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
@@ -87,7 +90,7 @@ def _config(slots: int, row: Row) -> str:
         f"min_confidence = {MIN_CONFIDENCE}\n"
         'sandbox = "none"\n'
         # Jobs without --path (the `local` predictor) are claimed by local evidence only: no model here.
-        '[plan]\nplanner = "local"\n'
+        f'[plan]\nplanner = "local"\nrisk = {RISK}\n'
     )
 
 
@@ -97,9 +100,10 @@ def _claims_of(row: Row, changes: list[hist.Change], jobs: list[dict]) -> list[f
         return [None] * len(changes)  # per_repo = 1: every job runs alone in the repo
     if row.predictor == "local":
         out: list[frozenset[str] | None] = []
+        policy = Policy(min_confidence=MIN_CONFIDENCE, mergeable=MERGEABLE, risk=RISK)
         for j in jobs:
             c = j["claim"]
-            ambiguous = not c["paths"] or claims.ROOT in c["paths"] or c["confidence"] < MIN_CONFIDENCE
+            ambiguous = claims.ambiguity(Claim.from_json(c), policy) is not None
             out.append(None if ambiguous else sched.counted(c["paths"], MERGEABLE))
         return out
     return [sched.counted(_declared(row, c), MERGEABLE) for c in changes]
@@ -115,7 +119,10 @@ def run_row(
     durations = hist.durations(changes, scale)
     task = progress.add_task(row.name, total=len(changes)) if progress else None
     with BenchDaemon(root / "home", _config(slots, row)) as d:
-        t0 = time.time()
+        # The queue goes in paused and is released once every job is planned: the makespan is the schedule's,
+        # not the first plan's one-time cost in a repository (its history mined, its record replayed).
+        d.client.pause(str(replay.path))
+        t_plan = time.time()
         ids = [
             d.client.enqueue(
                 repo=str(replay.path),
@@ -125,6 +132,10 @@ def run_row(
             )["id"]
             for c in changes
         ]
+        _planned(d, ids, STALL_S + 600)
+        planning = time.time() - t_plan
+        t0 = time.time()
+        d.client.resume(str(replay.path))
         done, moved = 0, time.monotonic()
         while done < len(ids):
             time.sleep(1.0)  # the makespan comes from the daemon's clock; a slow poll spares its loop
@@ -137,7 +148,21 @@ def run_row(
                 raise BenchError(f"{row.name}: no job ended for {STALL_S:.0f} s ({done}/{len(ids)}); see {d.log_path}")
         jobs = [d.client.job(i) for i in ids]
         clock = _Clock.of(d)
-    return _figures(row, changes, jobs, clock, durations, slots, t0, replay)
+    out = _figures(row, changes, jobs, clock, durations, slots, t0, replay)
+    out["planning_s"] = round(planning, 2)
+    return out
+
+
+def _planned(d: BenchDaemon, ids: list[int], limit: float) -> None:
+    """Wait until every job has left queued and planning (they wait paused for admission)."""
+    deadline = time.monotonic() + limit
+    while True:
+        waiting = len(d.client.jobs("queued,planning"))
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"{waiting} of {len(ids)} jobs still planning after {limit:.0f} s; see {d.log_path}")
+        time.sleep(0.5)
 
 
 @dataclass
@@ -205,7 +230,10 @@ def _figures(
     real = [sched.counted(c.files, MERGEABLE) for c in changes]
     claims_ = _claims_of(row, changes, jobs)
     makespan = max(landed_at) - t0 if any(landed_at) else 0.0
-    lost, reordered = replayrepo.lost(replay, changes, landed_at, MERGEABLE)
+    if replay.start:  # a real repository: main must be the landed changes applied in landing order
+        lost, broken, reordered = replayrepo.serial(replay, changes, landed_at, MERGEABLE)
+    else:
+        (lost, reordered), broken = replayrepo.lost(replay, changes, landed_at, MERGEABLE), []
     ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots)
     out = {
         "policy": row.policy,
@@ -222,6 +250,8 @@ def _figures(
         "conflicts": conflicts,
         "redone": sum(j["attempts"] for j in jobs),
         "lost": len(lost),
+        "broken": len(broken),
+        "broken_files": broken,
         "reordered_pairs": reordered,
         "over_serialized_pairs": sched.over_serialized_pairs(claims_, real),
         **_claim_quality(row, claims_, real),

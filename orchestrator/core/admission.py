@@ -10,6 +10,8 @@ failing one, in this order, gives the reason and the outcome:
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
  6. Overlap                  its claim meets what an active job of its repo claims or has touched
+ 6b. Risk                    its claim is disjoint, but the estimated chance that it and an active job
+                             still touch a common path is above `Policy.risk` (`core.risk`)
  7. Priority                 an earlier waiting job of its repo that it conflicts with goes first
  8. Landing                  a landing into its target branch is in flight (transient, so reported
                              only when nothing more durable holds the job back)
@@ -20,8 +22,9 @@ actual paths reach a barrier (`claims.reaches`). Union-mergeable paths (changelo
 overlap; those it shares with active jobs are reported in `Decision.shared`.
 
 Priority is what keeps the order fair: a later job never overtakes an earlier waiting job it conflicts
-with. Only *ready* waiting jobs (every job they run after has landed) hold a place in that order; a job
-still waiting for a dependency would otherwise block the very job it waits for.
+with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs). Only
+*ready* waiting jobs (every job they run after has landed) hold a place in that order; a job still
+waiting for a dependency would otherwise block the very job it waits for.
 
 Speed: per-job facts are cached on the (hashable, frozen) `JobView`, and per-snapshot indexes on the
 snapshot object, so many `decide` calls on one snapshot are cheap; `decide_all` builds its index
@@ -33,7 +36,7 @@ from __future__ import annotations
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import itemgetter
 from typing import TypeVar
@@ -44,7 +47,6 @@ from orchestrator.core.models import (
     ALL_REPOS,
     ROOT,
     Check,
-    Claim,
     ClaimSource,
     Decision,
     JobView,
@@ -53,12 +55,16 @@ from orchestrator.core.models import (
     Reason,
     Snapshot,
 )
+from orchestrator.core.risk import Escapes, pair_risk
 
 __all__ = ["clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
 OrderKey = tuple[int, int]
 BLOCKING_LIMIT = 20
 """At most this many earlier waiting jobs are listed as blocking a job (Priority): the first in order."""
+RISK_SCAN = 64
+"""Earlier waiting jobs with a risk estimate that the Priority check weighs a job's risk against (bounded, so
+a long queue of such jobs costs no more per job)."""
 _id = itemgetter(1)  # the job id of an order key
 K = TypeVar("K")
 
@@ -100,6 +106,10 @@ class _Facts:
     """Its claim or actual paths that reach a barrier pattern, sorted."""
     exclusive: bool
     """It runs alone: ambiguous, or touching a barrier."""
+    escapes: Escapes | None
+    """Its risk estimate, indexed (None: none, its claim stands as given); used only when `Policy.risk` > 0."""
+    risk_limit: float
+    """`Policy.risk`: the highest pairwise risk it may run beside."""
 
     @property
     def alone_reason(self) -> str:
@@ -120,7 +130,7 @@ def _derive_facts(job: JobView, policy: Policy) -> _Facts:
     held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
     names = frozenset(name_of(p) for p in counted if not claims.is_glob(p))
     held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p))
-    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy, job.repo)
+    ambiguous = claims.ambiguity(replace(job.claim, paths=claim_paths), policy, job.repo)
     barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
     return _Facts(
         job=job,
@@ -138,6 +148,8 @@ def _derive_facts(job: JobView, policy: Policy) -> _Facts:
         ambiguous=ambiguous,
         barriers=barriers,
         exclusive=ambiguous is not None or bool(barriers),
+        escapes=Escapes.of(job.claim.risk) if policy.risk > 0 else None,
+        risk_limit=policy.risk,
     )
 
 
@@ -162,10 +174,12 @@ def clear_caches() -> None:
 class _Waiting:
     """Ready waiting jobs of one repo, indexed for the Priority check. Jobs are added in `order_key` order."""
 
-    __slots__ = ("exclusive", "globs", "keys", "names", "under")
+    __slots__ = ("exclusive", "globs", "keys", "names", "risky", "under")
 
     def __init__(self) -> None:
         self.keys: list[OrderKey] = []
+        self.risky: list[_Facts] = []
+        """Non-exclusive jobs with a risk estimate, in order (the Priority check weighs risk against them)."""
         self.exclusive: list[OrderKey] = []
         self.globs: list[tuple[str, OrderKey]] = []
         """Claimed patterns with their job's key: rare, so tested one by one."""
@@ -184,6 +198,8 @@ class _Waiting:
         for a in f.under:
             self.under.setdefault(a, []).append(key)
         self.globs.extend((g, key) for g in f.globs)
+        if f.escapes is not None and not f.exclusive:
+            self.risky.append(f)
 
     def earlier(self, f: _Facts) -> tuple[list[int], list[str], bool]:
         """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
@@ -214,10 +230,31 @@ class _Waiting:
                         hit = True
             if hit:
                 hit_paths.append(p)
+        if f.escapes is not None or self.risky:
+            found.update(_risky_earlier(f, self.risky, key))
         first = sorted(found)
         if len(first) > BLOCKING_LIMIT:
             first, more = first[:BLOCKING_LIMIT], True
         return sorted(map(_id, first)), hit_paths, more
+
+
+def _risky_earlier(f: _Facts, risky: list[_Facts], key: OrderKey) -> list[OrderKey]:
+    """Keys of the earlier waiting jobs (the first RISK_SCAN with an estimate) whose risk beside `f` is above
+    the policy's (their claims only: they have touched nothing yet)."""
+    out = []
+    for w in risky[:RISK_SCAN]:
+        if w.job.order_key >= key:
+            break
+        if _risk(f, w, w.counted) > f.risk_limit:
+            out.append(w.job.order_key)
+    return out
+
+
+def _risk(f: _Facts, other: _Facts, held: frozenset[str]) -> float:
+    """The chance that `f` and `other` (holding `held`) touch a common path (`core.risk`)."""
+    if f.escapes is None and other.escapes is None:
+        return 0.0
+    return pair_risk(f.escapes, f.counted, other.escapes, held)
 
 
 class _Active:
@@ -500,6 +537,22 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
             f"claim is disjoint from {in_repo}{_shared_note(shared)}" if repo_active else "no active job in repo",
         )
 
+    # 6b. Disjoint claims that may still meet: the estimated risk beside each active job.
+    beside = _beside(f, [a for a in repo_active if not a.exclusive and a.job.id not in owners])
+    over = [(r, a) for r, a in beside if r > f.risk_limit]
+    if over:
+        r, a = max(over, key=lambda t: t[0])
+        ids = sorted(a.job.id for _, a in over)
+        msg = f"risk {r:.1%} > {f.risk_limit:.1%} beside job {a.job.id}" + (
+            f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
+        )
+        c.fail(Reason.RISK, msg, f"waits for {_jobs(ids)} to land", ids)
+    elif beside:
+        r, a = max(beside, key=lambda t: t[0])
+        c.ok("Risk", f"risk {r:.1%} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}")
+    else:
+        c.ok("Risk", "no estimate to weigh" if f.risk_limit > 0 else "risk not weighed (plan.risk = 0)")
+
     # 7. Earlier waiting jobs it conflicts with go first.
     waiting = st.waiting.get(job.repo)
     early, early_paths, more = waiting.earlier(f) if waiting is not None else ([], [], False)
@@ -543,9 +596,20 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
         msg = f"admitted to run alone ({f.alone_reason})"
     elif repo_active:
         msg = f"admitted beside {in_repo}, claim disjoint{_shared_note(shared)}"
+        if beside:
+            r, a = max(beside, key=lambda t: t[0])
+            msg += f"; risk {r:.1%} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}"
     else:
         msg = f"admitted: no active job in repo{_shared_note(shared)}"
     return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
+
+
+def _beside(f: _Facts, others: list[_Facts]) -> list[tuple[float, _Facts]]:
+    """The estimated risk of `f` beside each active job that has or meets an estimate (none when
+    `Policy.risk` is 0)."""
+    if f.risk_limit <= 0:
+        return []
+    return [(_risk(f, a, a.held), a) for a in others if f.escapes is not None or a.escapes is not None]
 
 
 def _held_meeting(a: _Facts, f: _Facts) -> list[str]:

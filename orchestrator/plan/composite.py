@@ -18,7 +18,7 @@ from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.plan import declared as declared_mod
 from orchestrator.plan.base import Evidence, Kind, Note, Plan, Planner, merge_evidence
-from orchestrator.plan.local import Histories, LocalPlanner
+from orchestrator.plan.local import Histories, LocalPlanner, Records
 from orchestrator.plan.text import front_matter
 from orchestrator.store import Store
 
@@ -43,10 +43,11 @@ def declared_plan(job: Job) -> Plan | None:
 
 def combine(model: Plan, local: Plan) -> Plan:
     """A model's claim widened by what local evidence names explicitly (its tests included): more recall."""
-    extra = [e for e in local.evidence if e.kind in (Kind.NAMED, Kind.SYMBOL, Kind.TEST)]
+    extra = [e for e in local.evidence if e.kind in (Kind.NAMED, Kind.TRACEBACK, Kind.SYMBOL, Kind.TEST)]
     paths = model.claim.paths | frozenset(e.path for e in extra)
     claim = Claim(paths, model.claim.confidence, ClaimSource.MODEL)
-    return Plan(claim, merge_evidence(model.evidence, extra), model.text, str(Kind.MODEL), model.notes + local.notes)
+    evidence = merge_evidence(model.evidence, extra)
+    return Plan(claim, evidence, model.text, str(Kind.MODEL), model.notes + local.notes, ranking=local.ranking)
 
 
 class Composite:
@@ -84,7 +85,7 @@ class Composite:
         else:
             return combine(model, local)
         log.warning(olog.Event.PLAN_NOTE, code=str(code), reason=reason, fallback="local evidence")
-        return Plan(local.claim, local.evidence, "", local.basis, ((code, reason), *local.notes))
+        return Plan(local.claim, local.evidence, "", local.basis, ((code, reason), *local.notes), ranking=local.ranking)
 
 
 ModelFactory = Callable[
@@ -120,7 +121,7 @@ def build(
     import importlib
 
     histories = Histories(store)
-    local = LocalPlanner(histories)
+    local = LocalPlanner(histories, Records(cfg.jobs.mergeable))
     model: Planner | None = None
     for name in _wanted(cfg):
         try:
