@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.core.admission import decide, decide_all
 from orchestrator.core.claims import overlaps
 from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Risk, Snapshot
 from orchestrator.core.risk import Escapes, pair_risk
-from tests.test_admission_properties import BRANCHES, CLAIMABLE, FILES, REPOS, SETTINGS, World, held
+from tests.test_admission_properties import BRANCHES, CLAIMABLE, FILES, REPOS, World, held
 
 RISKY = Policy(max_concurrent=8, per_repo=8, risk=0.03)
 
@@ -96,7 +96,7 @@ def _risk(x: JobView, y: JobView, policy: Policy) -> float:
     return pair_risk(Escapes.of(x.claim.risk), held(x, policy), Escapes.of(y.claim.risk), held(y, policy))
 
 
-@SETTINGS
+@settings(max_examples=80, deadline=None)
 @given(
     jobs=risky_jobs(), events=st.lists(st.tuples(st.sampled_from(("admit", "finish", "escape")), st.integers(0, 63)))
 )

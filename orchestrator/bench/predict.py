@@ -251,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", default="", help="with --tickets: only these repositories (comma-separated)")
     parser.add_argument("--risk", type=float, default=RISK, help="with --tickets: plan.risk (default 0.03)")
     parser.add_argument(
+        "--frontier", default="", help="with --tickets: other plan.risk values to admit the same plans at (0.01,0.05)"
+    )
+    parser.add_argument(
         "--scope", choices=("source", "all"), default="source", help="with --tickets: leave tests and docs out"
     )
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
@@ -263,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         if args.tickets:
             only = [o.strip() for o in args.only.split(",") if o.strip()]
-            r = tickets.run(args.tickets, args.repos, args.limit, args.risk, args.scope, only)
+            frontier = [float(x) for x in args.frontier.split(",") if x.strip()]
+            r = tickets.run(args.tickets, args.repos, args.limit, args.risk, args.scope, only, frontier)
             if args.json:
                 print(json.dumps(r, indent=2))
             else:

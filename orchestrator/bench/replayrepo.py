@@ -222,7 +222,7 @@ def serial(
     gives (each applied like the replay runner applies it, three-way, its own side on a conflict): a file
     where it is not was broken by running its changes side by side. A change is lost when it did not land,
     or when main misses the edit of the last landed change to one of its files. Union-merged files
-    (changelogs) land in any order: each landed change's added lines must be there."""
+    (changelogs) land in any order: every line the serial application gives must be there."""
     repo = pygit2.Repository(str(replay.path))
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
     order = sorted((t, c.index) for c, t in zip(changes, landed_at, strict=True) if t)
@@ -241,9 +241,9 @@ def serial(
     broken = []
     for p, i in sorted(last.items()):
         have, want = _text(repo, main, p), _text(repo, tree, p)
-        if claims.matches(p, mergeable):
-            added = _added(repo, changes, p, [j for _, j in order])
-            if any(line not in (have or "") for line in added):
+        if claims.matches(p, mergeable):  # merged line by line, in any order: every line must be there
+            present = set((have or "").splitlines())
+            if any(line.strip() and line not in present for line in (want or "").splitlines()):
                 lost.add(i)
         elif have != want:
             broken.append(p)
@@ -264,21 +264,6 @@ def _reordered(changes: Sequence[Change], landed_at: Sequence[float], mergeable:
         done = [n for n in ns if landed_at[n]]
         pairs |= {(a, b) for i, a in enumerate(done) for b in done[i + 1 :] if landed_at[b] < landed_at[a]}
     return len(pairs)
-
-
-def _added(repo: pygit2.Repository, changes: Sequence[Change], path: str, landed: Sequence[int]) -> list[str]:
-    """The lines the landed changes added to `path`."""
-    out = []
-    for i in landed:
-        if path not in changes[i].files:
-            continue
-        commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
-        if not commit.parents:
-            continue
-        for patch in repo.diff(commit.parents[0], commit):
-            if patch.delta.new_file.path == path:
-                out += [ln.content for h in patch.hunks for ln in h.lines if ln.origin == "+" and ln.content.strip()]
-    return out
 
 
 def _has_edit(repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree) -> bool:

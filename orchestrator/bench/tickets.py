@@ -223,7 +223,15 @@ def _pct(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1)))]
 
 
-def run(path: Path, repos_dir: Path, limit: int | None, risk: float, scope: str, only: Sequence[str] = ()) -> dict:
+def run(
+    path: Path,
+    repos_dir: Path,
+    limit: int | None,
+    risk: float,
+    scope: str,
+    only: Sequence[str] = (),
+    frontier: Sequence[float] = (),
+) -> dict:
     tickets = load(path, limit)
     by_repo: dict[str, list[Ticket]] = defaultdict(list)
     for t in tickets:
@@ -245,6 +253,19 @@ def run(path: Path, repos_dir: Path, limit: int | None, risk: float, scope: str,
         for k in ("pairs", "overlapping", "fn_pairs", "held_apart"):
             totals[k] += row[k]
     every = [t for ts in by_repo.values() for t in ts]
+    others = []
+    for r in frontier:  # the same plans admitted at other thresholds
+        p = replace(policy, risk=r)
+        got = [pairs(ts, p, scope) for ts in by_repo.values()]
+        ov, fn = sum(g["overlapping"] for g in got), sum(g["fn_pairs"] for g in got)
+        dj, held = sum(g["pairs"] - g["overlapping"] for g in got), sum(g["held_apart"] for g in got)
+        others.append(
+            {
+                "risk": r,
+                "fn_concurrency": round(fn / ov, 4) if ov else None,
+                "over_serialisation": round(held / dj, 4) if dj else None,
+            }
+        )
     disjoint = totals["pairs"] - totals["overlapping"]
     overall = {
         **summary(every, policy, scope),
@@ -259,6 +280,7 @@ def run(path: Path, repos_dir: Path, limit: int | None, risk: float, scope: str,
         "repos": rows,
         "overall": overall,
         "anchors": [{"method": m, "fn_concurrency": f, "over_serialisation": o} for m, f, o in ANCHORS],
+        "frontier": others,
         "per_ticket": [
             {
                 "id": t.id,
@@ -292,6 +314,9 @@ def print_report(r: dict[str, Any]) -> None:
     for name, row in r["repos"].items():
         line(name, row)
     line("overall", r["overall"])
+    for f in r.get("frontier", ()):
+        fn, over = _fmt(f["fn_concurrency"]), _fmt(f["over_serialisation"])
+        print(f"  at plan.risk {f['risk']:.0%}: FN-concurrency {fn}, over-serialisation {over}")
     print("  anchors (published, same kind of data): FN-concurrency / over-serialisation")
     for a in r["anchors"]:
         print(f"    {a['method']:<46} {_fmt(a['fn_concurrency']):>8} {_fmt(a['over_serialisation']):>8}")

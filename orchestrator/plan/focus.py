@@ -32,7 +32,7 @@ from orchestrator.plan.index import TreeIndex
 from orchestrator.plan.rank import Ranking, is_doc, is_test
 from orchestrator.plan.score import Calibration, logit, path_class
 
-CLAIM_P = 0.25
+CLAIM_P = 0.4
 """A file at least this likely to be touched is claimed."""
 LONG = 0.5
 """From this `rank.length` on, a text is a ticket: every candidate counts in its risk, and spill too."""
@@ -112,6 +112,8 @@ class Spread:
     """How long the text is (`rank.length`): a long one (a ticket) is judged by the shipped model."""
     spill: dict[str, tuple[int, list[tuple[str, int, int]]]] = field(default_factory=dict)
     """directory → (past changes under it, [(one of its busiest files, its changes, its level)])."""
+    named: frozenset[str] = frozenset()
+    """Files the text names by their path (or links to)."""
 
 
 def spread(ranking: Ranking, history: History | None, index: TreeIndex) -> Spread:
@@ -130,7 +132,8 @@ def spread(ranking: Ranking, history: History | None, index: TreeIndex) -> Sprea
         if out:
             edges[s] = out
     names = any(k in TEXTUAL for c in ranking for k in c.kinds)
-    return Spread(logits, reasons, edges, names, ranking.long, _spill_tables(logits, history, index))
+    named = frozenset(c.path for c in ranking if c.features.get("path", 0) >= 0.5 or c.features.get("link", 0) > 0)
+    return Spread(logits, reasons, edges, names, ranking.long, _spill_tables(logits, history, index), named)
 
 
 def _spill_tables(
@@ -246,7 +249,11 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     )
     # A file its words alone point at is no claim: the claim is what evidence names (else nothing is named).
     claimable = [r for r in ranked if r.kinds & LISTED]
-    claim = [r.path for r in claimable if r.p >= CLAIM_P] or [r.path for r in claimable[:1]]
+    claim = [r.path for r in claimable if r.p >= CLAIM_P or (not long and r.path in s.named)]
+    claim = claim or [r.path for r in claimable[:1]]
+    if long and claim and all(path_class(c) != "source" for c in claim):
+        # A ticket is fixed in code: its most likely source file is claimed beside a named test or doc.
+        claim += [r.path for r in ranked if path_class(r.path) == "source"][:1]
     mine = set(claim)
     kind = path_class(claim[0]) if claim else "source"
     spilled = _spilled(s, direct) if long else {}

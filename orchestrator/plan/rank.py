@@ -376,13 +376,14 @@ def _content(m: Mentions, index: TreeIndex, r: Ranking) -> None:
         if not found:
             continue
         top = found[0][1]
+        prefix = "" if kind == "source" else f"{kind}_"  # docs and settings weigh apart (`score`)
         for rank, (p, s) in enumerate(found):
             c = r.get(p)
-            c.features["content"] = s / top
-            c.features["content_rank"] = 1.0 / (1 + rank)
+            c.features[f"{prefix}content"] = s / top
+            c.features[f"{prefix}content_rank"] = 1.0 / (1 + rank)
             if rank < 5:
                 why = f"its words are among the text's best matches in its kind of file ({kind}, #{rank + 1})"
-                c.add("content_top", 1.0, Kind.CONTENT, why)
+                c.add(f"{prefix}content_top", 1.0, Kind.CONTENT, why)
 
 
 # -------------------------------------------------------------------------------------------- history

@@ -30,7 +30,7 @@ CAPS: Mapping[str, float] = {
     "name": 2.0,
 }
 """Counts that say no more past these values."""
-WEIGHTS: Mapping[str, float] = {
+WEIGHTS: dict[str, float] = {
     "code_unasked": -1.5,
     "cochange": 1.716,
     "content": -1.765,
@@ -57,7 +57,10 @@ WEIGHTS: Mapping[str, float] = {
 }
 """Log-odds per unit of each feature, for a short text (a commit message, a one-line job). `doc_asked` and
 `code_unasked` (a title asking for documentation: docs gain, code loses) are set by hand."""
-LONG_WEIGHTS: Mapping[str, float] = {
+for _kind in ("doc", "config"):  # docs and settings found by their words: as source files in a short text,
+    for _f in ("content", "content_rank", "content_top"):  # not at all in a ticket (it names its code)
+        WEIGHTS[f"{_kind}_{_f}"] = WEIGHTS[_f]
+LONG_WEIGHTS: dict[str, float] = {
     "cochange": -1.264,
     "content": 2.418,
     "content_rank": 0.123,
@@ -83,6 +86,9 @@ LONG_WEIGHTS: Mapping[str, float] = {
 """What each feature's weight gains (or loses) for a long text (a ticket with prose, code, tracebacks), in
 proportion to `long` (0 for 20 words or fewer, 1 for 200 or more): a path named in a ticket is the fix's
 file less often than a path named in a commit message, a traceback's frames more often."""
+for _kind in ("doc", "config"):
+    for _f in ("content", "content_rank", "content_top"):
+        LONG_WEIGHTS[f"{_kind}_{_f}"] = -WEIGHTS[_f]
 BIAS = -4.229
 LONG_BIAS = -1.879
 """The log-odds of a file with no feature at all (and what a long text changes in it). Fitted once, offline,
