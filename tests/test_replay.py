@@ -80,6 +80,24 @@ def test_conflict_theirs_keeps_the_recorded_side(make_repo):
     assert (repo / "a.txt").read_text() == "theirs\n" and (repo / "b.txt").read_text() == "b moved\n"
 
 
+def test_conflict_theirs_also_settles_a_file_the_base_lacks(make_repo):
+    """A recorded change to a file its replay base does not have yet (it came with a change that has not
+    landed) still applies with `conflict: theirs`: the file as the change left it."""
+    repo = make_repo(files={"a.txt": "a\n"})
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {"new.txt": "one\n"})
+    git(repo, "add", "new.txt")
+    git(repo, "commit", "-qm", "add new")
+    write(repo, {"new.txt": "one\ntwo\n"})
+    git(repo, "commit", "-qam", "extend new")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    with pytest.raises(replay.ReplayError, match=r"conflict in new\.txt"):
+        replay.apply_commit(repo, sha)
+    assert replay.apply_commit(repo, sha, theirs=True) == ["new.txt"]
+    assert (repo / "new.txt").read_text() == "one\ntwo\n"
+
+
 def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path):
     """A commit replay and a patch replay run as jobs and land; a change that does not apply fails with why."""
     repo = make_repo()

@@ -227,15 +227,18 @@ def serial(
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
     order = sorted((t, c.index) for c, t in zip(changes, landed_at, strict=True) if t)
     lost = {c.index for c in changes if not landed_at[c.index]}
-    tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
+    tree: pygit2.Tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
     favor = pygit2.enums.MergeFavor.THEIRS
     last: dict[str, int] = {}
     for _, i in order:
         commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
         base = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
+        assert isinstance(base, pygit2.Tree)
         index = repo.merge_trees(base, tree, commit.tree, favor=favor)
         if not index.conflicts:
-            tree = repo.get(index.write_tree(repo))
+            merged = repo.get(index.write_tree(repo))
+            assert isinstance(merged, pygit2.Tree)
+            tree = merged
         for p in changes[i].files:
             last[p] = i
     broken = []
@@ -273,7 +276,7 @@ def _has_edit(repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree) -
         return True
     index = repo.merge_trees(commit.parents[0].tree, main, commit.tree, favor=pygit2.enums.MergeFavor.THEIRS)
     tree = repo.get(index.write_tree(repo)) if not index.conflicts else None
-    return tree is not None and _text(repo, tree, path) == _text(repo, main, path)
+    return isinstance(tree, pygit2.Tree) and _text(repo, tree, path) == _text(repo, main, path)
 
 
 def _text(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | None:

@@ -153,7 +153,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
         ranked = [str(r["path"]) for r in plan.ranking]
         gold = sorted(t.gold)[0] if t.gold else ""
         t.rank = ranked.index(gold) + 1 if gold in ranked else None
-        t.p_gold = next((float(r["p"]) for r in plan.ranking if r["path"] == gold), 0.0)  # type: ignore[arg-type]
+        t.p_gold = next((float(r["p"]) for r in plan.ranking if r["path"] == gold), 0.0)
     return {
         "replayed": len(samples),
         "calibration": calibration.to_json() if calibration is not None else None,
@@ -239,7 +239,7 @@ def run(
             by_repo[t.repo].append(t)
     policy = Policy(max_concurrent=8, per_repo=8, mergeable=MERGEABLE, risk=risk)
     rows: dict[str, Any] = {}
-    totals = defaultdict(int)
+    totals: dict[str, int] = defaultdict(int)
     for name, ts in sorted(by_repo.items()):
         clone = clone_of(repos_dir, name)
         facts = plan_repo(clone, ts, scope)

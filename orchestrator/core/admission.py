@@ -539,10 +539,10 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
 
     # 6b. Disjoint claims that may still meet: the estimated risk beside each active job.
     beside = _beside(f, [a for a in repo_active if not a.exclusive and a.job.id not in owners])
-    over = [(r, a) for r, a in beside if r > f.risk_limit]
-    if over:
-        r, a = max(over, key=lambda t: t[0])
-        ids = sorted(a.job.id for _, a in over)
+    too_risky = [(r, a) for r, a in beside if r > f.risk_limit]
+    if too_risky:
+        r, a = max(too_risky, key=lambda t: t[0])
+        ids = sorted(a.job.id for _, a in too_risky)
         msg = f"risk {r:.1%} > {f.risk_limit:.1%} beside job {a.job.id}" + (
             f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
         )

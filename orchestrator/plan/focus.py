@@ -270,13 +270,18 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     near = [
         (r.path, r.p) for r in ranked if r.path not in mine and r.p >= NEAR_MIN and (long or r.kinds & LISTED)
     ][:NEAR_MAX]
-    coverage = 1.0
-    for _, q in near:
-        coverage *= 1.0 - q
+    coverage = _coverage(near)
     area = area_of(claim[0]) if claim else ""
     # Files no evidence lists are the area's rate's: no per-file rest on top of it.
     risk = Risk(tuple(near), 0.0, area, calibration.meets(area))
     return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind)
+
+
+def _coverage(near: Sequence[tuple[str, float]]) -> float:
+    out = 1.0
+    for _, q in near:
+        out *= 1.0 - q
+    return out
 
 
 def _why(reasons: dict[str, list[tuple[Kind, str]]], path: str, kind: Kind, why: str) -> None:

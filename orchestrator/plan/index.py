@@ -246,7 +246,7 @@ class TreeIndex:
                 self._add(repo, path, oid)
         else:
             old = repo.revparse_single(self.base).peel(pygit2.Commit)
-            diff = repo.diff(old.tree, commit.tree)
+            diff = old.tree.diff_to_tree(commit.tree)
             for delta in diff.deltas:
                 if delta.old_file.path in self.blobs and delta.status_char() in "DMRT":
                     self._remove(delta.old_file.path)
@@ -329,9 +329,9 @@ def _walk(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str) -> Iterator[t
         if entry.type_str == "tree":
             sub = repo.get(entry.id)
             if isinstance(sub, pygit2.Tree):
-                yield from _walk(repo, sub, prefix + entry.name + "/")
+                yield from _walk(repo, sub, f"{prefix}{entry.name}/")
         elif entry.type_str == "blob":
-            yield prefix + entry.name, str(entry.id)
+            yield f"{prefix}{entry.name}", str(entry.id)
 
 
 def grep_fixed(repo: Path, base: str, strings: Iterable[str]) -> dict[str, list[str]]:

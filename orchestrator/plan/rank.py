@@ -22,8 +22,8 @@ import itertools
 import math
 import posixpath
 import re
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.plan.base import Kind
@@ -120,7 +120,7 @@ class Ranking:
                 c.features["doc_asked" if is_doc(path) else "code_unasked"] = 1.0
         return c
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Candidate]:
         return iter(self.by_path.values())
 
 
@@ -397,14 +397,14 @@ def _history(m: Mentions, history: History, index: TreeIndex, r: Ranking) -> Non
         return
     first = max(0, len(history.changes) - history.window)
     n = len(history.changes) - first
-    scores: Counter[int] = Counter()
+    scores: dict[int, float] = defaultdict(float)
     for t in q:
         hits = [i for i in history.index.get(t, ()) if i >= first]
         if hits and (n < 20 or len(hits) <= n / 2):  # a word most changes say names nothing
             idf = math.log(1 + n / len(hits))
             for i in hits:
                 scores[i] += idf
-    best = scores.most_common(TOP_HISTORY)
+    best = sorted(scores.items(), key=lambda t: -t[1])[:TOP_HISTORY]
     if not best:
         return
     top = best[0][1]

@@ -111,15 +111,15 @@ def fit(samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all
             else:
                 unlisted += 1
         slots += max(1, s.files - len(listed) - len(f.claim))
-    escape = []
-    for t in CLASSES:  # per kind of path, then per kind of claim, shrunk towards the former on little data
-        pooled = [(c, t) for c in CLASSES]
+    escape: list[tuple[str, str, float]] = []
+    for kind in CLASSES:  # per kind of path, then per kind of claim, shrunk towards the former on little data
+        pooled = [(c, kind) for c in CLASSES]
         k_t = _scale([q for cell in pooled for q in predicted[cell]], sum(observed[cell] for cell in pooled))
         for c in CLASSES:
-            mass = sum(predicted[c, t])
+            mass = sum(predicted[c, kind])
             w = mass / (mass + SHRINK)
-            k = math.exp(w * math.log(_scale(predicted[c, t], observed[c, t])) + (1 - w) * math.log(k_t))
-            escape.append((c, t, k))
+            k = math.exp(w * math.log(_scale(predicted[c, kind], observed[c, kind])) + (1 - w) * math.log(k_t))
+            escape.append((c, kind, k))
     return Calibration(
         a=a,
         b=b,

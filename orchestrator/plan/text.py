@@ -110,7 +110,7 @@ class Mentions:
     def weak(self, name: str) -> bool:
         """The name occurs only in import lines or interactive sessions."""
         places = self.where.get(name)
-        return bool(places) and places <= WEAK_PLACES
+        return places is not None and bool(places) and places <= WEAK_PLACES
 
 
 def _uniq(items: list[str]) -> tuple[str, ...]:

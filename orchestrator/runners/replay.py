@@ -110,6 +110,15 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
     assert isinstance(base_tree, pygit2.Tree)
     favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
     index = repo.merge_trees(base_tree, head.tree, commit.tree, favor=favor)
+    if index.conflicts and theirs:  # what favouring a side leaves (a file one side deleted): the recorded side
+        for _, _, recorded in list(index.conflicts):
+            if recorded is not None:
+                del index.conflicts[recorded.path]
+                index.add(pygit2.IndexEntry(recorded.path, recorded.id, recorded.mode))
+        for ancestor, ours, _ in list(index.conflicts or ()):
+            path = (ancestor or ours).path
+            del index.conflicts[path]
+            index.remove(path)  # the recorded change deleted it
     if index.conflicts:
         paths = sorted({(e.path) for entries in index.conflicts for e in entries if e is not None})
         raise ReplayError(f"commit {rev} does not apply on this base: conflict in {', '.join(paths)}")
