@@ -57,6 +57,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Path:
     files |= {"README.md": "shop\n", "CHANGES.md": "# changes\n", "src/shop/__init__.py": ""}
     files |= {"src/shop/audit.py": "def audit_trail():\n    pass\n"}  # never changed since
     files |= {"src/shop/[legacy].py": "OLD = 1\n"}  # a file whose name has glob characters
+    files |= {"tests/fakes.py": "class Stock:\n    def reserve(self, sku, n):\n        pass\n"}  # a test double
     write(repo, files)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "initial shop")
@@ -156,6 +157,8 @@ def test_imports_and_sessions_count_little_tests_and_docs_definitions_not_at_all
     p_weak = next(r["p"] for r in weak.ranking if r["path"] == "src/shop/money.py")
     p_said = next(r["p"] for r in said.ranking if r["path"] == "src/shop/money.py")
     assert p_weak < 0.6 * p_said
+    # A test double defining `Stock.reserve` too is no definition of what the ticket means.
+    assert not any("defines" in w for r in said.ranking if r["path"] == "tests/fakes.py" for w in r["why"])
 
 
 def test_confident_needs_two_independent_kinds_of_evidence(shop: Path) -> None:
