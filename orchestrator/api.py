@@ -25,6 +25,7 @@ from orchestrator.git import repos
 from orchestrator.jobs.scheduler import JobError, Scheduler
 from orchestrator.plan import accuracy, declared
 from orchestrator.runners import Runner
+from orchestrator.runners.command import transcript_path
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -122,8 +123,16 @@ def _read_from(path: Path, pos: int, size: int = 1 << 20) -> bytes:
 
 
 class Api:
-    def __init__(self, scheduler: Scheduler, runners: dict[str, Runner], stop: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        runners: dict[str, Runner],
+        stop: Callable[[], None],
+        *,
+        config_stamp: list[int] | None = None,
+    ) -> None:
         self.scheduler = scheduler
+        self.config_stamp = config_stamp
         self.store = scheduler.board.store
         self.runners = runners
         self.stop = stop
@@ -155,11 +164,19 @@ class Api:
                 web.get("/events", self.events),
             ]
         )
+        app.on_shutdown.append(self._end_streams)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {"ok": True, "pid": os.getpid(), "version": __version__, "burst": self.scheduler.burst}
+            {
+                "ok": True,
+                "pid": os.getpid(),
+                "version": __version__,
+                "burst": self.scheduler.burst,
+                "config_stamp": self.config_stamp,
+                "runners": sorted(self.runners),
+            }
         )
 
     async def _resolve(self, data: dict[str, Any]) -> tuple[Path, str, str]:
@@ -322,22 +339,29 @@ class Api:
         job = await self.scheduler.get(_job_id(request))
         follow = request.query.get("follow") in ("1", "true")
         path = self.scheduler.paths.job_log(job.id)
+        if request.query.get("transcript") in ("1", "true"):  # an agent CLI's transcript, kept beside the log
+            path, follow = transcript_path(path), False
+            if not path.exists():
+                return _error(404, f"job {job.id} has no transcript (runners with `output = \"claude-json\"` keep one)")
         resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
         await resp.prepare(request)
         pos = 0
-        while True:
-            # Reads go to a thread in bounded chunks: a big log never stalls the loop or fills memory.
-            while chunk := await asyncio.to_thread(_read_from, path, pos):
-                pos += len(chunk)
-                await resp.write(chunk)
-            if not follow:
-                break
-            current = await self.store.get(job.id)
-            if current is None or current.state.terminal:
-                follow = False  # one last read picks up the tail
-                continue
-            await asyncio.sleep(0.2)
-        await resp.write_eof()
+        try:
+            while True:
+                # Reads go to a thread in bounded chunks: a big log never stalls the loop or fills memory.
+                while chunk := await asyncio.to_thread(_read_from, path, pos):
+                    pos += len(chunk)
+                    await resp.write(chunk)
+                if not follow:
+                    break
+                current = await self.store.get(job.id)
+                if current is None or current.state.terminal:
+                    follow = False  # one last read picks up the tail
+                    continue
+                await asyncio.sleep(0.2)
+            await resp.write_eof()
+        except ConnectionResetError:  # the client went away (`logs -f` interrupted): nothing to report
+            pass
         return resp
 
     # -- run-time controls -----------------------------------------------------------------------
@@ -386,11 +410,16 @@ class Api:
             "landing": sorted([repo, branch] for repo, branch in self.scheduler.lander.inflight),
         }
 
+    async def _end_streams(self, app: web.Application) -> None:
+        """The daemon stops: every event stream ends now (its client reconnects), not at its next ping."""
+        self.scheduler.board.publish({"type": "closing"})
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         """NDJSON: a snapshot of the jobs, then every job change the board announces, as it happens.
 
         Fed by the board's announcements (no polling); a ping every 15 s when quiet lets a client notice
-        a dead daemon. A subscriber that falls too far behind is dropped: it reconnects and re-reads.
+        a dead daemon. A subscriber that falls too far behind is dropped: it reconnects and re-reads. A
+        client that went away is noticed within a second; the daemon's stop ends every stream.
         """
         sub = self.scheduler.board.subscribe()
         try:
@@ -400,12 +429,20 @@ class Api:
             await _send(resp, {"type": "snapshot", "jobs": [self.scheduler.live(j).to_json() for j in jobs]})
             state = self._state_json()
             await _send(resp, state)
+            quiet = 0
             while not sub.overflowed:
                 try:
-                    item = await asyncio.wait_for(sub.queue.get(), 15.0)
+                    item = await asyncio.wait_for(sub.queue.get(), 1.0)
                 except TimeoutError:
-                    await _send(resp, {"type": "ping"})
+                    if request.transport is None or request.transport.is_closing():
+                        return resp  # the client went away (`watch` quit)
+                    quiet += 1
+                    if quiet >= 15:
+                        quiet = 0
+                        await _send(resp, {"type": "ping"})
                     continue
+                if item["type"] == "closing":
+                    break
                 if item["type"] == "changed":
                     now = self._state_json()
                     if now != state:
@@ -413,8 +450,11 @@ class Api:
                         await _send(resp, state)
                     continue
                 await _send(resp, item)
-            await _send(resp, {"type": "overflow"})
+            if sub.overflowed:
+                await _send(resp, {"type": "overflow"})
             await resp.write_eof()
+            return resp
+        except ConnectionResetError:  # the client went away (`watch` quit): nothing to report
             return resp
         finally:
             self.scheduler.board.unsubscribe(sub)

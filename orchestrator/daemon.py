@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from orchestrator import __version__
+from orchestrator import __version__, hardening
 from orchestrator import logging as olog
 from orchestrator.api import Api
 from orchestrator.chat.api import ChatApi
@@ -35,7 +35,7 @@ from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
-from orchestrator.runners import Runner, registry
+from orchestrator.runners import Runner, jobpath, process, registry
 from orchestrator.runners import sandbox as sandboxes
 from orchestrator.service import intake
 from orchestrator.service.spool import Spool
@@ -67,8 +67,18 @@ def _lock(paths: Paths) -> IO[str]:
 
 
 class Daemon:
-    def __init__(self, cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        paths: Paths,
+        *,
+        burst: bool = False,
+        grace: float = 2.0,
+        config_stamp: list[int] | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.config_stamp = config_stamp
+        """The config file's version (`config.stamp`) when it was read: `config show` tells a changed one."""
         self.paths = paths
         self.burst = burst
         self.grace = grace
@@ -98,12 +108,20 @@ class Daemon:
         notifier = Notifier()
         spool: Spool | None = None
         try:
+            # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
+            no_cgroups = await asyncio.to_thread(process.use_cgroups)
+            log.info(olog.Event.PROCESS_CGROUPS, used=not no_cgroups, reason=no_cgroups or None)
             # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
             await end_survivors(store, grace=self.cfg.jobs.kill_grace)
             recovered = await store.recover()
             # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
             claude = SharedClaude(self.cfg.anthropic)
-            sandbox = await asyncio.to_thread(sandboxes.resolve, self.cfg.jobs.sandbox)
+            sandbox = await asyncio.to_thread(
+                sandboxes.resolve,
+                self.cfg.jobs.sandbox,
+                (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
+            )
+            await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
             runners = registry(self.cfg, claude, sandbox)
             pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
             for repo in sorted({j.repo for j in await store.jobs()}):
@@ -127,6 +145,7 @@ class Daemon:
                 grace=self.grace,
                 gates=self.gates,
                 claude=claude,
+                sandbox=sandbox,
             )
             if self.cfg.jobs.requeue_interrupted:
                 await requeue_interrupted(scheduler, runners)
@@ -136,7 +155,7 @@ class Daemon:
                 ollama.from_config(self.cfg.ollama, self.gates, naive=self.cfg.chat.policy == "naive"),
                 self.cfg.chat,
             )
-            api = Api(scheduler, runners, self.request_stop)
+            api = Api(scheduler, runners, self.request_stop, config_stamp=self.config_stamp)
             runner = await self._start_api(api, ChatApi(chat).routes())
             log.info(
                 olog.Event.DAEMON_STARTED,
@@ -240,11 +259,14 @@ a full pass walks every object, and with 5,000 jobs waiting each took 90-330 ms 
 landing → next admission); young garbage is still collected as often as before."""
 
 
-def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
+def run(
+    cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0, config_stamp: list[int] | None = None
+) -> int:
     olog.configure(sys.stdout)
+    hardening.harden()  # before the first job: no core file, no /proc/<pid>/environ holding the keys
     gc.set_threshold(*GC_THRESHOLDS)
     try:
-        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())
+        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace, config_stamp=config_stamp).serve())
     except AlreadyRunning as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         return 1

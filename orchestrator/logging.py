@@ -1,17 +1,20 @@
 """One log: structlog JSON lines on stdout (journald keeps them under systemd), a console renderer on a TTY.
 
 Event names are a closed set (`Event`); `job_id` and `repo` are bound with contextvars inside each job's
-task. Secrets never reach a log: keys that name one are masked, and so are values that look like one.
+task. Secrets never reach a log (`mask`): the values of the environment's secret-named variables wherever
+they appear, values shaped like a provider's key, and whatever a secret-named field, dict key, variable,
+header or option holds — in every field, nested dicts and lists, and exception tracebacks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -88,11 +91,14 @@ class Event(StrEnum):
     CHAT_TURN_CANCELLED = "chat.turn.cancelled"
     CHAT_EXTRACTION_DONE = "chat.extraction.done"
     CHAT_EXTRACTION_FAILED = "chat.extraction.failed"
+    CHAT_EXTRACTION_RESUMED = "chat.extraction.resumed"
     PROCESS_SURVIVORS_ENDED = "process.survivors_ended"
     """A restarted daemon ended process groups its dead predecessor had started."""
     PROCESS_LINGERS = "process.lingers"
     """A killed process group still has members after the wait (uninterruptible sleep?)."""
     PROCESS_NOT_OURS = "process.not_ours"
+    PROCESS_CGROUPS = "process.cgroups"
+    """At start: whether each command gets a cgroup of its own (and why not)."""
     PROCESS_ESCAPEES_ENDED = "process.escapees_ended"
     """Processes that had left their command's group (setsid, a double fork) were found by their mark and ended."""
     ATTEMPT_KEPT = "job.attempt_kept"
@@ -100,6 +106,8 @@ class Event(StrEnum):
     LANDING_RECOVERED = "landing.recovered"
     """On start, an interrupted landing's checkouts were brought level (finished or rolled back)."""
     DAEMON_REFUSED = "daemon.refused"
+    DAEMON_EXPOSED = "daemon.exposed"
+    """Core dumps or `/proc/<pid>/environ` could not be turned off for the daemon (`hardening.harden`)."""
     STEP_FAILED = "step.failed"
     """A best-effort step (cleanup, cache fill) failed; the daemon carries on (`best_effort`)."""
     PROCESS_UNEXPECTED = "process.unexpected"
@@ -118,6 +126,9 @@ class Event(StrEnum):
     AGENT_PATH_REFUSED = "agent.path_refused"
     """The agent named a path outside its worktree (`..`, absolute, a symlink out, `.git`): refused."""
     SANDBOX_READY = "sandbox.ready"
+    JOB_PATH = "jobs.path"
+    JOB_OUTSIDE_CLAIM = "job.outside_claim"
+    """A finished job touched paths its claim did not hold (an event on the job too: `show`, `why`)."""
     SANDBOX_UNAVAILABLE = "sandbox.unavailable"
     """bubblewrap is missing or does not work here: said once at start, with the reason."""
     JOB_ESCAPED = "job.escaped"
@@ -129,16 +140,122 @@ class Event(StrEnum):
 
 EVENTS = frozenset(e.value for e in Event)
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.I)
-_SECRET_VALUE = re.compile(r"(sk-ant-[A-Za-z0-9_\-]{8,}|sk-[A-Za-z0-9]{20,})")
+_SECRET_NAME = (
+    r"(?:api[_-]?key|access[_-]?key|private[_-]?key|token|secret|passw(?:or)?d|authorization|credential|cookie)"
+)
+_SECRET_KEY = re.compile(_SECRET_NAME, re.I)
+"""A field, dict key, variable, header or option with such a name holds a secret: its value is masked."""
+_SECRET_SHAPES = (
+    r"sk-ant-[A-Za-z0-9_\-]{8,}",  # Anthropic
+    r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",  # OpenAI
+    r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})",  # GitHub
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}",  # AWS access key ids
+    r"hf_[A-Za-z0-9]{30,}",  # Hugging Face
+    r"xox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack
+    r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # a JWT
+)
+_SECRET_VALUE = re.compile("|".join(_SECRET_SHAPES))
+_SECRET_IN_TEXT = (
+    # NAME=value, NAME: value, "name": "value", 'x-api-key': 'value' (env dumps, headers, dict and JSON text).
+    re.compile(rf"""(?i)([\w\-]*{_SECRET_NAME}[\w\-]*["']?\s*[:=]\s*["']?)(?!\d+\b)([^\s"',;}}\]\)]+)"""),
+    # --api-key VALUE, --token=VALUE (argv of a command).
+    re.compile(rf"(?i)((?:(?<=\s)|(?<=^)|(?<=[\[,'\"]))--?[\w\-]*{_SECRET_NAME}[\w\-]*(?:=|\s+))(?!\d+\b)([^\s\"',;]+)"),
+    # Authorization: Bearer VALUE / Basic VALUE.
+    re.compile(r"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
+)
+_HINTS = ("key", "token", "secret", "passw", "authoriz", "credential", "cookie", "bearer", "basic", "sk-", "ghp_",
+          "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "hf_", "xox", "eyj")  # fmt: skip
+"""Substrings (any case) one of which every pattern's match contains: a string without any is left as it is."""
+_SECRET_FLAG = re.compile(rf"(?i)--?[\w\-]*{_SECRET_NAME}[\w\-]*")
+_known: set[str] = set()
+_known_rx: re.Pattern[str] | None = None
+KNOWN_MIN = 8
+"""Values shorter than this are not registered as secrets (masking `1` or `test` everywhere helps nobody)."""
+
+
+def register_secret(value: str) -> None:
+    """Mask `value` wherever it appears in a log line, whatever its shape (a key of an unknown provider)."""
+    global _known_rx
+    if not isinstance(value, str) or len(value) < KNOWN_MIN or value in _known:
+        return
+    _known.add(value)
+    known = "|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True))
+    _known_rx = re.compile(known)
+    mask.cache_clear()
+
+
+def register_environment(env: Mapping[str, str] | None = None) -> None:
+    """Register the values of the environment's secret-named variables (ANTHROPIC_API_KEY, *_TOKEN, ...)."""
+    for name, value in (os.environ if env is None else env).items():
+        if _SECRET_KEY.search(name):
+            register_secret(value)
+
+
+def _hinted(text: str) -> bool:
+    low = text.lower()
+    for hint in _HINTS:  # a plain loop of `in`: several times faster here than a regex alternation
+        if hint in low:
+            return True
+    return any(k in text for k in _known)
+
+
+@functools.lru_cache(maxsize=4096)
+def mask(text: str) -> str:
+    """`text` with every secret it shows replaced by `****`: known values, key shapes, and the values of
+    secret-named variables, headers and options. Cached: a log repeats its repos, paths and reasons."""
+    if not _hinted(text):
+        return text  # the common case: nothing a secret could start with, so no pattern can match
+    if _known_rx is not None:
+        text = _known_rx.sub("****", text)
+    text = _SECRET_VALUE.sub("****", text)
+    for rx in _SECRET_IN_TEXT:
+        text = rx.sub(lambda m: m.group(1) + "****" if m.group(2) != "****" else m.group(0), text)
+    return text
+
+
+def _masked(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return mask(value)
+    if value is None or isinstance(value, bool | int | float) or depth > 8:
+        return value
+    if isinstance(value, dict):
+        return {k: _named(k, v, depth) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        # An argv: the word after `--api-key` / `--token` is the secret, whatever it looks like.
+        return [
+            "****" if i and _secret_flag(items[i - 1]) and isinstance(v, str) and not v.isdigit() else
+            _masked(v, depth + 1)
+            for i, v in enumerate(items)
+        ]  # fmt: skip
+    if isinstance(value, bytes):
+        text = value.decode(errors="backslashreplace")
+        return value if mask(text) == text else mask(text)
+    shown = repr(value)  # what the renderer would print (its fallback is repr): masked if it shows a secret
+    masked = mask(shown)
+    return value if masked == shown else masked
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_name(key: str) -> bool:
+    return _SECRET_KEY.search(key) is not None
+
+
+def _secret_flag(word: object) -> bool:
+    return isinstance(word, str) and word.startswith("-") and _SECRET_FLAG.fullmatch(word) is not None
+
+
+def _named(key: Any, value: Any, depth: int) -> Any:
+    if isinstance(key, str) and _secret_name(key) and value and not isinstance(value, bool | int | float):
+        return "****"  # a secret's name: its value whatever it looks like (counts like `tokens=5` stay)
+    return _masked(value, depth + 1)
 
 
 def _redact(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in list(event_dict.items()):
-        if _SECRET_KEY.search(key) and value:
-            event_dict[key] = "****"
-        elif isinstance(value, str) and _SECRET_VALUE.search(value):
-            event_dict[key] = _SECRET_VALUE.sub("****", value)
+        if key in ("event", "level", "timestamp"):
+            continue
+        event_dict[key] = _named(key, value, 0)
     return event_dict
 
 
@@ -181,14 +298,15 @@ def stdout_is_journal(stream: TextIO, env: dict[str, str] | None = None) -> bool
 
 def configure(stream: TextIO | None = None, *, level: str = "info", force_json: bool = False) -> None:
     """Set structlog up once for the daemon's process."""
+    register_environment()
     stream = stream or sys.stdout
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _closed_set,
-        _redact,
         structlog.processors.format_exc_info,
+        _redact,  # after the traceback is text: an exception's message is masked too
     ]
     renderer: Any
     if not force_json and stream.isatty():

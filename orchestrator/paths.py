@@ -1,11 +1,17 @@
 """Where orchestrator keeps its files: XDG dirs through platformdirs, or all under `ORCHESTRATOR_HOME`.
 
 `ORCHESTRATOR_HOME=DIR` puts config, state and runtime under DIR, for tests and side-by-side instances.
+
+Private by construction: every dir orchestrator creates is 0700 and every file 0600 whatever the umask
+(`private_dir`, `open_private`), and what it reads as configuration must be writable by its owner alone
+(`unsafe`, the rule ssh applies to its files).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +24,76 @@ SOCKET_PATH_MAX = 107
 
 class PathError(RuntimeError):
     """A directory orchestrator needs cannot be used; the message says what to set instead."""
+
+
+def private_dir(path: Path) -> Path:
+    """Make `path` and any missing parents, each 0700 whatever the umask (an existing dir is left as it is)."""
+    missing: list[Path] = []
+    p = path
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            continue  # made by a concurrent caller: its owner and mode are checked where they matter
+        # The umask may have taken bits of 0700 too (umask 0277 would leave 0500); never more than 0700.
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+    return path
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open `path` (created if missing) as a file of the owner's alone: parents 0700, the file 0600."""
+    private_dir(path.parent)
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o7777 != 0o600:
+            os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _who(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def unsafe(path: Path, *, secret: bool = False) -> str | None:
+    """Why another user may have written `path` (an existing file or dir), with the command that fixes it;
+    None when only its owner (or root) can have.
+
+    ssh's rule: `path` and every directory above it belong to you or root and are writable by nobody else
+    (a sticky dir such as /tmp above it is fine: others cannot rename or remove what is yours in it).
+    `secret`: others must not read it either (a file of API keys).
+    """
+    me = os.getuid()
+    real = Path(os.path.realpath(path))
+    for p in (real, *real.parents):
+        st = os.stat(p)
+        if st.st_uid not in (me, 0):
+            return (
+                f"{p} belongs to {_who(st.st_uid)}, not to you ({_who(me)}): another user could make the daemon "
+                f"run their commands; check what is in it, then `sudo chown {_who(me)} {p}`, or move it aside"
+            )
+        if st.st_mode & 0o022 and not (p != real and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+            whom = "group and others" if st.st_mode & 0o022 == 0o022 else "group" if st.st_mode & 0o020 else "others"
+            return (
+                f"{p} is writable by {whom} (mode {stat.S_IMODE(st.st_mode):04o}): another user could make the "
+                f"daemon run their commands; check what is in it, then `chmod go-w {p}`"
+            )
+    if secret and os.stat(real).st_mode & 0o077:
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+        return f"{real} holds secrets but others can read it (mode {mode:04o}): `chmod 600 {real}`"
+    return None
 
 
 def socket_too_long(socket: Path) -> str | None:
@@ -85,19 +161,30 @@ class Paths:
         """A job's own dir for what its runner writes outside the worktree (scripts, prompts)."""
         return self.state_dir / "private" / str(job_id)
 
+    @property
+    def env_file(self) -> Path:
+        """KEY=value lines the systemd unit loads into the daemon's environment (API keys): 0600."""
+        return self.config_dir / "env"
+
+    def own_dirs(self) -> tuple[Path, ...]:
+        """The dirs that hold only orchestrator's own files: each one 0700 and the owner's."""
+        private = self.state_dir / "private"
+        return (self.state_dir, self.job_logs, self.worktrees, self.scratch, self.spool, private, self.runtime_dir)
+
     def ensure(self) -> None:
-        """Create the dirs. State and runtime dirs are 0700 whatever the umask: job texts, logs and the
-        database are private, and only the owner may reach the socket."""
+        """Create the dirs, all 0700 whatever the umask (the config dir and any parent made here too): job
+        texts, logs and the database are private, only the owner may reach the socket, and nobody else may
+        put a config, a spooled request or a dir of their own where the daemon reads one."""
         if (problem := socket_too_long(self.socket)) is not None:
             raise PathError(problem)
-        for d in (self.config_dir, self.state_dir, self.job_logs, self.worktrees, self.scratch):
-            d.mkdir(parents=True, exist_ok=True)
-        for d in (self.state_dir, self.runtime_dir):
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            st = d.stat()
-            if st.st_uid != os.getuid():
+        private_dir(self.config_dir)
+        for d in self.own_dirs():
+            private_dir(d)
+            st = os.stat(d)
+            if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+                what = "is not a directory" if not stat.S_ISDIR(st.st_mode) else f"belongs to {_who(st.st_uid)}"
                 raise PathError(
-                    f"{d} belongs to another user (uid {st.st_uid}): set XDG_RUNTIME_DIR (or ORCHESTRATOR_HOME) "
+                    f"{d} {what}, not one of yours: move it aside, or set XDG_RUNTIME_DIR (or ORCHESTRATOR_HOME) "
                     "to a directory of your own"
                 )
             os.chmod(d, 0o700)

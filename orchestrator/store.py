@@ -771,6 +771,11 @@ class Store:
         ) as cur:
             return [dict(r) for r in await cur.fetchall()]
 
+    async def unextracted_sessions(self) -> list[str]:
+        """Sessions with messages whose memories have not been extracted yet (after a restart: to resume)."""
+        async with self._db.execute("SELECT DISTINCT session_id FROM messages WHERE extracted = 0") as cur:
+            return [r[0] for r in await cur.fetchall()]
+
     async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
         """Store extracted memories and mark the session's messages up to `upto` as extracted, atomically."""
         now = time.time()

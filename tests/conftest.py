@@ -27,6 +27,14 @@ def git(cwd: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+def workspace(repo: Path, path: Path, base: str, branch: str | None = None) -> Path:
+    """A job workspace of `repo` at `base` in `path` (its own git dir on `branch`), as the daemon makes them."""
+    from orchestrator.git.workspace import Workspace
+
+    Workspace(path).create(repo, base, branch)
+    return path
+
+
 def write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         p = root / rel

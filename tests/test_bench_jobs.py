@@ -9,8 +9,9 @@ import sys
 from orchestrator.bench import history as hist
 from orchestrator.bench import replayrepo
 from orchestrator.bench import schedule as sched
+from orchestrator.git.commits import commit_worktree
 from orchestrator.runners import replay
-from tests.conftest import git
+from tests.conftest import git, workspace
 
 MERGEABLE = ("CHANGES*",)
 
@@ -45,9 +46,10 @@ def test_bundled_history_loads_and_predictors_shape_claims():
 
 
 def _apply(repo, wt, commit, branch):
-    git(repo, "worktree", "add", "-q", "-b", branch, str(wt), "main")
-    replay.apply_commit(wt, commit, theirs=True)
-    git(wt, "commit", "-qam", branch)
+    """Replay `commit` in a job workspace at main and commit the result on `branch`, as the daemon does."""
+    base = git(repo, "rev-parse", "main")
+    replay.apply_commit(workspace(repo, wt, base), commit, theirs=True)
+    commit_worktree(wt, message=branch, job_id=0, base=base, repo_path=repo, branch=branch)
 
 
 def test_replayed_changes_conflict_side_by_side_and_changelogs_merge(tmp_path):
@@ -62,15 +64,16 @@ def test_replayed_changes_conflict_side_by_side_and_changelogs_merge(tmp_path):
     assert git(r.path, "log", "--format=%s", "main").splitlines() == ["older change to x", "synthesised base"]
     _apply(r.path, tmp_path / "w0", r.commits[0], "c0")
     _apply(r.path, tmp_path / "w1", r.commits[1], "c1")
-    merge = subprocess.run(["git", "merge", "-q", "c1"], cwd=tmp_path / "w0", capture_output=True, text=True)
+    git(r.path, "worktree", "add", "-q", str(tmp_path / "co"), "c0")
+    merge = subprocess.run(["git", "merge", "-q", "c1"], cwd=tmp_path / "co", capture_output=True, text=True)
     assert merge.returncode != 0 and "pkg/x.py" in merge.stdout + merge.stderr
     conflicted = [line for line in merge.stdout.splitlines() if line.startswith("CONFLICT")]
     assert conflicted and not any("CHANGES.rst" in line for line in conflicted)
-    git(tmp_path / "w0", "merge", "--abort")
+    git(tmp_path / "co", "merge", "--abort")
     assert replayrepo.lost(r, changes, [1, 2]) == ([0, 1], 0), "main has neither change's changelog line yet"
     for n in (0, 1):
-        replay.apply_commit(r.path, r.commits[n], theirs=True)
-        git(r.path, "commit", "-qam", f"land {n}")
+        _apply(r.path, tmp_path / f"land{n}", r.commits[n], f"land{n}")
+        git(r.path, "merge", "-q", "--ff-only", f"land{n}")
     assert replayrepo.lost(r, changes, [1, 2]) == ([], 0)
     assert replayrepo.lost(r, changes, [2, 1]) == ([], 1), "landed the other way round: reordered, not lost"
     assert replayrepo.lost(r, changes, [1, 0]) == ([1], 0), "not landed"

@@ -10,21 +10,19 @@ from pathlib import Path
 import pytest
 
 from orchestrator.git.changes import ChangeWatcher, actual_paths, paths_from_diff, unified_diff
-from tests.conftest import git, write
+from tests.conftest import git, workspace, write
 
 MakeRepo = Callable[..., Path]
 
 
 @pytest.fixture
 def job(make_repo: MakeRepo, tmp_path: Path) -> tuple[Path, str]:
-    """A linked worktree on its own branch at the repository's first commit, as a job gets it."""
+    """A workspace (its own git dir on orchestrator/1) at the repository's first commit, as a job gets it."""
     root = make_repo(
         files={"README.md": "hi\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", ".gitignore": "*.log\nbuild/\n"}
     )
     base = git(root, "rev-parse", "HEAD")
-    wt = tmp_path / "wt"
-    git(root, "worktree", "add", "-q", "-b", "orchestrator/1", str(wt), base)
-    return wt, base
+    return workspace(root, tmp_path / "wt", base, "orchestrator/1"), base
 
 
 def test_clean_worktree_has_no_paths(job: tuple[Path, str]) -> None:
@@ -42,8 +40,9 @@ def test_modified_added_deleted_nested(job: tuple[Path, str]) -> None:
     assert actual_paths(wt, base) == {"src/a.py", "pkg/deep/er/new.py", "src/b.py"}
 
 
-def test_staged_and_committed_on_branch(job: tuple[Path, str]) -> None:
-    """Staged changes and commits made on the job's branch count, even after the work tree moved on."""
+def test_the_files_count_not_the_jobs_own_git_state(job: tuple[Path, str]) -> None:
+    """Files committed or staged in the job's own git dir count as files; one it committed, then deleted,
+    does not (it would not land: the daemon commits the files), nor does a HEAD the job points elsewhere."""
     wt, base = job
     write(wt, {"committed.txt": "c\n"})
     git(wt, "add", "committed.txt")
@@ -51,27 +50,29 @@ def test_staged_and_committed_on_branch(job: tuple[Path, str]) -> None:
     write(wt, {"staged.txt": "s\n"})
     git(wt, "add", "staged.txt")
     assert actual_paths(wt, base) == {"committed.txt", "staged.txt"}
-    # Removed from the work tree again but still in HEAD: it would land, so it still counts.
     os.remove(wt / "committed.txt")
-    assert "committed.txt" in actual_paths(wt, base)
+    (wt / ".git" / "index").write_bytes(b"garbage")
+    (wt / ".git" / "HEAD").write_text("ref: refs/heads/nowhere\n")
+    assert actual_paths(wt, base) == {"staged.txt"}
 
 
 def test_rename_counts_both_sides(job: tuple[Path, str]) -> None:
     """A rename (staged, or as a delete plus an untracked add) reports the old and the new path."""
     wt, base = job
-    git(wt, "mv", "src/a.py", "src/moved.py")
+    os.rename(wt / "src/a.py", wt / "src/moved.py")
     os.rename(wt / "src/b.py", wt / "lib_b.py")
     assert actual_paths(wt, base) == {"src/a.py", "src/moved.py", "src/b.py", "lib_b.py"}
     assert {"src/a.py", "src/moved.py"} <= paths_from_diff(unified_diff(wt, base))
 
 
-def test_binary_changes_are_not_lost(job: tuple[Path, str]) -> None:
+def test_binary_changes_are_not_lost(make_repo: MakeRepo, tmp_path: Path) -> None:
     """New and modified binary files appear, both in the diff text parse and in the result."""
-    wt, _ = job
-    (wt / "img.bin").write_bytes(b"\x00\x01\x02binary")
-    git(wt, "add", "img.bin")
-    git(wt, "commit", "-q", "-m", "bin")
-    new_base = git(wt, "rev-parse", "HEAD")
+    root = make_repo()
+    (root / "img.bin").write_bytes(b"\x00\x01\x02binary")
+    git(root, "add", "img.bin")
+    git(root, "commit", "-q", "-m", "bin")
+    new_base = git(root, "rev-parse", "HEAD")
+    wt = workspace(root, tmp_path / "wt", new_base)
     (wt / "img.bin").write_bytes(b"\x00\x09\x09changed")
     (wt / "new.bin").write_bytes(b"\x00\xff")
     text = unified_diff(wt, new_base)

@@ -39,8 +39,10 @@ def test_claude_runner_does_a_small_task_and_it_lands(make_repo, daemon_factory,
     outside.mkdir()
     (outside / "keep.txt").write_text("untouched\n")
     os.symlink(outside, repo / "link")
-    git(repo, "add", "link")
-    git(repo, "commit", "-qm", "a link out")
+    with open(os.fsencode(repo / "src") + b"/caf\xe9.txt", "wb") as f:  # a name that is not UTF-8
+        f.write(b"x\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a link out, a name in Latin-1")
     script = [
         tool_use_message("list_dir", {"path": "src"}, text="Looking around."),
         tool_use_message("write_file", {"path": "src/c.py", "content": "c = 3\n"}),
@@ -73,6 +75,8 @@ def test_claude_runner_does_a_small_task_and_it_lands(make_repo, daemon_factory,
     assert [e["path"] for e in logged] == ["../outside/keep.txt", "/etc/passwd", "link/evil.txt"]
     assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
     assert (outside / "keep.txt").read_text() == "untouched\n"
+    # The name that is not UTF-8 reached the model escaped (the API takes UTF-8 only), not as a crash.
+    assert "caf\\xe9.txt" in _results(double.requests[1])[0]["content"]
     # The test command ran in the worktree and its output came back.
     ran = _results(double.requests[5])[0]
     assert not ran["is_error"] and ran["content"].startswith("exit 0") and "tests ok" in ran["content"]
@@ -159,9 +163,9 @@ def test_the_concurrency_limit_holds_under_20_jobs(make_repo, daemon_factory, tm
         ids = [
             c.enqueue(repo=str(repo), text=f"job {i}", runner="claude", paths=[f"f{i}.txt"])["id"] for i in range(20)
         ]
-        assert d.cli("wait", *map(str, ids), "--timeout", "120").returncode == 0
+        assert d.cli("wait", *map(str, ids), "--timeout", "120").returncode == 5  # each changed nothing
     states = {j["state"] for j in (d.cli_json("show", str(i)) for i in ids)}
-    assert states == {"landed"}
+    assert states == {"unchanged"}
     assert len(double.requests) == 20
     assert double.peak_in_flight == 3, double.peak_in_flight
     started = [e for e in d.events() if e["event"] == "job.started"]

@@ -144,18 +144,31 @@ def test_requeue_interrupted_on_start(make_repo, daemon_factory, tmp_path):
     assert git(repo, "show", "main:r.txt") == "done"
 
 
-def test_retry_never_wipes_work_it_cannot_commit(make_repo, daemon_factory):
-    """If a failed attempt's leftovers cannot be committed (a stale index.lock), retry refuses and keeps them."""
+def test_retry_keeps_a_failed_attempts_files_whatever_its_git_dir_holds(make_repo, daemon_factory):
+    """A failed attempt's files are kept on an attempt branch on retry, even when the job broke its own git dir
+    (a stale index.lock, a garbage index): the daemon reads the files, not the job's git state."""
     repo = make_repo()
     d = daemon_factory().start()
-    job = d.enqueue(repo, "echo precious > work.txt; exit 1", "--path", "work.txt")
+    job = d.enqueue(repo, "echo precious > work.txt; : > .git/index.lock; echo junk > .git/index; exit 1")
+    d.cli("wait", str(job), "--timeout", "60")
+    assert d.cli_json("show", str(job))["state"] == "failed"
+    out = d.cli("retry", str(job))
+    assert out.returncode == 0 and "orchestrator/1-attempt-1" in out.stderr, out.stderr
+    assert git(repo, "show", "orchestrator/1-attempt-1:work.txt") == "precious"
+
+
+def test_retry_never_wipes_work_it_cannot_commit(make_repo, daemon_factory):
+    """If a failed attempt's files cannot be committed (a file over the size a job may commit), retry refuses
+    and keeps them as they are, saying what to do."""
+    repo = make_repo()
+    d = daemon_factory().start()
+    job = d.enqueue(repo, "echo precious > work.txt; truncate -s 101M huge.bin; exit 1", "--path", "work.txt")
     d.cli("wait", str(job), "--timeout", "60")
     shown = d.cli_json("show", str(job))
     assert shown["state"] == "failed"
     worktree = Path(shown["worktree"])
-    gitdir = Path(git(worktree, "rev-parse", "--absolute-git-dir"))
-    (gitdir / "index.lock").write_text("")  # an agent killed mid-`git add`
     out = d.cli("retry", str(job))
     assert out.returncode != 0 and "could not be committed" in out.stderr and "kept" in out.stderr, out.stderr
+    assert "huge.bin" in out.stderr
     assert (worktree / "work.txt").read_text() == "precious\n"
     assert d.cli_json("show", str(job))["state"] == "failed"

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.git import landing
 from orchestrator.git.commits import commit_worktree
 from orchestrator.git.landing import LandOutcome, advance, land, land_checked, run_check
-from tests.conftest import git, write
+from tests.conftest import git, workspace, write
 
 
 class Repo:
@@ -31,10 +31,9 @@ class Repo:
 
     def job(self, n: int, files: dict[str, str], base: str | None = None) -> str:
         """Job `n`'s commit: `files` written in its worktree on `orchestrator/n` from `base`."""
-        wt = self.tmp / f"wt{n}"
-        git(self.root, "worktree", "add", "-q", "-b", f"orchestrator/{n}", str(wt), base or self.base)
+        wt = workspace(self.root, self.tmp / f"wt{n}", base or self.base, f"orchestrator/{n}")
         write(wt, files)
-        sha = commit_worktree(wt, message=f"job {n}", job_id=n, base=base or self.base)
+        sha = commit_worktree(wt, message=f"job {n}", job_id=n, base=base or self.base, repo_path=self.root)
         assert sha is not None
         return sha
 

@@ -95,5 +95,5 @@ def test_daemon_lands_jobs_with_a_repos_rebase_style_in_a_linear_history(make_re
     assert d.cli("wait", *map(str, jobs), "--timeout", "90").returncode == 0
     assert git(repo, "rev-list", "--merges", "main") == "", "no merge commits: linear"
     subjects = git(repo, "log", "--format=%s", "main").splitlines()
-    assert sorted(subjects[:3]) == [f"echo {n} > f{n}.txt" for n in range(3)]
+    assert sorted(subjects[:3]) == [f"Run `echo {n} > f{n}.txt`" for n in range(3)]
     assert all("Orchestrator-Job:" in git(repo, "log", "-1", "--format=%B", f"main~{i}") for i in range(3))

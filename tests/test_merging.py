@@ -8,7 +8,8 @@ from pathlib import Path
 import pygit2
 
 from orchestrator.git.merging import merge_conflicts, merge_for_landing, tree_of_worktree
-from tests.conftest import git, write
+from orchestrator.git.workspace import Workspace
+from tests.conftest import git, workspace, write
 
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
 
@@ -56,8 +57,7 @@ def test_worktree_trees_conflict(make_repo: Callable[..., Path], tmp_path: Path)
     repo, base = setup(make_repo)
     trees = []
     for n, text in ((1, "one\n"), (2, "two\n")):
-        wt = tmp_path / f"wt{n}"
-        git(repo, "worktree", "add", "-q", "-b", f"orchestrator/{n}", str(wt), base)
+        wt = workspace(repo, tmp_path / f"wt{n}", base, f"orchestrator/{n}")
         write(wt, {"f.txt": LINES.replace("line 7\n", text), f"only{n}.txt": "x\n"})
         trees.append(tree_of_worktree(wt))
     assert merge_conflicts(repo, base, trees[0], trees[1]) == ("f.txt",)
@@ -136,17 +136,15 @@ def test_landing_merge_kinds(make_repo: Callable[..., Path]) -> None:
 
 
 def test_tree_of_worktree_touches_nothing(make_repo: Callable[..., Path], tmp_path: Path) -> None:
-    """tree_of_worktree captures tracked, deleted and untracked files; the index file and HEAD stay as they were."""
+    """tree_of_worktree captures tracked, deleted and untracked files; no index file (the job's or the
+    daemon's) and no HEAD changes."""
     repo, base = setup(make_repo, {".gitignore": "*.log\n"})
-    wt = tmp_path / "wt1"
-    git(repo, "worktree", "add", "-q", "-b", "orchestrator/1", str(wt), base)
+    wt = workspace(repo, tmp_path / "wt1", base, "orchestrator/1")
     write(wt, {"f.txt": "changed\n", "untracked.txt": "u\n", "x.log": "ignored\n"})
     (wt / "CHANGES.rst").unlink()
-    index_file = Path(git(wt, "rev-parse", "--git-path", "index"))
-    if not index_file.is_absolute():
-        index_file = wt / index_file
+    index_files = [wt / ".git" / "index", Workspace(wt).admin / "index"]
     status = git(wt, "--no-optional-locks", "status", "--porcelain")  # plain `status` may rewrite the index
-    before = (index_file.read_bytes(), index_file.stat().st_mtime_ns, git(wt, "rev-parse", "HEAD"))
+    before = [(f.read_bytes(), f.stat().st_mtime_ns) for f in index_files], git(wt, "rev-parse", "HEAD")
 
     tree = str(tree_of_worktree(wt))
 
@@ -156,5 +154,5 @@ def test_tree_of_worktree_touches_nothing(make_repo: Callable[..., Path], tmp_pa
         "untracked.txt",
     }
     assert blob(repo, tree, "f.txt") == "changed\n"
-    assert (index_file.read_bytes(), index_file.stat().st_mtime_ns, git(wt, "rev-parse", "HEAD")) == before
+    assert ([(f.read_bytes(), f.stat().st_mtime_ns) for f in index_files], git(wt, "rev-parse", "HEAD")) == before
     assert git(wt, "--no-optional-locks", "status", "--porcelain") == status

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.runners import replay
-from tests.conftest import git, write
+from tests.conftest import git, workspace, write
 
 
 def test_spec_reads_key_value_lines_with_a_free_subject_line():
@@ -45,39 +45,42 @@ def _side_commit(repo: Path, files: dict[str, str], branch: str = "side") -> str
     return sha
 
 
-def test_a_commit_recorded_on_an_older_base_applies_three_way(make_repo):
+def test_a_commit_recorded_on_an_older_base_applies_three_way(make_repo, tmp_path):
     """The commit's own change lands on a moved base; the base's other changes stay."""
     repo = make_repo(files={"a.txt": "1\n2\n3\n4\n5\n6\n", "b.txt": "b\n"})
     sha = _side_commit(repo, {"a.txt": "1\n2\n3\n4\n5\nsix\n", "new.txt": "new\n"})
     write(repo, {"a.txt": "one\n2\n3\n4\n5\n6\n"})
     git(repo, "commit", "-qam", "main moved")
-    assert replay.apply_commit(repo, sha) == ["a.txt", "new.txt"]
-    assert (repo / "a.txt").read_text() == "one\n2\n3\n4\n5\nsix\n"
-    assert (repo / "new.txt").read_text() == "new\n"
-    assert git(repo, "rev-parse", "HEAD") != sha, "HEAD stays; the daemon commits the result"
+    ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
+    assert replay.apply_commit(ws, sha) == ["a.txt", "new.txt"]
+    assert (ws / "a.txt").read_text() == "one\n2\n3\n4\n5\nsix\n"
+    assert (ws / "new.txt").read_text() == "new\n"
+    assert git(ws, "rev-parse", "HEAD") == git(repo, "rev-parse", "main"), "HEAD stays; the daemon commits"
 
 
-def test_a_conflicting_commit_fails_with_its_paths_and_changes_nothing(make_repo):
-    """A real conflict is a ReplayError naming the path; the worktree is left as it was."""
+def test_a_conflicting_commit_fails_with_its_paths_and_changes_nothing(make_repo, tmp_path):
+    """A real conflict is a ReplayError naming the path; the workspace is left as it was."""
     repo = make_repo(files={"a.txt": "a\n"})
     sha = _side_commit(repo, {"a.txt": "theirs\n"})
     write(repo, {"a.txt": "ours\n"})
     git(repo, "commit", "-qam", "main moved")
+    ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
     with pytest.raises(replay.ReplayError, match=r"conflict in a\.txt"):
-        replay.apply_commit(repo, sha)
-    assert (repo / "a.txt").read_text() == "ours\n"
-    assert git(repo, "status", "--porcelain") == ""
+        replay.apply_commit(ws, sha)
+    assert (ws / "a.txt").read_text() == "ours\n"
+    assert git(ws, "status", "--porcelain") == ""
 
 
-def test_conflict_theirs_keeps_the_recorded_side(make_repo):
+def test_conflict_theirs_keeps_the_recorded_side(make_repo, tmp_path):
     """`conflict: theirs` applies a conflicting commit with its own side of each conflicting hunk."""
     assert replay.parse("commit: a\nconflict: theirs").theirs
     repo = make_repo(files={"a.txt": "a\n", "b.txt": "b\n"})
     sha = _side_commit(repo, {"a.txt": "theirs\n"})
     write(repo, {"a.txt": "ours\n", "b.txt": "b moved\n"})
     git(repo, "commit", "-qam", "main moved")
-    assert replay.apply_commit(repo, sha, theirs=True) == ["a.txt"]
-    assert (repo / "a.txt").read_text() == "theirs\n" and (repo / "b.txt").read_text() == "b moved\n"
+    ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
+    assert replay.apply_commit(ws, sha, theirs=True) == ["a.txt"]
+    assert (ws / "a.txt").read_text() == "theirs\n" and (ws / "b.txt").read_text() == "b moved\n"
 
 
 def test_conflict_theirs_also_settles_a_file_the_base_lacks(make_repo):

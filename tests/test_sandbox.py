@@ -32,7 +32,8 @@ def test_auto_without_bwrap_says_why_once(monkeypatch):
 
 @needs_bwrap
 def test_with_bwrap_a_job_cannot_write_the_users_checkout_or_home(make_repo, daemon_factory, tmp_path):
-    """Writes to the user's checkout and $HOME fail and change nothing; the worktree, a commit and TMPDIR work."""
+    """Writes to the user's checkout and $HOME fail and change nothing; the workspace, a commit of the job's own
+    and TMPDIR work."""
     repo = make_repo()
     home = tmp_path / "userhome"
     home.mkdir()
@@ -53,7 +54,8 @@ def test_with_bwrap_a_job_cannot_write_the_users_checkout_or_home(make_repo, dae
     assert "Read-only file system" in d.cli("logs", str(checkout)).stdout
     assert jf["state"] == "landed", jf["reason"]
     assert git(repo, "show", "main:src/a.py") == "ok"
-    assert "own commit" in git(repo, "log", "--format=%s", "main")
+    # The job's own commit stayed in its own git dir: the daemon committed the files itself.
+    assert "own commit" not in git(repo, "log", "--format=%s", "main")
     assert any(e["event"] == "sandbox.ready" for e in d.events())
 
 
@@ -96,3 +98,26 @@ def _cmdline(p: Path) -> bytes:
         return (p / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+@needs_bwrap
+def test_a_sandboxed_job_gets_sigterm_and_its_grace_on_cancel(make_repo, daemon_factory):
+    """Cancelling a job under bwrap sends SIGTERM to the job itself (not only to the sandbox, whose death
+    would kill it at once): its trap runs and what it writes then is kept in the workspace."""
+    repo = make_repo()
+    d = daemon_factory(env={"ORCHESTRATOR_SANDBOX": "bwrap"})
+    (d.home / "config").mkdir(parents=True)
+    (d.home / "config" / "config.toml").write_text("[jobs]\nkill_grace = 5\n")
+    d.start()
+    job = d.enqueue(repo, "trap 'echo saved > src/a.py; exit 0' TERM; touch started; while :; do sleep 0.1; done",
+                    "--path", "src/")  # fmt: skip
+    deadline = time.monotonic() + 60
+    while d.cli_json("show", str(job)).get("worktree") is None or not (
+        Path(d.cli_json("show", str(job))["worktree"]) / "started"
+    ).exists():
+        assert time.monotonic() < deadline, "job never started"
+        time.sleep(0.1)
+    assert d.cli("cancel", str(job)).returncode == 0
+    shown = d.cli_json("show", str(job))
+    assert shown["state"] == "cancelled"
+    assert (Path(shown["worktree"]) / "src" / "a.py").read_text() == "saved\n"

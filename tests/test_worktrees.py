@@ -1,8 +1,9 @@
-"""orchestrator.git.worktrees: one clean worktree per job, outside the user's checkout, from a warm pool."""
+"""orchestrator.git.worktrees: one clean workspace per job, outside the user's checkout, from a warm pool."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.git.commits import commit_worktree
+from orchestrator.git.workspace import Workspace
 from orchestrator.git.worktrees import WorktreeError, WorktreePool, branch_name
 from tests.conftest import git, write
 
@@ -37,7 +40,8 @@ def second_commit(root: Path) -> tuple[str, str]:
 
 
 async def test_acquire_fresh_at_base_on_job_branch(make_repo: MakeRepo, tmp_path: Path) -> None:
-    """acquire gives a clean worktree at base, on branch orchestrator/<id>, outside the user's checkout."""
+    """acquire gives a clean workspace at base, its own git on orchestrator/<id>, outside the user's checkout;
+    the repository itself gets no branch, no worktree entry and no object (it shares nothing writable)."""
     root = make_repo()
     parent, _head = second_commit(root)
     pool = WorktreePool(tmp_path / "wts", warm=0)
@@ -49,6 +53,10 @@ async def test_acquire_fresh_at_base_on_job_branch(make_repo: MakeRepo, tmp_path
     assert (wt / "src/a.py").read_text() == "a = 1\n" and not (wt / "src/c.py").exists()
     assert status(wt) == ""
     assert git(root, "status", "--porcelain") == ""  # the user's checkout is untouched
+    assert git(root, "branch", "--list", "orchestrator/*") == ""
+    assert git(root, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert Path(git(wt, "rev-parse", "--absolute-git-dir")) == wt / ".git"
+    assert (wt / ".git/objects/info/alternates").read_text().strip() == str(root / ".git" / "objects")
 
 
 async def test_acquire_takes_a_branch_name_as_base(make_repo: MakeRepo, tmp_path: Path) -> None:
@@ -74,7 +82,6 @@ async def test_concurrent_acquires_do_not_race_on_git_locks(make_repo: MakeRepo,
         assert status(wt) == ""
     await asyncio.gather(*(pool.release(root, i, delete_branch=True) for i in range(1, 7)))
     assert len(pool.pooled(root)) == 2
-    assert git(root, "branch", "--list", "orchestrator/*") == ""
 
 
 async def test_pooled_worktree_with_junk_is_clean_at_new_base(make_repo: MakeRepo, tmp_path: Path) -> None:
@@ -133,39 +140,36 @@ async def test_repoint_falls_back_to_a_full_reset(make_repo: MakeRepo, tmp_path:
 
 
 async def test_keep_true_keeps_files_and_branch_then_clean_removes(make_repo: MakeRepo, tmp_path: Path) -> None:
-    """keep=True leaves the worktree, its files and branch; clean() then removes worktree and branch."""
+    """keep=True leaves the workspace and the job's branch; clean() then removes both."""
     root = make_repo()
     base = git(root, "rev-parse", "HEAD")
     pool = WorktreePool(tmp_path / "wts", warm=2)
     wt = await pool.acquire(root, 5, base)
     write(wt, {"work.txt": "precious\n"})
+    commit_worktree(wt, message="m", job_id=5, base=base, repo_path=root)
     await pool.release(root, 5, keep=True)
     assert (wt / "work.txt").read_text() == "precious\n"
     assert git(root, "branch", "--list", "orchestrator/5") != ""
     assert pool.pooled(root) == []
-    with pytest.raises(WorktreeError, match="already has a worktree"):
+    with pytest.raises(WorktreeError, match="already has a workspace"):
         await pool.acquire(root, 5, base)
     await pool.clean(root, 5)
-    assert not wt.exists()
+    assert not wt.exists() and not Workspace(wt).admin.exists()
     assert git(root, "branch", "--list", "orchestrator/5") == ""
-    assert str(wt) not in git(root, "worktree", "list", "--porcelain")
 
 
 async def test_release_keeps_branch_unless_asked(make_repo: MakeRepo, tmp_path: Path) -> None:
-    """release(keep=False) removes the worktree but leaves the branch (with its commits) for landing to decide."""
+    """release(keep=False) removes the workspace but leaves the job's branch for landing to decide."""
     root = make_repo()
     base = git(root, "rev-parse", "HEAD")
     pool = WorktreePool(tmp_path / "wts", warm=0)
     wt = await pool.acquire(root, 4, base)
     write(wt, {"f.txt": "f\n"})
-    git(wt, "add", "-A")
-    git(wt, "commit", "-q", "-m", "job work")
-    tip = git(wt, "rev-parse", "HEAD")
+    tip = commit_worktree(wt, message="m", job_id=4, base=base, repo_path=root)
     await pool.release(root, 4)
     assert not wt.exists()
     assert git(root, "rev-parse", "orchestrator/4") == tip
-    assert str(wt) not in git(root, "worktree", "list", "--porcelain")
-    # The same job id can start again; its branch is forced back to the new base.
+    # The same job id can start again, at the new base.
     wt = await pool.acquire(root, 4, base)
     assert git(wt, "rev-parse", "HEAD") == base
 
@@ -180,12 +184,13 @@ async def test_pool_beyond_warm_is_removed(make_repo: MakeRepo, tmp_path: Path) 
         await pool.release(root, i)
     assert len(pool.pooled(root)) == 1
     assert not any(w.exists() for w in wts)
-    listed = git(root, "worktree", "list", "--porcelain").count("worktree ")
-    assert listed == 2  # the user's checkout and the one pooled worktree
+    home = wts[0].parent
+    assert sorted(p.name for p in home.iterdir() if p.name != ".admin") == [pool.pooled(root)[0].name]
+    assert sorted(p.name for p in (home / ".admin").iterdir()) == [pool.pooled(root)[0].name]
 
 
 async def test_recover_rebuilds_the_pool_from_disk(make_repo: MakeRepo, tmp_path: Path) -> None:
-    """A new pool object (after a daemon crash) prunes stale metadata, adopts pooled worktrees, finds kept jobs."""
+    """A new pool object (after a daemon crash) drops half-removed workspaces, adopts pooled ones, finds kept jobs."""
     root = make_repo()
     base = git(root, "rev-parse", "HEAD")
     first = WorktreePool(tmp_path / "wts", warm=3)
@@ -193,7 +198,7 @@ async def test_recover_rebuilds_the_pool_from_disk(make_repo: MakeRepo, tmp_path
     kept = await first.acquire(root, 9, base)
     await first.release(root, 9, keep=True)
     gone = await first.acquire(root, 10, base)
-    # Simulate a crash mid-removal: the directory vanished, git's metadata did not.
+    # Simulate a crash mid-removal: the files vanished, the admin dir did not.
     await asyncio.to_thread(shutil.rmtree, gone)
     (first.path_for(root, 0).parent / "trash-deadbeef").mkdir()
 
@@ -201,10 +206,26 @@ async def test_recover_rebuilds_the_pool_from_disk(make_repo: MakeRepo, tmp_path
     assert await second.recover(root) == {9}
     assert len(second.pooled(root)) == 1
     assert not (first.path_for(root, 0).parent / "trash-deadbeef").exists()
-    listed = git(root, "worktree", "list", "--porcelain")
-    assert str(gone) not in listed and str(kept) in listed
+    assert not Workspace(gone).admin.exists() and kept.exists()
     wt = await second.acquire(root, 11, base)
     assert second.pooled(root) == [] and status(wt) == ""
+
+
+async def test_recover_forgets_linked_worktrees_of_older_versions(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """Linked worktrees an older pool registered under its root are unregistered; their files stay."""
+    root = make_repo()
+    pool = WorktreePool(tmp_path / "wts", warm=1)
+    old = pool.path_for(root, 3)
+    old.parent.mkdir(parents=True)
+    git(root, "worktree", "add", "-q", "-b", "orchestrator/3", str(old), "main")
+    user = tmp_path / "users-own"
+    git(root, "worktree", "add", "-q", "-b", "mine", str(user), "main")
+    write(old, {"work.txt": "w\n"})
+    assert await pool.recover(root) == {3}
+    listed = git(root, "worktree", "list", "--porcelain")
+    assert str(old) not in listed and str(user) in listed
+    assert (old / "work.txt").read_text() == "w\n"
+    git(root, "branch", "-D", "orchestrator/3")  # no longer "checked out" anywhere
 
 
 async def test_root_inside_the_checkout_is_refused(make_repo: MakeRepo) -> None:
@@ -222,3 +243,81 @@ async def test_unknown_base_is_a_clear_error(make_repo: MakeRepo, tmp_path: Path
     with pytest.raises(WorktreeError, match="'nope' is not a commit"):
         await pool.acquire(root, 1, "nope")
     assert not pool.path_for(root, 1).exists()
+
+
+def _snapshot(path: Path) -> dict[str, tuple[int, bytes | str]]:
+    """Every entry under `path` (not following links) with its mode and content or link target."""
+    out: dict[str, tuple[int, bytes | str]] = {}
+    for dirpath, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            if p.is_symlink():
+                out[str(p.relative_to(path))] = (st.st_mode, os.readlink(p))
+            elif p.is_file():
+                out[str(p.relative_to(path))] = (st.st_mode, p.read_bytes())
+            else:
+                out[str(p.relative_to(path))] = (st.st_mode, b"")
+    return out
+
+
+async def test_a_hostile_jobs_leftovers_never_reach_outside_on_recycle(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """A job that swaps its dirs for links out, points its .git at the user's checkout, plants fsmonitor and
+    hooks, leaves a FIFO, a nested repository, an unreadable dir and odd names: recycling its workspace
+    touches nothing outside it, runs none of it, and hands back a verified clean workspace."""
+    root = make_repo(files={"README.md": "hello\n", "src/a.py": "a = 1\n", ".gitignore": ".env\n"})
+    write(root, {"notes.txt": "the user's untracked work\n", ".env": "SECRET=1\n", "src/a.py": "user's edit\n"})
+    outside = tmp_path / "outside"
+    write(outside, {"a.py": "precious\n", "keep/k.txt": "k\n"})
+    base = git(root, "rev-parse", "HEAD")
+    pool = WorktreePool(tmp_path / "wts", warm=1)
+    wt = await pool.acquire(root, 1, base)
+    ran = tmp_path / "payload-ran"
+    payload = tmp_path / "payload.sh"
+    payload.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    payload.chmod(0o755)
+    # The job's own git dir rewritten to drive any git the daemon might run there at the user's checkout.
+    git(wt, "config", "core.worktree", str(root))
+    git(wt, "config", "core.fsmonitor", str(payload))
+    (wt / ".git/hooks").mkdir(exist_ok=True)
+    for hook in ("post-checkout", "reference-transaction", "pre-commit"):
+        (wt / ".git/hooks" / hook).write_text(f"#!/bin/sh\ntouch {ran}\n")
+        (wt / ".git/hooks" / hook).chmod(0o755)
+    shutil.rmtree(wt / "src")
+    os.symlink(outside, wt / "src")  # a tracked directory replaced by a link out
+    os.symlink(outside / "keep", wt / "untracked-link")
+    os.mkfifo(wt / "pipe")
+    (wt / "nested").mkdir()
+    git(wt / "nested", "init", "-q")
+    (wt / "locked").mkdir()
+    write(wt, {"locked/inside.txt": "x\n"})
+    (wt / "locked").chmod(0o000)
+    (wt / os.fsdecode(b"odd\xff name")).write_text("x\n")
+    user_before, outside_before = _snapshot(root), _snapshot(outside)
+
+    await pool.release(root, 1, delete_branch=True)
+
+    assert not ran.exists(), "no hook or fsmonitor of the job's ran"
+    assert _snapshot(root) == user_before and _snapshot(outside) == outside_before
+    (warm,) = pool.pooled(root)
+    assert status(warm) == "" and sorted(os.listdir(warm)) == [".git", ".gitignore", "README.md", "src"]
+    assert not (warm / "src").is_symlink() and (warm / "src/a.py").read_text() == "a = 1\n"
+    assert "worktree" not in (warm / ".git/config").read_text()
+    wt2 = await pool.acquire(root, 2, base)
+    assert status(wt2) == "" and not ran.exists()
+
+
+async def test_a_private_git_dir_that_is_a_link_is_unlinked_not_followed(make_repo: MakeRepo, tmp_path: Path) -> None:
+    """A job that replaces its .git with a link to the repository's git dir: recycling unlinks the link and
+    leaves the repository's git dir (objects, refs, config) exactly as it was."""
+    root = make_repo()
+    base = git(root, "rev-parse", "HEAD")
+    pool = WorktreePool(tmp_path / "wts", warm=1)
+    wt = await pool.acquire(root, 1, base)
+    shutil.rmtree(wt / ".git")
+    os.symlink(root / ".git", wt / ".git")
+    before = _snapshot(root / ".git")
+    await pool.release(root, 1)
+    assert _snapshot(root / ".git") == before
+    (warm,) = pool.pooled(root)
+    assert (warm / ".git").is_dir() and not (warm / ".git").is_symlink() and status(warm) == ""

@@ -39,7 +39,7 @@ from orchestrator.bench import schedule as sched
 from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
 from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
-from orchestrator.core.models import Claim, Policy
+from orchestrator.core.models import TERMINAL_STATES, Claim, Policy
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
@@ -47,7 +47,7 @@ MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
 RISK = 0.03
 """`plan.risk` of the rows' daemons (the default)."""
-TERMINAL = ("landed", "failed", "conflicted", "cancelled", "interrupted")
+TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
 """A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
 

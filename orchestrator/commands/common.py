@@ -17,10 +17,10 @@ import click
 from orchestrator import paths
 from orchestrator.client import ApiError, Client, Unreachable
 
-OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT = 0, 1, 2, 3, 4
+OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT, UNCHANGED = 0, 1, 2, 3, 4, 5
 F = TypeVar("F", bound=Callable[..., Any])
 
-ENDED_STATES = ("landed", "failed", "conflicted", "cancelled", "interrupted")
+ENDED_STATES = ("landed", "unchanged", "failed", "conflicted", "cancelled", "interrupted")
 FAILED_STATES = frozenset({"failed", "conflicted", "cancelled", "interrupted"})
 
 

@@ -5,6 +5,7 @@ The work lives in `orchestrator.service` (unit, manager, hooks, doctor); these a
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -85,13 +86,11 @@ def hook() -> None:
 def hook_install(repo: Path, tickets: str | None, as_json: bool) -> None:
     """Install post-commit and post-rewrite; a hook already there is moved aside and still runs."""
     import os
-    import subprocess
 
     from orchestrator.service import hooks
 
-    repo, done = _in_repo(lambda r: hooks.install(r, home=os.environ.get("ORCHESTRATOR_HOME")), repo)
+    repo, done = _in_repo(lambda r: hooks.install(r, home=os.environ.get("ORCHESTRATOR_HOME"), tickets=tickets), repo)
     if tickets:
-        subprocess.run(["git", "-C", str(repo), "config", "orchestrator.tickets", tickets], check=True, timeout=30)
         done.append(f"ticket folder: {tickets}")
     _remember(repo)
     emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
@@ -139,11 +138,10 @@ def _in_repo(action: Callable[[Path], T], repo: Path) -> tuple[Path, T]:
 def _remember(repo: Path) -> None:
     """Note the repository for `doctor` (which checks the hooks of every known repository)."""
     p = paths.resolve()
-    p.state_dir.mkdir(parents=True, exist_ok=True)
     known = p.state_dir / "hooked-repos"
     lines = known.read_text().splitlines() if known.exists() else []
     if str(repo) not in lines:
-        with known.open("a") as f:
+        with os.fdopen(paths.open_private(known, os.O_WRONLY | os.O_APPEND), "a") as f:  # dirs 0700, file 0600
             f.write(f"{repo}\n")
 
 

@@ -55,9 +55,17 @@ class Job:
 
     @property
     def subject(self) -> str:
-        """The first line of the job's text, cut to a commit subject's length."""
-        first = self.text.strip().splitlines()[0] if self.text.strip() else f"job {self.id}"
-        return first if len(first) <= 72 else first[:69] + "..."
+        """The commit subject: the first line of a ticket's text; for a script (the `shell` runner, or an
+        exact argv) its leading `# comment`, else `Run `its first line``; cut to a subject's length."""
+        lines = [ln.strip() for ln in self.text.strip().splitlines() if ln.strip()]
+        if not lines:
+            return f"job {self.id}"
+        first = lines[0]
+        if self.runner == "shell" or self.argv is not None:
+            script = lines[1:] if first.startswith("#!") else lines
+            said = script[0].lstrip("#").strip() if script and script[0].startswith("#") else ""
+            first = said or f"Run `{_cut(script[0] if script else first, 64)}`"
+        return _cut(first, 72)
 
     @property
     def commit_text(self) -> str:
@@ -109,3 +117,7 @@ class Job:
             "plan_text": self.plan_text,
             "evidence": list(self.evidence),
         }
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."

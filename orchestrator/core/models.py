@@ -28,6 +28,8 @@ class JobState(StrEnum):
     """Review mode: finished with changes, its result commit on its branch; waits for `land` or `reject`."""
     LANDED = "landed"
     """Its changes are on the target branch."""
+    UNCHANGED = "unchanged"
+    """Its runner ended well but changed nothing (or every write it tried was refused): nothing landed."""
     CONFLICTED = "conflicted"
     """Its changes conflict with the target branch and it will not be retried automatically."""
     FAILED = "failed"
@@ -51,8 +53,12 @@ ACTIVE_STATES = (JobState.RUNNING, JobState.LANDING, JobState.READY)
 """States whose jobs hold paths of their repo (a ready job's paths stay taken until it lands or is rejected)."""
 
 TERMINAL_STATES = frozenset(
-    {JobState.LANDED, JobState.CONFLICTED, JobState.FAILED, JobState.CANCELLED, JobState.INTERRUPTED}
-)
+    {JobState.LANDED, JobState.UNCHANGED, JobState.CONFLICTED, JobState.FAILED, JobState.CANCELLED,
+     JobState.INTERRUPTED}
+)  # fmt: skip
+
+DONE_STATES = frozenset({JobState.LANDED, JobState.UNCHANGED})
+"""Ended as asked (nothing was left to land for an unchanged one): a job `--after` it may start."""
 
 
 class ClaimSource(StrEnum):

@@ -1,9 +1,10 @@
-"""What a job has really touched: the paths that differ between its base commit and its worktree.
+"""What a job has really touched: the paths where its workspace's files differ from its base commit.
 
 `actual_paths` is the fact admission reads for a running job (DESIGN.md, "Admit", rule 2): every
-path that differs from the base in the branch's commits, the index or the work tree, untracked
-files included, ignored files not, both sides of a rename. `ChangeWatcher` keeps that set current
-while an agent works and tells its owner the moment it changes.
+path whose file differs from the base, untracked files included, ignored files not, both sides of a
+rename. It is read from the files through the workspace's admin dir (`git.workspace`), never from the
+job's own index, HEAD or commits. `ChangeWatcher` keeps that set current while an agent works and tells
+its owner the moment it changes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from pathlib import Path
 import pygit2
 import structlog
 import unidiff
-from pygit2.enums import DiffFind, DiffOption
 from watchfiles._rust_notify import RustNotify
 
-from orchestrator.git import repos
+from orchestrator.git.workspace import Workspace
 from orchestrator.logging import Event
 
 __all__ = ["ChangeWatcher", "OnChange", "actual_paths", "paths_from_diff", "unified_diff"]
@@ -31,40 +31,27 @@ log = structlog.get_logger(__name__)
 
 OnChange = Callable[[frozenset[str]], Awaitable[None]]
 
-_WORKDIR_FLAGS = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS | DiffOption.SHOW_UNTRACKED_CONTENT
-_FIND = DiffFind.FIND_RENAMES | DiffFind.FIND_FOR_UNTRACKED
 
 
 def unified_diff(worktree: Path | str, base: str) -> str:
-    """`git diff <base>` of the worktree as it is now, with untracked (not ignored) files as additions."""
-    repo = repos.open_repo(worktree)
-    diff, _ = _workdir_diff(repo, _tree(repo, base))
-    return diff.patch or ""
+    """`git diff <base>` of the workspace's files as they are now, untracked (not ignored) files as additions."""
+    return Workspace.at(worktree).changed(base).patch or ""
 
 
 def actual_paths(worktree: Path | str, base: str) -> frozenset[str]:
-    """Repo-relative POSIX paths the job in `worktree` has changed since commit `base`.
+    """Repo-relative POSIX paths whose files in the workspace `worktree` differ from commit `base`.
 
-    The union of: the branch's commits (base..HEAD), the index, the work tree and its untracked,
-    non-ignored files; renames count both sides. Sync: call it through `asyncio.to_thread`.
+    Modified, added (untracked, not ignored) and deleted files; renames count both sides. What the job
+    committed in its own git dir does not count: its files do. Sync: call it through `asyncio.to_thread`.
     """
-    repo = repos.open_repo(worktree)
-    base_tree = _tree(repo, base)
-    diff, staged = _workdir_diff(repo, base_tree)
-    paths = set(_delta_paths(diff)) | staged
+    diff = Workspace.at(worktree).changed(base)
+    paths = set(_delta_paths(diff))
     # The unified diff is the authoritative record of the change; the deltas above are the same
     # diff's own index of it and catch what a text parser could drop (mode-only, binary, empty files).
-    text = diff.patch or ""
     try:
-        paths |= paths_from_diff(text)
+        paths |= paths_from_diff(diff.patch or "")
     except unidiff.UnidiffParseError as exc:
         log.warning(Event.CHANGES_UNPARSABLE_DIFF, worktree=str(worktree), error=str(exc))
-    if not repo.head_is_unborn:
-        head = repo.head.peel(pygit2.Tree)
-        if head.id != base_tree.id:
-            committed = base_tree.diff_to_tree(head)
-            committed.find_similar(flags=DiffFind.FIND_RENAMES)
-            paths.update(_delta_paths(committed))
     return frozenset(paths)
 
 
@@ -226,7 +213,7 @@ class ChangeWatcher:
 
     def _recompute(self, changed: Iterable[str]) -> frozenset[str] | None:
         """Runs in a thread: the new set, or None when every changed path is git-ignored."""
-        repo = repos.open_repo(self._root)
+        repo = Workspace.at(self._root).repo()
         prefix = len(self._root) + 1
         if all(_ignored(repo, p[prefix:]) for p in changed):
             return None
@@ -234,21 +221,6 @@ class ChangeWatcher:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def _tree(repo: pygit2.Repository, rev: str) -> pygit2.Tree:
-    return repo.revparse_single(rev).peel(pygit2.Tree)
-
-
-def _workdir_diff(repo: pygit2.Repository, base_tree: pygit2.Tree) -> tuple[pygit2.Diff, set[str]]:
-    # base→index merged with index→workdir is `git diff <base>`: the index's stat cache spares
-    # hashing every file (a plain tree→workdir diff re-reads all of them: ~10x slower on 10k files).
-    # Both carry the untracked flags, or the merge drops untracked entries.
-    diff = repo.index.diff_to_tree(base_tree, flags=_WORKDIR_FLAGS)
-    staged = set(_delta_paths(diff))
-    diff.merge(repo.index.diff_to_workdir(_WORKDIR_FLAGS))
-    diff.find_similar(flags=_FIND)
-    return diff, staged
 
 
 def _delta_paths(diff: pygit2.Diff) -> Iterable[str]:

@@ -1,4 +1,4 @@
-"""Turn what an agent left in its worktree into one commit on the job's branch.
+"""Turn what a job left in its workspace into one commit on the job's branch, built from the files.
 
 Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 """
@@ -12,6 +12,7 @@ from typing import Literal
 import pygit2
 
 from orchestrator.git import repos
+from orchestrator.git.workspace import MAX_FILE_BYTES, Workspace
 
 FALLBACK_NAME = "orchestrator"
 FALLBACK_EMAIL = "orchestrator@localhost"
@@ -47,54 +48,70 @@ def job_message(message: str, job_id: int) -> str:
 
 
 class ForeignWorktree(repos.RepoError):
-    """The worktree is not (or no longer) a worktree of the job's repository; nothing was committed."""
+    """The workspace is not (or no longer) one of the job's repository; nothing was committed."""
 
 
-def check_belongs(worktree: Path, repo_path: Path) -> pygit2.Repository:
-    """Open `worktree` (no parent search) and check it shares `repo_path`'s git dir; ForeignWorktree if not."""
+def check_belongs(worktree: Path, repo_path: Path) -> Workspace:
+    """The job's workspace, checked to have been made from `repo_path` (its admin dir shares that
+    repository's objects); ForeignWorktree if not. The job's own `.git` plays no part in this."""
+    ws = Workspace.at(worktree)
+    if not ws.exists():
+        raise ForeignWorktree(f"{worktree} is not an orchestrator workspace (no admin dir); nothing was committed")
     try:
-        wt = repos.open_repo(worktree)
-    except repos.RepoError as exc:
+        ok = ws.belongs_to(repo_path)
+    except (repos.RepoError, OSError) as exc:
+        raise ForeignWorktree(f"the workspace {worktree} cannot be checked against {repo_path} ({exc})") from None
+    if not ok:
         raise ForeignWorktree(
-            f"the job's worktree {worktree} is no longer a git worktree (its .git is gone or broken: {exc}); "
-            "nothing was committed from it"
-        ) from None
-    ours, theirs = repos.common_dir(wt), repos.common_dir(repos.open_repo(repo_path))
-    if ours != theirs:
-        raise ForeignWorktree(
-            f"the job's worktree {worktree} belongs to the repository at {ours}, not to {theirs}; "
-            "nothing was committed from it"
+            f"the workspace {worktree} was made from another repository than {repo_path}; nothing was committed"
         )
-    return wt
+    return ws
 
 
 def commit_worktree(
-    worktree: Path, *, message: str, job_id: int, base: str, repo_path: Path | None = None
+    worktree: Path,
+    *,
+    message: str,
+    job_id: int,
+    base: str,
+    repo_path: Path,
+    branch: str | None = None,
+    stack: bool = False,
+    max_file: int = MAX_FILE_BYTES,
 ) -> str | None:
-    """Stage everything in the job's worktree and commit it on the worktree's HEAD branch.
+    """Commit the workspace's files as one commit on `base`, on `branch` (default orchestrator/<job_id>).
 
-    Stages like `git add -A`: added, modified and deleted files, untracked files unless ignored; `.git`
-    never. Returns the new commit's sha; the current HEAD sha when the agent already committed
-    everything itself; None when the result does not differ from `base` at all (nothing to land; no
-    commit is made then, even if the agent's own commits cancel out). With `repo_path`, the worktree
-    must belong to that repository (`check_belongs`), or ForeignWorktree is raised and nothing committed.
+    The commit is built by the daemon from the files themselves (`Workspace.tree`: like `git add -A`,
+    `.git` never, nothing followed through a link), never from the job's own index, HEAD or commits.
+    Returns the new commit's sha; None when the files do not differ from the parent (nothing to land;
+    no commit and no branch are made then). The parent is `base`, or with `stack` the branch's own tip
+    when it exists (leftovers of an attempt go on top of what it committed). A branch of that name that
+    already exists and points elsewhere (an older state dir's job of the same id, a crash between commit
+    and record) is kept under `<branch>-kept-<sha>` first: nothing is ever force-overwritten.
     """
-    repo = check_belongs(worktree, repo_path) if repo_path is not None else repos.open_repo(worktree)
-    head = repo.head.peel(pygit2.Commit)
-    base_tree = repo.revparse_single(base).peel(pygit2.Tree).id
-
-    index = repo.index
-    index.add_all()
-    index.write()
-    tree = index.write_tree()
-
-    if tree == base_tree:
+    ws = check_belongs(worktree, repo_path)
+    repo = repos.open_repo(repo_path)
+    name = branch or f"orchestrator/{job_id}"
+    parent = repo.revparse_single(base).peel(pygit2.Commit)
+    if stack and (tip := repo.branches.local.get(name)) is not None:
+        parent = tip.peel(pygit2.Commit)
+    tree = ws.tree(max_file=max_file, record=True)
+    if tree == parent.tree_id:
         return None
-    if tree == head.tree_id:
-        return str(head.id)
-    # Updating "HEAD" moves the branch HEAD points to, and libgit2 refuses if that branch no longer
-    # points at `head` (someone committed meanwhile) instead of silently dropping their commit.
     sha = repo.create_commit(
-        "HEAD", signature(repo, "author"), signature(repo, "committer"), job_message(message, job_id), tree, [head.id]
+        None, signature(repo, "author"), signature(repo, "committer"), job_message(message, job_id), tree, [parent.id]
     )
+    place_branch(repo, name, sha)
     return str(sha)
+
+
+def place_branch(repo: pygit2.Repository, name: str, sha: pygit2.Oid) -> None:
+    """Point local branch `name` at `sha`, keeping any other commit it pointed at under a name of its own."""
+    existing = repo.branches.local.get(name)
+    if existing is not None and existing.target != sha:
+        kept = f"{name}-kept-{str(existing.target)[:12]}"
+        if kept in repo.branches.local:
+            existing.delete()  # the same commit is kept already
+        else:
+            existing.rename(kept)
+    repo.branches.local.create(name, repo[sha].peel(pygit2.Commit), force=True)

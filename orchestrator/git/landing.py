@@ -26,7 +26,6 @@ import asyncio
 import functools
 import os
 import re
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -39,7 +38,9 @@ from pygit2.enums import FileStatus
 from orchestrator.git import repos
 from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.merging import LandStyle, Mergeable, MergeResult, merge_for_landing
+from orchestrator.git.workspace import Workspace, WorkspaceError, remove_tree
 from orchestrator.runners import process
+from orchestrator.runners.sandbox import Sandbox
 
 TAIL_BYTES = process.TAIL_BYTES
 """How much of a check's output `CheckResult.output_tail` keeps."""
@@ -232,6 +233,7 @@ async def land_checked(
     style: LandStyle = "merge",
     owner: process.Owner | None = None,
     journal: Journal | None = None,
+    sandbox: Sandbox | None = None,
 ) -> LandResult:
     """`land` with a landing check: the branch moves only to a result on which `command` passed.
 
@@ -248,7 +250,14 @@ async def land_checked(
             return early
         assert merged.sha is not None
         check = await run_check(
-            repo_path, merged.sha, command, timeout=timeout, log_path=log_path, scratch_root=scratch_root, owner=owner
+            repo_path,
+            merged.sha,
+            command,
+            timeout=timeout,
+            log_path=log_path,
+            scratch_root=scratch_root,
+            owner=owner,
+            sandbox=sandbox,
         )
         if not check.ok:
             status = f"timed out after {timeout:g}s" if check.timed_out else f"exited {check.returncode}"
@@ -281,92 +290,67 @@ async def run_check(
     log_path: Path | None = None,
     scratch_root: Path | None = None,
     owner: process.Owner | None = None,
+    sandbox: Sandbox | None = None,
 ) -> CheckResult:
-    """Run the shell `command` in a scratch detached worktree at `sha`; always remove the worktree.
+    """Run the shell `command` in a scratch workspace at `sha`, confined like a job; always remove it.
 
-    The command runs through `process.run`: its own process group, recorded by `owner`; on timeout the
-    group gets SIGTERM, then SIGKILL after `KILL_GRACE`, and whatever it left running in the background
-    is killed once it exits anyway (its worktree is about to go). Output is appended to `log_path` if given.
+    The workspace is made like a job's (its own git dir, no shared writable git state), and the command
+    runs in `sandbox` when there is one: the merged result is the job's code, so the check is the job's
+    code running. Through `process.run`: its own process group, recorded by `owner`; on timeout the group
+    gets SIGTERM, then SIGKILL after `KILL_GRACE`, and whatever it left running is ended once it exits
+    (its workspace is about to go). Output is appended to `log_path` if given.
     """
+    if sandbox is not None and (why := sandbox.check()):
+        return CheckResult(False, None, why)
     scratch = Path(tempfile.mkdtemp(prefix="orchestrator-check-", dir=scratch_root))
-    worktree = scratch / sha[:12]
+    ws = Workspace(scratch / sha[:12])
+    tmp = scratch / "tmp"
     try:
-        add = await asyncio.create_subprocess_exec(
-            "git",
-            "worktree",
-            "add",
-            "--detach",
-            "--quiet",
-            str(worktree),
-            sha,
-            cwd=repo_path,
-            env=repos.git_env(),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+        try:
+            await asyncio.to_thread(ws.create, repo_path, sha, None)
+        except (WorkspaceError, repos.RepoError, OSError) as e:
+            return CheckResult(False, None, f"could not make a workspace at {sha}: {e}")
+        tmp.mkdir(mode=0o700)
+        prefix = sandbox.confine(ws.root, tmp=tmp, repo=repo_path) if sandbox is not None else []
+        env = process.environment((), {"TMPDIR": str(tmp)} if prefix else None)
+        done = await process.run(
+            command,
+            cwd=ws.root,
+            env=env,
+            timeout=timeout,
+            log_path=log_path,
+            grace=KILL_GRACE,
+            owner=owner,
+            what=f"landing check in {ws.root}",
+            prefix=prefix,
         )
-        out, _ = await add.communicate()
-        if add.returncode != 0:
-            return CheckResult(False, None, f"could not make a worktree at {sha}: {out.decode(errors='replace')}")
-        return await _run_command(command, worktree, timeout, log_path, owner)
+        return CheckResult(done.ok, done.returncode, done.output_tail, timed_out=done.timed_out)
     finally:
-        await asyncio.to_thread(_remove_scratch, repo_path, worktree, scratch)
-
-
-async def _run_command(
-    command: str, cwd: Path, limit: float, log_path: Path | None, owner: process.Owner | None
-) -> CheckResult:
-    done = await process.run(
-        command,
-        cwd=cwd,
-        env=process.environment(),
-        timeout=limit,
-        log_path=log_path,
-        grace=KILL_GRACE,
-        owner=owner,
-        what=f"landing check in {cwd}",
-    )
-    return CheckResult(ok=done.ok, returncode=done.returncode, output_tail=done.output_tail, timed_out=done.timed_out)
+        await asyncio.to_thread(remove_tree, scratch)
 
 
 def remove_stale_scratch(repo_path: Path, scratch_root: Path, state_root: Path | None = None) -> list[str]:
-    """On start: the landing-check worktrees a killed daemon left under `scratch_root` for this repo, removed.
+    """On start: the landing-check workspaces a killed daemon left under `scratch_root`, removed.
 
-    First the admin dirs that a `git worktree add` of ours (under `state_root`, default `scratch_root`)
-    killed half-way left with an empty or no `commondir`: git itself then fails every `git worktree list`
-    in the repository, the user's included.
+    Also git's metadata of the linked worktrees older versions made there (under `state_root`, default
+    `scratch_root`): a half-made one with an empty `commondir` makes every `git worktree list` in the
+    repository fail, the user's included.
     """
     root = scratch_root.resolve()
     ours = (state_root or scratch_root).resolve()
     admin_root = repos.common_dir(repos.open_repo(repo_path)) / "worktrees"
     for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
         pointer = admin / "gitdir"
-        common = admin / "commondir"
-        if (common.is_file() and common.stat().st_size > 0) or not pointer.is_file():
+        try:
+            target = Path(pointer.read_text().strip()).parent.resolve()
+        except OSError:
             continue
-        target = Path(pointer.read_text().strip()).parent.resolve()
-        if target.is_relative_to(ours):
-            shutil.rmtree(admin, ignore_errors=True)
-            shutil.rmtree(target, ignore_errors=True)
-            if target.parent.is_relative_to(root) and target.parent != root:
-                shutil.rmtree(target.parent, ignore_errors=True)
-    listing = _git(repo_path, "worktree", "list", "--porcelain")
-    stale = [
-        Path(line.removeprefix("worktree "))
-        for line in listing.stdout.splitlines()
-        if line.startswith("worktree ") and Path(line.removeprefix("worktree ")).resolve().is_relative_to(root)
-    ]
-    for worktree in stale:
-        _remove_scratch(repo_path, worktree, worktree.parent)
-    return [str(w) for w in stale]
-
-
-def _remove_scratch(repo_path: Path, worktree: Path, scratch: Path) -> None:
-    # Twice --force: removes it even if dirty or locked. If git cannot, delete the files and prune.
-    done = _git(repo_path, "worktree", "remove", "--force", "--force", str(worktree))
-    shutil.rmtree(scratch, ignore_errors=True)
-    if done.returncode != 0:
-        _git(repo_path, "worktree", "prune")
+        if target.is_relative_to(root) or (target.is_relative_to(ours) and not (admin / "commondir").is_file()):
+            remove_tree(admin)
+    stale = [str(p) for p in sorted(root.glob("orchestrator-check-*"))] if root.is_dir() else []
+    for path in stale:
+        remove_tree(Path(path))
+    return stale
 
 
 # ---- the ref and the checkouts -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pygit2.enums import AttrCheck, MergeFavor
 
 from orchestrator.git import repos
 from orchestrator.git.commits import signature
+from orchestrator.git.workspace import Workspace
 
 Mergeable = Callable[[str], bool]
 """True for a repo-relative path whose concurrent edits are merged line-wise union, never a conflict."""
@@ -41,15 +42,12 @@ class MergeResult:
 
 
 def tree_of_worktree(worktree: Path) -> pygit2.Oid:
-    """Write the worktree's current state (tracked and untracked non-ignored files) as a tree object.
+    """Write the workspace's current files (tracked and untracked non-ignored) as a tree object.
 
-    Works on an in-memory copy of the worktree's index: the index file on disk and HEAD are untouched,
-    so this is safe while an agent works (and runs git) in that worktree.
+    Read from the files through the workspace's admin dir, on an in-memory copy of its index (nothing on
+    disk changes), so this is safe while the job still works there; the job's own git dir plays no part.
     """
-    repo = repos.open_repo(worktree)
-    index = repo.index  # read from disk; changes below stay in memory because we never `write()` it
-    index.add_all()
-    return index.write_tree()
+    return Workspace.at(worktree).tree(record=False)
 
 
 def merge_conflicts(

@@ -7,9 +7,11 @@ reach a person through the CLI.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shlex
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pygit2
@@ -162,25 +164,51 @@ def gitattributes_union(repo_path: Path | str, rev: str) -> frozenset[str]:
     return frozenset(p for p, on in union.items() if on)
 
 
-def git_env(cwd: Path | None = None) -> dict[str, str]:
-    """The daemon's environment without git's location variables (a hook's `GIT_DIR` would misdirect git).
+GIT_ENV: tuple[str, ...] = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "XDG_CONFIG_HOME",
+    "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "SSH_AUTH_SOCK", "GIT_SSH", "GIT_SSH_COMMAND",
+)  # fmt: skip
+"""What of the daemon's environment a git process it starts may see (patterns allowed): where to find
+programs and the user's git config, the locale, an ssh agent for pushes. Never an API key, a job's variables
+or git's location variables: git runs hooks, filters and fsmonitor commands of the user's config with it."""
 
-    With `cwd` (a work tree's top), git may not search above it: a worktree that lost its `.git` makes
+GIT_TIMEOUT = 600.0
+"""Seconds one git command of the daemon may take (a checkout through an LFS smudge filter can be slow)."""
+
+
+def git_env(cwd: Path | None = None, *, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of every git process the daemon starts: `GIT_ENV` only, prompts off.
+
+    With `cwd` (a work tree's top), git may not search above it: a work tree that lost its `.git` makes
     git fail instead of acting on an enclosing repository.
     """
-    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV}
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items() if any(fnmatch.fnmatchcase(k, p) for p in GIT_ENV)}
     env["GIT_TERMINAL_PROMPT"] = "0"
     if cwd is not None:
         env["GIT_CEILING_DIRECTORIES"] = str(Path(cwd).resolve().parent)
     return env
 
 
-def run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The git CLI at the top of the work tree `cwd`, output captured as text, never prompting, never
-    raising on a non-zero exit, never searching above `cwd` for a repository."""
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=git_env(cwd), capture_output=True, text=True, stdin=subprocess.DEVNULL
-    )
+def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """The git CLI at the top of the work tree `cwd` (the user's checkout), output captured as text, never
+    prompting, never raising on a non-zero exit, never searching above `cwd` for a repository, with the
+    daemon's secrets out of its environment (`git_env`) and no hook run (what the daemon does there is
+    bookkeeping, not the user's git command). The user's own config for their checkout applies otherwise
+    (their fsmonitor, their filters); a command that outlives `timeout` fails with exit 124."""
+    argv = ["git", "-c", "core.hooksPath=/dev/null", *args]
+    try:
+        return subprocess.run(
+            argv,
+            cwd=cwd,
+            env=git_env(cwd),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"git {args[0]} took over {timeout:.0f} s")
 
 
 def _common_dir(gitdir: Path) -> Path:

@@ -1,24 +1,24 @@
-"""One git worktree per job, on its own branch, outside the user's checkout; a warm pool makes them cheap.
+"""One workspace per job, outside the user's checkout, from a warm pool that makes them cheap.
 
-Layout, per repository, under the pool's root::
+A workspace (`git.workspace`) is a directory of files with a git dir of the job's own, plus an admin git
+dir of the daemon's beside it; it shares no writable git state with the repository. Layout, per
+repository, under the pool's root::
 
-    <root>/<repo-key>/job-<id>      a job's worktree, on branch orchestrator/<id>
-    <root>/<repo-key>/pool-<token>  a warm worktree, detached at some recent commit, clean
-    <root>/<repo-key>/trash-<token> a worktree being deleted (left behind only by a crash)
+    <root>/<repo-key>/job-<id>       a job's workspace (its own .git on branch orchestrator/<id>)
+    <root>/<repo-key>/pool-<token>   a warm workspace at some recent commit, verified clean
+    <root>/<repo-key>/trash-<token>  a workspace being deleted (left behind only by a crash)
+    <root>/<repo-key>/.admin/<name>  the daemon's git dir for each of them
 
-Speed, as measured by `python -m orchestrator.bench.worktrees` (10k files): a fresh worktree writes
-every file, so it is bound by the disk, and libgit2 is no faster there than `git worktree add`. A
-warm one is re-pointed with `git read-tree -m -u <old> <base>`, which only looks at and rewrites
-the entries that differ (a `git checkout` would first lstat all 10k); pygit2 then points the job
-branch and HEAD, and the directory is renamed in-process. Only clean worktrees enter the pool
-(release and recover reset them), which is what makes the two-tree merge exact; when it refuses
-anyway, a full `checkout -f` + `clean -ffdx` takes over.
+The repository itself only gets the branch `orchestrator/<id>` when the job's result is committed
+(`git.commits`): nothing of the job reaches a ref before that, and never by the job's own hand.
 
-Why the per-repo lock: `git worktree add`, the pruning of worktree metadata and branch deletion
-(which rewrites packed-refs) take git's repository-wide locks and fail instead of waiting when two run
-at once. Re-pointing a warm worktree only touches that worktree's index and one new ref, so it runs
-without the lock and several jobs of one repository can start together; only the rename of its
-directory takes the lock for an instant, since mid-rename it would look prunable to a concurrent prune.
+Speed (`orchestrator bench worktrees`): a fresh workspace writes every file, bound by the disk like
+`git worktree add`. A warm one is re-pointed with git's two-tree merge (`read-tree -m -u <old> <base>`),
+which only rewrites the entries that differ, and renamed in-process. Only verified workspaces enter the
+pool: one a job used is reset from its admin index and checked by a walk of its own before it goes back.
+
+No repository-wide git lock is taken to make or move a workspace (each has its own admin dir and index);
+the per-repo lock only serialises deleting branches of the repository, which rewrites its packed-refs.
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
 import secrets
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,28 +36,25 @@ import structlog
 
 from orchestrator.git import repos
 from orchestrator.git.repos import canonical
+from orchestrator.git.workspace import ADMIN, Workspace, WorkspaceError, remove_tree
 from orchestrator.logging import Event
+from orchestrator.paths import private_dir
 
 __all__ = ["WorktreeError", "WorktreePool", "branch_name", "repo_key"]
 
 log = structlog.get_logger(__name__)
 
-GIT_TIMEOUT = 600.0
-"""Seconds any one git command may take (a checkout through an LFS smudge filter can be slow)."""
-
-
-
-class WorktreeError(RuntimeError):
-    """A git operation on a job's worktree failed; the message carries git's own words."""
+WorktreeError = WorkspaceError
+"""A workspace operation failed; the message carries git's own words (one error type for the pool and its parts)."""
 
 
 def branch_name(job_id: int) -> str:
-    """The local branch a job works on."""
+    """The local branch a job's result is committed on."""
     return f"orchestrator/{job_id}"
 
 
 def repo_key(repo: Path) -> str:
-    """Directory name for a repository's worktrees: its name plus a short hash of its canonical path."""
+    """Directory name for a repository's workspaces: its name plus a short hash of its canonical path."""
     digest = hashlib.sha256(str(repo).encode()).hexdigest()[:10]
     return f"{repo.name}-{digest}"
 
@@ -67,7 +62,7 @@ def repo_key(repo: Path) -> str:
 @dataclass(frozen=True)
 class _Warm:
     path: Path
-    sha: str  # the commit it is detached at; its index and files are exactly that commit's tree
+    sha: str  # the commit it holds; its files are exactly that commit's tree, verified
 
 
 @dataclass
@@ -75,13 +70,13 @@ class _Repo:
     path: Path  # canonical work dir of the main worktree
     home: Path  # <root>/<repo-key>
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    pool: list[_Warm] = field(default_factory=list)  # ready to hand out: clean and detached
-    pending: int = 0  # pooled worktrees being made or recycled
-    out: set[int] = field(default_factory=set)  # jobs holding a worktree handed out here, not yet released
+    pool: list[_Warm] = field(default_factory=list)  # ready to hand out
+    pending: int = 0  # pooled workspaces being made or recycled
+    out: set[int] = field(default_factory=set)  # jobs holding a workspace handed out here, not yet released
 
 
 class WorktreePool:
-    """Hands out clean worktrees at a base commit and takes them back.
+    """Hands out clean workspaces at a base commit and takes them back.
 
     Not thread-safe: use it from one event loop. Keeps no state that `recover` cannot rebuild from disk.
     """
@@ -95,16 +90,16 @@ class WorktreePool:
     # -- public API ---------------------------------------------------------------------------------
 
     def path_for(self, repo: Path, job_id: int) -> Path:
-        """Where job `job_id`'s worktree lives (whether or not it exists)."""
+        """Where job `job_id`'s workspace lives (whether or not it exists)."""
         return self._home(self._canonical(repo)) / f"job-{job_id}"
 
     async def acquire(self, repo: Path, job_id: int, base: str) -> Path:
-        """A clean worktree with exactly `base`'s tree, on branch orchestrator/<job_id> forced to `base`."""
+        """A clean workspace with exactly `base`'s tree, its own git dir on orchestrator/<job_id> at `base`."""
         st = await self._state(repo)
-        dest = st.home / f"job-{job_id}"
-        if dest.exists():
+        dest = Workspace(st.home / f"job-{job_id}")
+        if dest.root.exists() or dest.admin.exists():
             raise WorktreeError(
-                f"job {job_id} already has a worktree at {dest}: release or clean it before acquiring another"
+                f"job {job_id} already has a workspace at {dest.root}: release or clean it before acquiring another"
             )
         sha = await asyncio.to_thread(_resolve, st.path, base)
         branch = branch_name(job_id)
@@ -113,69 +108,77 @@ class WorktreePool:
             warm = next((w for w in st.pool if w.sha == sha), st.pool[-1])
             st.pool.remove(warm)
             try:
-                async with st.lock:  # mid-move it looks prunable: a concurrent prune must not see it
-                    await asyncio.to_thread(_move, warm.path, dest)
+                await asyncio.to_thread(Workspace(warm.path).move, dest)
             except OSError as exc:
                 log.warning(Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, error=str(exc))
-                await self._remove(st, warm.path)
+                await self._remove(st, Workspace(warm.path))
                 await self._remove(st, dest)
                 continue
             try:
-                await _repoint(dest, warm.sha, sha, branch)
-            except (WorktreeError, pygit2.GitError, repos.RepoError) as exc:
+                await asyncio.to_thread(dest.repoint, warm.sha, sha, branch)
+            except (WorkspaceError, pygit2.GitError, OSError) as exc:
                 log.warning(
                     Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, fallback="reset", error=str(exc)
                 )
                 try:
-                    await _reset(dest, sha, branch)
-                except WorktreeError as exc2:
+                    await asyncio.to_thread(dest.reset, sha, branch)
+                except (WorkspaceError, pygit2.GitError, OSError) as exc2:
                     log.warning(Event.WORKTREE_POOLED_FAILED, repo=str(st.path), job_id=job_id, error=str(exc2))
                     await self._remove(st, dest)
                     continue
-            log.info(Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=True, path=str(dest))
+            log.info(
+                Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=True, path=str(dest.root)
+            )
             st.out.add(job_id)
-            return dest
-        async with st.lock:
-            await _git(st.path, "worktree", "add", "-q", "-B", branch, str(dest), sha)
-        log.info(Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=False, path=str(dest))
+            return dest.root
+        try:
+            await asyncio.to_thread(dest.create, st.path, sha, branch)
+        except BaseException:
+            await asyncio.shield(self._remove(st, dest))
+            raise
+        log.info(Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=False, path=str(dest.root))
         st.out.add(job_id)
-        return dest
+        return dest.root
 
     async def release(self, repo: Path, job_id: int, *, keep: bool = False, delete_branch: bool = False) -> None:
-        """Give a job's worktree back.
+        """Give a job's workspace back.
 
-        keep=True leaves worktree and branch exactly as they are (a failed or conflicted job loses
-        nothing). Otherwise the worktree is reset and recycled into the warm pool while the pool is
-        below `warm`, else removed. Branch orchestrator/<job_id> is deleted only with delete_branch=True.
+        keep=True leaves it exactly as it is (a failed or conflicted job loses nothing). Otherwise it is
+        reset and verified into the warm pool while the pool is below `warm`, else removed. Branch
+        orchestrator/<job_id> of the repository is deleted only with delete_branch=True.
         """
         st = await self._state(repo)
         st.out.discard(job_id)
-        path = st.home / f"job-{job_id}"
+        ws = Workspace(st.home / f"job-{job_id}")
         if keep:
-            log.info(Event.WORKTREE_KEPT, repo=str(st.path), job_id=job_id, path=str(path))
+            log.info(Event.WORKTREE_KEPT, repo=str(st.path), job_id=job_id, path=str(ws.root))
             return
-        if path.exists():
-            if len(st.pool) + st.pending < self.warm:
-                await self._recycle(st, path)
+        if ws.root.exists() or ws.admin.exists():
+            if len(st.pool) + st.pending < self.warm and ws.exists():
+                await self._recycle(st, ws)
             else:
-                await self._remove(st, path)
+                await self._remove(st, ws)
         if delete_branch:
             await self._delete_branch(st, branch_name(job_id))
 
     async def clean(self, repo: Path, job_id: int) -> None:
-        """Remove a kept worktree and its branch."""
+        """Remove a kept workspace and its branch."""
         st = await self._state(repo)
-        path = st.home / f"job-{job_id}"
-        if path.exists():
-            await self._remove(st, path)
+        ws = Workspace(st.home / f"job-{job_id}")
+        if ws.root.exists() or ws.admin.exists():
+            await self._remove(st, ws)
         await self._delete_branch(st, branch_name(job_id))
 
-    async def fill(self, repo: Path, at: str) -> None:
-        """Top the warm pool up to `warm` worktrees detached at `at` (meant to run in the background).
+    def workspace(self, repo: Path, job_id: int) -> Workspace:
+        """Job `job_id`'s workspace (whether or not it exists)."""
+        return Workspace(self.path_for(repo, job_id))
 
-        Worktrees still out with running jobs count as coming back: they are recycled when released, so
+    async def fill(self, repo: Path, at: str) -> None:
+        """Top the warm pool up to `warm` workspaces at `at` (meant to run in the background).
+
+        Workspaces still out with running jobs count as coming back: they are recycled when released, so
         a fresh checkout made now would only be removed again when they return (measured: of 150 trivial
-        jobs on 4 slots, 138 worktrees removed and refilled by fresh checkouts, 12 recycled).
+        jobs on 4 slots, 138 workspaces removed and refilled by fresh checkouts, 12 recycled).
         """
         st = await self._state(repo)
         want = self.warm - len(st.pool) - st.pending - len(st.out)
@@ -186,11 +189,14 @@ class WorktreePool:
         try:
             sha = await asyncio.to_thread(_resolve, st.path, at)
             for _ in range(want):
-                path = st.home / f"pool-{secrets.token_hex(4)}"
-                async with st.lock:
-                    await _git(st.path, "worktree", "add", "-q", "--detach", str(path), sha)
+                ws = Workspace(st.home / f"pool-{secrets.token_hex(4)}")
+                try:
+                    await asyncio.to_thread(ws.create, st.path, sha, None)
+                except BaseException:
+                    await asyncio.shield(self._remove(st, ws))
+                    raise
                 # Valid and clean at once: hand it out now rather than after the settle below.
-                warm = _Warm(path, sha)
+                warm = _Warm(ws.root, sha)
                 made.append(warm)
                 st.pool.append(warm)
                 st.pending -= 1
@@ -208,43 +214,56 @@ class WorktreePool:
                 continue  # a job took it meanwhile: unsettled only means a slower first status
             st.pool.remove(warm)
             try:
-                await _refresh(warm.path)
+                await asyncio.to_thread(_refresh, Workspace(warm.path), warm.sha)
             finally:
                 st.pool.append(warm)
 
     async def recover(self, repo: Path) -> frozenset[int]:
-        """Rebuild the pool from disk after a restart; returns the ids of jobs whose worktrees exist.
+        """Rebuild the pool from disk after a restart; returns the ids of jobs whose workspaces exist.
 
-        Prunes metadata of our worktrees whose directories are gone, deletes half-deleted ones, adopts
-        pooled worktrees (up to `warm`, the rest are removed) and leaves job worktrees alone.
+        Deletes half-deleted workspaces, resets and adopts pooled ones (up to `warm`, the rest are
+        removed), leaves job workspaces alone, and drops git's metadata for the linked worktrees older
+        versions of this pool made (their directories stay: they are plain files now).
         """
         st = await self._state(repo)
         async with st.lock:
-            live = await asyncio.to_thread(_prune_ours, st.path, st.home, recovering=True)
+            await asyncio.to_thread(_forget_linked, st.path, st.home)
         jobs: set[int] = set()
         adopted: list[_Warm] = []
         st.pool.clear()
         for entry in sorted(st.home.iterdir()) if st.home.is_dir() else []:
             name = entry.name
+            ws = Workspace(entry)
             if name.startswith("trash-"):
-                await asyncio.to_thread(shutil.rmtree, entry, True)
+                await asyncio.to_thread(ws.remove)
             elif name.startswith("pool-"):
-                if entry in live and len(adopted) < self.warm:
+                if ws.exists() and len(adopted) < self.warm:
                     # Its state is unknown (the crash may have hit a recycle half-way): reset it fully.
-                    with contextlib.suppress(WorktreeError, pygit2.GitError, repos.RepoError):
-                        adopted.append(_Warm(entry, await _detach_clean(entry)))
+                    try:
+                        sha = await asyncio.to_thread(ws.head)
+                        await asyncio.to_thread(ws.reset, sha, None)
+                    except (WorkspaceError, pygit2.GitError, OSError) as exc:
+                        log.warning(Event.WORKTREE_RECYCLE_FAILED, repo=str(st.path), path=str(entry), error=str(exc))
+                    else:
+                        adopted.append(_Warm(entry, sha))
                         continue
-                await self._remove(st, entry)
+                await self._remove(st, ws)
             elif name.startswith("job-") and name[4:].isdigit():
                 jobs.add(int(name[4:]))
+        admin = st.home / ADMIN
+        for entry in sorted(admin.iterdir()) if admin.is_dir() else []:
+            if not (st.home / entry.name).exists():  # files gone, admin dir left by a crash mid-remove
+                await asyncio.to_thread(remove_tree, entry)
         if adopted:
-            await _settle([w.path for w in adopted])
+            await _sleep_past_second()
+            for w in adopted:
+                await asyncio.to_thread(_refresh, Workspace(w.path), w.sha)
         st.pool.extend(adopted)
         log.info(Event.WORKTREE_RECOVERED, repo=str(st.path), pooled=len(adopted), jobs=sorted(jobs))
         return frozenset(jobs)
 
     def pooled(self, repo: Path) -> list[Path]:
-        """The warm worktrees ready for `repo` (a copy; for tests and status)."""
+        """The warm workspaces ready for `repo` (a copy; for tests and status)."""
         st = self._repos.get(self._canonical(repo))
         return [w.path for w in st.pool] if st else []
 
@@ -271,38 +290,37 @@ class WorktreePool:
                     f"worktree root {self.root} is inside the repository {path}: choose a root outside it "
                     "so jobs never write into your checkout"
                 )
-            home.mkdir(parents=True, exist_ok=True)
+            private_dir(home)  # 0700 whatever the umask
             st = self._repos.setdefault(path, _Repo(path=path, home=home))
         return st
 
-    async def _recycle(self, st: _Repo, path: Path) -> None:
+    async def _recycle(self, st: _Repo, ws: Workspace) -> None:
         st.pending += 1
         try:
-            dest = st.home / f"pool-{secrets.token_hex(4)}"
+            dest = Workspace(st.home / f"pool-{secrets.token_hex(4)}")
             try:
-                sha = await _detach_clean(path)
-                async with st.lock:  # mid-move it looks prunable: a concurrent prune must not see it
-                    await asyncio.to_thread(_move, path, dest)
-            except (WorktreeError, pygit2.GitError, repos.RepoError, OSError) as exc:
-                log.warning(Event.WORKTREE_RECYCLE_FAILED, repo=str(st.path), path=str(path), error=str(exc))
-                await self._remove(st, path)
+                sha = await asyncio.to_thread(ws.head)
+                await asyncio.to_thread(ws.move, dest)
+                # Out of the job's name first: a job of that id acquiring meanwhile gets a fresh one.
+                await asyncio.to_thread(dest.reset, sha, None)
+            except (WorkspaceError, pygit2.GitError, OSError) as exc:
+                log.warning(Event.WORKTREE_RECYCLE_FAILED, repo=str(st.path), path=str(ws.root), error=str(exc))
+                await self._remove(st, ws)
                 await self._remove(st, dest)
                 return
-            # No _settle here: only the files the job touched were rewritten, so few entries are racy.
         finally:
             st.pending -= 1
-        st.pool.append(_Warm(dest, sha))
-        log.info(Event.WORKTREE_RECYCLED, repo=str(st.path), path=str(dest), size=len(st.pool))
+        st.pool.append(_Warm(dest.root, sha))
+        log.info(Event.WORKTREE_RECYCLED, repo=str(st.path), path=str(dest.root), size=len(st.pool))
 
-    async def _remove(self, st: _Repo, path: Path) -> None:
-        # Rename first (instant), unregister under the lock, delete the files outside it: the lock is
-        # held for milliseconds even when the tree has 10k files.
-        trash = st.home / f"trash-{secrets.token_hex(4)}"
-        async with st.lock:
-            moved = await asyncio.to_thread(_unregister, st.path, st.home, path, trash)
+    async def _remove(self, st: _Repo, ws: Workspace) -> None:
+        # Rename first (instant), delete the files after: a crash in between leaves a trash-* for recover.
+        trash = Workspace(st.home / f"trash-{secrets.token_hex(4)}")
+        moved = await asyncio.to_thread(_to_trash, ws, trash)
+        await asyncio.to_thread(trash.remove)
+        await asyncio.to_thread(ws.remove)  # whatever could not be moved
         if moved:
-            await asyncio.to_thread(shutil.rmtree, trash, True)
-            log.info(Event.WORKTREE_REMOVED, repo=str(st.path), path=str(path))
+            log.info(Event.WORKTREE_REMOVED, repo=str(st.path), path=str(ws.root))
 
     async def _delete_branch(self, st: _Repo, branch: str) -> None:
         async with st.lock:
@@ -312,76 +330,28 @@ class WorktreePool:
 # -- helpers (sync ones run in threads) ------------------------------------------------------------
 
 
-def _git_env(cwd: Path) -> dict[str, str]:
-    # Never above `cwd`: git in a worktree that lost its `.git` must fail, not act on an enclosing repo.
-    return repos.git_env(cwd)
-
-
-async def _git(cwd: Path, *args: str) -> str:
-    # Hooks off: these are the orchestrator's own bookkeeping checkouts, not the user's, and a
-    # post-checkout or reference-transaction hook would run on every acquire.
-    argv = ("git", "-c", "core.hooksPath=/dev/null", "-C", str(cwd), *args)
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=_git_env(cwd),
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), GIT_TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise WorktreeError(f"`git {' '.join(args)}` in {cwd} took longer than {GIT_TIMEOUT:.0f} s") from None
-    except asyncio.CancelledError:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        raise
-    if proc.returncode != 0:
-        raise WorktreeError(f"`git {' '.join(args)}` in {cwd} failed: {err.decode(errors='replace').strip()}")
-    return out.decode(errors="replace").strip()
-
-
-async def _repoint(wt: Path, old: str, new: str, branch: str) -> None:
-    # The pool holds only clean worktrees whose index and files are exactly `old`, so a two-tree
-    # merge is exact, and it only looks at and rewrites the entries that differ (a checkout would
-    # first lstat all of them). It refuses rather than overwrite anything unexpected; then we reset.
-    await _git(wt, "read-tree", "-m", "-u", old, new)
-    await asyncio.to_thread(_point_head, wt, branch, new)
-
-
-async def _reset(wt: Path, sha: str, branch: str) -> None:
-    """The slow, unconditional way to `sha` on `branch`: tracked files forced, untracked and ignored ones gone."""
-    await _git(wt, "checkout", "-q", "-f", "-B", branch, sha)
-    await _git(wt, "clean", "-q", "-ffdx")
-
-
-async def _detach_clean(wt: Path) -> str:
-    """Detach a worktree at its HEAD commit, drop every change and git operation in progress; its sha."""
-    await _git(wt, "checkout", "-q", "-f", "--detach")
-    await _git(wt, "clean", "-q", "-ffdx")
-    return await asyncio.to_thread(_tidy, wt)
-
-
-async def _settle(paths: list[Path]) -> None:
-    # Files written in the same second as the index are "racily clean" to git: it re-reads every one
-    # of them on the next status or checkout (~5x slower on a 10k-file tree). Refreshing the index
-    # once the clock has moved past that second records them as clean for good.
-    await _sleep_past_second()
-    for path in paths:
-        await _refresh(path)
-
-
 async def _sleep_past_second() -> None:
     await asyncio.sleep(1.02 - time.time() % 1.0)
 
 
-async def _refresh(path: Path) -> None:
-    # Exit 1 only means some entries need updating; the next checkout fixes them.
-    with contextlib.suppress(WorktreeError):
-        await _git(path, "update-index", "-q", "--refresh")
+def _refresh(ws: Workspace, sha: str) -> None:
+    """Files written in the same second as the index are "racily clean" to git: it re-reads every one of
+    them on the next status (~5x slower on a 10k-file tree). Refreshing the admin index once the clock
+    has moved past that second records them as clean for good; the job's own index gets the same."""
+    with contextlib.suppress(WorkspaceError):  # exit 1 only means some entries need updating
+        ws.git("update-index", "-q", "--refresh")
+    ws.private(ws.objects().parent, sha, None)
+
+
+def _to_trash(ws: Workspace, trash: Workspace) -> bool:
+    moved = False
+    for src, dst in ((ws.root, trash.root), (ws.admin, trash.admin)):
+        try:
+            src.rename(dst)
+            moved = True
+        except FileNotFoundError:
+            pass
+    return moved
 
 
 def _resolve(repo: Path, rev: str) -> str:
@@ -392,29 +362,8 @@ def _resolve(repo: Path, rev: str) -> str:
         raise WorktreeError(f"{rev!r} is not a commit in {repo}: pass a branch name or a commit sha") from exc
 
 
-def _point_head(wt: Path, branch: str, sha: str) -> None:
-    r = repos.open_repo(wt)
-    r.branches.local.create(branch, r[sha].peel(pygit2.Commit), force=True)
-    r.set_head(f"refs/heads/{branch}")
-
-
-def _tidy(wt: Path) -> str:
-    # A job may leave a merge, rebase or cherry-pick half done; the next job must not inherit it.
-    r = repos.open_repo(wt)
-    r.state_cleanup()
-    return str(r.head.target)
-
-
-def _move(src: Path, dest: Path) -> None:
-    """Rename a linked worktree and tell git where it went (what `git worktree move` does, without a process)."""
-    pointer = (src / ".git").read_text().strip().removeprefix("gitdir:").strip()
-    admin = Path(pointer) if os.path.isabs(pointer) else (src / pointer).resolve()
-    src.rename(dest)
-    (admin / "gitdir").write_text(f"{dest / '.git'}\n")
-
-
 def _drop_branch(repo: Path, branch: str) -> None:
-    """`git branch -D` in-process (libgit2 also refuses a branch checked out somewhere, and drops its reflog)."""
+    """`git branch -D` in-process (libgit2 also drops its reflog)."""
     ref = repos.open_repo(repo).branches.local.get(branch)
     if ref is None:
         return
@@ -424,33 +373,18 @@ def _drop_branch(repo: Path, branch: str) -> None:
         raise WorktreeError(f"could not delete branch {branch} in {repo}: {exc}") from exc
 
 
-def _unregister(repo: Path, home: Path, path: Path, trash: Path) -> bool:
-    moved = path.exists()
-    if moved:
-        path.rename(trash)
-    _prune_ours(repo, home)
-    return moved
+def _forget_linked(repo: Path, home: Path) -> None:
+    """Drop git's metadata for linked worktrees under `home` (made by older versions of this pool).
 
-
-def _prune_ours(repo: Path, home: Path, *, recovering: bool = False) -> set[Path]:
-    """Drop git's metadata for our worktrees whose directories are gone; return the live ones under home.
-
-    Per worktree, not `git worktree prune`: that would also drop the user's own worktrees on a
-    drive that is merely unmounted. Ours are pruned even when locked: a `git worktree add` killed
-    with the daemon leaves its "initializing" lock behind, and then git refuses to delete the branch
-    of a worktree whose directory is long gone. On recovery the live ones are unlocked for the same reason.
+    Their admin dirs (`<common>/worktrees/<name>`) are deleted, so git stops counting their branches as
+    checked out; their directories are left as they are, plain files. Only ours (under `home`), never a
+    user's worktree on a drive that is merely unmounted.
     """
     r = repos.open_repo(repo)
-    live: set[Path] = set()
     for name in r.list_worktrees():
-        wt = r.lookup_worktree(name)
-        path = Path(wt.path)
-        if not path.is_relative_to(home):
+        try:
+            path = Path(r.lookup_worktree(name).path)
+        except pygit2.GitError:
             continue
-        if not path.exists():
-            wt.prune(True)
-            continue
-        if recovering:
-            (Path(r.path) / "worktrees" / name / "locked").unlink(missing_ok=True)
-        live.add(path)
-    return live
+        if path.is_relative_to(home):
+            remove_tree(repos.common_dir(r) / "worktrees" / name)

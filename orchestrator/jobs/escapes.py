@@ -1,11 +1,13 @@
 """Without a sandbox, notice after the fact when a job wrote into the user's checkout of its repository.
 
-What is detected: files of the repository's own work tree (tracked or untracked, not ignored) created,
-changed or deleted while the job ran, other than by a landing (a file whose content is the branch head's
-before or after, or any commit the branch moved through in between, is not counted: landings of other jobs
-that update the checkout, one after another or still under way, are not a false alarm). What is not:
-writes elsewhere (`$HOME`, other repositories, ignored files). A person editing their checkout during the job
-is indistinguishable from the job doing it; the job's reason says so.
+What is detected: files of the repository's own work tree (tracked, untracked and ignored, an ignored
+directory as one entry) created, changed or deleted while the job ran, other than by a landing (a file whose
+content is the branch head's before or after, or any commit the branch moved through in between, is not
+counted: landings of other jobs that update the checkout, one after another or still under way, are not a
+false alarm). A change is seen by size, mtime, ctime and inode, so content rewritten with its size and mtime
+put back still shows (a process cannot set ctime). What is not: writes elsewhere (`$HOME`, other
+repositories), inside an ignored directory, or to the repository's git dir. A person editing their checkout
+during the job is indistinguishable from the job doing it; the job's reason says so.
 
 Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 """
@@ -22,16 +24,16 @@ import pygit2
 @dataclass(frozen=True)
 class CheckoutState:
     head: str | None
-    dirty: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    """path -> (git status flags, mtime_ns, size) of every path that differs from HEAD."""
+    dirty: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    """path -> (git status flags, mtime_ns, ctime_ns, inode, size) of every path that differs from HEAD."""
 
 
-def _stat(root: Path, path: str) -> tuple[int, int]:
+def _stat(root: Path, path: str) -> tuple[int, int, int, int]:
     try:
         st = os.lstat(root / path)
     except OSError:
-        return (0, -1)
-    return (st.st_mtime_ns, st.st_size)
+        return (0, 0, 0, -1)
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
 
 
 def snapshot(repo_path: Path) -> CheckoutState:
@@ -40,7 +42,8 @@ def snapshot(repo_path: Path) -> CheckoutState:
         return CheckoutState(None)
     head = None if repo.head_is_unborn else str(repo.head.target)
     root = Path(repo.workdir)
-    dirty = {p: (int(flags), *_stat(root, p)) for p, flags in repo.status().items()}
+    status = repo.status(untracked_files="all", ignored=True)
+    dirty = {p: (int(flags), *_stat(root, p)) for p, flags in status.items()}
     return CheckoutState(head, dirty)
 
 
@@ -86,6 +89,9 @@ def written(repo_path: Path, before: CheckoutState, after: CheckoutState) -> lis
     heads = _heads_between(repo, before.head, after.head) if before.head != after.head else []
     out = []
     for path in sorted(set(changed)):
+        if path.endswith("/"):  # an ignored directory: no landing writes there
+            out.append(path)
+            continue
         try:
             data: bytes | None = (root / path).read_bytes() if (root / path).is_file() else None
         except OSError:

@@ -16,6 +16,7 @@ import structlog
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
+from orchestrator.core import claims
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
 from orchestrator.git import commits
@@ -159,16 +160,20 @@ class Executor:
                 await self.pool.release(repo, job.id, keep=False, delete_branch=True)
                 job = await self.board.update(
                     job.id,
-                    state=JobState.LANDED,
+                    state=JobState.UNCHANGED,
                     finished_at=time.time(),
                     exit_code=0,
                     actual=frozenset(),
-                    reason="finished with no changes: nothing to land",
+                    reason=f"{result.summary} but changed nothing: nothing landed (`orchestrator logs {job.id}` says "
+                    "what it did)",
                     code=Code.NO_CHANGES,
                     event="finished",
                 )
                 log.info(olog.Event.JOB_FINISHED, changes=0, landed=False)
                 return job
+            if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
+                log.warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
+                job = await self.board.update(job.id, event="outside_claim", data={"paths": sorted(wide)[:50]})
             review = job.land == "review"
             job = await self.board.update(
                 job.id,

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from orchestrator.core.job import Job
+from orchestrator.paths import open_private
 
 HEADER = "==> "
 
 
 def _open_private(path: Path, flags: int, mode: str) -> BinaryIO:
     """Job logs hold the job's text and output: 0600 whatever the umask."""
-    return os.fdopen(os.open(path, flags | os.O_CREAT, 0o600), mode)
+    return os.fdopen(open_private(path, flags), mode)
 
 
 def attempt_header(path: Path, job: Job) -> None:

@@ -29,13 +29,18 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
+from orchestrator.runners.sandbox import Sandbox
 
 USER_DIRTY_RETRY = (1.0, 30.0)  # first and longest wait before trying again when the user's changes are in the way
 
 
 class Lander:
-    def __init__(self, board: Board, cfg: Config, paths: Paths, pool: WorktreePool) -> None:
+    def __init__(
+        self, board: Board, cfg: Config, paths: Paths, pool: WorktreePool, sandbox: Sandbox | None = None
+    ) -> None:
         self.board = board
+        self.sandbox = sandbox
+        """Where landing checks run (the job's code, merged): confined like the jobs themselves."""
         self.cfg = cfg
         self.paths = paths
         self.pool = pool
@@ -193,6 +198,7 @@ class Lander:
                 style=style,
                 owner=StoreOwner(self.board.store, job.id),
                 journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
+                sandbox=self.sandbox,
             )
         else:
             result = await asyncio.to_thread(

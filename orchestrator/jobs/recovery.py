@@ -62,6 +62,10 @@ async def end_survivors(store: Store, *, grace: float) -> list[process.Group]:
     # predecessor on this state dir can have started it.
     mark = f"{process.RUN_MARK}={StoreOwner(store).tag}."
     await process.end_marked(mark, exact=False, what="processes of a dead daemon")
+    # And whatever is still in a cgroup it made, whatever it did to its group and environment.
+    cut = await process.end_cgroups(StoreOwner(store).tag)
+    if cut:
+        olog.get().warning(olog.Event.PROCESS_SURVIVORS_ENDED, cgroups=cut, what="cgroups of a dead daemon")
     if not recorded:
         return []
     for group, _ in recorded:

@@ -16,6 +16,7 @@ from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobState
 from orchestrator.git import commits, repos
+from orchestrator.git.workspace import Workspace
 from orchestrator.git.worktrees import WorktreeError, WorktreePool
 
 
@@ -55,22 +56,29 @@ class AttemptKept(Exception):
 
 
 def _commit_leftovers(job: Job, worktree: Path) -> None:
-    """Commit whatever the attempt left uncommitted in its worktree, so retiring it loses nothing."""
+    """Commit what the attempt's workspace holds beyond what it committed, so retiring it loses nothing.
+
+    Read from the files (a workspace made before admin dirs existed is adopted at the job's base first).
+    """
     if job.base and worktree.exists():
+        ws = Workspace.at(worktree)
+        if not ws.exists():
+            ws.adopt(Path(job.repo), job.base)
         commits.commit_worktree(
             worktree,
             message=f"orchestrator: job {job.id} attempt {job.attempts + 1}, kept",
             job_id=job.id,
             base=job.base,
             repo_path=Path(job.repo),
+            stack=True,
         )
 
 
 async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
     """Commit what the attempt left, release its worktree, and keep its branch under an attempt name.
 
-    Never wipes work: if the leftovers cannot be committed (an index.lock left by a killed agent, a
-    broken `.git`), the worktree stays exactly as it is and AttemptKept says where and what to do.
+    Never wipes work: if the leftovers cannot be committed (a file over the size a job may commit, a
+    workspace made from another repository), it stays exactly as it is and AttemptKept says what to do.
     """
     repo = Path(job.repo)
     log = olog.get(job_id=job.id, repo=job.repo)
@@ -78,7 +86,7 @@ async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
     worktree = Path(job.worktree) if job.worktree else pool.path_for(repo, job.id)
     try:
         await asyncio.to_thread(_commit_leftovers, job, worktree)
-    except (pygit2.GitError, repos.RepoError, OSError, KeyError, ValueError) as e:
+    except (WorktreeError, pygit2.GitError, repos.RepoError, OSError, KeyError, ValueError) as e:
         log.warning(olog.Event.ATTEMPT_KEPT, worktree=str(worktree), error=f"{type(e).__name__}: {e}")
         raise AttemptKept(
             f"job {job.id}'s previous attempt left uncommitted work in {worktree} that could not be "

@@ -26,6 +26,7 @@ from orchestrator.core.job import Job
 from orchestrator.core.models import (
     ACTIVE_STATES,
     ALL_REPOS,
+    DONE_STATES,
     Code,
     Decision,
     JobState,
@@ -42,6 +43,7 @@ from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.notify import Notifier
 from orchestrator.jobs.planning import Planning
+from orchestrator.jobs.privatedirs import PrivateDirs
 from orchestrator.jobs.recovery import StoreOwner
 from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
 from orchestrator.llm.shared import SharedClaude
@@ -49,6 +51,7 @@ from orchestrator.paths import Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
+from orchestrator.runners.sandbox import Sandbox
 from orchestrator.store import Write
 
 OPEN_STATES = (
@@ -107,6 +110,7 @@ class Scheduler:
         planner: Planner | None = None,
         gates: dict[str, Any] | None = None,
         claude: SharedClaude | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.board = board
         self.cfg = cfg
@@ -119,7 +123,7 @@ class Scheduler:
         """Stamped each round and each idle wait: the service watchdog pings only while it is fresh."""
         self.tick: float | None = None
         """Longest idle wait (set under a watchdog), so a healthy idle loop still stamps its heartbeat."""
-        self.lander = Lander(board, cfg, paths, pool)
+        self.lander = Lander(board, cfg, paths, pool, sandbox)
         self.executor = Executor(board, cfg, paths, pool, runners, self._on_change, self.lander.top_up)
         self._wakeup = asyncio.Event()
         self._stopping = False
@@ -151,6 +155,8 @@ class Scheduler:
         board.on_change(self.wake)
         self.notifier = Notifier(cfg.jobs.on_end, StoreOwner(board.store))
         board.on_end(self.notifier.job_ended)
+        self.private_dirs = PrivateDirs(paths)
+        board.on_end(self.private_dirs.job_ended)
 
     def wake(self) -> None:
         self._last_wake = time.monotonic()
@@ -208,6 +214,7 @@ class Scheduler:
         await self.planning.stop()
         cut += await self.lander.drain(timeout)
         await self.notifier.drain(min(timeout, 5.0))
+        await self.private_dirs.close()
         for t in list(self._side_tasks):
             t.cancel()
         await asyncio.gather(*self._side_tasks, return_exceptions=True)
@@ -338,7 +345,7 @@ class Scheduler:
             waiting=tuple(view(j) for j in planned),
             moved=moved,
             landing=frozenset(self.lander.inflight),
-            landed=frozenset(i for i, st in states.items() if st is JobState.LANDED),
+            landed=frozenset(i for i, st in states.items() if st in DONE_STATES),
             dead=frozenset(i for i, st in states.items() if st in DEAD_STATES),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
@@ -633,9 +640,10 @@ class Scheduler:
 
     async def retry(self, job_id: int) -> Job:
         job = await self.get(job_id)
-        if job.state not in DEAD_STATES:
+        if job.state not in (*DEAD_STATES, JobState.UNCHANGED):
             raise JobError(
-                f"job {job_id} is {job.state}; only failed, cancelled, conflicted or interrupted jobs can be retried"
+                f"job {job_id} is {job.state}; only failed, cancelled, conflicted, interrupted or unchanged jobs "
+                "can be retried"
             )
         try:
             # Always: a crash may leave a worktree or branch the job's record does not name yet.
@@ -668,7 +676,7 @@ class Scheduler:
         dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
         await self.board.store.delete_job(job_id)
         self.board.publish({"type": "removed", "id": job_id})
-        self.paths.job_log(job_id).unlink(missing_ok=True)
+        await asyncio.to_thread(self.private_dirs.remove, job_id)  # its private dir, log and transcript
         olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
         await self.board.announce()
         return dropped

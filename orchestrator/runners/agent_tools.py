@@ -1,24 +1,47 @@
 """The built-in agent's tools: their definitions (JSON schemas the model reads) and what each one does.
 
-Every path goes through `confine.inside` first; a refused path is a tool error the model can read (and a
-logged event), never an exception that ends the job. `run` executes a command in the worktree through the
-one process helper (owned group, timeout, capped output), sandboxed when the machine can.
+Every path goes through `beneath` first: checked as text, then opened beneath a handle on the worktree
+without following a symlink, and read or written only through that descriptor (a process the job left
+cannot redirect a write by swapping a directory for a link). A refused path is a tool error the model
+can read (and a logged event), never an exception that ends the job. Reads and searches are bounded
+(`READ_LIMIT`, `SEARCH_*`), so a huge or sparse file costs the daemon no more than the limit. `run`
+executes a command in the worktree through the one process helper (owned group, timeout, capped output),
+sandboxed when the machine can.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.runners.confine import Escape, inside, relative
+from orchestrator.beneath import Escape, Root, open_beneath, parts, regular, shown
 
 SEARCH_LIMIT = 200
 """Most matching lines `search` returns."""
+READ_LIMIT = 1024 * 1024
+"""Most bytes `read_file` reads of one file (the model sees `output_cap` characters of them)."""
+EDIT_LIMIT = 8 * 1024 * 1024
+"""Largest file `edit_file` rewrites (it reads the whole file)."""
+SEARCH_FILE_LIMIT = 2 * 1024 * 1024
+"""Files larger than this are skipped by `search` (and named as skipped)."""
+SEARCH_BYTES = 64 * 1024 * 1024
+"""Most bytes one `search` reads in all; past it the search stops and says so."""
+SEARCH_ENTRIES = 50_000
+"""Most directory entries one `search` looks at."""
+SEARCH_DEPTH = 64
+"""Deepest directory `search` enters."""
+LIST_LIMIT = 5_000
+"""Most entries `list_dir` shows."""
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+"""O_NONBLOCK: opening a FIFO never waits for a writer (the type check refuses it once opened)."""
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -127,14 +150,18 @@ class Tools:
             return Outcome(f"no tool {name!r}; use one of {', '.join(t['name'] for t in TOOLS)}", error=True)
         try:
             result: Outcome = await handler(args)
-            return result
         except Escape as e:
             self.on_refused(name, str(args.get("path", "")), str(e))
-            return Outcome(str(e), error=True)
+            result = Outcome(str(e), error=True)
         except (KeyError, TypeError) as e:
-            return Outcome(f"{name}: bad arguments ({e}); see the tool's input schema", error=True)
+            result = Outcome(f"{name}: bad arguments ({e}); see the tool's input schema", error=True)
+        except UnicodeError as e:
+            result = Outcome(f"{name}: {e}: give the text as valid UTF-8", error=True)
         except OSError as e:
-            return Outcome(f"{name}: {e.strerror or e}", error=True)
+            where = f" ({shown(str(e.filename))})" if e.filename else ""
+            result = Outcome(f"{name}: {e.strerror or e}{where}", error=True)
+        # What goes back to the model (JSON, UTF-8) and to the log must encode: a name need not be UTF-8.
+        return Outcome(_encodable(result.text), error=result.error, done=result.done)
 
     def _cap(self, text: str) -> str:
         if len(text) <= self.output_cap:
@@ -142,22 +169,34 @@ class Tools:
         return text[: self.output_cap] + f"\n[... cut at {self.output_cap} of {len(text)} characters]"
 
     async def _t_read_file(self, args: dict[str, Any]) -> Outcome:
-        path = inside(self.worktree, args["path"])
-        data = await asyncio.to_thread(path.read_bytes)
+        names = _file(args["path"])
+
+        def read() -> tuple[bytes, int]:
+            with Root(self.worktree) as root:
+                fd = root.open(names, _READ)
+                try:
+                    return _read_at_most(fd, READ_LIMIT), regular(fd, names).st_size
+                finally:
+                    os.close(fd)
+
+        data, size = await asyncio.to_thread(read)
         if b"\0" in data[:8192]:
-            return Outcome(f"{args['path']}: a binary file ({len(data)} bytes)", error=True)
-        return Outcome(self._cap(data.decode(errors="replace")))
+            return Outcome(f"{shown(names)}: a binary file ({size} bytes)", error=True)
+        text = self._cap(data.decode(errors="replace"))
+        if size > len(data):
+            text += f"\n[read the first {len(data)} of {size} bytes only; use `run` (sed -n, head, tail) for the rest]"
+        return Outcome(text)
 
     async def _t_list_dir(self, args: dict[str, Any]) -> Outcome:
-        path = inside(self.worktree, args.get("path") or ".")
+        names = parts(args.get("path") or ".")
 
         def listing() -> str:
-            names = []
-            for entry in sorted(os.scandir(path), key=lambda e: e.name):
-                if entry.name == ".git":
-                    continue
-                names.append(entry.name + ("/" if entry.is_dir() else ""))
-            return "\n".join(names) or "(empty)"
+            with Root(self.worktree) as root:
+                fd = root.opendir(names)
+                try:
+                    return _listing(fd)
+                finally:
+                    os.close(fd)
 
         return Outcome(self._cap(await asyncio.to_thread(listing)))
 
@@ -167,36 +206,67 @@ class Tools:
             rx = re.compile(pattern)
         except re.error:
             rx = re.compile(re.escape(pattern))
-        start = inside(self.worktree, args.get("path") or ".")
-        hits = await asyncio.to_thread(_search, self.worktree, start, rx)
-        if not hits:
+        names = parts(args.get("path") or ".")
+
+        def search() -> _Search:
+            with Root(self.worktree) as root:
+                found = _Search(rx)
+                found.run(root, names)
+                return found
+
+        found = await asyncio.to_thread(search)
+        if not found.hits and not found.notes:
             return Outcome("no matches")
-        more = f"\n[first {SEARCH_LIMIT} matches only]" if len(hits) >= SEARCH_LIMIT else ""
-        return Outcome(self._cap("\n".join(hits) + more))
+        more = [f"[first {SEARCH_LIMIT} matches only]"] if len(found.hits) >= SEARCH_LIMIT else []
+        return Outcome(self._cap("\n".join([*found.hits, *more, *found.notes]) or "no matches"))
 
     async def _t_write_file(self, args: dict[str, Any]) -> Outcome:
-        path = inside(self.worktree, args["path"])
-        content = str(args["content"])
-        if path.is_dir():
-            return Outcome(f"{args['path']} is a directory", error=True)
+        names = _file(args["path"])
+        data = str(args["content"]).encode()
 
         def write() -> None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
+            with Root(self.worktree) as root:
+                parent = root.makedirs(names[:-1])
+                try:
+                    fd = _open_for_writing(parent, names)
+                finally:
+                    os.close(parent)
+                try:
+                    os.ftruncate(fd, 0)
+                    _write_all(fd, data)
+                finally:
+                    os.close(fd)
 
         await asyncio.to_thread(write)
-        return Outcome(f"wrote {relative(self.worktree, path)} ({len(content)} characters)")
+        return Outcome(f"wrote {shown(names)} ({len(str(args['content']))} characters)")
 
     async def _t_edit_file(self, args: dict[str, Any]) -> Outcome:
-        path = inside(self.worktree, args["path"])
+        names = _file(args["path"])
         old, new = str(args["old"]), str(args["new"])
-        text = await asyncio.to_thread(path.read_text)
-        count = text.count(old) if old else 0
+
+        def edit() -> int:
+            with Root(self.worktree) as root:
+                fd = root.open(names, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY)
+                try:
+                    st = _writable(fd, names)
+                    if st.st_size > EDIT_LIMIT:
+                        raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than edit_file rewrites ({EDIT_LIMIT}); "
+                                      "use `run` with sed or a script")  # fmt: skip
+                    # surrogateescape: bytes that are not UTF-8 come back out exactly as they were.
+                    text = _read_at_most(fd, EDIT_LIMIT).decode(errors="surrogateescape")
+                    count = text.count(old) if old else 0
+                    if count == 1:
+                        os.ftruncate(fd, 0)
+                        _write_all(fd, text.replace(old, new, 1).encode(errors="surrogateescape"), offset=0)
+                    return count
+                finally:
+                    os.close(fd)
+
+        count = await asyncio.to_thread(edit)
         if count != 1:
             found = "not found" if count == 0 else f"found {count} times"
-            return Outcome(f"edit_file {args['path']}: `old` {found}; it must occur exactly once", error=True)
-        await asyncio.to_thread(path.write_text, text.replace(old, new, 1))
-        return Outcome(f"edited {relative(self.worktree, path)}")
+            return Outcome(f"edit_file {shown(names)}: `old` {found}; it must occur exactly once", error=True)
+        return Outcome(f"edited {shown(names)}")
 
     async def _t_run(self, args: dict[str, Any]) -> Outcome:
         command = str(args["command"])
@@ -211,28 +281,189 @@ class Tools:
         return Outcome(str(args.get("summary") or "done"), done=True)
 
 
-def _search(worktree: Path, start: Path, rx: re.Pattern[str]) -> list[str]:
-    hits: list[str] = []
-    files = [start] if start.is_file() else _walk(start)
-    for f in files:
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _file(raw: object) -> tuple[str, ...]:
+    names = parts(raw)
+    if not names:
+        raise Escape("name a file, e.g. 'src/app.py', not the repository root")
+    return names
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1024 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        n = os.write(fd, view[pos:]) if offset is None else os.pwrite(fd, view[pos:], offset + pos)
+        pos += n
+
+
+def _writable(fd: int, names: tuple[str, ...]) -> os.stat_result:
+    """A regular file with one name only: a hard link may be a file outside the repository."""
+    st = regular(fd, names)
+    if st.st_nlink > 1:
+        raise Escape(
+            f"{shown(names)} has {st.st_nlink} hard links (one may be a file outside the repository): refused; "
+            "remove it with `run` first, then write the file"
+        )
+    return st
+
+
+def _open_for_writing(parent: int, names: tuple[str, ...]) -> int:
+    """The last component of `names` in the directory `parent`, opened (or created) for writing without
+    following a link; a FIFO, device or hard-linked file is refused before anything is written."""
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY
+    try:
         try:
-            inside(worktree, relative(worktree, f))  # a symlinked file pointing out is skipped
-            data = f.read_bytes()
-        except (Escape, OSError, ValueError):
-            continue
+            fd = open_beneath(parent, names[-1:], flags)
+        except FileNotFoundError:
+            fd = open_beneath(parent, names[-1:], flags | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Escape(
+                f"{shown(names)} is a symbolic link; file tools never write through one (it could lead outside "
+                "the repository): write the path it points to, or remove the link with `run` first"
+            ) from None
+        if e.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise OSError(errno.EINVAL, f"{shown(names)} is a FIFO, not a regular file; refused") from None
+        raise
+    try:
+        _writable(fd, names)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _listing(fd: int) -> str:
+    lines: list[str] = []
+    with os.scandir(fd) as it:
+        entries = []
+        for entry in it:
+            if entry.name.lower() == ".git":
+                continue
+            entries.append(entry)
+            if len(entries) >= LIST_LIMIT:
+                break
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.is_symlink():
+            try:
+                target = shown(os.readlink(entry.name, dir_fd=fd))
+            except OSError:
+                target = "?"
+            lines.append(f"{shown(entry.name)} -> {target} (symbolic link: not followed)")
+        else:
+            lines.append(shown(entry.name) + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    if len(entries) >= LIST_LIMIT:
+        lines.append(f"[first {LIST_LIMIT} entries only]")
+    return "\n".join(lines) or "(empty)"
+
+
+class _Search:
+    """One bounded search: every directory and file opened beneath the root, no link followed, at most
+    SEARCH_ENTRIES entries, SEARCH_DEPTH levels, SEARCH_FILE_LIMIT per file and SEARCH_BYTES in all."""
+
+    def __init__(self, rx: re.Pattern[str]) -> None:
+        self.rx = rx
+        self.hits: list[str] = []
+        self.notes: list[str] = []
+        self.skipped: list[str] = []
+        self.scanned = 0
+        self.entries = 0
+        self.stopped = False
+
+    def run(self, root: Root, names: tuple[str, ...]) -> None:
+        fd = root.open(names, _READ)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                self._dir(fd, names, 0)
+            elif stat.S_ISREG(st.st_mode):
+                self._file(fd, names, st.st_size)
+        finally:
+            os.close(fd)
+        if self.skipped:
+            more = f" and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
+            self.notes.append(f"[not searched, over {SEARCH_FILE_LIMIT} bytes: {', '.join(self.skipped[:5])}{more}]")
+        if self.stopped:
+            self.notes.append(
+                f"[search stopped after {self.entries} entries and {self.scanned} bytes: name a directory or file]"
+            )
+
+    def _done(self) -> bool:
+        return self.stopped or len(self.hits) >= SEARCH_LIMIT
+
+    def _dir(self, fd: int, names: tuple[str, ...], depth: int) -> None:
+        if depth >= SEARCH_DEPTH:
+            self.stopped = True
+            return
+        with os.scandir(fd) as it:
+            listed = []
+            for entry in it:
+                self.entries += 1
+                if self.entries > SEARCH_ENTRIES:
+                    self.stopped = True
+                    break
+                listed.append(entry)
+        for entry in sorted(listed, key=lambda e: e.name):
+            if self._done():
+                return
+            if entry.name.lower() == ".git":
+                continue
+            here = (*names, entry.name)
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    child = open_beneath(fd, (entry.name,), os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        self._dir(child, here, depth + 1)
+                    finally:
+                        os.close(child)
+                elif entry.is_file(follow_symlinks=False):
+                    size = entry.stat(follow_symlinks=False).st_size
+                    if size > SEARCH_FILE_LIMIT:
+                        self.skipped.append(shown(here))
+                        continue
+                    child = open_beneath(fd, (entry.name,), _READ)
+                    try:
+                        st = os.fstat(child)
+                        if stat.S_ISREG(st.st_mode):  # swapped for a FIFO since the listing: skipped
+                            self._file(child, here, st.st_size)
+                    finally:
+                        os.close(child)
+            except OSError:
+                continue  # gone, or swapped for a link since the listing: not followed, not searched
+
+    def _file(self, fd: int, names: tuple[str, ...], size: int) -> None:
+        if size > SEARCH_FILE_LIMIT:
+            self.skipped.append(shown(names))
+            return
+        budget = SEARCH_BYTES - self.scanned
+        if budget <= 0:
+            self.stopped = True
+            return
+        if size > budget:
+            self.stopped = True  # this file's first `budget` bytes are the search's last
+        data = _read_at_most(fd, min(SEARCH_FILE_LIMIT, budget))
+        self.scanned += len(data)
         if b"\0" in data[:8192]:
-            continue
+            return
+        where = shown(names)
         for n, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-            if rx.search(line):
-                hits.append(f"{relative(worktree, f)}:{n}: {line[:300]}")
-                if len(hits) >= SEARCH_LIMIT:
-                    return hits
-    return hits
-
-
-def _walk(start: Path) -> list[Path]:
-    out: list[Path] = []
-    for root, dirs, names in os.walk(start):  # followlinks=False: a linked directory is not entered
-        dirs[:] = sorted(d for d in dirs if d != ".git")
-        out.extend(Path(root) / n for n in sorted(names))
-    return out
+            if self.rx.search(line):
+                self.hits.append(f"{where}:{n}: {line[:300]}")
+                if len(self.hits) >= SEARCH_LIMIT:
+                    return

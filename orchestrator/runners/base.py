@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.core.job import Job
+from orchestrator.paths import open_private
 from orchestrator.runners.process import KILL_GRACE, LOG_CAP, Owner
 
 
@@ -57,10 +58,9 @@ class RunResult:
 
 def note(path: Path, line: str) -> None:
     """Append one line of a runner's own to the job's log (private: 0600 whatever the umask)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND)
     try:
-        os.write(fd, (line + "\n").encode())
+        os.write(fd, (line + "\n").encode(errors="backslashreplace"))  # a file name need not be UTF-8
     finally:
         os.close(fd)
 

@@ -24,8 +24,9 @@ mark in its environment, `ORCHESTRATOR_RUN=<home tag>.<run id>`, which its desce
 group or session they move to. When a command's group has ended, processes still carrying its run's
 mark are ended too (`end_marked`); on start, a daemon ends every process carrying its home's tag (only a
 dead predecessor on the same state dir can have started them: one daemon owns a state dir). A process
-that leaves its group and scrubs its own environment escapes this (a cgroup or a PID namespace would not
-let it; neither is used).
+that leaves its group and scrubs its own environment escapes that, so where the machine allows it each
+command also gets a cgroup of its own (`runners.cgroups`, set up once by `use_cgroups`), killed with it; and a
+sandboxed command lives in a PID namespace that dies with it (`runners.sandbox`).
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from orchestrator import logging as olog
 from orchestrator.git.repos import GIT_LOCATION_ENV
+from orchestrator.paths import open_private, private_dir
+from orchestrator.runners import cgroups, jobpath
+from orchestrator.runners.cgroups import PREFIX, Cgroups
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -159,8 +165,7 @@ class _Log:
     def open(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
 
     def note(self, text: str) -> None:
@@ -205,6 +210,8 @@ def environment(
         for k, v in source.items()
         if k not in GIT_LOCATION_ENV and any(fnmatch.fnmatchcase(k, p) for p in patterns)
     }
+    if "PATH" in env:
+        env["PATH"] = jobpath.job_path(env["PATH"])  # the user's login PATH first, never the daemon's venv
     env.update(extra or {})
     return env
 
@@ -253,6 +260,8 @@ async def run(
         group = Group(proc.pid, _start_time(proc.pid), boot_id(), what, mark)
         try:
             await owner.own(group)
+            # Recorded first: a crash from here on leaves a cgroup its home tag names, for the next start.
+            await asyncio.to_thread(_contain, proc.pid, mark)
         except BaseException:
             proc.stdin.close()  # EOF: the gate exits 125 without running the command
             await _end_group(proc, group, grace=0.0)
@@ -264,7 +273,7 @@ async def run(
             pass  # the gate is already gone (killed from outside): its exit status says so
         finally:
             proc.stdin.close()
-        return await _supervise(proc, group, owner, log, timeout, grace)
+        return await _supervise(proc, group, owner, log, timeout, grace, spare_leader=bool(prefix))
     finally:
         await asyncio.to_thread(log.close)
         if script is not None:
@@ -273,7 +282,14 @@ async def run(
 
 
 async def _supervise(
-    proc: asyncio.subprocess.Process, group: Group, owner: Owner, log: _Log, timeout: float, grace: float
+    proc: asyncio.subprocess.Process,
+    group: Group,
+    owner: Owner,
+    log: _Log,
+    timeout: float,
+    grace: float,
+    *,
+    spare_leader: bool = False,
 ) -> ProcessResult:
     async def pump() -> None:
         assert proc.stdout is not None
@@ -288,11 +304,11 @@ async def _supervise(
         except TimeoutError:
             timed_out = True
             log.note(f"\n[timed out after {timeout:g}s: SIGTERM, then SIGKILL after {grace:g}s]\n")
-            await _terminate(proc, grace)
+            await _terminate(proc, grace, spare_leader=spare_leader)
     except asyncio.CancelledError:
         # A graceful stop or a cancel: the command gets SIGTERM and its grace, shielded from a second cancel.
         log.note(f"\n[stopped: SIGTERM, then SIGKILL after {grace:g}s]\n")
-        await asyncio.shield(_end_group(proc, group, grace=grace))
+        await asyncio.shield(_end_group(proc, group, grace=grace, spare_leader=spare_leader))
         await asyncio.shield(owner.disown(group))
         reader.cancel()
         raise
@@ -337,8 +353,13 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         delay = min(delay * 2, 0.1)
 
 
-async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
-    signal_group(proc.pid, signal.SIGTERM)
+async def _terminate(proc: asyncio.subprocess.Process, grace: float, *, spare_leader: bool = False) -> None:
+    """SIGTERM, `grace` seconds, SIGKILL. With `spare_leader` (the leader is a sandbox whose death kills all it
+    holds at once), SIGTERM goes to the leader's descendants only, so the command gets its grace period."""
+    if spare_leader:
+        _signal_descendants(proc.pid, signal.SIGTERM)
+    else:
+        signal_group(proc.pid, signal.SIGTERM)
     try:
         await asyncio.wait_for(_exited(proc), grace)
     except TimeoutError:
@@ -346,16 +367,67 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
         await _exited(proc)
 
 
-async def _end_group(proc: asyncio.subprocess.Process, group: Group, *, grace: float) -> None:
+def _signal_descendants(pid: int, sig: signal.Signals) -> None:
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        with contextlib.suppress(psutil.Error):  # gone meanwhile: nothing to signal
+            child.send_signal(sig)
+
+
+async def _end_group(
+    proc: asyncio.subprocess.Process, group: Group, *, grace: float, spare_leader: bool = False
+) -> None:
     """SIGTERM (with `grace`) then SIGKILL the whole group; return once the leader is reaped and the group empty."""
     if grace > 0 and proc.returncode is None:
-        await _terminate(proc, grace)
+        await _terminate(proc, grace, spare_leader=spare_leader)
     signal_group(group.pgid, signal.SIGKILL)
     await _exited(proc)
     if not await _all_gone([group], EMPTY_WAIT, kill=True):
         olog.get().warning(olog.Event.PROCESS_LINGERS, pgid=group.pgid, what=group.what)
     if group.mark:
         await end_marked(f"{RUN_MARK}={group.mark}", exact=True, what=group.what)
+        cgroup = CGROUPS.base / f"{PREFIX}{group.mark}" if CGROUPS is not None else None
+        if cgroup is not None and not await asyncio.to_thread(Cgroups.end, cgroup):
+            olog.get().warning(olog.Event.PROCESS_LINGERS, cgroup=group.mark, what=group.what)
+
+
+# ---- cgroups: what no mark or group can hold ---------------------------------------------------------------
+
+CGROUPS: Cgroups | None = None
+"""The daemon's cgroups (`runners.cgroups`) when it may make them; set once at start (`use_cgroups`)."""
+
+
+def use_cgroups() -> str:
+    """Probe for cgroups and use them for every command from now on; "" or why they cannot be used."""
+    global CGROUPS
+    CGROUPS, why = cgroups.find()
+    return why
+
+
+def _contain(pid: int, mark: str) -> None:
+    """Move the gate (not yet running its command) into a cgroup of its own, where the machine allows."""
+    if CGROUPS is None:
+        return
+    path = CGROUPS.make(mark)
+    try:
+        Cgroups.enter(path, pid)
+    except BaseException:
+        Cgroups.end(path)
+        raise
+
+
+async def end_cgroups(tag: str) -> list[str]:
+    """On start: kill and remove every cgroup a dead daemon of this home made; their names."""
+    if CGROUPS is None:
+        return []
+    left = await asyncio.to_thread(CGROUPS.leftovers, tag)
+    for path in left:
+        if not await asyncio.to_thread(Cgroups.end, path):
+            olog.get().warning(olog.Event.PROCESS_LINGERS, cgroup=path.name)
+    return [p.name for p in left]
 
 
 def _shown(command: str | Sequence[str], limit: int = 2000) -> str:
@@ -369,7 +441,7 @@ def _argv(command: str | Sequence[str], script_dir: Path | None) -> tuple[list[s
     if len(command.encode()) <= ARGV_TEXT_LIMIT:
         return ["/bin/sh", "-c", command], None
     if script_dir is not None:
-        script_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(script_dir)
     fd, name = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=script_dir)  # mode 0600
     with os.fdopen(fd, "wb") as f:
         f.write(command.encode())

@@ -33,6 +33,7 @@ from pathlib import Path
 import pygit2
 
 from orchestrator import logging as olog
+from orchestrator.git.workspace import Workspace
 from orchestrator.runners.base import RunContext, RunResult, note
 
 _KEYS = ("commit", "patch", "after", "conflict")
@@ -100,12 +101,13 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
     """Cherry-pick `rev`'s change (against its first parent) into the worktree, uncommitted. Returns its paths.
 
     `theirs`: a conflicting hunk takes the recorded change's side (`-X theirs`) instead of failing."""
-    repo = pygit2.Repository(str(worktree))
+    ws = Workspace.at(worktree)
+    repo = ws.repo()
     try:
         commit = repo.revparse_single(rev).peel(pygit2.Commit)
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
-    head = repo.head.peel(pygit2.Commit)
+    head = repo.get(ws.head()).peel(pygit2.Commit)
     base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
     assert isinstance(base_tree, pygit2.Tree)
     favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
@@ -125,8 +127,8 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
     tree = repo.get(index.write_tree(repo))
     assert isinstance(tree, pygit2.Tree)
     changed = sorted(_paths(head.tree.diff_to_tree(tree)))
-    # Write the merged tree into the worktree (the index follows), leaving HEAD where it is: the daemon
-    # commits the result like any runner's.
+    # Write the merged tree into the workspace (its admin index follows), leaving HEAD where it is: the
+    # daemon commits the result like any runner's.
     repo.checkout_tree(tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
     return changed
 
@@ -137,7 +139,7 @@ def apply_patch(worktree: Path, patch_file: Path) -> list[str]:
         text = patch_file.read_text()
     except OSError as e:
         raise ReplayError(f"cannot read patch {patch_file}: {e.strerror}") from None
-    repo = pygit2.Repository(str(worktree))
+    repo = Workspace.at(worktree).repo()
     try:
         diff = pygit2.Diff.parse_diff(text)
     except pygit2.GitError as e:

@@ -82,9 +82,10 @@ def _importable_from_anywhere() -> str | None:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The unit file, 0600 in dirs made 0700 whatever the umask: whoever can change it runs as you."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+    with os.fdopen(paths.open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as f:
+        f.write(text)
     tmp.replace(path)
 
 

@@ -1,9 +1,10 @@
 """The spool: where the git hook leaves work when the daemon is down or does not answer.
 
 One JSON file per request in `<state dir>/spool/`, written atomically (a private temp file, fsync,
-rename), mode 0600 whatever the umask. The daemon drains it at start and watches it (watchfiles) while
-it runs. A file is deleted only after its tickets are stored; one that cannot be read or whose tickets
-are refused moves to `spool/rejected/` with the reason, so nothing is lost.
+rename), mode 0600 whatever the umask, in dirs 0700. The daemon drains it at start and watches it
+(watchfiles) while it runs. A file is deleted only after its tickets are stored; one that cannot be read,
+is not a regular file of the daemon's own user (another user's, a symlink, a FIFO) or is too large, or
+whose tickets are refused, moves to `spool/rejected/` with the reason, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ import asyncio
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator import logging as olog
+from orchestrator.paths import private_dir
+
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""A spooled request larger than this is not read (the hook writes a few KB per commit)."""
 
 Submit = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
 """Stores one request's tickets; returns one result per ticket (`status`: queued, duplicate, rejected)."""
@@ -25,11 +31,12 @@ Submit = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
 
 def write(folder: Path, request: dict[str, Any]) -> Path:
     """Atomically add one request to the spool; returns its path."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(folder)
     name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
     tmp = folder / f".{name}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
+        os.fchmod(fd, 0o600)  # whatever the umask took
         with os.fdopen(fd, "w") as f:
             json.dump(request, f)
             f.flush()
@@ -54,18 +61,44 @@ def pending(folder: Path) -> list[Path]:
         return []
 
 
-def _reject(path: Path, reason: str, results: list[dict[str, Any]] | None = None) -> Path:
-    dest = path.parent / "rejected"
-    dest.mkdir(exist_ok=True, mode=0o700)
-    target = dest / path.name
+def read(path: Path) -> bytes:
+    """A spooled file's bytes: ValueError unless it is a regular file of this user's, at most
+    MAX_REQUEST_BYTES (a symlink is not followed, a FIFO never blocks)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        request = json.loads(path.read_text())
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_uid != os.getuid():
+            raise ValueError(f"written by another user (uid {st.st_uid}), not by your git hook")
+        if st.st_size > MAX_REQUEST_BYTES:
+            raise ValueError(f"{st.st_size} bytes, more than a request can be ({MAX_REQUEST_BYTES})")
+        return os.read(fd, MAX_REQUEST_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _reject(path: Path, reason: str, results: list[dict[str, Any]] | None = None) -> Path:
+    dest = private_dir(path.parent / "rejected")
+    target = dest / path.name
+    request: Any
+    unread = False
+    try:
+        request = json.loads(read(path))
     except (OSError, ValueError):
-        request = {"raw": path.read_text(errors="replace")}
+        try:
+            request = {"raw": read(path).decode(errors="replace")}
+        except (OSError, ValueError) as e:
+            # Not ours or not a file (a symlink, a FIFO, another user's): moved aside as it is, never read.
+            request, unread = {"unread": f"{e}; moved as it is to {target.name}.unread"}, True
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({"reason": reason, "results": results or [], "request": request}, f, indent=2)
-    path.unlink()
+    if unread:
+        os.replace(path, dest / f"{path.name}.unread")
+    else:
+        path.unlink()
     return target
 
 
@@ -90,7 +123,7 @@ class Spool:
     async def _take(self, path: Path) -> int:
         log = olog.get()
         try:
-            request = json.loads(await asyncio.to_thread(path.read_text))
+            request = json.loads(await asyncio.to_thread(read, path))
             if not isinstance(request, dict):
                 raise ValueError("not a JSON object")
         except FileNotFoundError:
@@ -134,7 +167,7 @@ class Spool:
     async def _watch(self) -> None:
         from watchfiles import awatch
 
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.folder)
         await self.drain()  # anything written between the start-up drain and the watch
         async for _ in awatch(self.folder, stop_event=self._stop, recursive=False, debounce=50, step=20):
             try:
