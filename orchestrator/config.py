@@ -224,6 +224,11 @@ class PlanConfig:
 @dataclass(frozen=True)
 class DaemonConfig:
     shutdown_timeout: float = 10.0
+    header_timeout: float = 10.0
+    """Seconds a connection to the API socket has to send a request's headers (after it opens, or after its
+    previous answer): a client that trickles them is cut off, as is one that stays idle that long."""
+    max_connections: int = 256
+    """Connections the API socket serves at once; more are closed at once."""
 
 
 @dataclass(frozen=True)
@@ -310,6 +315,8 @@ max_retry_wait = 60                # cap on one wait, whatever retry-after says
 
 [daemon]
 shutdown_timeout = 10
+header_timeout = 10       # seconds an API connection has to send a request's headers (then it is closed)
+max_connections = 256     # API connections served at once
 
 [plan]
 planner = "auto"          # auto | local | claude | ollama | cli (auto: a configured model, else local evidence)
@@ -411,6 +418,18 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.max_attempts: must be at least 1")
     if cfg.jobs.timeout <= 0:
         raise ConfigError("jobs.timeout: must be positive")
+    known = sorted({*BUILTIN_RUNNERS, *cfg.runners})
+    if cfg.jobs.default_runner not in known:
+        raise ConfigError(
+            f"jobs.default_runner: {cfg.jobs.default_runner!r} is no runner; use one of {', '.join(known)} "
+            "(or define it as [runners.NAME])"
+        )
+    if cfg.daemon.shutdown_timeout < 0:
+        raise ConfigError("daemon.shutdown_timeout: must not be negative")
+    if cfg.daemon.header_timeout <= 0:
+        raise ConfigError("daemon.header_timeout: must be positive")
+    if cfg.daemon.max_connections < 1:
+        raise ConfigError("daemon.max_connections: must be at least 1")
     if cfg.jobs.on_end:
         from orchestrator.jobs.notify import TemplateError, check_template
 
@@ -421,6 +440,8 @@ def _validate(cfg: Config) -> None:
     for path, rc in cfg.repos.items():
         if rc.land_style not in LAND_STYLES:
             raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
+        if rc.check_timeout <= 0:
+            raise ConfigError(f'repos."{path}".check_timeout: must be positive (seconds the landing check may take)')
     if cfg.jobs.log_max_bytes < 4096:
         raise ConfigError("jobs.log_max_bytes: must be at least 4096")
     if cfg.jobs.kill_grace < 0:

@@ -53,6 +53,9 @@ def test_env_overrides(tmp_path):
         ("[nope]\n", "nope"),
         ("[anthropic]\napi_key = 'x'\n", "anthropic.api_key"),
         ("[jobs\n", "not valid TOML"),
+        ('[repos."/tmp"]\ncheck_timeout = -1\n', "check_timeout"),
+        ('[jobs]\ndefault_runner = "nosuch"\n', "jobs.default_runner"),
+        ("[daemon]\nheader_timeout = 0\n", "daemon.header_timeout"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path, text, key):

@@ -25,13 +25,14 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -450,7 +451,19 @@ def main(argv: list[str]) -> None:
     known = ("gate", "naive", *(f"gate:{m}" for m in CLASSIFY))
     if not policies or any(p not in known for p in policies):
         ap.error(f"--policy: use {', '.join(known)} (comma-separated), got {args.policy!r}")
-    asyncio.run(_main(args, policies))
+    try:
+        asyncio.run(_stopped_by_sigterm(_main(args, policies)))
+    except asyncio.CancelledError:
+        print("orchestrator bench chat: stopped by SIGTERM; its daemons and model servers are stopped", file=sys.stderr)
+        sys.exit(143)
+
+
+async def _stopped_by_sigterm(work: Coroutine[Any, Any, None]) -> None:
+    """`work`, cancelled by SIGTERM: every `finally` on the way out stops the daemon and model server it started."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    await work
 
 
 CLASSIFY = ("model", "idle", "rules")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.client import ApiError, Client, Unreachable
-from orchestrator.core.models import TERMINAL_STATES
+from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.runners import process
 
 USER_FILE = "notes/mine.txt"

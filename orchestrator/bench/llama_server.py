@@ -22,7 +22,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -261,7 +261,7 @@ class LlamaServer:
             call["pieces"] = len(text)
         return resp or web.Response(status=499)
 
-    async def _upstream(self, payload: dict[str, Any]) -> AsyncIterator[tuple[str, Any]]:
+    async def _upstream(self, payload: dict[str, Any]) -> AsyncGenerator[tuple[str, Any], None]:
         """("text", piece) per streamed piece, then ("timings", {...}); ("error", msg) if the engine fails."""
         assert self._session is not None
         try:

@@ -9,10 +9,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-WAITING = ("queued", "planning", "planned")
+from orchestrator.core import models
+
+WAITING = models.WAITING
 SUMMARY_ORDER = (
-    "running", "waiting", "landing", "ready", "landed", "unchanged", "failed", "conflicted", "cancelled", "interrupted",
+    "running", "waiting", "landing", "ready", "interrupted", "landed", "unchanged", "failed", "conflicted", "cancelled",
 )  # fmt: skip
+"""The order of a summary's counts: what runs or waits first, then what ended."""
 ELLIPSIS = "…"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from orchestrator.commands.common import FAILED, FAILED_STATES, UNCHANGED, api_call, client, emit, err, json_option
+from orchestrator.core import models
 
 
 class ArgvCommand(click.Command):
@@ -219,7 +220,7 @@ def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> N
     out: dict[str, str] = {}
     if follow and not as_json:
         job = c.job(ids[0])
-        if job["state"] in ("queued", "planning", "planned"):
+        if job["state"] in models.WAITING:
             code = f" ({job['code']})" if job.get("code") else ""
             err(f"job {job['id']} is {job['state']}{code}: {job['reason'] or 'waits to start'}; its output follows")
     for i in ids:

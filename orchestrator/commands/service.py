@@ -93,7 +93,7 @@ def hook_install(repo: Path, tickets: str | None, as_json: bool) -> None:
     if tickets:
         done.append(f"ticket folder: {tickets}")
     _remember(repo)
-    emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
+    _report_done(repo, done, as_json)
 
 
 @hook.command("uninstall")
@@ -104,7 +104,15 @@ def hook_uninstall(repo: Path, as_json: bool) -> None:
     from orchestrator.service import hooks
 
     repo, done = _in_repo(hooks.uninstall, repo)
-    emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
+    _report_done(repo, done, as_json)
+
+
+def _report_done(repo: Path, done: list[str], as_json: bool) -> None:
+    if as_json:
+        emit({"repo": str(repo), "done": done})
+        return
+    for line in done:
+        err(line)
 
 
 @hook.command("status")

@@ -25,6 +25,7 @@ from orchestrator.commands.common import (
     err,
     json_option,
 )
+from orchestrator.core import models
 
 STATE_STYLE = {
     "running": "green",
@@ -136,7 +137,7 @@ def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
     return fit.cut_end(f"waiting for {len(open_)} of {len(jobs)} jobs: " + " · ".join(parts), width)
 
 
-ENDED = frozenset(FAILED_STATES | {"landed", "unchanged"})
+ENDED = models.ENDED
 
 
 @click.command()

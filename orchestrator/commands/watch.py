@@ -27,9 +27,11 @@ from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.commands import fit
 from orchestrator.commands.common import api_call, client, json_option
 from orchestrator.commands.status import job_line
+from orchestrator.core import models
 
-OPEN = ("queued", "planning", "planned", "running", "landing", "ready")
-ORDER = {"ready": 0, "landing": 1, "running": 2, "planned": 3, "planning": 4, "queued": 5}
+OPEN = models.OPEN | models.HELD
+"""What the view lists per repo: jobs that run or wait, and interrupted ones (they keep their place)."""
+ORDER = {str(s): n for n, s in enumerate(models.VIEW_ORDER)}
 UP, DOWN = ("k", "\x1b[A"), ("j", "\x1b[B")
 
 

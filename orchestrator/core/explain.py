@@ -11,9 +11,7 @@ from typing import Any
 
 from orchestrator.core import claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import Code, JobState
-
-WAITING = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
+from orchestrator.core.models import WAITING, Code, JobState
 
 
 def next_step(job: Job, landing_now: bool = False) -> str:

@@ -143,16 +143,17 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
             if done.outcome == "finished":
                 with olog.best_effort("release the landed job's worktree", *CLEANUP_ERRORS, job_id=job.id):
                     await pool.release(Path(job.repo), job.id, keep=False, delete_branch=True)
-                await board.update(
+                await board.transition(
                     job.id,
-                    state=JobState.LANDED,
+                    {JobState.LANDING},
+                    JobState.LANDED,
+                    "landed",
                     landed_sha=intent.new,
                     finished_at=time.time(),
-                    event="landed",
                     data={**data, "sha": intent.new},
                     reason=f"landed job {job.id} at {intent.new[:12]}; {message}",
                 )
             else:
-                await board.update(job.id, event="landing_recovered", data=data, reason=message)
+                await board.update(job.id, {JobState.LANDING}, event="landing_recovered", data=data, reason=message)
         await store.journal_end(entry)
     return settled

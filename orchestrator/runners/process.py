@@ -170,9 +170,7 @@ class _Log:
 
     def note(self, text: str) -> None:
         """A line of the daemon's own in the log (never capped away, never in the tail)."""
-        if self._fd is not None:
-            os.write(self._fd, text.encode())
-            self._size += len(text)
+        self._append(text.encode())
 
     def write(self, data: bytes) -> None:
         self.tail.extend(data)
@@ -181,12 +179,24 @@ class _Log:
             return
         room = self.cap - self._size
         if len(data) > room:
-            os.write(self._fd, data[: max(room, 0)])
-            self._size += max(room, 0)
+            self._append(data[: max(room, 0)])
             self.capped = True
             self.note(f"\n[log capped at {self.cap} bytes: later output is dropped]\n")
             return
-        os.write(self._fd, data)
+        self._append(data)
+
+    def _append(self, data: bytes) -> None:
+        """Write to the file; a write that fails (a full disk) ends the file, never the pump: the command's
+        output is still read (so it never blocks on a full pipe), its tail kept, its timeout and cancel work."""
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, data)
+        except OSError as e:
+            self.close()
+            self.tail.extend(f"\n[the log file stopped: {e.strerror}; later output is not kept]\n".encode())
+            del self.tail[:-TAIL_BYTES]
+            return
         self._size += len(data)
 
     def close(self) -> None:
@@ -341,7 +351,7 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         pidfd = None
     if pidfd is not None:
         ready = loop.create_future()
-        loop.add_reader(pidfd, lambda: ready.done() or ready.set_result(None))
+        loop.add_reader(pidfd, lambda: None if ready.done() else ready.set_result(None))
         try:
             await ready
         finally:
