@@ -49,6 +49,8 @@ COCHANGE_FROM = 0.05
 """Files at least this likely pass probability on to the files that change with them."""
 TEST_SHARE = 0.5
 """The chance a job touching `x.py` also touches `test_x.py` (when history says nothing)."""
+CONVENTION_TEST = "the test file of {} (naming convention)"
+"""Why a convention test is ranked (`{}` its source file)."""
 TEXTUAL = frozenset({Kind.NAMED, Kind.TRACEBACK, Kind.SYMBOL, Kind.HISTORY})
 """Evidence kinds that name something of the repository (content retrieval alone names nothing)."""
 LISTED = TEXTUAL | {Kind.COCHANGE, Kind.TEST}
@@ -128,7 +130,7 @@ def spread(ranking: Ranking, history: History | None, index: TreeIndex) -> Sprea
                 if k >= 2 and g in index.blobs and g != s:  # once together is chance, not co-change
                     out.append((g, k / n, f"changed with {s} in {k} of its {n} past changes"))
         if not is_test(s):
-            out += [(t, TEST_SHARE, f"the test file of {s} (naming convention)") for t in _convention_tests(s, index)]
+            out += [(t, TEST_SHARE, CONVENTION_TEST.format(s)) for t in _convention_tests(s, index)]
         if out:
             edges[s] = out
     names = any(k in TEXTUAL for c in ranking for k in c.kinds)
