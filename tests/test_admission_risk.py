@@ -34,6 +34,19 @@ def test_pair_risk_sums_what_each_may_touch_of_the_other() -> None:
     assert pair_risk(None, ["src/a.py"], None, ["src/b.py"]) == 0.0
 
 
+def test_pair_risk_is_the_larger_of_files_and_areas() -> None:
+    """Disjoint files with small chances still wait when the record says their areas often met; a job without
+    an estimate is weighed by the other's record of meeting the areas of its paths."""
+    meets = (("", 0.01), ("docs", 0.02), ("src", 0.08))
+    a = Escapes.of(Risk((("src/b.py", 0.001),), 0.0, "src", meets))
+    b = Escapes.of(Risk((), 0.0, "docs", (("", 0.01), ("src", 0.02))))
+    assert a is not None and b is not None
+    assert abs(pair_risk(a, ["src/a.py"], b, ["docs/x.md"]) - 0.02) < 1e-9  # a's record of docs, b's of src
+    c = Escapes.of(Risk((), 0.0, "src", meets))
+    assert abs(pair_risk(a, ["src/a.py"], c, ["src/c.py"]) - 0.08) < 1e-9
+    assert abs(pair_risk(None, ["src/d.py"], a, ["src/a.py"]) - 0.08) < 1e-9  # a declared claim's area: src
+
+
 def test_low_risk_runs_beside_high_risk_waits_unknown_runs_alone() -> None:
     """Risk 1.2% ≤ 3% is admitted beside the active job, with the figure; 5% waits with code Risk; a local
     claim without an estimate runs alone; plan.risk = 0 judges the same claims by confidence."""

@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator.core import claims
 from orchestrator.core.admission import clear_caches, decide
-from orchestrator.core.models import Claim, JobView, Policy, Risk, Snapshot
+from orchestrator.core.models import Claim, JobView, Policy, Snapshot
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import record
 from orchestrator.plan.evidence import local_plan
@@ -172,7 +172,7 @@ def scoped(claim: Claim, scope: str) -> Claim:
     keep = frozenset(p for p in claim.paths if not is_test(p) and not is_doc(p))
     risk = claim.risk
     if risk is not None:
-        risk = Risk(tuple((p, q) for p, q in risk.near if not is_test(p) and not is_doc(p)), risk.rest)
+        risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not is_test(p) and not is_doc(p)))
     return replace(claim, paths=keep, risk=risk)
 
 

@@ -92,11 +92,27 @@ class Escapes:
 
 def pair_risk(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_held: Iterable[str]) -> float:
     """The chance that job A (claiming `a_claim`) and job B (holding `b_held`: its claim and what it touched)
-    touch a common path, their claims being disjoint. Both without an estimate: 0 (the claims stand)."""
+    touch a common path, their claims being disjoint: the larger of the estimate by files and by areas.
+    Both without an estimate: 0 (the claims stand)."""
+    a_claim, b_held = tuple(a_claim), tuple(b_held)
     into_b = a.into(b_held) if a is not None else 0.0
     into_a = b.into(a_claim) if b is not None else 0.0
     both = 0.0
     if a is not None and b is not None:
         small, large = (a, b) if len(a.point) <= len(b.point) else (b, a)
         both = min(1.0, sum(p * large.point[n] for n, p in small.point.items() if n in large.point))
-    return 1.0 - (1.0 - into_b) * (1.0 - into_a) * (1.0 - both)
+    by_files = 1.0 - (1.0 - into_b) * (1.0 - into_a) * (1.0 - both)
+    return max(by_files, _by_areas(a, a_claim, b, b_held))
+
+
+def _by_areas(a: Escapes | None, a_claim: tuple[str, ...], b: Escapes | None, b_held: tuple[str, ...]) -> float:
+    """How often past changes in one's area met one in the other's (a job without an estimate: the areas of
+    its paths), the larger of what either record says."""
+    out = 0.0
+    if a is not None:
+        areas = (b.area,) if b is not None else {area_of(p) for p in b_held}
+        out = max((a.meeting(x) for x in areas), default=0.0)
+    if b is not None:
+        areas = (a.area,) if a is not None else {area_of(p) for p in a_claim}
+        out = max(out, max((b.meeting(x) for x in areas), default=0.0))
+    return out
