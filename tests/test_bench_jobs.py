@@ -97,3 +97,28 @@ def test_bench_jobs_replays_through_the_real_daemon(tmp_path):
     assert oracle["makespan_s"] >= oracle["ideal_s"] > 0
     assert (local["policy"], local["predictor"], local["jobs"], local["lost"]) == ("claims", "local", 6, 0)
     assert data["machine"]["cores"] >= 1
+
+
+def test_real_replay_counts_a_change_main_already_holds_as_not_lost(make_repo):
+    """On a real repository a change that ended unchanged (main already held its edit) is not lost; one that
+    did not land and whose edit main lacks is; the serial check agrees with main applied in landing order."""
+    repo = make_repo(files={"x.py": "a\nb\n", "y.py": "y\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    (repo / "x.py").write_text("A\nb\n")
+    git(repo, "commit", "-qam", "edit x")
+    first = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "side", start)
+    (repo / "x.py").write_text("A\nb\n")
+    git(repo, "commit", "-qam", "the same edit of x, made apart")
+    same = git(repo, "rev-parse", "HEAD")
+    (repo / "y.py").write_text("Y\n")
+    git(repo, "commit", "-qam", "edit y")
+    other = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    changes = [
+        hist.Change(0, first, "edit x", ("x.py",), 1),
+        hist.Change(1, same, "same", ("x.py",), 1),
+        hist.Change(2, other, "edit y", ("y.py",), 1),
+    ]
+    r = replayrepo.ReplayRepo(repo, (first, same, other), other, start)
+    assert replayrepo.serial(r, changes, [1.0, 0.0, 0.0]) == ([2], [], 0)

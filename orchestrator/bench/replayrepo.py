@@ -21,6 +21,7 @@ they differ).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ import pygit2
 
 from orchestrator.bench.history import Change, HistoryError, git
 from orchestrator.core import claims
+from orchestrator.runners.replay import ReplayError, replayed_tree
 
 REPLAY_REF = "refs/bench/replay"
 
@@ -226,19 +228,14 @@ def serial(
     repo = pygit2.Repository(str(replay.path))
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
     order = sorted((t, c.index) for c, t in zip(changes, landed_at, strict=True) if t)
-    lost = {c.index for c in changes if not landed_at[c.index]}
+    # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged).
+    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main)}
     tree: pygit2.Tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
-    favor = pygit2.enums.MergeFavor.THEIRS
     last: dict[str, int] = {}
     for _, i in order:
         commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
-        base = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
-        assert isinstance(base, pygit2.Tree)
-        index = repo.merge_trees(base, tree, commit.tree, favor=favor)
-        if not index.conflicts:
-            merged = repo.get(index.write_tree(repo))
-            assert isinstance(merged, pygit2.Tree)
-            tree = merged
+        with contextlib.suppress(ReplayError):  # what the replay runner would not have landed either
+            tree = replayed_tree(repo, commit, tree, theirs=True)
         for p in changes[i].files:
             last[p] = i
     broken = []
@@ -269,14 +266,21 @@ def _reordered(changes: Sequence[Change], landed_at: Sequence[float], mergeable:
     return len(pairs)
 
 
+def _on_main(repo: pygit2.Repository, change: Change, main: pygit2.Tree) -> bool:
+    """Main holds `change`'s edit of every file it touched."""
+    return bool(change.files) and all(_has_edit(repo, change.sha, p, main) for p in change.files)
+
+
 def _has_edit(repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree) -> bool:
     """Applying the change to main again changes nothing at `path`: its edit is there."""
     commit = repo.revparse_single(sha).peel(pygit2.Commit)
     if not commit.parents:
         return True
-    index = repo.merge_trees(commit.parents[0].tree, main, commit.tree, favor=pygit2.enums.MergeFavor.THEIRS)
-    tree = repo.get(index.write_tree(repo)) if not index.conflicts else None
-    return isinstance(tree, pygit2.Tree) and _text(repo, tree, path) == _text(repo, main, path)
+    try:
+        tree = replayed_tree(repo, commit, main, theirs=True)
+    except ReplayError:
+        return False
+    return _text(repo, tree, path) == _text(repo, main, path)
 
 
 def _text(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | None:
