@@ -21,6 +21,7 @@ exit → landed, and landing hold time (p50/p95).
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import sys
@@ -41,6 +42,7 @@ from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
 from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.core.models import Claim, Policy
+from orchestrator.core.risk import Escapes, pair_risk
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
@@ -108,6 +110,19 @@ def _claims_of(row: Row, changes: list[hist.Change], jobs: list[dict]) -> list[f
             out.append(None if ambiguous else sched.counted(c["paths"], MERGEABLE))
         return out
     return [sched.counted(_declared(row, c), MERGEABLE) for c in changes]
+
+
+def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None]) -> list[tuple[int, int]]:
+    """The pairs of local-evidence jobs with disjoint claims that admission keeps apart on their risk."""
+    if row.predictor != "local":
+        return []
+    escapes = [Escapes.of(Claim.from_json(j["claim"]).risk) for j in jobs]
+    out = []
+    for i, j in itertools.combinations(range(len(jobs)), 2):
+        a, b = claims_[i], claims_[j]
+        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > RISK:
+            out.append((i, j))
+    return out
 
 
 def run_row(
@@ -230,12 +245,13 @@ def _figures(
     slot_to_start = sched.start_latency(starts, created, releases)
     real = [sched.counted(c.files, MERGEABLE) for c in changes]
     claims_ = _claims_of(row, changes, jobs)
+    apart = _risky_pairs(row, jobs, claims_)
     makespan = max(landed_at) - t0 if any(landed_at) else 0.0
     if replay.start:  # a real repository: main must be the landed changes applied in landing order
         lost, broken, reordered = replayrepo.serial(replay, changes, landed_at, MERGEABLE)
     else:
         (lost, reordered), broken = replayrepo.lost(replay, changes, landed_at, MERGEABLE), []
-    ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots)
+    ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots, apart)
     out = {
         "policy": row.policy,
         "predictor": row.predictor,
@@ -254,7 +270,7 @@ def _figures(
         "broken": len(broken),
         "broken_files": broken,
         "reordered_pairs": reordered,
-        "over_serialized_pairs": sched.over_serialized_pairs(claims_, real),
+        "over_serialized_pairs": sched.over_serialized_pairs(claims_, real, apart),
         **_claim_quality(row, claims_, real),
     }
     for key, values in (
