@@ -169,3 +169,19 @@ def test_confident_needs_two_independent_kinds_of_evidence(shop: Path) -> None:
     assert one.ranking[0]["path"] == "src/shop/audit.py" and one.claim.confidence <= 0.3
     assert two.ranking[0]["path"] == "src/shop/shipping.py" and two.claim.confidence > 0.3
     assert {w.split(":")[0] for w in two.ranking[0]["why"]} >= {"named", "history"}
+
+
+def test_area_rates_learn_from_the_pairs_their_files_would_let_run_together() -> None:
+    """The record's area table counts the pairs of nearby changes with disjoint claims whose estimate by files
+    was small, and how many still touched a common path; pairs their files keep apart say nothing of it."""
+    from orchestrator.core.models import Risk
+    from orchestrator.plan.focus import Focus
+
+    def f(claim: str, near: dict[str, float], area: str) -> Focus:
+        return Focus([], frozenset({claim}), Risk(tuple(near.items()), 0.0, area), 1.0, True)
+
+    foci = [f("src/a.py", {"src/b.py": 0.5}, "src"), f("src/b.py", {}, "src"), f("docs/x.md", {}, "docs")]
+    touched = [frozenset({"src/a.py", "docs/x.md"}), frozenset({"src/b.py"}), frozenset({"docs/x.md"})]
+    table = {(x, y): (n, k) for x, y, n, k in record._areas(foci, touched)}
+    assert table[("", "")] == (2, 1)  # a-b kept apart by files; a-c met in docs/x.md; b-c did not meet
+    assert table[("src", "docs")] == (2, 1) and ("src", "src") not in table

@@ -8,7 +8,8 @@ past changes of its area met changes in each other area. For jobs A and B the ri
   (1 - both escape to one path), where "A escapes into a set" is 1 - Π(1 - p_A(x)) over its paths (a
   directory: the entries under it), and "both escape to one path" is Σ p_A(z) p_B(z) over the paths both
   list;
-- by their areas: how often past changes in A's area met one in B's (A's record of it, and B's).
+- by their areas: how often past changes in A's area met one in B's although their estimate by files was
+  small (A's record of it, and B's): what no file-level evidence accounts for.
 
 A job without a `Risk` (a declared or a model claim) escapes nowhere: its claim stands as given, and only
 the other job's record of meeting its area counts. Union-merged paths are left out by the caller
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from orchestrator.core import claims
 from orchestrator.core.models import Risk
 
-__all__ = ["Escapes", "area_of", "pair_risk"]
+__all__ = ["Escapes", "area_of", "by_files", "pair_risk"]
 
 
 def area_of(path: str) -> str:
@@ -95,14 +96,18 @@ def pair_risk(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_he
     touch a common path, their claims being disjoint: the larger of the estimate by files and by areas.
     Both without an estimate: 0 (the claims stand)."""
     a_claim, b_held = tuple(a_claim), tuple(b_held)
+    return max(by_files(a, a_claim, b, b_held), _by_areas(a, a_claim, b, b_held))
+
+
+def by_files(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_held: Iterable[str]) -> float:
+    """The estimate by files alone: A into what B holds, B into what A claims, or both into one path."""
     into_b = a.into(b_held) if a is not None else 0.0
     into_a = b.into(a_claim) if b is not None else 0.0
     both = 0.0
     if a is not None and b is not None:
         small, large = (a, b) if len(a.point) <= len(b.point) else (b, a)
         both = min(1.0, sum(p * large.point[n] for n, p in small.point.items() if n in large.point))
-    by_files = 1.0 - (1.0 - into_b) * (1.0 - into_a) * (1.0 - both)
-    return max(by_files, _by_areas(a, a_claim, b, b_held))
+    return 1.0 - (1.0 - into_b) * (1.0 - into_a) * (1.0 - both)
 
 
 def _by_areas(a: Escapes | None, a_claim: tuple[str, ...], b: Escapes | None, b_held: tuple[str, ...]) -> float:

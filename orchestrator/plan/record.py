@@ -10,9 +10,9 @@ out). `fit` (pure) then learns, from the plans that named something (the others 
   chance of touching such paths outside such a claim, so that over the record it adds up to how many its
   changes really touched (a docs change rarely reaches the code: its factor there is small);
 - `rest`: how often they touched a file nothing pointed at, per file;
-- `areas`: of the pairs of changes near each other whose claims were disjoint, per pair of areas
-  (directories of their most likely files), how many touched a common path anyway: the risk no
-  file-level evidence accounts for.
+- `areas`: of the pairs of changes near each other whose claims were disjoint and whose estimate by files
+  was small (`AREA_CUT`), per pair of areas (directories of their most likely files), how many touched a
+  common path anyway: the risk no file-level evidence accounts for.
 With fewer than `MIN_RECORD` such plans there is no calibration: the risk is unknown and those jobs run
 alone.
 """
@@ -27,6 +27,7 @@ from pathlib import Path
 import pygit2
 
 from orchestrator.core import claims
+from orchestrator.core.risk import Escapes, by_files
 from orchestrator.git import repos
 from orchestrator.plan import focus as focus_mod
 from orchestrator.plan import index as index_mod
@@ -43,6 +44,9 @@ SCALE_RANGE = (0.02, 20.0)
 """The range the escape factors are fitted in."""
 WINDOW = 8
 """Replayed changes at most this far apart count as a pair queued together."""
+AREA_CUT = 0.03
+"""The pairs an area's rate is learned from: those whose estimate by files is at most this (the default
+`plan.risk`: the pairs admission would let run side by side on their files alone)."""
 SHRINK = 2.0
 """Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
 
@@ -136,15 +140,19 @@ def _scoped(touched: frozenset[str], scope: str) -> frozenset[str]:
 
 
 def _areas(foci: Sequence[focus_mod.Focus], touched: Sequence[frozenset[str]]) -> tuple[tuple[str, str, int, int], ...]:
-    """Of the pairs of replayed changes at most `WINDOW` apart whose claims were disjoint: per pair of
-    areas (`score.area_pairs`), how many, and how many touched a common path anyway."""
+    """Of the pairs of replayed changes at most `WINDOW` apart whose claims were disjoint and whose estimate
+    by files was at most `AREA_CUT`: per pair of areas (`score.area_pairs`), how many, and how many touched
+    a common path anyway."""
     counts: dict[tuple[str, str], list[int]] = {}
+    escapes = [Escapes.of(f.risk) for f in foci]
     for i, f in enumerate(foci):
         index = claims.PathIndex(f.claim)
         for j in range(i + 1, min(len(foci), i + 1 + WINDOW)):
             g = foci[j]
             if index.meeting(g.claim) or not touched[i] or not touched[j]:
                 continue  # overlapping claims never run side by side: they say nothing of the risk
+            if by_files(escapes[j], g.claim, escapes[i], f.claim) > AREA_CUT:
+                continue  # kept apart by their files already
             met = bool(claims.PathIndex(touched[i]).meeting(touched[j]))
             for cell in area_pairs(f.risk.area, g.risk.area):
                 c = counts.setdefault(cell, [0, 0])
