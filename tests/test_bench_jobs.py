@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from orchestrator.bench import history as hist
+from orchestrator.bench import jobs as jobs_bench
 from orchestrator.bench import replayrepo
 from orchestrator.bench import schedule as sched
 from orchestrator.git.commits import commit_worktree
@@ -17,12 +18,17 @@ MERGEABLE = ("CHANGES*",)
 
 
 def test_ideal_schedule_never_overtakes_an_overlapping_earlier_job():
-    """List scheduling: disjoint jobs fill the slots; a later job waits behind an earlier one it overlaps."""
+    """List scheduling: disjoint jobs fill the slots; a later job waits behind an earlier one it overlaps or is
+    kept apart from on risk; each `--risk` value is a `local` row of its own."""
     a, b = frozenset({"a.py"}), frozenset({"b.py"})
     assert sched.ideal_makespan([2, 2, 2], [a, b, frozenset({"c.py"})], slots=2) == 4
     # Job 2 (b) must not start before job 1 (a, then b) although a slot is free: job 1 waits on job 0.
     assert sched.ideal_makespan([3, 1, 1], [a, a | b, b], slots=4) == 5
     assert sched.ideal_makespan([1, 1, 1], [a, None, b], slots=4) == 3, "a job that runs alone runs alone"
+    assert sched.ideal_makespan([2, 2], [a, b], slots=2, apart=[(0, 1)]) == 4, "kept apart on risk"
+    assert sched.over_serialized_pairs([a, b], [a, b], apart=[(0, 1)]) == 1
+    rows = jobs_bench._rows(["one-per-repo", "claims"], ["declared", "local"], [0.03, 0.1])
+    assert [r.name for r in rows] == ["one-per-repo", "claims/declared", "claims/local", "claims/local@0.1"]
 
 
 def test_over_serialised_pairs_count_claims_that_overlap_where_real_files_do_not():

@@ -62,17 +62,24 @@ MakeRepo = Callable[[Path], replayrepo.ReplayRepo]
 class Row:
     policy: str
     predictor: str
+    risk: float = RISK
+    """`plan.risk` of its daemon."""
+
+    @property
+    def label(self) -> str:
+        """The predictor, with its `plan.risk` when not the default (`local@0.1`)."""
+        return self.predictor if self.risk == RISK else f"{self.predictor}@{self.risk:g}"
 
     @property
     def name(self) -> str:
-        return self.policy if self.policy != "claims" else f"claims/{self.predictor}"
+        return self.policy if self.policy != "claims" else f"claims/{self.label}"
 
 
-def _rows(policies: list[str], predictors: list[str]) -> list[Row]:
+def _rows(policies: list[str], predictors: list[str], risks: Sequence[float] = (RISK,)) -> list[Row]:
     out: list[Row] = []
     for p in policies:
         if p == "claims":
-            out += [Row(p, pred) for pred in predictors]
+            out += [Row(p, pred, r) for pred in predictors for r in (risks if pred == "local" else (RISK,))]
         else:
             out.append(Row(p, "oracle" if p in ("oracle", "one-per-repo") else "none"))
     return out
@@ -93,7 +100,7 @@ def _config(slots: int, row: Row) -> str:
         f"min_confidence = {MIN_CONFIDENCE}\n"
         'sandbox = "none"\n'
         # Jobs without --path (the `local` predictor) are claimed by local evidence only: no model here.
-        f'[plan]\nplanner = "local"\nrisk = {RISK}\n'
+        f'[plan]\nplanner = "local"\nrisk = {row.risk}\n'
     )
 
 
@@ -103,7 +110,7 @@ def _claims_of(row: Row, changes: list[hist.Change], jobs: list[dict]) -> list[f
         return [None] * len(changes)  # per_repo = 1: every job runs alone in the repo
     if row.predictor == "local":
         out: list[frozenset[str] | None] = []
-        policy = Policy(min_confidence=MIN_CONFIDENCE, mergeable=MERGEABLE, risk=RISK)
+        policy = Policy(min_confidence=MIN_CONFIDENCE, mergeable=MERGEABLE, risk=row.risk)
         for j in jobs:
             c = j["claim"]
             ambiguous = claims.ambiguity(Claim.from_json(c), policy) is not None
@@ -120,7 +127,7 @@ def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None
     out = []
     for i, j in itertools.combinations(range(len(jobs)), 2):
         a, b = claims_[i], claims_[j]
-        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > RISK:
+        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > row.risk:
             out.append((i, j))
     return out
 
@@ -254,7 +261,8 @@ def _figures(
     ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots, apart)
     out = {
         "policy": row.policy,
-        "predictor": row.predictor,
+        "predictor": row.label,
+        "plan_risk": row.risk,
         "slots": slots,
         "jobs": len(jobs),
         "makespan_s": round(makespan, 2),
@@ -317,6 +325,13 @@ def _ratios(rows: list[dict]) -> None:
 @click.option(
     "--scale", type=float, default=0.3, show_default=True, help="Seconds per unit of change size (1 + log2(1 + lines))."
 )
+@click.option(
+    "--risk",
+    "risks",
+    default=str(RISK),
+    show_default=True,
+    help="plan.risk for the claims/local rows (comma-separated: one row each).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")
@@ -329,6 +344,7 @@ def main(
     policy: str,
     predictor: str,
     scale: float,
+    risks: str,
     as_json: bool,
     plot_file: Path | None,
     keep: Path | None,
@@ -337,10 +353,15 @@ def main(
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     predictors = [p.strip() for p in predictor.split(",") if p.strip()]
     bad = [p for p in policies if p not in POLICIES] + [p for p in predictors if p not in PREDICTORS]
-    if bad or slots < 1 or last < 1 or scale <= 0:
+    try:
+        risk_values = [float(r) for r in risks.split(",") if r.strip()]
+    except ValueError:
+        risk_values = []
+    if bad or slots < 1 or last < 1 or scale <= 0 or not risk_values or not all(0 <= r < 1 for r in risk_values):
         raise click.UsageError(
             f"use --policy from {', '.join(POLICIES)}, --predictor from {', '.join(PREDICTORS)}, "
-            "--slots and --last of 1 or more, --scale above 0" + (f" (got {', '.join(bad)})" if bad else "")
+            "--slots and --last of 1 or more, --scale above 0, --risk probabilities from 0 up to 1 (0.03,0.1)"
+            + (f" (got {', '.join(bad)})" if bad else "")
         )
     if (repo is None) != (rev_range is None) or (repo is not None and history_file is not None):
         raise click.UsageError("pass --history FILE, or --repo PATH with --range A..B (or neither: the bundled one)")
@@ -380,7 +401,7 @@ def main(
             TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=as_json,
         ) as progress:  # fmt: skip
-            for row in _rows(policies, predictors):
+            for row in _rows(policies, predictors, risk_values):
                 rows.append(run_row(row, changes, make, slots, scale, work, progress))
     except (BenchError, hist.HistoryError) as e:
         click.echo(f"orchestrator bench jobs: {e} (repositories and logs kept in {work})", err=True)
