@@ -56,7 +56,6 @@ LOCKS = {
 """Manifests and the lock files generated from them beside them: a change to one rewrites the other."""
 _COMPILED = {".in": ".txt", ".txt": ".in"}
 """`requirements/x.in` and the `x.txt` pip-compile makes of it."""
-_TEST_DIR = re.compile(r"(^|/)(tests?|spec|__tests__|testing)/")
 
 
 @dataclass
@@ -87,16 +86,6 @@ class Files:
 
 def _stem(base: str) -> str:
     return base.split(".", 1)[0] if not base.startswith(".") else base
-
-
-def is_test(path: str) -> bool:
-    base = posixpath.basename(path)
-    return bool(
-        _TEST_DIR.search(path)
-        or base.startswith("test_")
-        or re.search(r"(_test|_spec|\.test|\.spec)\.\w+$", base)
-        or base.startswith("Test")
-    )
 
 
 def _git(repo: Path, *args: str) -> str:
