@@ -157,17 +157,22 @@ async def test_down_server_fails_the_turn_with_a_clear_error(daemon_factory, tmp
 
 
 def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
-    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns."""
+    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns; repeated, it
+    runs the policies in the reverse order every other run."""
     import subprocess
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--json"],
+        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--json",
+         "--repeat", "2", "--ttfa-sessions", "8"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    rows = {(r["policy"], r["n"]): r for r in data["rows"]}
+    order = [(r["run"], r["n"], r["policy"]) for r in data["rows"]]
+    assert order == [(0, 1, "gate"), (0, 1, "naive"), (0, 2, "gate"), (0, 2, "naive"),
+                     (1, 1, "naive"), (1, 1, "gate"), (1, 2, "naive"), (1, 2, "gate")]  # fmt: skip
+    rows = {(r["policy"], r["n"]): r for r in data["rows"] if r["run"] == 0}
     assert set(rows) == {("gate", 1), ("gate", 2), ("naive", 1), ("naive", 2)}
     keys = {"policy", "n", "ttfa_mean_s", "first_ollama_mean_s", "done_min_s", "done_mean_s", "done_max_s",
             "wall_done_s", "wall_drained_s", "cpu_max_pct", "min_free_ram_mb"}  # fmt: skip
@@ -196,7 +201,7 @@ def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
     env.pop("ORCHESTRATOR_LLAMA_SERVER", None)
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "2", "--llama-server", "--policy", "gate",
-         "--json"],
+         "--json", "--ttfa-sessions", "0"],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
