@@ -24,6 +24,7 @@ if [ ! -x "$CACHE/bin/llama-server" ]; then
   cmake --build "$work/build" --target llama-server -j"$(nproc)"
   install -m 0755 "$work/build/bin/llama-server" "$CACHE/bin/llama-server"
 fi
-[ -f "$CACHE/model.gguf" ] || "$PY" -m orchestrator.bench.llama_model "$CACHE/model.gguf"
+MODEL=$CACHE/$("$PY" -c 'from orchestrator.bench.llama_server import MODEL_FILE; print(MODEL_FILE)')
+[ -f "$MODEL" ] || "$PY" -m orchestrator.bench.llama_model "$MODEL"
 echo "llama-server: $CACHE/bin/llama-server"
-echo "model:        $CACHE/model.gguf"
+echo "model:        $MODEL"

@@ -74,12 +74,13 @@ def daemon(burst: bool, grace: float) -> None:
     from orchestrator import daemon as daemon_mod
 
     p = paths.resolve()
+    stamp = config.stamp(p.config_file)
     try:
         cfg = config.load(p.config_file)
     except config.ConfigError as e:
         err(f"orchestrator: invalid config: {e}")
         sys.exit(config.EX_CONFIG)
-    sys.exit(daemon_mod.run(cfg, p, burst=burst, grace=grace))
+    sys.exit(daemon_mod.run(cfg, p, burst=burst, grace=grace, config_stamp=stamp))
 
 
 BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "predict"]
@@ -135,6 +136,7 @@ main.add_lazy("reject", "orchestrator.commands.review:reject")
 main.add_lazy("stats", "orchestrator.commands.predict:stats")
 main.add_lazy("watch", "orchestrator.commands.watch:watch")
 main.add_lazy("config", "orchestrator.commands.settings:config")
+main.add_lazy("runners", "orchestrator.commands.runners:runners")
 main.add_lazy("service", "orchestrator.commands.service:service")
 main.add_lazy("hook", "orchestrator.commands.service:hook")
 main.add_lazy("doctor", "orchestrator.commands.service:doctor")

@@ -45,6 +45,16 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+def _error(status: int, raw: bytes) -> ApiError:
+    """The daemon's refusal: its JSON `error`, or the text it sent (a route that does not exist: 404 in text)."""
+    try:
+        data = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        data = {}
+    message = data.get("error") if isinstance(data, dict) else None
+    return ApiError(status, message or raw.decode(errors="replace").strip() or f"HTTP {status}")
+
+
 class Client:
     def __init__(self, socket_path: Path, timeout: float | None = 30.0) -> None:
         self.socket_path = socket_path
@@ -98,20 +108,18 @@ class Client:
             raise self._gone() from e
         finally:
             conn.close()
-        try:
-            data = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
-            data = {"error": raw.decode(errors="replace")}
         if resp.status >= 400:
-            raise ApiError(resp.status, data.get("error", f"HTTP {resp.status}"))
-        return data
+            raise _error(resp.status, raw)
+        try:
+            return json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            return {"error": raw.decode(errors="replace")}
 
     def stream(self, path: str) -> Iterator[bytes]:
         conn, resp = self._connect("GET", path, timeout=None)
         try:
             if resp.status >= 400:
-                data = json.loads(resp.read() or b"{}")
-                raise ApiError(resp.status, data.get("error", f"HTTP {resp.status}"))
+                raise _error(resp.status, resp.read())
             while chunk := resp.read1(65536):
                 yield chunk
         except _GONE as e:
@@ -124,8 +132,7 @@ class Client:
         conn, resp = self._connect("POST", path, body, timeout=None)
         try:
             if resp.status >= 400:
-                data = json.loads(resp.read() or b"{}")
-                raise ApiError(resp.status, data.get("error", f"HTTP {resp.status}"))
+                raise _error(resp.status, resp.read())
             while line := resp.readline():
                 yield json.loads(line)
         finally:

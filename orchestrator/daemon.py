@@ -1,8 +1,14 @@
 """The daemon's life: serve → startup → main loop → shutdown (the uvicorn split).
 
+`startup` takes the state dir, recovers what a killed daemon left (running jobs become `interrupted`, queued
+ones stay queued, landings resume), wires the job plane's parts (`JobPlane.load`) and the chat plane, and
+starts the API; each part's stop is registered as it starts. `main_loop` runs the scheduler until a signal
+(or, in burst mode, until nothing is left to do). Shutdown is leaving that stack, in `finally`: the parts stop
+in reverse (the API and the spool first, then running jobs are interrupted, landings drain within
+`daemon.shutdown_timeout`, `on_end` commands finish, the store closes, the lock goes last).
+
 One daemon per home: a lock file held with flock refuses a second. SIGTERM and SIGINT stop it
-gracefully with a bounded wait; a second SIGINT forces exit. On start it recovers what a killed daemon
-left: running jobs become `interrupted`, queued ones stay queued, landings resume.
+gracefully with a bounded wait; a second SIGINT forces exit.
 """
 
 from __future__ import annotations
@@ -14,33 +20,50 @@ import gc
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from aiohttp import web
 
-from orchestrator import __version__, hardening
+from orchestrator import __version__, hardening, socketguard
 from orchestrator import logging as olog
 from orchestrator.api import Api
 from orchestrator.chat.api import ChatApi
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import EX_CONFIG, Config
-from orchestrator.core.models import JobState
+from orchestrator.core.models import OPEN, JobState
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.recovery import CLEANUP_ERRORS, end_survivors, settle_landings
-from orchestrator.jobs.scheduler import OPEN_STATES, JobError, Scheduler
+from orchestrator.jobs.execution import Executor
+from orchestrator.jobs.facts import GitFacts
+from orchestrator.jobs.landing import Lander
+from orchestrator.jobs.notify import Notifier as OnEnd
+from orchestrator.jobs.planning import Planning
+from orchestrator.jobs.privatedirs import PrivateDirs
+from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner, end_survivors, settle_landings
+from orchestrator.jobs.scheduler import Scheduler
+from orchestrator.jobs.service import JobError, Jobs
+from orchestrator.jobs.watch import OverlapWatch
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
-from orchestrator.runners import Runner, registry
+from orchestrator.plan import composite
+from orchestrator.plan.base import Planner
+from orchestrator.runners import Runner, jobpath, process, registry
 from orchestrator.runners import sandbox as sandboxes
+from orchestrator.runners.sandbox import Sandbox
 from orchestrator.service import intake
-from orchestrator.service.spool import Spool
 from orchestrator.service.systemd import Notifier, status_line
+from orchestrator.socketguard import Guard
 from orchestrator.store import EX_STATE, Store, StoreUnusable
+
+ROUND_GRACE = 10.0
+"""Seconds the scheduler may take to finish the round under way at shutdown before it is cancelled."""
+API_SHUTDOWN = 2.0
+"""Seconds the API gives requests in flight at shutdown (a `wait` or an event stream is cut, and reconnects)."""
 
 
 class AlreadyRunning(RuntimeError):
@@ -66,9 +89,77 @@ def _lock(paths: Paths) -> IO[str]:
     return f
 
 
+@dataclass
+class JobPlane:
+    """The job plane's parts, wired once (`JobPlane.load`); the daemon starts and stops them."""
+
+    board: Board
+    planning: Planning
+    lander: Lander
+    watch: OverlapWatch
+    notifier: OnEnd
+    private_dirs: PrivateDirs
+    scheduler: Scheduler
+    jobs: Jobs
+
+    @classmethod
+    def load(
+        cls,
+        cfg: Config,
+        paths: Paths,
+        board: Board,
+        pool: WorktreePool,
+        runners: dict[str, Runner],
+        *,
+        burst: bool = False,
+        grace: float = 2.0,
+        gates: dict[str, Any] | None = None,
+        claude: SharedClaude | None = None,
+        planner: Planner | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> JobPlane:
+        store = board.store
+        facts = GitFacts(cfg)
+        watch = OverlapWatch(board, cfg, facts)
+        lander = Lander(board, cfg, paths, pool, sandbox)
+        executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up)
+        scheduler: Scheduler | None = None
+
+        def wake() -> None:
+            if scheduler is not None:
+                scheduler.wake()
+
+        planning = Planning(
+            board,
+            planner or composite.build(cfg, store, gates, claude),
+            cfg.plan.concurrency,
+            cfg.plan.deadline,
+            wake,
+            cfg.policy,
+            cfg.plan.calibrate_after,
+        )
+        scheduler = Scheduler(board, cfg, planning, lander, executor, watch, facts, burst=burst, grace=grace)
+        notifier = OnEnd(cfg.jobs.on_end, StoreOwner(store))
+        board.on_end(notifier.job_ended)
+        private_dirs = PrivateDirs(paths)
+        board.on_end(private_dirs.job_ended)
+        jobs = Jobs(board, cfg, paths, pool, runners, scheduler, planning, lander, private_dirs)
+        return cls(board, planning, lander, watch, notifier, private_dirs, scheduler, jobs)
+
+
 class Daemon:
-    def __init__(self, cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        paths: Paths,
+        *,
+        burst: bool = False,
+        grace: float = 2.0,
+        config_stamp: list[int] | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.config_stamp = config_stamp
+        """The config file's version (`config.stamp`) when it was read: `config show` tells a changed one."""
         self.paths = paths
         self.burst = burst
         self.grace = grace
@@ -76,6 +167,7 @@ class Daemon:
         self.gates: dict[str, Gate] = {}
         """One bounded gate per Ollama host (`llm.gate`)."""
         self._sigints = 0
+        self._cut: list[int] = []
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -88,142 +180,176 @@ class Daemon:
         self._stop.set()
 
     async def serve(self) -> int:
+        """startup → main loop → shutdown; shutdown always runs (in `finally`), stopping what started in reverse."""
+        async with contextlib.AsyncExitStack() as parts:
+            plane, notifier = await self.startup(parts)
+            reason = "error"
+            try:
+                reason = await self.main_loop(plane.scheduler)
+            finally:
+                olog.get().info(olog.Event.DAEMON_STOPPING, reason=reason)
+                notifier.stopping()
+            # Leaving the stack is the shutdown: each part stopped, the last started first.
+        if self._cut:
+            olog.get().warning(olog.Event.DAEMON_CANCELLED, jobs=sorted(set(self._cut)))
+        olog.get().info(olog.Event.DAEMON_STOPPED)
+        return 0
+
+    async def startup(self, parts: contextlib.AsyncExitStack) -> tuple[JobPlane, Notifier]:
+        """Take the state dir, recover what a dead daemon left, build and start every part; register each part's
+        stop on `parts` as it starts."""
         self.paths.ensure()
         lock = _lock(self.paths)
+        parts.callback(lock.close)
         log = olog.get()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         store = await Store.open(self.paths.db)
+        parts.push_async_callback(store.close)
         notifier = Notifier()
-        spool: Spool | None = None
+        parts.push_async_callback(notifier.close)
+        # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
+        no_cgroups = await asyncio.to_thread(process.use_cgroups)
+        log.info(olog.Event.PROCESS_CGROUPS, used=not no_cgroups, reason=no_cgroups or None)
+        # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
+        await end_survivors(store, grace=self.cfg.jobs.kill_grace)
+        recovered = await store.recover()
+        # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
+        claude = SharedClaude(self.cfg.anthropic)
+        parts.push_async_callback(claude.close)
+        sandbox = await asyncio.to_thread(
+            sandboxes.resolve,
+            self.cfg.jobs.sandbox,
+            (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
+        )
+        await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
+        runners = registry(self.cfg, claude, sandbox)
+        pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
+        for repo in sorted({j.repo for j in await store.jobs()}):
+            # Half-made worktrees first: they make every `git worktree list` in the repo fail.
+            with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
+                await asyncio.to_thread(
+                    git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
+                )
+            with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
+                await pool.recover(Path(repo))
+        board = Board(store)
+        # Interrupted landings next: the user's checkouts are level before anything lands again.
+        await settle_landings(board, pool)
+        plane = JobPlane.load(
+            self.cfg, self.paths, board, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates,
+            claude=claude, sandbox=sandbox,
+        )  # fmt: skip
+        timeout = self.cfg.daemon.shutdown_timeout
+        parts.push_async_callback(plane.private_dirs.close)
+        parts.push_async_callback(plane.notifier.drain, min(timeout, 5.0))
+        parts.push_async_callback(self._drain_landings, plane.lander, timeout)
+        parts.push_async_callback(plane.planning.stop)
+        parts.push_async_callback(plane.watch.stop)
+        parts.push_async_callback(self._stop_jobs, plane.scheduler)
+        if self.cfg.jobs.requeue_interrupted:
+            await requeue_interrupted(plane.jobs, runners)
+        # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
+        chat = ChatPlane(
+            store,
+            ollama.from_config(self.cfg.ollama, self.gates, naive=self.cfg.chat.policy == "naive"),
+            self.cfg.chat,
+        )
+        parts.push_async_callback(chat.close)
+        parts.callback(self._unlink_socket)
+        api = Api(plane.jobs, self.request_stop, config_stamp=self.config_stamp)
+        await self._start_api(parts, api, ChatApi(chat).routes())
+        log.info(
+            olog.Event.DAEMON_STARTED,
+            pid=os.getpid(),
+            version=__version__,
+            socket=str(self.paths.socket),
+            burst=self.burst,
+            max_concurrent=self.cfg.jobs.max_concurrent,
+            per_repo=self.cfg.jobs.per_repo,
+        )
+        if any(recovered.values()):
+            log.info(olog.Event.DAEMON_RECOVERED, **recovered)
+
+        async def open_jobs() -> list[dict[str, Any]]:
+            return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN)]
+
+        # What the git hook spooled while no daemon answered is queued before we say we are ready.
+        spool = intake.spool(plane.jobs, self.paths.spool)
+        parts.push_async_callback(spool.close)
+        await spool.drain()
+        # Under systemd: ready only now (socket listening, recovery done); status on change; watchdog.
+        plane.scheduler.tick = notifier.tick
+        board.on_change(notifier.changed)
+        notifier.ready(status_line(await open_jobs()))
+        # Start-up's objects live as long as the daemon: keep them out of the collector's full passes
+        # (a gen-2 pass over them paused the loop for 60-90 ms, the chat acknowledgement with it).
+        gc.freeze()
+        notifier.start(open_jobs, lambda: plane.scheduler.heartbeat)
+        spool.start()
+        return plane, notifier
+
+    async def main_loop(self, scheduler: Scheduler) -> str:
+        """The scheduler until it returns (burst: idle) or a signal asks to stop; why it ended."""
+        main = asyncio.create_task(scheduler.run(), name="scheduler")
+        stop = asyncio.create_task(self._stop.wait(), name="stop")
+        burst_done = False
         try:
-            # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
-            await end_survivors(store, grace=self.cfg.jobs.kill_grace)
-            recovered = await store.recover()
-            # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
-            claude = SharedClaude(self.cfg.anthropic)
-            sandbox = await asyncio.to_thread(
-                sandboxes.resolve,
-                self.cfg.jobs.sandbox,
-                (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
-            )
-            runners = registry(self.cfg, claude, sandbox)
-            pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
-            for repo in sorted({j.repo for j in await store.jobs()}):
-                # Half-made worktrees first: they make every `git worktree list` in the repo fail.
-                with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
-                    await asyncio.to_thread(
-                        git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
-                    )
-                with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
-                    await pool.recover(Path(repo))
-            board = Board(store)
-            # Interrupted landings next: the user's checkouts are level before anything lands again.
-            await settle_landings(board, pool)
-            scheduler = Scheduler(
-                board,
-                self.cfg,
-                self.paths,
-                pool,
-                runners,
-                burst=self.burst,
-                grace=self.grace,
-                gates=self.gates,
-                claude=claude,
-                sandbox=sandbox,
-            )
-            if self.cfg.jobs.requeue_interrupted:
-                await requeue_interrupted(scheduler, runners)
-            # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
-            chat = ChatPlane(
-                store,
-                ollama.from_config(self.cfg.ollama, self.gates, naive=self.cfg.chat.policy == "naive"),
-                self.cfg.chat,
-            )
-            api = Api(scheduler, runners, self.request_stop)
-            runner = await self._start_api(api, ChatApi(chat).routes())
-            log.info(
-                olog.Event.DAEMON_STARTED,
-                pid=os.getpid(),
-                version=__version__,
-                socket=str(self.paths.socket),
-                burst=self.burst,
-                max_concurrent=self.cfg.jobs.max_concurrent,
-                per_repo=self.cfg.jobs.per_repo,
-            )
-            if any(recovered.values()):
-                log.info(olog.Event.DAEMON_RECOVERED, **recovered)
-
-            async def open_jobs() -> list[dict[str, Any]]:
-                return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN_STATES)]
-
-            # What the git hook spooled while no daemon answered is queued before we say we are ready.
-            spool = intake.spool(api, self.paths.spool)
-            await spool.drain()
-            # Under systemd: ready only now (socket listening, recovery done); status on change; watchdog.
-            scheduler.tick = notifier.tick
-            board.on_change(notifier.changed)
-            notifier.ready(status_line(await open_jobs()))
-            # Start-up's objects live as long as the daemon: keep them out of the collector's full passes
-            # (a gen-2 pass over them paused the loop for 60-90 ms, the chat acknowledgement with it).
-            gc.freeze()
-            notifier.start(open_jobs, lambda: scheduler.heartbeat)
-            spool.start()
-            main = asyncio.create_task(scheduler.run(), name="scheduler")
-            stop = asyncio.create_task(self._stop.wait(), name="stop")
             await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
-            log.info(olog.Event.DAEMON_STOPPING, reason="burst done" if main.done() else "signal")
-            notifier.stopping()
-            if main.done() and main.exception():
-                raise main.exception()  # type: ignore[misc]
-            cut = await scheduler.stop(self.cfg.daemon.shutdown_timeout)
-            for t in (main, stop):
+            burst_done = main.done()
+        finally:
+            # Asked to return, not cancelled: a cancel that meets a wake-up inside `wait_for` is lost on 3.11.
+            scheduler.halt()
+            stop.cancel()
+            _, late = await asyncio.wait({main, stop}, timeout=ROUND_GRACE)
+            for t in late:
                 t.cancel()
             await asyncio.gather(main, stop, return_exceptions=True)
-            if cut:
-                log.warning(olog.Event.DAEMON_CANCELLED, jobs=cut)
-            await chat.close()
-            await runner.cleanup()
-            await claude.close()
-        finally:
-            if spool is not None:
-                await spool.close()
-            await notifier.close()
-            await store.close()
-            with contextlib.suppress(FileNotFoundError):
-                self.paths.socket.unlink()
-            lock.close()
-        log.info(olog.Event.DAEMON_STOPPED)
-        return 0
+        if main.done() and not main.cancelled() and main.exception() is not None:
+            raise main.exception()  # type: ignore[misc]
+        return "burst done" if burst_done else "signal"
 
-    async def _start_api(self, api: Api, extra: list[web.RouteDef]) -> web.AppRunner:
+    async def _stop_jobs(self, scheduler: Scheduler) -> None:
+        self._cut += await scheduler.stop()
+
+    async def _drain_landings(self, lander: Lander, timeout: float) -> None:
+        self._cut += await lander.drain(timeout)
+
+    def _unlink_socket(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.socket.unlink()
+
+    async def _start_api(self, parts: contextlib.AsyncExitStack, api: Api, extra: list[web.RouteDef]) -> None:
+        """The API on its socket (0600), every connection guarded (`socketguard`); stopped with `parts`."""
         sock = self.paths.socket
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()  # stale: we hold the lock, so no live daemon owns it
-        app = api.app()
+        guard = Guard(self.cfg.daemon.header_timeout, self.cfg.daemon.max_connections)
+        app = api.app(guard.middleware)
         app.add_routes(extra)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=API_SHUTDOWN)
         await runner.setup()
+        parts.push_async_callback(runner.cleanup)
         old = os.umask(0o177)
         try:
-            site = web.UnixSite(runner, str(sock))
-            await site.start()
+            server = await socketguard.serve(runner, sock, guard)
         finally:
             os.umask(old)
         os.chmod(sock, 0o600)
-        return runner
+        parts.callback(server.close)  # first: no new connection while the runner closes the open ones
 
-async def requeue_interrupted(scheduler: Scheduler, runners: dict[str, Runner]) -> list[int]:
+
+async def requeue_interrupted(jobs: Jobs, runners: dict[str, Runner]) -> list[int]:
     """`jobs.requeue_interrupted`: put interrupted jobs back in the queue on start, for runners that declare
     themselves safe to re-run (`rerun_safe = True`); the interrupted attempt is kept on its own branch."""
     requeued = []
-    for job in await scheduler.board.store.jobs([JobState.INTERRUPTED]):
+    for job in await jobs.store.jobs([JobState.INTERRUPTED]):
         runner = runners.get(job.runner)
         if not getattr(runner, "rerun_safe", False):
             continue
         try:
-            await scheduler.retry(job.id)
+            await jobs.retry(job.id)
         except JobError as e:
             olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_REQUEUED, requeued=False, reason=str(e))
             continue
@@ -231,7 +357,6 @@ async def requeue_interrupted(scheduler: Scheduler, runners: dict[str, Runner]) 
     if requeued:
         olog.get().info(olog.Event.JOB_REQUEUED, jobs=requeued, why="interrupted by a daemon stop")
     return requeued
-
 
 
 def warm_size(cfg: Config) -> int:
@@ -245,12 +370,14 @@ a full pass walks every object, and with 5,000 jobs waiting each took 90-330 ms 
 landing → next admission); young garbage is still collected as often as before."""
 
 
-def run(cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0) -> int:
+def run(
+    cfg: Config, paths: Paths, *, burst: bool = False, grace: float = 2.0, config_stamp: list[int] | None = None
+) -> int:
     olog.configure(sys.stdout)
     hardening.harden()  # before the first job: no core file, no /proc/<pid>/environ holding the keys
     gc.set_threshold(*GC_THRESHOLDS)
     try:
-        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace).serve())
+        return asyncio.run(Daemon(cfg, paths, burst=burst, grace=grace, config_stamp=config_stamp).serve())
     except AlreadyRunning as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         return 1

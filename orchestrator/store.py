@@ -1,150 +1,39 @@
-"""The one store: SQLite through aiosqlite, WAL, schema versioned by migrations.
+"""The one store: SQLite on a thread of its own, WAL, schema versioned by migrations (`schema`).
 
 Every state change is committed before the daemon acts on it, together with an append-only event in
-`job_events`, so a killed daemon restarts where it was. The chat plane's sessions and memories live here
-too. Everything SQL stays in this module (a PostgreSQL store can replace it behind the same methods).
+`job_events`, so a killed daemon restarts where it was. A job's state changes only through `transition`, a
+compare-and-set (`UPDATE … WHERE id = ? AND state IN (…) RETURNING *`) checked against the table of allowed
+moves (`core.lifecycle`); every other write of a job's fields names the states it expects too, so a writer
+that acted on a stale read backs off instead of overwriting what happened meanwhile. The chat plane's
+sessions and memories live here too.
+
+Everything SQL stays in this module and `schema` (another engine can replace them behind the same methods:
+the writes are compare-and-sets with RETURNING, each transaction is one call, no SQLite type leaks out).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-
-from orchestrator.core.job import Job
-from orchestrator.core.models import Claim, JobState
+from orchestrator.core import lifecycle
+from orchestrator.core.job import FIELDS, Codec, Job, decode, encode
+from orchestrator.core.models import Claim, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.runners.process import Group
+from orchestrator.schema import MIGRATIONS
+from orchestrator.sqlite_thread import Connection, transaction
 
-MIGRATIONS: tuple[str, ...] = (
-    # 1: jobs and their history; chat sessions, messages and memories.
-    """
-    CREATE TABLE jobs (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        repo TEXT NOT NULL,
-        branch TEXT NOT NULL,
-        text TEXT NOT NULL,
-        runner TEXT NOT NULL,
-        state TEXT NOT NULL,
-        priority INTEGER NOT NULL DEFAULT 0,
-        after TEXT NOT NULL DEFAULT '[]',
-        declared TEXT NOT NULL DEFAULT '[]',
-        claim TEXT,
-        actual TEXT NOT NULL DEFAULT '[]',
-        base TEXT,
-        result TEXT,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        land_after TEXT NOT NULL DEFAULT '[]',
-        worktree TEXT,
-        created_at REAL NOT NULL,
-        started_at REAL,
-        finished_at REAL,
-        landed_sha TEXT,
-        reason TEXT NOT NULL DEFAULT '',
-        decision TEXT,
-        exit_code INTEGER
-    );
-    CREATE INDEX jobs_state ON jobs(state);
-    CREATE TABLE job_events (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id INTEGER NOT NULL REFERENCES jobs(id),
-        at REAL NOT NULL,
-        kind TEXT NOT NULL,
-        data TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE INDEX job_events_job ON job_events(job_id);
-    CREATE TABLE sessions (
-        id TEXT PRIMARY KEY,
-        created_at REAL NOT NULL,
-        meta TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE TABLE messages (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        session_id TEXT NOT NULL REFERENCES sessions(id),
-        role TEXT NOT NULL,
-        content TEXT NOT NULL,
-        at REAL NOT NULL,
-        extracted INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE TABLE memories (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        session_id TEXT NOT NULL REFERENCES sessions(id),
-        content TEXT NOT NULL,
-        at REAL NOT NULL
-    );
-    """,
-    # 2: argv jobs, reason codes on jobs, run-time controls (pause, per-repo slot limits).
-    """
-    ALTER TABLE jobs ADD COLUMN argv TEXT;
-    ALTER TABLE jobs ADD COLUMN code TEXT NOT NULL DEFAULT '';
-    CREATE TABLE controls (
-        scope TEXT PRIMARY KEY,
-        paused INTEGER NOT NULL DEFAULT 0,
-        slots INTEGER
-    );
-    """,
-    # 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends survivors;
-    # the landing journal (a landing's intent, stored before the ref moves while a checkout is on the branch).
-    """
-    CREATE TABLE processes (
-        pgid INTEGER NOT NULL,
-        start_time INTEGER NOT NULL,
-        boot_id TEXT NOT NULL,
-        job_id INTEGER,
-        what TEXT NOT NULL DEFAULT '',
-        started_at REAL NOT NULL,
-        PRIMARY KEY (pgid, start_time)
-    );
-    CREATE TABLE landing_journal (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id INTEGER,
-        repo TEXT NOT NULL,
-        branch TEXT NOT NULL,
-        old TEXT NOT NULL,
-        new TEXT NOT NULL,
-        checkouts TEXT NOT NULL,
-        at REAL NOT NULL
-    );
-    """,
-    # 4: tickets a git hook queued: one job per idempotency key; the ticket id lets a newer one supersede.
-    """
-    CREATE TABLE tickets (
-        key TEXT PRIMARY KEY,
-        repo TEXT NOT NULL,
-        ticket TEXT,
-        job_id INTEGER NOT NULL,
-        at REAL NOT NULL
-    );
-    CREATE INDEX tickets_repo_ticket ON tickets(repo, ticket);
-    """,
-    # 5: the planner's output kept on the job (the model's plan text, the evidence for each claimed path),
-    # and each repository's mined change history (co-change evidence), extended incrementally.
-    """
-    ALTER TABLE jobs ADD COLUMN plan_text TEXT NOT NULL DEFAULT '';
-    ALTER TABLE jobs ADD COLUMN evidence TEXT NOT NULL DEFAULT '[]';
-    CREATE TABLE plan_history (
-        repo TEXT PRIMARY KEY,
-        head TEXT NOT NULL,
-        changes TEXT NOT NULL,
-        at REAL NOT NULL
-    );
-    """,
-    # 6: model usage and cost of a job's runner; its landing mode (auto, or review before landing).
-    """
-    ALTER TABLE jobs ADD COLUMN usage TEXT;
-    ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
-    """,
-)
+__all__ = ["EX_STATE", "MIGRATIONS", "Store", "StoreUnusable", "Write"]
+
 
 def _private(path: Path) -> None:
     """Create `path` 0600 if missing, or make it 0600: job texts and reasons are the owner's alone."""
@@ -168,29 +57,24 @@ def _unusable(path: Path, e: sqlite3.Error) -> StoreUnusable:
     return StoreUnusable(_damaged(path, f"{type(e).__name__}: {e}"))
 
 
-_JSON_LIST = {"after", "declared", "actual", "land_after", "evidence"}
-_COLUMNS = [
-    "repo", "branch", "text", "runner", "state", "priority", "after", "declared", "claim", "actual", "base",
-    "result", "attempts", "land_after", "worktree", "created_at", "started_at", "finished_at", "landed_sha",
-    "reason", "decision", "exit_code", "argv", "code", "plan_text", "evidence", "usage", "land",
-]  # fmt: skip
+# -- a job's row, from the one field list (`core.job.FIELDS`) -------------------------------------------------
 
-
+_COLUMNS = tuple(FIELDS)
 _LIVE = ("reason", "code", "decision")
 """The fields a waiting job's live admission decision overrides (see `Store.jobs_json`)."""
-_TIMES = ("created_at", "started_at", "finished_at")
 
 
 def _json_expr(name: str) -> str:
-    """SQL rendering `name` as `Job.to_json` does: a long list is encoded by SQLite, not per job in Python."""
-    if name in _JSON_LIST:
+    """SQL rendering column `name` as `Job.to_json` does: a long list is encoded by SQLite, not per job in Python."""
+    codec = FIELDS.get(name, Codec.PLAIN)  # `id` is plain
+    if codec in (Codec.LIST, Codec.SET):
         return f"json({name})"
-    if name == "claim":
+    if codec is Codec.CLAIM:
         empty = json.dumps(Claim().to_json())
-        return f"CASE WHEN claim IS NULL OR claim = '' THEN json('{empty}') ELSE json(claim) END"
-    if name in ("decision", "argv", "usage"):
+        return f"CASE WHEN {name} IS NULL OR {name} = '' THEN json('{empty}') ELSE json({name}) END"
+    if codec in (Codec.OBJECT, Codec.ARGV):
         return f"CASE WHEN {name} IS NULL OR {name} = '' THEN NULL ELSE json({name}) END"
-    if name in _TIMES:
+    if codec is Codec.TIME:
         # `core.job.iso`: the time rounded to the microsecond, then cut (not rounded) to the millisecond.
         return (
             f"CASE WHEN {name} IS NULL THEN NULL ELSE strftime('%Y-%m-%dT%H:%M:%f', "
@@ -209,77 +93,33 @@ _JOB_JSON = (
 )
 
 
+def _row_to_job(row: sqlite3.Row) -> Job:
+    return Job(id=row["id"], **{name: decode(codec, row[name]) for name, codec in FIELDS.items()})
+
+
 def _encode(name: str, value: Any) -> Any:
-    if name in _JSON_LIST:
-        return json.dumps(sorted(value) if isinstance(value, frozenset | set) else list(value))
-    if name == "claim":
-        return json.dumps(value.to_json())
-    if name in ("decision", "argv", "usage"):
-        return None if value is None else json.dumps(list(value) if name == "argv" else value)
-    if name == "state":
-        return str(value)
-    return value
-
-
-def _row_to_job(row: aiosqlite.Row) -> Job:
-    return Job(
-        id=row["id"],
-        repo=row["repo"],
-        branch=row["branch"],
-        text=row["text"],
-        runner=row["runner"],
-        state=JobState(row["state"]),
-        priority=row["priority"],
-        after=tuple(json.loads(row["after"])),
-        declared=tuple(json.loads(row["declared"])),
-        claim=Claim.from_json(json.loads(row["claim"]) if row["claim"] else None),
-        actual=frozenset(json.loads(row["actual"])),
-        base=row["base"],
-        result=row["result"],
-        attempts=row["attempts"],
-        land_after=tuple(json.loads(row["land_after"])),
-        worktree=row["worktree"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        landed_sha=row["landed_sha"],
-        reason=row["reason"],
-        decision=json.loads(row["decision"]) if row["decision"] else None,
-        exit_code=row["exit_code"],
-        argv=tuple(json.loads(row["argv"])) if row["argv"] else None,
-        code=row["code"],
-        plan_text=row["plan_text"],
-        evidence=tuple(json.loads(row["evidence"])),
-        usage=json.loads(row["usage"]) if row["usage"] else None,
-        land=row["land"],
-    )
+    return encode(FIELDS[name], value)
 
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One job's field changes and event, for `Store.update_many`."""
+    """One job's field changes and event, written only while the job is in one of `expect`.
+
+    With `to`, the write moves the job to that state (a transition, checked against `core.lifecycle`);
+    without, it changes fields only and the job stays where it is.
+    """
 
     job_id: int
     fields: dict[str, Any]
     event: str | None = None
     data: dict[str, Any] | None = None
+    expect: frozenset[JobState] = frozenset()
+    to: JobState | None = None
 
 
 _EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
 _HISTORY_SQL = "SELECT id, role, content, at, extracted FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?"
 _MEMORIES_SQL = "SELECT content FROM memories WHERE session_id = ? ORDER BY id DESC LIMIT ?"
-
-
-@contextlib.contextmanager
-def _sync_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """On the database thread: BEGIN IMMEDIATE, then COMMIT (ROLLBACK on error)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 JSON_CACHE_MAX = 20_000
 """Jobs whose rendered JSON `Store.jobs_json` keeps between calls (past that, each call renders them all)."""
@@ -293,14 +133,56 @@ class StoreUnusable(RuntimeError):
     """The database file cannot be used as it is; the message names the file and what to do."""
 
 
-class Store:
-    """Async access to the SQLite file. One connection; aiosqlite serialises its calls."""
+def _check_fields(fields: dict[str, Any]) -> None:
+    unknown = set(fields) - set(_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown job fields: {sorted(unknown)}")
+    if "state" in fields:
+        raise lifecycle.MoveError("a job's state changes only through `Store.transition`")
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path | None = None) -> None:
+
+def _in(values: Collection[Any]) -> str:
+    """The placeholders of an `IN (...)` list."""
+    return ", ".join("?" * len(values))
+
+
+def _write_one(conn: sqlite3.Connection, w: Write, now: float) -> sqlite3.Row | None:
+    """One guarded write on the database thread: the job's row after it, or None if it was not in `expect`."""
+    values = dict(w.fields)
+    if w.to is not None:
+        values["state"] = w.to
+    expect = sorted(str(s) for s in w.expect)
+    if values:
+        sets = ", ".join(f"{k} = ?" for k in values)
+        sql = f"UPDATE jobs SET {sets} WHERE id = ? AND state IN ({_in(expect)}) RETURNING *"
+        row: sqlite3.Row | None = conn.execute(
+            sql, [*(_encode(k, v) for k, v in values.items()), w.job_id, *expect]
+        ).fetchone()
+    else:
+        row = conn.execute(
+            f"SELECT * FROM jobs WHERE id = ? AND state IN ({_in(expect)})", [w.job_id, *expect]
+        ).fetchone()
+    if row is None:
+        return None
+    if w.event:
+        payload = dict(w.data or {})
+        if w.to is not None:
+            payload.setdefault("state", str(w.to))
+        conn.execute(_EVENT_SQL, (w.job_id, now, w.event, json.dumps(payload, default=str)))
+    return row
+
+
+def _write_sync(conn: sqlite3.Connection, writes: Sequence[Write], now: float) -> list[sqlite3.Row | None]:
+    with transaction(conn):
+        return [_write_one(conn, w, now) for w in writes]
+
+
+class Store:
+    """Async access to the SQLite file: one connection on its own thread; each transaction is one call to it."""
+
+    def __init__(self, conn: Connection, path: Path | None = None) -> None:
         self._db = conn
         self.path = path or "the database"
-        # One connection serves every task: transactions must not interleave on it.
-        self._tx = asyncio.Lock()
         # Ids of jobs written since the scheduler last asked (`take_changed`): its rounds re-read only those.
         self._changed: set[int] = set()
         # `jobs_json`'s rendered rows by id (None: not read yet), and the ids written since it last read.
@@ -313,17 +195,12 @@ class Store:
         """Open (or create) the database, private to its owner; StoreUnusable at once if it is corrupt or newer."""
         _private(path)
         try:
-            conn = await aiosqlite.connect(path, isolation_level=None)
+            conn = await Connection.open(path)
         except sqlite3.Error as e:
             raise _unusable(path, e) from None
         try:
-            conn.row_factory = aiosqlite.Row
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute("PRAGMA synchronous=NORMAL")
-            await conn.execute("PRAGMA foreign_keys=ON")
-            await conn.execute("PRAGMA busy_timeout=5000")
-            async with conn.execute("PRAGMA quick_check") as cur:
-                problems = [str(r[0]) for r in await cur.fetchall()]
+            await conn.call(_pragmas)
+            problems = [str(r[0]) for r in await conn.fetchall("PRAGMA quick_check")]
             if problems != ["ok"]:
                 raise StoreUnusable(_damaged(path, "; ".join(problems[:3])))
             store = cls(conn, path)
@@ -342,9 +219,7 @@ class Store:
         await self._db.close()
 
     async def _migrate(self) -> None:
-        async with self._db.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
-        version = int(row[0]) if row else 0
+        version = await self.schema_version()
         if version > len(MIGRATIONS):
             raise StoreUnusable(
                 f"{self.path} has schema version {version}, newer than this orchestrator knows "
@@ -352,14 +227,17 @@ class Store:
                 "aside to start with an empty queue"
             )
         for n, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            await self._db.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={n};\nCOMMIT;")
+            await self._db.script(f"BEGIN;\n{script}\nPRAGMA user_version={n};\nCOMMIT;")
 
     async def schema_version(self) -> int:
-        async with self._db.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
+        row = await self._db.fetchone("PRAGMA user_version")
         return int(row[0]) if row else 0
 
-    # -- jobs -------------------------------------------------------------------------------------
+    async def columns(self) -> list[str]:
+        """The jobs table's columns, in order (a test holds them to `core.job.FIELDS`)."""
+        return [str(r["name"]) for r in await self._db.fetchall("PRAGMA table_info(jobs)")]
+
+    # -- jobs: reads --------------------------------------------------------------------------------
 
     async def add_job(
         self,
@@ -394,62 +272,33 @@ class Store:
             land=land,
         )
         values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
-        async with self._transaction():
-            cur = await self._db.execute(
-                f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values
-            )
-            job_id = cur.lastrowid
-            assert job_id is not None
-            self._changed.add(job_id)
-            self._stale_json.add(job_id)
-            await self._event(job_id, "enqueued", {"state": "queued"}, now)
-            if ticket is not None:
-                await self._db.execute(
-                    "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
-                    (ticket[0], repo, ticket[1], job_id, now),
-                )
+        job_id = await self._db.call(_add_job_sync, values, ticket, repo, now)
+        self._changed.add(job_id)
+        self._stale_json.add(job_id)
         return replace(job, id=job_id)
 
     async def ticket_job(self, key: str) -> int | None:
         """The job a ticket key already queued, if any."""
-        async with self._db.execute("SELECT job_id FROM tickets WHERE key = ?", (key,)) as cur:
-            row = await cur.fetchone()
+        row = await self._db.fetchone("SELECT job_id FROM tickets WHERE key = ?", (key,))
         return int(row[0]) if row else None
 
     async def ticket_jobs(self, repo: str, ticket: str) -> list[int]:
         """Every job queued for this ticket id in this repository, oldest first."""
-        async with self._db.execute(
+        rows = await self._db.fetchall(
             "SELECT job_id FROM tickets WHERE repo = ? AND ticket = ? ORDER BY at, job_id", (repo, ticket)
-        ) as cur:
-            rows = await cur.fetchall()
+        )
         return [int(r[0]) for r in rows]
 
-    @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[None]:
-        async with self._tx:
-            await self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                await self._db.execute("ROLLBACK")
-                raise
-            await self._db.execute("COMMIT")
-
     async def get(self, job_id: int) -> Job | None:
-        async with self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)) as cur:
-            row = await cur.fetchone()
+        row = await self._db.fetchone("SELECT * FROM jobs WHERE id = ?", (job_id,))
         return _row_to_job(row) if row else None
 
     async def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
-        args: tuple[str, ...] = ()
         if states is None:
-            sql = "SELECT * FROM jobs ORDER BY id"
+            rows = await self._db.fetchall("SELECT * FROM jobs ORDER BY id")
         else:
-            names = tuple(str(s) for s in states)
-            sql = f"SELECT * FROM jobs WHERE state IN ({', '.join('?' * len(names))}) ORDER BY id"
-            args = names
-        async with self._db.execute(sql, args) as cur:
-            rows = await cur.fetchall()
+            names = tuple(sorted(str(s) for s in states))
+            rows = await self._db.fetchall(f"SELECT * FROM jobs WHERE state IN ({_in(names)}) ORDER BY id", names)
         return [_row_to_job(r) for r in rows]
 
     async def jobs_json(self, states: Iterable[JobState] | None = None) -> list[tuple[int, str, str, str]]:
@@ -467,38 +316,29 @@ class Store:
     async def _jobs_json(self, states: Iterable[JobState] | None) -> list[tuple[int, str, str, str]]:
         stale, self._stale_json = self._stale_json, set()
         if self._json is None:
-            rendered = {row[0]: row[1:] for row in await self._render_json("", ())}
+            rendered = {row[0]: row[1:] for row in await self._render_json(None)}
             self._json = rendered if len(rendered) <= JSON_CACHE_MAX else None
         elif stale:
-            wanted = sorted(stale)
-            for i in range(0, len(wanted), 500):  # SQLite caps the number of bound parameters
-                chunk = wanted[i : i + 500]
-                fresh = {
-                    row[0]: row[1:]
-                    for row in await self._render_json(f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
-                }
-                for job_id in chunk:
-                    if job_id in fresh:
-                        self._json[job_id] = fresh[job_id]
-                    else:
-                        self._json.pop(job_id, None)  # deleted
+            fresh = {row[0]: row[1:] for row in await self._render_json(sorted(stale))}
+            for job_id in stale:
+                if job_id in fresh:
+                    self._json[job_id] = fresh[job_id]
+                else:
+                    self._json.pop(job_id, None)  # deleted
             if any(a > b for a, b in itertools.pairwise(self._json)):  # ids are new at the end; keep id order
                 self._json = dict(sorted(self._json.items()))
         names = None if states is None else {str(s) for s in states}
         rows = self._json if self._json is not None else rendered
         return [(i, *row) for i, row in rows.items() if names is None or row[0] in names]
 
-    async def _render_json(self, where: str, args: Sequence[Any]) -> list[tuple[int, str, str, str]]:
-        async with self._db.execute(_JOB_JSON + where, tuple(args)) as cur:
-            rows = await cur.fetchall()
+    async def _render_json(self, ids: list[int] | None) -> list[tuple[int, str, str, str]]:
+        rows = await self._db.call(_render_json_sync, ids)
         return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in sorted(rows, key=lambda r: int(r[0]))]
 
     async def count(self, states: Iterable[JobState]) -> int:
         """How many jobs are in these states (without reading them)."""
-        names = tuple(str(s) for s in states)
-        sql = f"SELECT count(*) FROM jobs WHERE state IN ({', '.join('?' * len(names))})"
-        async with self._db.execute(sql, names) as cur:
-            row = await cur.fetchone()
+        names = tuple(sorted(str(s) for s in states))
+        row = await self._db.fetchone(f"SELECT count(*) FROM jobs WHERE state IN ({_in(names)})", names)
         return int(row[0]) if row else 0
 
     def take_changed(self) -> set[int]:
@@ -508,198 +348,82 @@ class Store:
 
     async def get_many(self, ids: Iterable[int]) -> list[Job]:
         """These jobs (missing ids are left out), by id."""
-        wanted = sorted(set(ids))
-        out: list[Job] = []
-        for i in range(0, len(wanted), 500):  # SQLite caps the number of bound parameters
-            chunk = wanted[i : i + 500]
-            sql = f"SELECT * FROM jobs WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id"
-            async with self._db.execute(sql, chunk) as cur:
-                out += [_row_to_job(r) for r in await cur.fetchall()]
-        return out
+        return [_row_to_job(r) for r in await self._db.call(_get_many_sync, sorted(set(ids)))]
 
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The current state of each of these jobs (missing ids are left out)."""
-        wanted = sorted(set(ids))
-        if not wanted:
-            return {}
-        sql = f"SELECT id, state FROM jobs WHERE id IN ({', '.join('?' * len(wanted))})"
-        async with self._db.execute(sql, wanted) as cur:
-            rows = await cur.fetchall()
+        rows = await self._db.call(_states_sync, sorted(set(ids)))
         return {int(r["id"]): JobState(r["state"]) for r in rows}
 
-    async def update(
-        self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
-    ) -> Job:
-        """Change fields of a job and append one event, in one transaction, before anyone acts on it."""
-        row = await self._write([Write(job_id, fields, event, data)], changed=True, read=job_id)
-        if row is None:
-            raise KeyError(job_id)
-        return _row_to_job(row)
+    # -- jobs: guarded writes -------------------------------------------------------------------------
 
-    async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> None:
-        """Several jobs' changes and events in one transaction (a scheduler round's batch).
+    async def transition(
+        self,
+        job_id: int,
+        expect: Collection[JobState],
+        to: JobState,
+        event: str,
+        *,
+        data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Job | None:
+        """Move a job from one of `expect` to `to`, with `fields` and one event, in one transaction: the only
+        writer of a job's state. None (nothing written) when the job is no longer in `expect`: the caller acted
+        on a read that is stale, and backs off."""
+        sources = lifecycle.check(expect, to)
+        _check_fields(fields)
+        rows = await self._write([Write(job_id, fields, event, data, sources, to)])
+        return _row_to_job(rows[0]) if rows[0] is not None else None
+
+    async def update(
+        self,
+        job_id: int,
+        expect: Collection[JobState],
+        *,
+        event: str | None = None,
+        data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Job | None:
+        """Change fields of a job (never its state) and append one event, in one transaction, while the job is
+        in one of `expect`; None (nothing written) when it is not."""
+        if not expect:
+            raise ValueError("an update must expect at least one state")
+        _check_fields(fields)
+        rows = await self._write([Write(job_id, fields, event, data, frozenset(expect))])
+        return _row_to_job(rows[0]) if rows[0] is not None else None
+
+    async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> list[int]:
+        """Several jobs' guarded writes in one transaction (a scheduler round's batch): the ids written.
 
         `changed=False`: the writer needs not see these jobs again in `take_changed` (a round's own
         deferral reasons, which it keeps in memory; re-reading thousands of them made the next round slow).
         """
-        await self._write(writes, changed=changed, read=None)
-
-    async def _write(self, writes: Sequence[Write], *, changed: bool, read: int | None) -> sqlite3.Row | None:
-        """The writes in one transaction, and the row of job `read` after them, in ONE call to the database
-        thread (a call per statement cost each job's every state change a dozen thread hand-offs)."""
         for w in writes:
-            unknown = set(w.fields) - set(_COLUMNS)
-            if unknown:
-                raise ValueError(f"unknown job fields: {sorted(unknown)}")
-        async with self._tx:
-            self._stale_json.update(w.job_id for w in writes)
-            if changed:
-                self._changed.update(w.job_id for w in writes)
-            # aiosqlite's own way to run a function on its connection's thread (as its execute_fetchall does).
-            return await self._db._execute(self._write_sync, writes, time.time(), read)
+            _check_fields(w.fields)
+            if w.to is not None:
+                lifecycle.check(w.expect, w.to)
+            elif not w.expect:
+                raise ValueError("an update must expect at least one state")
+        rows = await self._write(writes, changed=changed)
+        return [w.job_id for w, row in zip(writes, rows, strict=True) if row is not None]
 
-    def _write_sync(self, writes: Sequence[Write], now: float, read: int | None) -> sqlite3.Row | None:
-        """Runs on the database thread: BEGIN IMMEDIATE, the updates and events, COMMIT (ROLLBACK on error)."""
-        conn = self._db._conn
-        with _sync_transaction(conn):
-            for w in writes:
-                if w.fields:
-                    sets = ", ".join(f"{k} = ?" for k in w.fields)
-                    conn.execute(
-                        f"UPDATE jobs SET {sets} WHERE id = ?",
-                        [*(_encode(k, v) for k, v in w.fields.items()), w.job_id],
-                    )
-                if w.event:
-                    payload = dict(w.data or {})
-                    if "state" in w.fields:
-                        payload.setdefault("state", str(w.fields["state"]))
-                    conn.execute(_EVENT_SQL, (w.job_id, now, w.event, json.dumps(payload, default=str)))
-        if read is None:
-            return None
-        row: sqlite3.Row | None = conn.execute("SELECT * FROM jobs WHERE id = ?", (read,)).fetchone()
-        return row
+    async def _write(self, writes: Sequence[Write], *, changed: bool = True) -> list[sqlite3.Row | None]:
+        """The writes in one transaction, in ONE call to the database thread (a call per statement cost each
+        job's every state change a dozen thread hand-offs)."""
+        rows = await self._db.call(_write_sync, writes, time.time())
+        for w, row in zip(writes, rows, strict=True):
+            if row is not None:
+                self._stale_json.add(w.job_id)
+                if changed or w.to is not None:
+                    self._changed.add(w.job_id)
+        return rows
 
-    async def delete_job(self, job_id: int) -> None:
-        """Forget an ended job: its record and its history (`orchestrator clean`)."""
-        async with self._transaction():
-            self._changed.add(job_id)
-            self._stale_json.add(job_id)
-            await self._db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
-            await self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-
-    # -- run-time controls (pause, per-repo slot limits) ---------------------------------------
-
-    async def controls(self) -> dict[str, tuple[bool, int | None]]:
-        """Every control scope (a repo path, or `*` for all) → (paused, slot limit or None)."""
-        async with self._db.execute("SELECT scope, paused, slots FROM controls") as cur:
-            rows = await cur.fetchall()
-        return {r["scope"]: (bool(r["paused"]), r["slots"]) for r in rows}
-
-    async def set_control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
-        """Set a scope's pause flag and/or slot limit (`slots=None` clears the limit; False leaves it)."""
-        async with self._transaction():
-            await self._db.execute("INSERT OR IGNORE INTO controls (scope) VALUES (?)", (scope,))
-            if paused is not None:
-                await self._db.execute("UPDATE controls SET paused = ? WHERE scope = ?", (int(paused), scope))
-            if slots is not False:
-                await self._db.execute("UPDATE controls SET slots = ? WHERE scope = ?", (slots, scope))
-            await self._db.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
-
-    async def _event(self, job_id: int, kind: str, data: dict[str, Any], at: float) -> None:
-        await self._db.execute(
-            _EVENT_SQL,
-            (job_id, at, kind, json.dumps(data, default=str)),
-        )
-
-    async def events(self, job_id: int) -> list[dict[str, Any]]:
-        async with self._db.execute(
-            "SELECT at, kind, data FROM job_events WHERE job_id = ? ORDER BY id", (job_id,)
-        ) as cur:
-            rows = await cur.fetchall()
-        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
-
-    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
-        """(job id, data) of every event of one kind, oldest first (e.g. `overlap` for calibration)."""
-        async with self._db.execute("SELECT job_id, data FROM job_events WHERE kind = ? ORDER BY id", (kind,)) as cur:
-            rows = await cur.fetchall()
-        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
-
-    # -- planning evidence ------------------------------------------------------------------------
-
-    async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
-        """A repository's cached change history: (the head it was mined to, its changes), or None."""
-        async with self._db.execute("SELECT head, changes FROM plan_history WHERE repo = ?", (repo,)) as cur:
-            row = await cur.fetchone()
-        return (row["head"], json.loads(row["changes"])) if row else None
-
-    async def save_plan_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
-        async with self._transaction():
-            await self._db.execute(
-                "INSERT INTO plan_history (repo, head, changes, at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
-                (repo, head, json.dumps(changes), time.time()),
-            )
-
-    # -- process groups ---------------------------------------------------------------------------
-
-    async def own_process(self, group: Group, job_id: int | None = None) -> None:
-        """Record a process group before it may run (see `runners.process`)."""
-        async with self._transaction():
-            await self._db.execute(
-                "INSERT OR REPLACE INTO processes (pgid, start_time, boot_id, job_id, what, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time()),
-            )
-
-    async def disown_process(self, group: Group) -> None:
-        async with self._transaction():
-            await self._db.execute(
-                "DELETE FROM processes WHERE pgid = ? AND start_time = ?", (group.pgid, group.start_time)
-            )
-
-    async def processes(self) -> list[tuple[Group, int | None]]:
-        """Every recorded process group, with the job it ran for."""
-        async with self._db.execute("SELECT * FROM processes ORDER BY started_at") as cur:
-            rows = await cur.fetchall()
-        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
-
-    # -- landing journal --------------------------------------------------------------------------
-
-    async def journal_begin(self, intent: Intent) -> int:
-        async with self._transaction():
-            cur = await self._db.execute(
-                "INSERT INTO landing_journal (job_id, repo, branch, old, new, checkouts, at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    intent.job_id,
-                    intent.repo,
-                    intent.branch,
-                    intent.old,
-                    intent.new,
-                    json.dumps(list(intent.checkouts)),
-                    intent.at,
-                ),
-            )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
-    async def journal_end(self, entry: int) -> None:
-        async with self._transaction():
-            await self._db.execute("DELETE FROM landing_journal WHERE id = ?", (entry,))
-
-    async def journal_open(self) -> list[tuple[int, Intent]]:
-        """Landings whose checkouts were not level again when the daemon stopped, oldest first."""
-        async with self._db.execute("SELECT * FROM landing_journal ORDER BY id") as cur:
-            rows = await cur.fetchall()
-        return [
-            (
-                r["id"],
-                Intent(
-                    r["repo"], r["branch"], r["old"], r["new"], tuple(json.loads(r["checkouts"])), r["job_id"], r["at"]
-                ),
-            )
-            for r in rows
-        ]
+    async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
+        """Forget an ended job (`orchestrator clean`): its record and its history, if it is in one of `expect`."""
+        done = await self._db.call(_delete_sync, job_id, sorted(str(s) for s in expect))
+        self._changed.add(job_id)
+        self._stale_json.add(job_id)
+        return done
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash: running jobs become interrupted, planning ones go back to the queue.
@@ -710,79 +434,249 @@ class Store:
         running = [j.id for j in await self.jobs([JobState.RUNNING])]
         planning = [j.id for j in await self.jobs([JobState.PLANNING])]
         for job_id in running:
-            await self.update(
+            await self.transition(
                 job_id,
-                state=JobState.INTERRUPTED,
-                reason="the daemon stopped while this job ran; `orchestrator retry` runs it again",
-                code="Interrupted",
-                event="interrupted",
+                {JobState.RUNNING},
+                JobState.INTERRUPTED,
+                "interrupted",
+                reason="the daemon stopped while this job ran; it keeps its place: `orchestrator retry` runs it "
+                "again, `orchestrator cancel` gives its place up",
+                code=Code.INTERRUPTED,
             )
         for job_id in planning:
-            await self.update(job_id, state=JobState.QUEUED, event="requeued", data={"why": "daemon restarted"})
+            await self.transition(
+                job_id, {JobState.PLANNING}, JobState.QUEUED, "requeued", data={"why": "daemon restarted"}
+            )
         landing = [j.id for j in await self.jobs([JobState.LANDING])]
         return {"interrupted": running, "requeued": planning, "landing": landing}
+
+    # -- run-time controls (pause, per-repo slot limits) ---------------------------------------
+
+    async def controls(self) -> dict[str, tuple[bool, int | None]]:
+        """Every control scope (a repo path, or `*` for all) → (paused, slot limit or None)."""
+        rows = await self._db.fetchall("SELECT scope, paused, slots FROM controls")
+        return {r["scope"]: (bool(r["paused"]), r["slots"]) for r in rows}
+
+    async def set_control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
+        """Set a scope's pause flag and/or slot limit (`slots=None` clears the limit; False leaves it)."""
+        await self._db.call(_set_control_sync, scope, paused, slots)
+
+    async def events(self, job_id: int) -> list[dict[str, Any]]:
+        rows = await self._db.fetchall("SELECT at, kind, data FROM job_events WHERE job_id = ? ORDER BY id", (job_id,))
+        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
+        """(job id, data) of every event of one kind, oldest first (e.g. `overlap` for calibration)."""
+        rows = await self._db.fetchall("SELECT job_id, data FROM job_events WHERE kind = ? ORDER BY id", (kind,))
+        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
+
+    # -- planning evidence ------------------------------------------------------------------------
+
+    async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
+        """A repository's cached change history: (the head it was mined to, its changes), or None."""
+        row = await self._db.fetchone("SELECT head, changes FROM plan_history WHERE repo = ?", (repo,))
+        return (row["head"], json.loads(row["changes"])) if row else None
+
+    async def save_plan_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
+        await self._db.execute(
+            "INSERT INTO plan_history (repo, head, changes, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
+            (repo, head, json.dumps(changes), time.time()),
+        )
+
+    # -- process groups ---------------------------------------------------------------------------
+
+    async def own_process(self, group: Group, job_id: int | None = None) -> None:
+        """Record a process group before it may run (see `runners.process`)."""
+        await self._db.execute(
+            "INSERT OR REPLACE INTO processes (pgid, start_time, boot_id, job_id, what, started_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time()),
+        )
+
+    async def disown_process(self, group: Group) -> None:
+        await self._db.execute(
+            "DELETE FROM processes WHERE pgid = ? AND start_time = ?", (group.pgid, group.start_time)
+        )
+
+    async def processes(self) -> list[tuple[Group, int | None]]:
+        """Every recorded process group, with the job it ran for."""
+        rows = await self._db.fetchall("SELECT * FROM processes ORDER BY started_at")
+        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
+
+    # -- landing journal --------------------------------------------------------------------------
+
+    async def journal_begin(self, intent: Intent) -> int:
+        return await self._db.execute(
+            "INSERT INTO landing_journal (job_id, repo, branch, old, new, checkouts, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                intent.job_id,
+                intent.repo,
+                intent.branch,
+                intent.old,
+                intent.new,
+                json.dumps(list(intent.checkouts)),
+                intent.at,
+            ),
+        )
+
+    async def journal_end(self, entry: int) -> None:
+        await self._db.execute("DELETE FROM landing_journal WHERE id = ?", (entry,))
+
+    async def journal_open(self) -> list[tuple[int, Intent]]:
+        """Landings whose checkouts were not level again when the daemon stopped, oldest first."""
+        rows = await self._db.fetchall("SELECT * FROM landing_journal ORDER BY id")
+        return [
+            (
+                r["id"],
+                Intent(
+                    r["repo"], r["branch"], r["old"], r["new"], tuple(json.loads(r["checkouts"])), r["job_id"], r["at"]
+                ),
+            )
+            for r in rows
+        ]
 
     # -- chat: sessions, messages, memories (the chat plane's; nothing else reads them) --------------
 
     async def add_message(self, session: str, role: str, content: str) -> int:
         """Append one message to a session's history (the session is created on its first message)."""
-        async with self._tx:
-            return await self._db._execute(self._add_message_sync, session, role, content, time.time())
+        return await self._db.call(_add_message_sync, session, role, content, time.time())
 
-    def _add_message_sync(self, session: str, role: str, content: str, now: float) -> int:
-        conn = self._db._conn
-        with _sync_transaction(conn):
-            conn.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session, now))
-            cur = conn.execute(
-                "INSERT INTO messages (session_id, role, content, at) VALUES (?, ?, ?, ?)",
-                (session, role, content, now),
-            )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
-    async def open_turn(self, session: str, text: str, history: int, memories: int = 50) -> tuple[
-        list[dict[str, Any]], list[str]
-    ]:
+    async def open_turn(
+        self, session: str, text: str, history: int, memories: int = 50
+    ) -> tuple[list[dict[str, Any]], list[str]]:
         """A new user message: the session's last `history` messages and its memories (as before the message),
         then the message stored, in ONE call to the database thread (a burst of turns would otherwise spend
         the daemon's loop on thread hand-offs while other sessions wait for their acknowledgement)."""
-        async with self._tx:
-            return await self._db._execute(self._open_turn_sync, session, text, history, memories, time.time())
-
-    def _open_turn_sync(
-        self, session: str, text: str, history: int, memories: int, now: float
-    ) -> tuple[list[dict[str, Any]], list[str]]:
-        conn = self._db._conn
-        rows = conn.execute(_HISTORY_SQL, (session, history)).fetchall()
-        mems = conn.execute(_MEMORIES_SQL, (session, memories)).fetchall()
-        self._add_message_sync(session, "user", text, now)
-        return [dict(r) for r in reversed(rows)], [r["content"] for r in mems]
+        return await self._db.call(_open_turn_sync, session, text, history, memories, time.time())
 
     async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
         """The session's last `limit` messages, oldest first: `id, role, content, at, extracted`."""
-        async with self._db.execute(_HISTORY_SQL, (session, limit)) as cur:
-            rows = await cur.fetchall()
-        return [dict(r) for r in reversed(list(rows))]
+        rows = await self._db.fetchall(_HISTORY_SQL, (session, limit))
+        return [dict(r) for r in reversed(rows)]
 
     async def unextracted(self, session: str) -> list[dict[str, Any]]:
         """Messages whose memories have not been extracted yet, oldest first."""
-        async with self._db.execute(
+        rows = await self._db.fetchall(
             "SELECT id, role, content, at FROM messages WHERE session_id = ? AND extracted = 0 ORDER BY id", (session,)
-        ) as cur:
-            return [dict(r) for r in await cur.fetchall()]
+        )
+        return [dict(r) for r in rows]
+
+    async def unextracted_sessions(self) -> list[str]:
+        """Sessions with messages whose memories have not been extracted yet (after a restart: to resume)."""
+        rows = await self._db.fetchall("SELECT DISTINCT session_id FROM messages WHERE extracted = 0")
+        return [r[0] for r in rows]
 
     async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
         """Store extracted memories and mark the session's messages up to `upto` as extracted, atomically."""
-        now = time.time()
-        async with self._transaction():
-            await self._db.executemany(
-                "INSERT INTO memories (session_id, content, at) VALUES (?, ?, ?)", [(session, m, now) for m in memories]
-            )
-            await self._db.execute(
-                "UPDATE messages SET extracted = 1 WHERE session_id = ? AND id <= ?", (session, upto)
-            )
+        await self._db.call(_remember_sync, session, upto, list(memories), time.time())
 
     async def memories(self, session: str, limit: int = 50) -> list[str]:
         """The session's memories, newest first."""
-        async with self._db.execute(_MEMORIES_SQL, (session, limit)) as cur:
-            return [r["content"] for r in await cur.fetchall()]
+        return [r["content"] for r in await self._db.fetchall(_MEMORIES_SQL, (session, limit))]
+
+
+# -- on the database thread ----------------------------------------------------------------------------
+
+
+def _pragmas(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=5000")
+
+
+def _add_job_sync(
+    conn: sqlite3.Connection, values: list[Any], ticket: tuple[str, str | None] | None, repo: str, now: float
+) -> int:
+    with transaction(conn):
+        cur = conn.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({_in(_COLUMNS)})", values)
+        job_id = cur.lastrowid
+        assert job_id is not None
+        conn.execute(_EVENT_SQL, (job_id, now, "enqueued", json.dumps({"state": "queued"})))
+        if ticket is not None:
+            conn.execute(
+                "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
+                (ticket[0], repo, ticket[1], job_id, now),
+            )
+    return job_id
+
+
+_CHUNK = 500
+"""Bound parameters per statement (SQLite caps them)."""
+
+
+def _get_many_sync(conn: sqlite3.Connection, wanted: list[int]) -> list[sqlite3.Row]:
+    out: list[sqlite3.Row] = []
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i : i + _CHUNK]
+        out += conn.execute(f"SELECT * FROM jobs WHERE id IN ({_in(chunk)}) ORDER BY id", chunk).fetchall()
+    return out
+
+
+def _states_sync(conn: sqlite3.Connection, wanted: list[int]) -> list[sqlite3.Row]:
+    out: list[sqlite3.Row] = []
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i : i + _CHUNK]
+        out += conn.execute(f"SELECT id, state FROM jobs WHERE id IN ({_in(chunk)})", chunk).fetchall()
+    return out
+
+
+def _render_json_sync(conn: sqlite3.Connection, ids: list[int] | None) -> list[sqlite3.Row]:
+    if ids is None:
+        return conn.execute(_JOB_JSON).fetchall()
+    out: list[sqlite3.Row] = []
+    for i in range(0, len(ids), _CHUNK):
+        chunk = ids[i : i + _CHUNK]
+        out += conn.execute(f"{_JOB_JSON} WHERE id IN ({_in(chunk)})", chunk).fetchall()
+    return out
+
+
+def _delete_sync(conn: sqlite3.Connection, job_id: int, expect: list[str]) -> bool:
+    with transaction(conn):
+        row = conn.execute(
+            f"SELECT id FROM jobs WHERE id = ? AND state IN ({_in(expect)})", [job_id, *expect]
+        ).fetchone()
+        if row is None:
+            return False
+        conn.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
+        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+    return True
+
+
+def _set_control_sync(conn: sqlite3.Connection, scope: str, paused: bool | None, slots: int | bool | None) -> None:
+    with transaction(conn):
+        conn.execute("INSERT OR IGNORE INTO controls (scope) VALUES (?)", (scope,))
+        if paused is not None:
+            conn.execute("UPDATE controls SET paused = ? WHERE scope = ?", (int(paused), scope))
+        if slots is not False:
+            conn.execute("UPDATE controls SET slots = ? WHERE scope = ?", (slots, scope))
+        conn.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
+
+
+def _add_message_sync(conn: sqlite3.Connection, session: str, role: str, content: str, now: float) -> int:
+    with transaction(conn):
+        conn.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)", (session, now))
+        cur = conn.execute(
+            "INSERT INTO messages (session_id, role, content, at) VALUES (?, ?, ?, ?)",
+            (session, role, content, now),
+        )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def _open_turn_sync(
+    conn: sqlite3.Connection, session: str, text: str, history: int, memories: int, now: float
+) -> tuple[list[dict[str, Any]], list[str]]:
+    rows = conn.execute(_HISTORY_SQL, (session, history)).fetchall()
+    mems = conn.execute(_MEMORIES_SQL, (session, memories)).fetchall()
+    _add_message_sync(conn, session, "user", text, now)
+    return [dict(r) for r in reversed(rows)], [r["content"] for r in mems]
+
+
+def _remember_sync(conn: sqlite3.Connection, session: str, upto: int, memories: list[str], now: float) -> None:
+    with transaction(conn):
+        conn.executemany(
+            "INSERT INTO memories (session_id, content, at) VALUES (?, ?, ?)", [(session, m, now) for m in memories]
+        )
+        conn.execute("UPDATE messages SET extracted = 1 WHERE session_id = ? AND id <= ?", (session, upto))

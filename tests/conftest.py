@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -110,3 +110,23 @@ def pg_url(postgres, request) -> str:
 
     name = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:8]
     return postgres.create_database(name)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """`small_fs("2m")`: a fresh tmpfs of that size under `tmp_path` for tests of a full disk, unmounted at the end
+    (mounting needs root: the test is skipped, saying so, without it)."""
+    made: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"fs{len(made)}"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"mounting a small tmpfs needs root (mount: {done.stderr.decode().strip()})")
+        made.append(where)
+        return where
+
+    yield mount
+    for where in made:
+        subprocess.run(["umount", "-l", str(where)], check=False)

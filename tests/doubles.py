@@ -5,16 +5,34 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
+from typing import Any, TypeVar
 
 from orchestrator.doubles.anthropic import AnthropicDouble, Script
+from orchestrator.doubles.openai import OpenAIDouble
+from orchestrator.doubles.openai import Script as ChatScript
+
+D = TypeVar("D", bound="AbstractAsyncContextManager[Any]")
 
 
 @contextmanager
 def anthropic_double(script: Script) -> Iterator[AnthropicDouble]:
     """An `AnthropicDouble` serving on 127.0.0.1 from a background event loop for the `with` block."""
+    with served(AnthropicDouble(script)) as double:
+        yield double
+
+
+@contextmanager
+def openai_double(script: ChatScript, models: tuple[str, ...] = ("gpt-double",)) -> Iterator[OpenAIDouble]:
+    """An `OpenAIDouble` (chat completions) serving on 127.0.0.1 for the `with` block."""
+    with served(OpenAIDouble(script, models=models)) as double:
+        yield double
+
+
+@contextmanager
+def served(double: D) -> Iterator[D]:
+    """Any protocol double, entered on a background event loop of its own for the `with` block."""
     loop = asyncio.new_event_loop()
-    double = AnthropicDouble(script)
     ready = threading.Event()
     stop: asyncio.Event | None = None
 

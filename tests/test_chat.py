@@ -59,7 +59,7 @@ async def test_memory_from_one_turn_reaches_a_later_turns_prompt(daemon_factory,
 async def test_turn_holds_its_slot_from_classification_through_reply(daemon_factory, doubles, tmp_path: Path) -> None:
     """With one gate slot, no other call reaches the server between a turn's classification and its reply."""
     ol = doubles("--parallel", "4")
-    d = chat_daemon(daemon_factory, tmp_path, ol.url, parallel=1, extract_idle=60.0)
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, parallel=1, extract_idle=60.0, classify="model")
     results = await asyncio.gather(*(turn(d.socket, f"s{i}", f"s{i}: tell me about rivers") for i in range(4)))
     assert all(s == 200 and e[-1]["event"] == "done" for s, e in results)
     calls = [(_session_of(r), "classify" if r["format"] else "reply") for r in ol.requests()]
@@ -171,7 +171,9 @@ def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
     binary = cache / "bin" / "llama-server"
     binary.write_text(f'#!/bin/sh\nexec {sys.executable} {fake} "$@"\n')
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
-    (cache / "model.gguf").write_bytes(b"GGUF")
+    from orchestrator.bench.llama_server import MODEL_FILE
+
+    (cache / MODEL_FILE).write_bytes(b"GGUF")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     env.pop("ORCHESTRATOR_LLAMA_SERVER", None)
     out = subprocess.run(

@@ -196,3 +196,12 @@ def test_split_mergeable_extra_globs() -> None:
 def test_ambiguity(claim: Claim, reason: str | None) -> None:
     """Empty, root-wide and low-confidence claims are ambiguous, with a short human reason."""
     assert ambiguity(claim, Policy(min_confidence=0.5)) == reason
+
+
+def test_outside_is_what_a_job_touched_that_no_claimed_path_covers():
+    """Files under a claimed dir or matching a claimed pattern are inside; anything else is outside."""
+    from orchestrator.core.claims import outside
+
+    touched = {"src/a.py", "src/sub/b.py", "docs/x.md", "zeta.txt", "tests/test_a.py"}
+    assert outside(touched, {"src/", "tests/*.py"}) == {"docs/x.md", "zeta.txt"}
+    assert outside(touched, {""}) == frozenset()  # the root holds everything

@@ -163,9 +163,9 @@ def test_the_concurrency_limit_holds_under_20_jobs(make_repo, daemon_factory, tm
         ids = [
             c.enqueue(repo=str(repo), text=f"job {i}", runner="claude", paths=[f"f{i}.txt"])["id"] for i in range(20)
         ]
-        assert d.cli("wait", *map(str, ids), "--timeout", "120").returncode == 0
+        assert d.cli("wait", *map(str, ids), "--timeout", "120").returncode == 5  # each changed nothing
     states = {j["state"] for j in (d.cli_json("show", str(i)) for i in ids)}
-    assert states == {"landed"}
+    assert states == {"unchanged"}
     assert len(double.requests) == 20
     assert double.peak_in_flight == 3, double.peak_in_flight
     started = [e for e in d.events() if e["event"] == "job.started"]

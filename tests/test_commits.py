@@ -230,3 +230,18 @@ def test_a_link_swapped_in_while_the_files_are_read_is_never_followed(
     blobs = git(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)")
     secret = pygit2.hash(b"the user's secret\n")
     assert str(secret) not in blobs
+
+
+def test_a_scripts_subject_is_its_leading_comment_or_what_it_runs() -> None:
+    """A shell job's commit subject is its `# comment` line, else `Run `cmd``; a ticket keeps its first line."""
+    from orchestrator.core.job import Job
+    from orchestrator.core.models import JobState
+
+    def subject(text: str, runner: str = "shell", argv: tuple[str, ...] | None = None) -> str:
+        return Job(id=3, repo="/r", branch="main", text=text, runner=runner, argv=argv, state=JobState.QUEUED).subject
+
+    assert subject("echo a > x.txt\necho b >> x.txt") == "Run `echo a > x.txt`"
+    assert subject("#!/bin/sh\n# Regenerate the docs\nmake docs") == "Regenerate the docs"
+    assert subject("x" * 100).endswith("...`") and len(subject("x" * 100)) <= 72
+    assert subject("printf '%s' 'a b'", "fake", ("printf", "%s", "a b")) == "Run `printf '%s' 'a b'`"
+    assert subject("Fix the login form\n\nIt forgets the user.", "claude") == "Fix the login form"

@@ -53,6 +53,9 @@ def test_env_overrides(tmp_path):
         ("[nope]\n", "nope"),
         ("[anthropic]\napi_key = 'x'\n", "anthropic.api_key"),
         ("[jobs\n", "not valid TOML"),
+        ('[repos."/tmp"]\ncheck_timeout = -1\n', "check_timeout"),
+        ('[jobs]\ndefault_runner = "nosuch"\n', "jobs.default_runner"),
+        ("[daemon]\nheader_timeout = 0\n", "daemon.header_timeout"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path, text, key):
@@ -83,3 +86,30 @@ def test_daemon_exits_78_on_invalid_config(tmp_path):
     )
     assert out.returncode == 78
     assert "jobs.per_repo" in out.stderr
+
+
+def test_config_example_runners_and_a_changed_file_needing_a_restart(daemon_factory, tmp_path):
+    """`config example` prints the commented defaults; `runners` lists built-in and configured runners with what
+    they lack; after the file changes, `config show` and `status` say the running daemon needs a restart."""
+    d = daemon_factory(env={"ORCH_TEST_KEY_SET": "x", "ORCH_TEST_KEY_UNSET": ""})
+    example = d.cli("config", "example")
+    assert example.returncode == 0 and example.stdout == config.DEFAULT_TOML
+    (d.home / "config").mkdir(parents=True)
+    cfg = d.home / "config" / "config.toml"
+    cfg.write_text('[runners.fake-cli]\nargv = ["no-such-cli-here", "{prompt}"]\n'
+                   'pass_env = ["ORCH_TEST_KEY_SET", "ORCH_TEST_KEY_UNSET"]\n')  # fmt: skip
+    d.start()
+    shown = d.cli("config", "show")
+    assert shown.returncode == 0 and "restart" not in shown.stderr, shown.stderr
+    listed = {r["name"]: r for r in d.cli_json("runners")}
+    assert {"shell", "replay", "claude", "fake-cli"} <= set(listed) and listed["shell"]["default"]
+    fake = listed["fake-cli"]
+    assert fake["found"] is None and fake["loaded"] is True
+    assert fake["env"] == {"ORCH_TEST_KEY_SET": True, "ORCH_TEST_KEY_UNSET": False}
+    assert "no-such-cli-here: not found on PATH" in d.cli("runners").stdout
+
+    cfg.write_text(cfg.read_text() + "\n[jobs]\nmax_attempts = 2\n")
+    for command in (("config", "show"), ("status",)):
+        out = d.cli(*command)
+        assert out.returncode == 0 and "changed after the running daemon read it: restart" in out.stderr, out.stderr
+    assert d.cli_json("config", "show")["restart_needed"] is True

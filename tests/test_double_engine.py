@@ -169,3 +169,44 @@ def test_closing_the_extractor_starts_no_further_extraction() -> None:
         await engine.close()
 
     run_virtual(run())
+
+
+def test_classify_modes_decide_when_the_model_classifies_a_turn() -> None:
+    """Two turns at once on one slot that the rules cannot classify: `rules` sends only the replies, `idle` lets
+    the model classify only the turn nobody waits behind, `model` classifies both before their replies."""
+    from orchestrator.bench import turns
+    from orchestrator.bench.simulate import EngineBackend, MemStore, _warm
+    from orchestrator.chat.pipeline import ChatPlane
+    from orchestrator.config import ChatConfig, OllamaConfig
+    from orchestrator.llm import ollama
+    from orchestrator.llm.gate import Gate
+
+    class Recording(EngineBackend):
+        def __init__(self, engine: Engine, gate: Gate) -> None:
+            super().__init__(engine, gate)
+            self.calls: list[str] = []
+
+        async def _once(self, messages, format, *rest):  # type: ignore[no-untyped-def, override]
+            if "intent" in messages[-1]["content"]:
+                self.calls.append("classify")
+            elif not format:
+                self.calls.append("reply")  # (extraction calls are not counted)
+            return await super()._once(messages, format, *rest)
+
+    async def run(mode: str) -> tuple[list[str], list[str]]:
+        engine = Engine(replace(PROFILES["seed"], num_parallel=1))
+        await _warm(engine)
+        gate = Gate("virtual", ollama.gate_policy(OllamaConfig(parallel=1)), clock=engine.now)
+        store = MemStore()
+        await turns.seed(store, {"a": 0, "b": 1})
+        backend = Recording(engine, gate)
+        plane = ChatPlane(store, backend, ChatConfig(extract_idle=600.0, classify=mode))
+        qs = [plane.submit(s, turns.prompt(i))[1] for i, s in enumerate(("a", "b"))]
+        sources = [ev["source"] for q in qs async for ev in plane.events(q) if ev["event"] == "intent"]
+        await plane.close()
+        await engine.close()
+        return backend.calls, sources
+
+    assert run_virtual(run("rules")) == (["reply", "reply"], ["default", "default"])
+    assert run_virtual(run("idle")) == (["reply", "classify", "reply"], ["default", "model"])
+    assert run_virtual(run("model")) == (["classify", "reply", "classify", "reply"], ["model", "model"])

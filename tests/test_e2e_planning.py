@@ -121,7 +121,8 @@ def test_plan_command_shows_evidence_and_stats_predict_reports(make_repo, daemon
     named = d.enqueue(repo, "echo more >> src/api.py  # edit src/api.py")
     nothing = d.enqueue(repo, "true  # tidy up")
     out = d.cli("wait", str(named), str(nothing), "--timeout", "60")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 5, out.stderr  # the tidy-up changed nothing: not reported as a success
+    assert d.cli_json("show", str(nothing))["state"] == "unchanged"
     events = d.events()
     notes = [e for e in events if e.get("event") == "plan.note" and e.get("code") == "NamesNothing"]
     assert [e["job_id"] for e in notes] == [nothing]

@@ -56,6 +56,38 @@ def test_aged_background_is_served_before_later_turns() -> None:
     assert decide(policy, [], waiting, now=11.0).grant == (1,)
 
 
+def test_turn_slots_answer_turns_few_at_a_time_and_keep_background_behind() -> None:
+    """With turn_slots 1 of 3 slots, one turn holds a slot at a time; a turn held back by that bound neither lets
+    background in ahead of it nor preempts it; once no turn is about, background fills the slots."""
+    policy = GatePolicy(slots=3, turn_slots=1)
+    waiting = [Waiting(1, I, 0.0), Waiting(2, I, 1.0), Waiting(3, B, 2.0)]
+    assert decide(policy, [], waiting, now=3.0).grant == (1,)
+    held = decide(policy, [Running(9, I), Running(8, B, preemptible=True)], waiting[1:], now=3.0)
+    assert held.grant == () and held.preempt == ()
+    assert decide(policy, [], [Waiting(3, B, 2.0), Waiting(4, B, 2.5)], now=3.0).grant == (3, 4)
+
+
+@given(
+    slots=st.integers(1, 4),
+    turn_slots=st.integers(0, 4),
+    running=st.lists(st.sampled_from([I, B]), max_size=4),
+    waiting=st.lists(st.tuples(st.sampled_from([I, B]), st.floats(0, 100)), max_size=8),
+)
+def test_turns_never_more_than_turn_slots(
+    slots: int, turn_slots: int, running: list[Priority], waiting: list[tuple[Priority, float]]
+) -> None:
+    """Property: interactive leases held after a decision never exceed turn_slots (when set), nor slots."""
+    turn_slots = min(turn_slots, slots)
+    running = running[:slots]
+    r = [Running(i, p, preemptible=True) for i, p in enumerate(running)]
+    w = [Waiting(100 + i, p, t) for i, (p, t) in enumerate(waiting)]
+    d = decide(GatePolicy(slots=slots, turn_slots=turn_slots, aging_s=1e9), r, w, now=200.0)
+    kinds = {x.id: x.priority for x in w}
+    turns = sum(1 for p in running if p is I) + sum(1 for g in d.grant if kinds[g] is I)
+    assert turns <= max(turn_slots or slots, sum(1 for p in running if p is I))
+    assert len(d.grant) <= slots - len(r)
+
+
 @given(
     slots=st.integers(1, 4),
     running=st.lists(st.sampled_from([I, B]), max_size=4),
@@ -158,3 +190,24 @@ async def test_turn_preempts_running_background_and_background_resumes() -> None
     await asyncio.wait_for(bg, 5)
     assert order == ["preempted", "turn", "background"]
     assert gate.preemptions == 1
+
+
+async def test_background_waiters_never_take_the_room_of_turns() -> None:
+    """Each class has its own queue bound: background calls queued past `max_queue` refuse only background,
+    and an arriving turn still queues (and is served first)."""
+    gate = Gate("t", GatePolicy(slots=1, max_queue=2))
+    held = await gate.acquire(I, session="a")
+    background = [asyncio.create_task(gate.acquire(B)) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(Busy):
+        await asyncio.wait_for(gate.acquire(B), 1)
+    assert gate.refusal(I) is None
+    turn = asyncio.create_task(gate.acquire(I, session="b"))
+    await asyncio.sleep(0)
+    assert gate.queued_of(I) == 1 and gate.queued_of(B) == 2
+    gate.release(held)
+    got = await asyncio.wait_for(turn, 1)
+    assert got.priority is I and not any(t.done() for t in background)
+    gate.release(got)
+    for t in background:
+        gate.release(await asyncio.wait_for(t, 1))

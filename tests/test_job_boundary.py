@@ -259,7 +259,8 @@ def test_the_key_is_in_no_file_the_job_can_read(make_repo, daemon_factory, tmp_p
 mv "$TMPDIR/found" found.txt
 """
     job = d.enqueue(repo, text, "--path", "found.txt")
-    assert d.cli("wait", str(job), str(other), "--timeout", "60").returncode == 0
+    assert d.cli("wait", str(job), str(other), "--timeout", "60").returncode == 5  # `other` changes nothing
+    assert d.cli_json("show", str(job))["state"] == "landed"
     found = subprocess.run(["git", "show", "main:found.txt"], cwd=repo, capture_output=True, check=True).stdout
     assert KEY.encode() not in found and secret_text.encode() not in found
     assert int(found.splitlines()[0]) <= 8, "only the job's own processes are visible"
@@ -318,17 +319,17 @@ def test_no_process_of_a_sandboxed_job_outlives_it(make_repo, daemon_factory):
     dies with its first process, so none writes afterwards and none is left running."""
     repo = make_repo()
     d = daemon(daemon_factory, "bwrap").start()
-    tag = f"leftover-{secrets.token_hex(4)}"
+    tag = f"{secrets.randbelow(900) + 100}.{secrets.randbelow(10**6)}"  # a sleep no other process has
     text = f"""
 ( setsid env -i PATH="$PATH" sh -c 'sleep 1; echo late > "$0"/late.txt' "$TMPDIR" & )
-( ( exec -a {tag} sleep 30 ) & )
+( setsid env -i sleep {tag} & )
 echo now > now.txt
 """
     job = d.enqueue(repo, text, "--path", "now.txt")
     assert d.cli("wait", str(job), "--timeout", "60").returncode == 0
     time.sleep(1.5)
     assert not list((d.home / "state").rglob("late.txt"))
-    assert subprocess.run(["pgrep", "-f", tag], capture_output=True).returncode == 1, "nothing left running"
+    assert subprocess.run(["pgrep", "-f", f"sleep {tag}"], capture_output=True).returncode == 1, "nothing left"
 
 
 @needs_bwrap

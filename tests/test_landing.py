@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.git import landing
+from orchestrator.git import checkouts, landing
 from orchestrator.git.commits import commit_worktree
-from orchestrator.git.landing import LandOutcome, advance, land, land_checked, run_check
+from orchestrator.git.landing import Check, LandOutcome, advance, land, run_check
 from tests.conftest import git, workspace, write
 
 
@@ -29,10 +29,12 @@ class Repo:
     def head(self, branch: str = "main") -> str:
         return git(self.root, "rev-parse", branch)
 
-    def job(self, n: int, files: dict[str, str], base: str | None = None) -> str:
-        """Job `n`'s commit: `files` written in its worktree on `orchestrator/n` from `base`."""
+    def job(self, n: int, files: dict[str, str | None], base: str | None = None) -> str:
+        """Job `n`'s commit: `files` written (None: deleted) in its worktree on `orchestrator/n` from `base`."""
         wt = workspace(self.root, self.tmp / f"wt{n}", base or self.base, f"orchestrator/{n}")
-        write(wt, files)
+        write(wt, {p: t for p, t in files.items() if t is not None})
+        for p in (p for p, t in files.items() if t is None):
+            (wt / p).unlink()
         sha = commit_worktree(wt, message=f"job {n}", job_id=n, base=base or self.base, repo_path=self.root)
         assert sha is not None
         return sha
@@ -58,10 +60,10 @@ def repo(make_repo: Callable[..., Path], tmp_path: Path) -> Repo:
     return Repo(make_repo(), tmp_path)
 
 
-def test_fast_forward(repo: Repo) -> None:
+async def test_fast_forward(repo: Repo) -> None:
     """A job on the current head fast-forwards the branch and the user's clean checkout follows."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
-    result = land(repo.root, "main", job, job_id=1, message="Merge orchestrator job 1: job 1")
+    result = await land(repo.root, "main", job, job_id=1, message="Merge orchestrator job 1: job 1")
     assert (result.outcome, result.sha, result.old_head) == (LandOutcome.LANDED, job, repo.base)
     assert repo.head() == job
     assert repo.read("src/a.py") == "a = 2\n"
@@ -69,11 +71,11 @@ def test_fast_forward(repo: Repo) -> None:
     assert git(repo.root, "reflog", "show", "-1", "--format=%gs", "main") == "orchestrator: land job 1"
 
 
-def test_merge_commit_when_head_moved_elsewhere(repo: Repo) -> None:
+async def test_merge_commit_when_head_moved_elsewhere(repo: Repo) -> None:
     """Head moved in other files: a merge commit holds both changes and the job's commits stay reachable."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     user = repo.user_commit({"README.md": "hello, user\n"})
-    result = land(repo.root, "main", job, job_id=1, message="Merge orchestrator job 1: job 1")
+    result = await land(repo.root, "main", job, job_id=1, message="Merge orchestrator job 1: job 1")
     assert result.outcome is LandOutcome.LANDED and result.old_head == user
     assert repo.head() == result.sha
     assert git(repo.root, "log", "-1", "--format=%P %s") == f"{user} {job} Merge orchestrator job 1: job 1"
@@ -82,22 +84,22 @@ def test_merge_commit_when_head_moved_elsewhere(repo: Repo) -> None:
     assert repo.status() == set()
 
 
-def test_conflict_never_moves_the_ref(repo: Repo) -> None:
+async def test_conflict_never_moves_the_ref(repo: Repo) -> None:
     """A conflicting job lists its paths and leaves the branch and the checkout alone."""
     job = repo.job(1, {"src/a.py": "a = 'job'\n"})
     user = repo.user_commit({"src/a.py": "a = 'user'\n"})
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
     assert (result.outcome, result.conflicts) == (LandOutcome.CONFLICT, ("src/a.py",))
     assert repo.head() == user
     assert repo.read("src/a.py") == "a = 'user'\n"
     assert "src/a.py" in result.message
 
 
-def test_noop_when_already_landed(repo: Repo) -> None:
+async def test_noop_when_already_landed(repo: Repo) -> None:
     """Landing a commit the branch already contains moves nothing."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
-    land(repo.root, "main", job, job_id=1, message="m")
-    again = land(repo.root, "main", job, job_id=1, message="m")
+    await land(repo.root, "main", job, job_id=1, message="m")
+    again = await land(repo.root, "main", job, job_id=1, message="m")
     assert (again.outcome, again.sha) == (LandOutcome.NOOP, job)
 
 
@@ -114,19 +116,19 @@ def test_cas_is_atomic_with_the_ref_write(repo: Repo, monkeypatch: pytest.Monkey
     """A branch moved after advance read it (before its write) is not overwritten: the write itself compares."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     other = repo.job(2, {"docs/x.md": "other\n"})
-    real = landing._checkouts_on
+    real = checkouts.on_branch
 
     def moved_meanwhile(*args: Any) -> list[Path]:
         git(repo.root, "update-ref", "refs/heads/main", other)  # e.g. the user's `git commit` or `git pull`
         return real(*args)
 
-    monkeypatch.setattr(landing, "_checkouts_on", moved_meanwhile)
+    monkeypatch.setattr(checkouts, "on_branch", moved_meanwhile)
     result = advance(repo.root, "main", repo.base, job, job_id=1)
     assert (result.outcome, result.sha) == (LandOutcome.HEAD_MOVED, other)
     assert repo.head() == other
 
 
-def test_land_retries_after_head_moved(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_land_retries_after_head_moved(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     """If the user commits while a landing merges, land merges again on the new head and lands."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     real_merge = landing.merge_for_landing
@@ -140,19 +142,19 @@ def test_land_retries_after_head_moved(repo: Repo, monkeypatch: pytest.MonkeyPat
         return result
 
     monkeypatch.setattr(landing, "merge_for_landing", merge_then_user_commits)
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
     assert calls == ["fast-forward", "merge"]
     assert result.outcome is LandOutcome.LANDED
     assert (repo.read("src/a.py"), repo.read("README.md")) == ("a = 2\n", "committed meanwhile\n")
 
 
-def test_user_work_elsewhere_survives(repo: Repo) -> None:
+async def test_user_work_elsewhere_survives(repo: Repo) -> None:
     """Unstaged edits, staged changes and untracked files outside the landed paths survive; landed files are updated."""
     job = repo.job(1, {"src/a.py": "a = 2\n", "src/new.py": "new = 1\n"})
     write(repo.root, {"README.md": "user is typing\n", "docs/x.md": "staged\n", "notes.txt": "mine\n"})
     git(repo.root, "add", "docs/x.md")
 
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
 
     assert result.outcome is LandOutcome.LANDED
     assert repo.status() == {" M README.md", "M  docs/x.md", "?? notes.txt"}
@@ -166,13 +168,13 @@ def test_user_work_elsewhere_survives(repo: Repo) -> None:
 
 
 @pytest.mark.parametrize("staged", [False, True])
-def test_user_edit_to_landed_file_blocks(repo: Repo, staged: bool) -> None:
+async def test_user_edit_to_landed_file_blocks(repo: Repo, staged: bool) -> None:
     """The user's uncommitted edit (staged or not) to a file the landing changes → USER_DIRTY, nothing moved."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     write(repo.root, {"src/a.py": "a = 'mine'\n"})
     if staged:
         git(repo.root, "add", "src/a.py")
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
     assert (result.outcome, result.user_paths) == (LandOutcome.USER_DIRTY, ("src/a.py",))
     assert repo.head() == repo.base
     assert repo.read("src/a.py") == "a = 'mine'\n"
@@ -180,62 +182,62 @@ def test_user_edit_to_landed_file_blocks(repo: Repo, staged: bool) -> None:
 
 
 @pytest.mark.parametrize("ignored", [False, True])
-def test_untracked_file_in_the_way_blocks(repo: Repo, ignored: bool) -> None:
+async def test_untracked_file_in_the_way_blocks(repo: Repo, ignored: bool) -> None:
     """An untracked (even ignored) user file where the landing adds one → USER_DIRTY, the file intact."""
     job = repo.job(1, {"src/new.py": "from job\n"})
     write(repo.root, {"src/new.py": "user's own\n"})
     if ignored:
         write(repo.root, {".git/info/exclude": "src/new.py\n"})
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
     assert (result.outcome, result.user_paths) == (LandOutcome.USER_DIRTY, ("src/new.py",))
     assert repo.head() == repo.base
     assert repo.read("src/new.py") == "user's own\n"
 
 
-def test_failed_checkout_update_swaps_back(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_failed_checkout_update_swaps_back(repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     """If git refuses to update the checkout after the ref moved, the ref is swapped back and the edit survives."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     write(repo.root, {"src/a.py": "a = 'mine'\n"})
     # Make the pre-checks miss the edit, as if it were made in the instant after them.
-    monkeypatch.setattr(landing, "_in_the_way", lambda *a: None)
-    monkeypatch.setattr(landing, "_dry_run", lambda *a: None)
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    monkeypatch.setattr(checkouts, "in_the_way", lambda *a: None)
+    monkeypatch.setattr(checkouts, "dry_run", lambda *a: None)
+    result = await land(repo.root, "main", job, job_id=1, message="m")
     assert (result.outcome, result.user_paths) == (LandOutcome.USER_DIRTY, ("src/a.py",))
     assert repo.head() == repo.base
     assert repo.read("src/a.py") == "a = 'mine'\n"
     assert repo.status() == {" M src/a.py"}
 
 
-def test_checkout_on_another_branch_untouched(repo: Repo) -> None:
+async def test_checkout_on_another_branch_untouched(repo: Repo) -> None:
     """With the user on another branch, the target branch moves and the work tree is left alone."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     git(repo.root, "checkout", "-q", "-b", "feature")
     write(repo.root, {"src/a.py": "a = 'feature work'\n"})
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
     assert result.outcome is LandOutcome.LANDED and repo.head() == job
     assert repo.read("src/a.py") == "a = 'feature work'\n"
     assert git(repo.root, "rev-parse", "--abbrev-ref", "HEAD") == "feature"
 
 
-def test_linked_worktree_on_branch_follows(repo: Repo) -> None:
+async def test_linked_worktree_on_branch_follows(repo: Repo) -> None:
     """A linked worktree that has the target branch checked out is kept in step like the main one."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     git(repo.root, "checkout", "-q", "-b", "feature")
     linked = repo.tmp / "user-main"
     git(repo.root, "worktree", "add", "-q", str(linked), "main")
-    result = land(repo.root, "main", job, job_id=1, message="m")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
     assert result.outcome is LandOutcome.LANDED
     assert (linked / "src/a.py").read_text() == "a = 2\n"
     assert git(linked, "status", "--porcelain") == ""
 
 
-def test_bare_repository(repo: Repo) -> None:
+async def test_bare_repository(repo: Repo) -> None:
     """In a bare repository the branch simply moves."""
     bare = repo.tmp / "bare.git"
     git(repo.tmp, "clone", "-q", "--bare", str(repo.root), str(bare))
     job = repo.job(1, {"src/a.py": "a = 2\n"})
     git(repo.root, "push", "-q", str(bare), "orchestrator/1")
-    result = land(bare, "main", job, job_id=1, message="m")
+    result = await land(bare, "main", job, job_id=1, message="m")
     assert result.outcome is LandOutcome.LANDED
     assert git(bare, "rev-parse", "main") == job
 
@@ -286,9 +288,9 @@ async def test_check_timeout_kills_group(repo: Repo) -> None:
 async def test_land_checked(repo: Repo) -> None:
     """With a check, a failing command leaves the branch alone; a passing one lands."""
     job = repo.job(1, {"src/a.py": "a = 2\n"})
-    failed = await land_checked(repo.root, "main", job, job_id=1, message="m", command="grep -q 3 src/a.py", timeout=30)
+    failed = await land(repo.root, "main", job, job_id=1, message="m", check=Check("grep -q 3 src/a.py", 30))
     assert failed.outcome is LandOutcome.CHECK_FAILED and repo.head() == repo.base
-    landed = await land_checked(repo.root, "main", job, job_id=1, message="m", command="grep -q 2 src/a.py", timeout=30)
+    landed = await land(repo.root, "main", job, job_id=1, message="m", check=Check("grep -q 2 src/a.py", 30))
     assert landed.outcome is LandOutcome.LANDED and repo.head() == job
 
 
@@ -310,3 +312,101 @@ async def test_check_cancelled_cleans_up(repo: Repo) -> None:
     assert list(scratch_root.iterdir()) == []
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+# ---- all or nothing on every fault ---------------------------------------------------------------------
+
+
+async def test_a_rewritten_branch_is_never_merged(repo: Repo) -> None:
+    """A head that no longer contains the job's base (reset, force-pushed) is not merged: nothing moves."""
+    dropped = repo.user_commit({"README.md": "dropped later\n"})
+    job = repo.job(1, {"src/a.py": "a = 2\n"}, base=dropped)
+    git(repo.root, "reset", "-q", "--hard", repo.base)
+    rewritten = repo.user_commit({"docs/x.md": "rewritten history\n"})
+    result = await land(repo.root, "main", job, job_id=1, message="m", base=dropped)
+    assert result.outcome is LandOutcome.REWRITTEN and "planned again" in result.message
+    assert repo.head() == rewritten
+    with pytest.raises(subprocess.CalledProcessError):
+        git(repo.root, "merge-base", "--is-ancestor", dropped, "main")
+
+
+async def test_an_unwritable_ref_fails_and_moves_nothing(repo: Repo) -> None:
+    """A ref that cannot be written (a stale refs/heads/main.lock) is a fault, not a moving branch: nothing moved;
+    once it can be written, the same landing goes through."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    lock = repo.root / ".git" / "refs" / "heads" / "main.lock"
+    lock.write_text("stale\n")
+    result = await land(repo.root, "main", job, job_id=1, message="m", retries=0)
+    assert result.outcome is LandOutcome.FAULT and "not moved" in result.message
+    assert repo.head() == repo.base and repo.read("src/a.py") == "a = 1\n" and repo.status() == set()
+    lock.unlink()
+    assert (await land(repo.root, "main", job, job_id=1, message="m")).outcome is LandOutcome.LANDED
+
+
+async def test_a_stale_index_lock_is_named_for_what_it_is(repo: Repo) -> None:
+    """A stale index.lock in the checkout makes the landing wait with a message naming the lock and what to do,
+    never "your uncommitted changes"."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    lock = repo.root / ".git" / "index.lock"
+    lock.write_text("")
+    result = await land(repo.root, "main", job, job_id=1, message="m")
+    assert result.outcome is LandOutcome.USER_DIRTY and result.user_paths == ()
+    assert f"rm {lock}" in result.message and "uncommitted" not in result.message
+    assert repo.head() == repo.base
+
+
+def _repo_on(fs: Path, tmp: Path) -> Repo:
+    root = fs / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    write(root, {"src/a.py": "a = 1\n", "docs/x.md": "x\n", "notes/mine.txt": "committed\n"})
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "initial")
+    write(root, {"notes/mine.txt": "the user's own edit\n"})
+    return Repo(root, tmp)
+
+
+BIG = "0" * (1536 * 1024)  # compresses to almost nothing in git, takes 1.5 MB in a checkout
+
+
+async def test_too_little_space_in_the_checkout_waits_and_moves_nothing(small_fs, tmp_path: Path) -> None:
+    """A landing that would not fit in the checkout's file system moves nothing and says how much it needs."""
+    repo = _repo_on(small_fs("2m"), tmp_path)
+    job = repo.job(1, {"src/a.py": BIG, "big.txt": BIG})
+    result = await land(repo.root, "main", job, job_id=1, message="m")
+    assert result.outcome is LandOutcome.NO_SPACE and "free some space" in result.message
+    assert repo.head() == repo.base and repo.status() == {" M notes/mine.txt"}
+    assert repo.read("src/a.py") == "a = 1\n" and not (repo.root / "big.txt").exists()
+
+
+async def test_a_disk_full_during_the_checkout_update_puts_everything_back(
+    small_fs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkout's disk fills between the checks and the update: the branch, the index and every file are put
+    back as they were (no half-landing), and the same landing goes through once there is room."""
+    from orchestrator import testhook
+
+    fs = small_fs("6m")
+    repo = _repo_on(fs, tmp_path)
+    job = repo.job(1, {"src/a.py": BIG, "big.txt": BIG, "docs/x.md": None})
+    filler = fs / "filler"
+
+    async def fill(name: str, job_id: int | None) -> None:
+        free = os.statvfs(fs).f_bavail * os.statvfs(fs).f_frsize
+        with filler.open("wb") as f:
+            f.write(b"\0" * max(free - 256 * 1024, 0))  # room for the ref, not for the files
+
+    testhook.install("landing.move", fill)
+    try:
+        result = await land(repo.root, "main", job, job_id=1, message="m", retries=0)
+    finally:
+        testhook.clear()
+    assert result.outcome is LandOutcome.FAULT and "not moved" in result.message, result.message
+    assert repo.head() == repo.base
+    assert repo.status() == {" M notes/mine.txt"}, "no staged deletes, no half-written files"
+    assert repo.read("src/a.py") == "a = 1\n" and repo.read("docs/x.md") == "x\n"
+    assert repo.read("notes/mine.txt") == "the user's own edit\n"
+    filler.unlink()
+    assert (await land(repo.root, "main", job, job_id=1, message="m")).outcome is LandOutcome.LANDED
+    assert repo.read("src/a.py") == BIG and not (repo.root / "docs/x.md").exists()
+    assert repo.status() == {" M notes/mine.txt"}

@@ -46,10 +46,10 @@ def parents(repo: Path, rev: str) -> int:
 
 
 @pytest.mark.parametrize("style", ["merge", "rebase", "squash"])
-def test_each_style_gives_the_history_it_promises(moved, style: str) -> None:
+async def test_each_style_gives_the_history_it_promises(moved, style: str) -> None:
     """merge: one merge commit; rebase: both commits replayed, linear; squash: one linear commit. Same tree."""
     repo, head, tip = moved
-    result = land(repo, "main", tip, job_id=7, message="Fix a and b\n\nOrchestrator-Job: 7\n", style=style)  # type: ignore[arg-type]
+    result = await land(repo, "main", tip, job_id=7, message="Fix a and b\n\nOrchestrator-Job: 7\n", style=style)  # type: ignore[arg-type]
     assert result.outcome is LandOutcome.LANDED, result.message
     new = git(repo, "log", "--format=%s", f"{head}..main").splitlines()
     merges = git(repo, "rev-list", "--merges", f"{head}..main")
@@ -71,7 +71,7 @@ def test_each_style_gives_the_history_it_promises(moved, style: str) -> None:
 
 
 @pytest.mark.parametrize("style", ["rebase", "squash"])
-def test_a_conflict_never_lands_in_any_style(make_repo: Callable[..., Path], style: str) -> None:
+async def test_a_conflict_never_lands_in_any_style(make_repo: Callable[..., Path], style: str) -> None:
     """A replayed or squashed change that conflicts with the head is a conflict; the branch stays."""
     repo = make_repo()
     base = git(repo, "rev-parse", "main")
@@ -79,7 +79,7 @@ def test_a_conflict_never_lands_in_any_style(make_repo: Callable[..., Path], sty
     write(repo, {"src/a.py": "a = 'user'\n"})
     git(repo, "commit", "-qam", "user edit")
     head = git(repo, "rev-parse", "main")
-    result = land(repo, "main", tip, job_id=7, message="Job edit", style=style)  # type: ignore[arg-type]
+    result = await land(repo, "main", tip, job_id=7, message="Job edit", style=style)  # type: ignore[arg-type]
     assert result.outcome is LandOutcome.CONFLICT and result.conflicts == ("src/a.py",)
     assert git(repo, "rev-parse", "main") == head
 
@@ -95,5 +95,5 @@ def test_daemon_lands_jobs_with_a_repos_rebase_style_in_a_linear_history(make_re
     assert d.cli("wait", *map(str, jobs), "--timeout", "90").returncode == 0
     assert git(repo, "rev-list", "--merges", "main") == "", "no merge commits: linear"
     subjects = git(repo, "log", "--format=%s", "main").splitlines()
-    assert sorted(subjects[:3]) == [f"echo {n} > f{n}.txt" for n in range(3)]
+    assert sorted(subjects[:3]) == [f"Run `echo {n} > f{n}.txt`" for n in range(3)]
     assert all("Orchestrator-Job:" in git(repo, "log", "-1", "--format=%B", f"main~{i}") for i in range(3))

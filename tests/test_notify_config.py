@@ -41,7 +41,8 @@ def test_on_end_runs_with_the_jobs_variables(make_repo, daemon_factory, tmp_path
     f, ok = seen[failed], seen[landed]
     assert f["env"]["ORCHESTRATOR_JOB_STATE"] == "failed" and f["env"]["ORCHESTRATOR_CODE"] == "RunnerFailed"
     assert f["env"]["ORCHESTRATOR_REPO"] == str(repo) and "exited 3" in f["env"]["ORCHESTRATOR_REASON"]
-    assert f["argv"] == [f"job {failed} failed (RunnerFailed) in {repo.name}: exit 3", "RunnerFailed", "$(not a shell)"]
+    assert f["argv"] == [f"job {failed} failed (RunnerFailed) in {repo.name}: Run `exit 3`", "RunnerFailed",
+                         "$(not a shell)"]  # fmt: skip
     assert ok["env"]["ORCHESTRATOR_JOB_STATE"] == "landed" and ok["env"]["ORCHESTRATOR_CODE"] == "Landed"
     assert any(e["event"] == "notify.ran" for e in d.events())
 

@@ -88,20 +88,6 @@ async def test_down_server_is_a_clear_error_not_a_hang() -> None:
     await b.close()
 
 
-async def test_max_tokens_closes_the_stream_and_frees_the_server_slot(server: tuple[str, double.Server]) -> None:
-    """A capped call stops after max_tokens and closes its stream; the server sees the close."""
-    url, srv = server
-    b = backend(url)
-    r = await b.chat(MSGS, max_tokens=3)
-    assert r.tokens == 3
-    for _ in range(100):
-        if srv.engine.counts["closed_early"] == 1:
-            break
-        await asyncio.sleep(0.02)
-    assert srv.engine.counts["closed_early"] == 1 and srv.engine.active == 0
-    await b.close()
-
-
 async def test_background_call_is_preempted_by_a_turn_and_restarts(server: tuple[str, double.Server]) -> None:
     """One slot: a running background call gives its slot to a waiting turn, then runs again to the end."""
     url, srv = server
@@ -135,3 +121,17 @@ async def test_double_serves_queued_requests_in_arrival_order() -> None:
     engine.give(slot)
     engine.give(await asyncio.wait_for(late, 5))
     assert engine.active == 0 and engine.queue == 0
+
+
+async def test_a_capped_call_asks_the_server_to_stop_at_the_cap(server: tuple[str, double.Server]) -> None:
+    """`max_tokens` goes out as `num_predict` (the server ends the call and frees its slot itself); the other
+    options are the ones every call sends, so the server never reloads the model."""
+    url, srv = server
+    b = backend(url)
+    capped = await b.chat(MSGS, max_tokens=3)
+    plain = await b.chat(MSGS)
+    await b.close()
+    sent = [r["options"] for r in srv.engine.seen]
+    assert sent[0] == {**b.options, "num_predict": 3} and sent[1] == b.options
+    assert capped.tokens == 3 and capped.stats["eval_count"] == 3 and plain.tokens > 3
+    assert srv.engine.counts["closed_early"] == 0 and srv.engine.active == 0  # ended by the server, slot free

@@ -44,7 +44,7 @@ def test_review_mode_holds_paths_until_land_or_reject(make_repo, daemon_factory)
 
     landed = d.cli("land", str(a))
     assert landed.returncode == 0, landed.stderr
-    rejected = d.cli_json("reject", str(c))
+    [rejected] = d.cli_json("reject", str(c))
     assert rejected["state"] == "cancelled" and rejected["code"] == "Rejected"
     assert d.cli("wait", str(a), str(b), str(e), "--timeout", "60").returncode == 0
     assert git(repo, "show", "main:src/a.py").splitlines() == ["reviewed", "second"]

@@ -12,6 +12,7 @@ from orchestrator.daemon import warm_size
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.rounds import Planned, RepoFacts
 from orchestrator.store import Store, Write
+from tests.jobstates import put
 
 
 def _view(i: int, repo: str, path: str) -> JobView:
@@ -73,11 +74,11 @@ async def test_wait_is_woken_per_job_without_rereading(tmp_path):
         waiter = asyncio.create_task(board.wait_ended(ids[:2], timeout=10))
         await asyncio.sleep(0.05)
         for _ in range(20):
-            await board.update(ids[2], reason="unrelated change")
-        await board.update(ids[0], state=JobState.LANDED)
+            await board.update(ids[2], {JobState.QUEUED}, reason="unrelated change")
+        await put(board, ids[0], JobState.LANDED)
         await asyncio.sleep(0.05)
         assert not waiter.done()
-        await board.update(ids[1], state=JobState.CANCELLED)
+        await board.transition(ids[1], {JobState.QUEUED}, JobState.CANCELLED, "cancelled")
         assert await asyncio.wait_for(waiter, 5) is True
         assert reads == 1
         assert await board.wait_ended([ids[2]], timeout=0.1) is False
@@ -93,11 +94,16 @@ async def test_planned_mirror_rereads_only_changed_jobs(tmp_path):
         b = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
         planned = Planned(store)
         assert await planned.jobs() == []
-        await store.update_many([Write(a.id, {"state": JobState.PLANNED}), Write(b.id, {"state": JobState.PLANNED})])
+        for job in (a, b):
+            await store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+        planning = frozenset({JobState.PLANNING})
+        await store.update_many(
+            [Write(i, {}, "planned", expect=planning, to=JobState.PLANNED) for i in (a.id, b.id)]
+        )
         assert [j.id for j in await planned.jobs()] == [a.id, b.id]
-        await store.update(a.id, state=JobState.RUNNING, event="admitted")
+        await store.transition(a.id, {JobState.PLANNED}, JobState.RUNNING, "admitted")
         assert [j.id for j in await planned.jobs()] == [b.id]
-        assert [e["kind"] for e in await store.events(a.id)] == ["enqueued", "admitted"]
+        assert [e["kind"] for e in await store.events(a.id)] == ["enqueued", "planning", "planned", "admitted"]
     finally:
         await store.close()
 
@@ -126,22 +132,20 @@ def test_a_long_queue_writes_few_events_per_job(make_repo, daemon_factory):
 
 async def test_an_overlap_never_makes_two_jobs_wait_for_each_other(tmp_path):
     """A re-run job that meets one already landing after it (through a third) is not made to wait for it."""
-    from orchestrator.git.worktrees import WorktreePool
-    from orchestrator.jobs.scheduler import Scheduler
-    from orchestrator.paths import resolve
+    from orchestrator.jobs.facts import GitFacts
+    from orchestrator.jobs.watch import OverlapWatch
 
     store = await _store(tmp_path)
     try:
         board = Board(store)
-        paths = resolve({"ORCHESTRATOR_HOME": str(tmp_path / "home")})
-        scheduler = Scheduler(board, Config(), paths, WorktreePool(tmp_path / "wts"), {})
+        watch = OverlapWatch(board, Config(), GitFacts(Config()))
         a, b, c = [(await store.add_job(repo="/r", branch="main", text="t", runner="shell")).id for _ in range(3)]
         for job_id, after in ((b, a), (c, b)):
-            await store.update(job_id, state=JobState.RUNNING, land_after=(after,))
-        assert await scheduler._lands_after(c, a), "c lands after b, which lands after a"
-        assert not await scheduler._lands_after(a, c)
-        await store.update(b, state=JobState.LANDED)
-        assert not await scheduler._lands_after(c, a), "an ended job no longer orders anything"
+            await put(store, job_id, JobState.RUNNING, land_after=(after,))
+        assert await watch._lands_after(c, a), "c lands after b, which lands after a"
+        assert not await watch._lands_after(a, c)
+        await store.transition(b, {JobState.RUNNING}, JobState.UNCHANGED, "finished")
+        assert not await watch._lands_after(c, a), "an ended job no longer orders anything"
     finally:
         await store.close()
 
@@ -152,11 +156,11 @@ async def test_a_landing_stops_waiting_for_a_job_sent_back_to_the_queue(tmp_path
     try:
         board = Board(store)
         job = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
-        await store.update(job.id, state=JobState.LANDING)
+        await put(store, job.id, JobState.LANDING)
         waiter = asyncio.create_task(board.wait_ended([job.id], timeout=10, settled=lambda st: not st.active))
         await asyncio.sleep(0.05)
         assert not waiter.done()
-        await board.update(job.id, state=JobState.QUEUED, event="requeued")
+        await board.transition(job.id, {JobState.LANDING}, JobState.QUEUED, "requeued")
         assert await asyncio.wait_for(waiter, 5) is True
     finally:
         await store.close()

@@ -9,11 +9,20 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from orchestrator.service import hooks, spool
 from orchestrator.service.tickets import Ticket
 from tests.conftest import git, write
 from tests.harness import Daemon
 from tests.harness import until as _wait
+
+
+@pytest.fixture(autouse=True)
+def _users_own_commits(monkeypatch) -> None:
+    """The user commits their own work here: committer = author (conftest gives the two apart)."""
+    monkeypatch.setenv("GIT_COMMITTER_NAME", os.environ["GIT_AUTHOR_NAME"])
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", os.environ["GIT_AUTHOR_EMAIL"])
 
 
 def _commit(d: Daemon, repo: Path, message: str, files: dict[str, str] | None = None, **env: str) -> float:
@@ -174,7 +183,8 @@ def test_rebase_of_three_commits_queues_nothing_again(make_repo, daemon_factory)
     lines = _wait("the post-rewrite run", lambda: [ln for ln in _log_lines(d) if "post-rewrite" in ln])
     assert "rebase of 3 commits: no new tickets" in lines[0]
     assert len(d.cli_json("status")) == 3
-    assert sum("post-commit" in ln for ln in _log_lines(d)) == 4  # three commits and main's; none mid-rebase
+    # The three ticket commits; main's names nothing and starts no Python; none ran mid-rebase.
+    assert sum("post-commit" in ln for ln in _log_lines(d)) == 3
 
 
 def test_newer_ticket_with_same_id_supersedes_a_waiting_job(make_repo, daemon_factory) -> None:
@@ -202,3 +212,72 @@ def test_repository_copies_are_the_installed_scripts() -> None:
         )
         assert os.access(root / hook, os.X_OK)
         assert subprocess.run(["sh", "-n", str(root / hook)], timeout=30).returncode == 0
+
+
+RECORDER = "#!/bin/sh\necho \"$*\" >> \"$0.calls\"\n"
+
+
+def test_only_a_commit_that_can_queue_starts_the_python_side(make_repo, tmp_path) -> None:
+    """The sh hook starts Python only for a trailer or a ticket file (any case, a linked worktree too)."""
+    repo = make_repo()
+    python = tmp_path / "python-recorder"
+    python.write_text(RECORDER)
+    python.chmod(0o755)
+    hooks.install(repo, python=str(python))
+    calls = Path(str(python) + ".calls")
+
+    def commit(cwd: Path, message: str, files: dict[str, str]) -> None:
+        write(cwd, files)
+        git(cwd, "add", "-A")
+        git(cwd, "commit", "-qm", message)
+
+    commit(repo, "plain change\n\nmentions orchestrator in passing", {"a.txt": "1"})
+    commit(repo, "paths only\n\nOrchestrator-Paths: src/a.py", {"a.txt": "2"})
+    commit(repo, "own\n\nOrchestrator-Job: 3", {"a.txt": "3"})
+    commit(repo, "a docs file\n", {"docs/tickets/x.md": "not a ticket"})
+    commit(repo, "trailer\n\norchestrator: true lower-case", {"a.txt": "4"})
+    commit(repo, "a ticket", {".orchestrator/tickets/t.md": "true ticket\n"})
+    git(repo, "worktree", "add", "-q", "-b", "side", str(tmp_path / "side"))
+    commit(tmp_path / "side", "plain in a worktree", {"b.txt": "1"})
+    commit(tmp_path / "side", "side\n\nOrchestrator: true side", {"b.txt": "2"})
+    _wait("three Python starts", lambda: calls.exists() and len(calls.read_text().splitlines()) >= 3)
+    time.sleep(0.3)  # any start for an earlier commit would have been recorded by now
+    lines = [ln.split()[2:] for ln in calls.read_text().splitlines()]
+    assert lines == [
+        ["post-commit", git(repo, "rev-parse", "main~1"), "main"],
+        ["post-commit", git(repo, "rev-parse", "main"), "main"],
+        ["post-commit", git(repo, "rev-parse", "side"), "side"],
+    ]
+
+
+def test_trailers_of_someone_elses_commits_queue_nothing_unless_opted_in(make_repo, daemon_factory) -> None:
+    """A real cherry-pick and a real rebase of another author's trailer commit queue nothing; opted in, they do."""
+    repo = make_repo()
+    d = daemon_factory().start()
+    _install(d, repo)
+    theirs = {"GIT_AUTHOR_NAME": "Someone Else", "GIT_AUTHOR_EMAIL": "else@example.org"}
+    as_fetched = {**theirs, "GIT_COMMITTER_NAME": "Someone Else", "GIT_COMMITTER_EMAIL": "else@example.org",
+                  "ORCHESTRATOR_SKIP": "1"}  # fmt: skip
+    git(repo, "switch", "-q", "-c", "theirs")
+    _commit(d, repo, "their change\n\nOrchestrator: true picked", {"t1.txt": "1"}, **as_fetched)
+    _commit(d, repo, "their other change\n\nOrchestrator: true reworded", {"t2.txt": "1"}, **as_fetched)
+    _commit(d, repo, "their third change\n\nOrchestrator: true opted-in", {"t3.txt": "1"}, **as_fetched)
+    git(repo, "switch", "-q", "main")
+    _commit(d, repo, "main moves", {"m.txt": "m"})
+    git(repo, "cherry-pick", "theirs~2")
+    _wait("the cherry-pick's hook run", lambda: any("not queued" in ln for ln in _log_lines(d)))
+    # A rebase that rewords their trailer (a new ticket, were it the user's own commit) queues nothing either.
+    git(repo, "switch", "-q", "-c", "rebased", "theirs~1")
+    env = {**d.env, "GIT_SEQUENCE_EDITOR": "sed -i 's/^pick/reword/'", "GIT_EDITOR": "sed -i 's/reworded/reworded-2/'"}
+    subprocess.run(["git", "rebase", "-q", "-i", "main"], cwd=repo, check=True, env=env, timeout=60,
+                   capture_output=True)  # fmt: skip
+    _wait("the rebase's hook run", lambda: any("post-rewrite" in ln for ln in _log_lines(d)))
+    git(repo, "switch", "-q", "main")
+    git(repo, "config", "orchestrator.foreignTickets", "true")
+    git(repo, "cherry-pick", "theirs")
+    jobs = _wait("the opted-in job", lambda: d.cli_json("status"))
+    assert [j["text"] for j in jobs] == ["true opted-in"]
+    log = _log_lines(d)
+    assert any("not queued: a cherry-pick" in ln for ln in log), log
+    assert any("post-rewrite" in ln and "not queued: authored by else@example.org" in ln for ln in log), log
+    assert "orchestrator.foreignTickets true" in next(ln for ln in log if "not queued" in ln)

@@ -15,6 +15,13 @@ from orchestrator.service import spool, tickets
 from orchestrator.service.tickets import Ticket
 
 
+def test_only_the_users_own_commits_queue() -> None:
+    """A cherry-pick, or a commit another person authored, is not the user's own; case of the email aside."""
+    assert tickets.not_own("me@example.com", "Me@Example.com", picked=False) is None
+    assert "cherry-pick" in (tickets.not_own("me@example.com", "me@example.com", picked=True) or "")
+    assert "authored by them@example.org" in (tickets.not_own("them@example.org", "me@example.com", False) or "")
+
+
 def test_trailers_make_tickets_with_their_options() -> None:
     """`Orchestrator:` starts a ticket; -Paths/-Runner/-Priority/-Id after it belong to it."""
     msg = (

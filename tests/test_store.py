@@ -6,6 +6,7 @@ import sqlite3
 
 from orchestrator.core.models import Claim, ClaimSource, JobState
 from orchestrator.store import MIGRATIONS, Store
+from tests.jobstates import put
 
 
 async def test_schema_is_versioned_and_wal(tmp_path):
@@ -33,7 +34,7 @@ async def test_job_round_trip_and_history(tmp_path):
         declared=["src/a.py", "docs/"],
         claim=claim,
     )
-    await store.update(job.id, state=JobState.RUNNING, actual=frozenset({"src/a.py"}), event="admitted")
+    await put(store, job.id, JobState.RUNNING, "admitted", actual=frozenset({"src/a.py"}))
     await store.close()
 
     store = await Store.open(path)
@@ -41,7 +42,7 @@ async def test_job_round_trip_and_history(tmp_path):
     assert again is not None
     assert again.state is JobState.RUNNING and again.claim == claim and again.actual == {"src/a.py"}
     assert again.priority == 2
-    assert [e["kind"] for e in await store.events(job.id)] == ["enqueued", "admitted"]
+    assert [e["kind"] for e in await store.events(job.id)] == ["enqueued", "planning", "planned", "admitted"]
     await store.close()
 
 
@@ -51,8 +52,8 @@ async def test_recover_interrupts_running_and_keeps_the_queue(tmp_path):
     a = await store.add_job(repo="/r", branch="main", text="a", runner="shell")
     b = await store.add_job(repo="/r", branch="main", text="b", runner="shell")
     c = await store.add_job(repo="/r", branch="main", text="c", runner="shell")
-    await store.update(a.id, state=JobState.RUNNING)
-    await store.update(b.id, state=JobState.PLANNING)
+    await put(store, a.id, JobState.RUNNING)
+    await put(store, b.id, JobState.PLANNING)
     result = await store.recover()
     assert result == {"interrupted": [a.id], "requeued": [b.id], "landing": []}
     assert (await store.get(a.id)).state is JobState.INTERRUPTED
@@ -75,9 +76,9 @@ async def test_jobs_json_is_exactly_to_json(tmp_path):
     bare = await store.add_job(repo="/r", branch="dev", text="t", runner="shell")
     rng = random.Random(7)
     for job_id in (full.id, bare.id):
-        await store.update(job_id, created_at=1764512547 + rng.random())
-    await store.update(
-        full.id, state=JobState.LANDED, actual=frozenset({"src/a.py", "b"}), base="abc", result="def",
+        await store.update(job_id, {JobState.QUEUED}, created_at=1764512547 + rng.random())
+    await put(
+        store, full.id, JobState.LANDED, actual=frozenset({"src/a.py", "b"}), base="abc", result="def",
         attempts=2, land_after=(1,), worktree="/w", started_at=1764512547.9999996, finished_at=1764512548.0004,
         landed_sha="fff", reason="landed", decision={"reason": "Overlap", "blocking": [1]}, exit_code=0,
         code="Landed", plan_text="plan", evidence=({"path": "docs/", "kind": "declared", "why": "said so"},),
@@ -101,8 +102,8 @@ async def test_jobs_json_renders_again_only_what_changed(tmp_path):
     ids = [(await store.add_job(repo="/r", branch="main", text=f"t{i}", runner="shell")).id for i in range(3)]
     first = await store.jobs_json()
     assert [r[0] for r in first] == ids
-    await store.update(ids[1], state=JobState.LANDED, reason="landed", event="landed")
-    await store.delete_job(ids[0])
+    await put(store, ids[1], JobState.LANDED, "landed", reason="landed")
+    await store.delete_job(ids[0], {JobState.QUEUED})
     new = (await store.add_job(repo="/r", branch="main", text="t3", runner="shell")).id
     rows = await store.jobs_json()
     assert [r[0] for r in rows] == [ids[1], ids[2], new]
@@ -130,3 +131,38 @@ async def test_open_turn_reads_history_and_memories_then_stores_the_message(tmp_
     assert [m["content"] for m in await store.history("s", 5)] == ["my dog is Rex", "noted", "walks for a spaniel?"]
     assert [m["content"] for m in await store.history("new", 5)] == ["hello"]
     await store.close()
+
+
+async def test_the_jobs_table_has_exactly_the_jobs_fields(tmp_path):
+    """The migrated table's columns are `id` then `core.job.FIELDS`, in order: a job's fields are listed once."""
+    from orchestrator.core.job import FIELDS
+
+    store = await Store.open(tmp_path / "o.db")
+    try:
+        assert await store.columns() == ["id", *FIELDS]
+    finally:
+        await store.close()
+
+
+async def test_state_moves_only_by_compare_and_set(tmp_path):
+    """`transition` writes only from the expected state and only moves the table allows; `update` never moves."""
+    import pytest
+
+    from orchestrator.core.lifecycle import MoveError
+
+    store = await Store.open(tmp_path / "o.db")
+    try:
+        job = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
+        assert await store.transition(job.id, {JobState.PLANNED}, JobState.RUNNING, "admitted") is None
+        moved = await store.transition(job.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled", reason="stop")
+        assert moved is not None and moved.state is JobState.CANCELLED and moved.reason == "stop"
+        assert await store.update(job.id, {JobState.PLANNED}, reason="stale") is None
+        with pytest.raises(MoveError):
+            await store.transition(job.id, {JobState.CANCELLED}, JobState.LANDED, "landed")
+        with pytest.raises(MoveError):
+            await store.update(job.id, {JobState.CANCELLED}, state=JobState.QUEUED)
+        again = await store.get(job.id)
+        assert again is not None and again.reason == "stop"
+        assert [e["kind"] for e in await store.events(job.id)] == ["enqueued", "cancelled"]
+    finally:
+        await store.close()

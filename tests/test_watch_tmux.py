@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests.conftest import git
 from tests.test_e2e_jobs import until, wait_for_file
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")
@@ -71,12 +72,88 @@ def test_watch_shows_running_and_waiting_jobs_with_reasons_and_q_quits(make_repo
             until(lambda: "3 landed" in screen(), timeout=30, what="the view to show every job landed")
         except AssertionError:
             raise AssertionError("the view never showed the jobs landed:\n" + screen()) from None
-        assert "no running or waiting jobs" in screen()
+        assert "no running, waiting or ready jobs" in screen()
 
         subprocess.run([*tmux, "send-keys", "-t", "w", "q"], check=True, timeout=20)
         deadline = time.monotonic() + 15
         while alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not alive(), "q quits the watch"
+        errors = [e for e in d.events() if e["event"] == "api.error"]
+        assert not errors, f"quitting logs no error: {errors}"
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=20)
+
+
+class Tmux:
+    """One tmux server of the test's own: a command in a 120×30 terminal, keys typed, the screen read."""
+
+    def __init__(self, name: str, command: str) -> None:
+        self.base = ["tmux", "-L", name]
+        subprocess.run([*self.base, "new-session", "-d", "-x", "120", "-y", "30", "-s", "w", command], check=True,
+                       timeout=20)  # fmt: skip
+
+    def screen(self) -> str:
+        out = subprocess.run([*self.base, "capture-pane", "-p", "-t", "w"], capture_output=True, text=True, timeout=20)
+        return out.stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.base, "send-keys", "-t", "w", *keys], check=True, timeout=20)
+
+    def shows(self, text: str, what: str, timeout: float = 30) -> str:
+        """Wait until the screen shows `text`; the screen then (or fail with the screen as it is)."""
+        try:
+            until(lambda: text in self.screen(), timeout=timeout, what=what)
+        except AssertionError:
+            raise AssertionError(f"the screen never showed {what} ({text!r}):\n{self.screen()}") from None
+        return self.screen()
+
+    def alive(self) -> bool:
+        return subprocess.run([*self.base, "has-session", "-t", "w"], capture_output=True, timeout=20).returncode == 0
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True, timeout=20)
+
+
+def test_watch_shows_ready_jobs_and_its_keys_diff_land_and_reject_them(make_repo, daemon_factory, tmp_path):
+    """Jobs waiting for review are listed first with the keys to use; `d` pages the selected one's diff, `l`
+    lands it, `↓` `r` `y` rejects the next; `status` and `why` say what to do about a ready job."""
+    repo = make_repo()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}).start()
+    first = d.enqueue(repo, "echo reviewed > src/a.py", "--path", "src/a.py", "--land", "review")
+    second = d.enqueue(repo, "echo dropped > docs/x.md", "--path", "docs/x.md", "--land", "review")
+    until(lambda: all(d.cli_json("show", str(j))["state"] == "ready" for j in (first, second)), what="both ready")
+    status = d.cli("status")
+    assert "2 ready" in status.stderr and f"`orchestrator diff {first}`" in status.stderr, status.stderr
+    why = d.cli("why", str(first)).stdout
+    assert f"next: waits for your review: `orchestrator diff {first}`" in why and "retry" not in why, why
+
+    command = shlex.join(["env", "-u", "COLUMNS", "-u", "LINES", f"ORCHESTRATOR_HOME={d.home}", "LESS=R", "PAGER=less",
+                          sys.executable, "-m", "orchestrator", "watch"])  # fmt: skip
+    t = Tmux(f"orch-review-{tmp_path.name}", command)
+    try:
+        shot = t.shows("d diff · l land · r reject", "the review keys")
+        rows = [ln.split() for ln in shot.splitlines()]
+        assert ["›", str(first), "ready"] in [r[:3] for r in rows], "the first ready job, selected"
+        assert [str(second), "ready"] in [r[:2] for r in rows]
+        assert "2 ready" in shot
+        t.keys("d")
+        pager = t.shows("+reviewed", "the first job's diff in the pager")
+        assert "src/a.py" in pager and "dropped" not in pager
+        t.keys("q")  # quits the pager, not the view
+        t.shows(f"job {first}: its diff was shown", "the view back after the pager")
+        t.keys("l")
+        until(lambda: d.cli_json("show", str(first))["state"] == "landed", what="the first job landed", timeout=60)
+        t.shows(f"› {second:>4} ready", "the selection on the job still ready")
+        t.keys("r")
+        t.shows(f"reject job {second}? y rejects it", "the question")
+        t.keys("y")
+        until(lambda: d.cli_json("show", str(second))["state"] == "cancelled", what="the second job rejected")
+        t.shows("no running, waiting or ready jobs", "nothing left to review")
+        t.keys("q")
+        until(lambda: not t.alive(), timeout=15, what="q quits the watch")
+    finally:
+        t.close()
+    assert git(repo, "show", "main:src/a.py") == "reviewed" and git(repo, "show", "main:docs/x.md") == "x"
+    assert d.cli_json("show", str(second))["code"] == "Rejected"
+    assert not [e for e in d.events() if e["event"] == "api.error"], "quitting logs no error"

@@ -21,18 +21,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,13 +119,17 @@ async def _seeded(home: Path, sessions: dict[str, int]) -> None:
 
 
 @asynccontextmanager
-async def _daemon(url: str, policy: str, slots: int, model: str, sessions: dict[str, int]) -> AsyncIterator[Path]:
+async def _daemon(
+    url: str, policy: str, slots: int, model: str, sessions: dict[str, int], chat: dict[str, Any] | None = None,
+    turn_slots: int = 0,
+) -> AsyncIterator[Path]:
     home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
     (home / "config").mkdir()
     await _seeded(home, sessions)
+    more = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (chat or {}).items())
     (home / "config" / "config.toml").write_text(
         f'[ollama]\nhost = "{url}"\nparallel = {slots}\nmodel = "{model}"\nmax_queue = 4096\n'
-        f'[chat]\npolicy = "{policy}"\nextract_idle = 5.0\n'
+        f'turn_slots = {min(turn_slots, slots)}\n[chat]\npolicy = "{policy}"\nextract_idle = 5.0\n{more}'
     )
     env = {**os.environ, "ORCHESTRATOR_HOME": str(home)}
     env.pop("OLLAMA_NUM_PARALLEL", None)
@@ -194,21 +198,23 @@ async def warm(url: str, model: str, calls: int) -> None:
     from orchestrator.bench.simulate import warmup_messages
     from orchestrator.llm.ollama import DEFAULT_OPTIONS
 
-    client = ollama_pkg.AsyncClient(host=url, timeout=120)
-    try:
+    async with ollama_pkg.AsyncClient(host=url, timeout=120) as client:
         opts = {**DEFAULT_OPTIONS, "num_predict": 1}
         await asyncio.gather(
             *(client.chat(model=model, messages=warmup_messages(), options=opts) for _ in range(calls))
         )
-    finally:
-        await client._client.aclose()
 
 
 async def run_one(
-    url: str, policy: str, n: int, slots: int, model: str, timeout: float, server_slots: int | None = None
+    url: str, policy: str, n: int, slots: int, model: str, timeout: float, server_slots: int | None = None,
+    engine: Callable[[float, float], dict[str, Any]] | None = None, chat: dict[str, Any] | None = None,
+    turn_slots: int = 0,
 ) -> dict[str, Any]:
+    """One (policy, N) row; `engine(t0, end)` adds the model server's own account of the run, when it has one;
+    `chat` sets more `[chat]` keys, `turn_slots` the gate's `[ollama] turn_slots`."""
     await warm(url, model, server_slots or slots)
-    async with _daemon(url, policy, slots, model, {f"bench{i}": i for i in range(n)}) as sock:
+    sessions = {f"bench{i}": i for i in range(n)}
+    async with _daemon(url, policy, slots, model, sessions, chat, turn_slots) as sock:
         conn = aiohttp.UnixConnector(path=str(sock), limit=0)
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
             with Sampler() as sampler:
@@ -231,6 +237,7 @@ async def run_one(
         "policy": policy,
         "n": n,
         "slots": slots,
+        "turn_slots": turn_slots if policy == "gate" else None,
         "ttfa_mean_s": round(statistics.fmean(ttfas), 4),
         "ttfa_p99_s": round(_p99(ttfas), 4),
         "ttfa_server_p99_s": round(_p99(servers), 6),
@@ -247,12 +254,15 @@ async def run_one(
         "extraction_calls": stats["extraction"]["calls"],
         "classify_calls": stats["turns"]["classify_calls"],
         "errors": errors,
+        **({"engine": engine(t0, t0 + wall_drained)} if engine else {}),
     }
 
 
-async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> dict[str, Any]:
+async def _on_llama_server(
+    policy: str, n: int, slots: int, timeout: float, chat: dict[str, Any] | None = None, turn_slots: int = 0
+) -> dict[str, Any]:
     """One run on a fresh llama-server with as many slots as the gate (its prompt cache starts cold)."""
-    from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing
+    from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary
 
     try:
         server = LlamaServer(slots)
@@ -260,7 +270,10 @@ async def _on_llama_server(policy: str, n: int, slots: int, timeout: float) -> d
         print(f"orchestrator: {e}", file=sys.stderr)
         sys.exit(2)
     async with server as url:
-        return await run_one(url, policy, n, slots, MODEL_NAME, timeout)
+        return await run_one(
+            url, policy, n, slots, MODEL_NAME, timeout, engine=lambda a, b: engine_summary(server.trace, a, b),
+            chat=chat, turn_slots=turn_slots,
+        )
 
 
 class RawSession:
@@ -377,88 +390,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _ratios(rows: list[dict[str, Any]]) -> None:
-    singles = {(r["policy"], r["slots"]): r for r in rows if r["n"] == 1}
-    for r in rows:
-        one = singles.get((r["policy"], r["slots"]))
-        one = one or next((s for s in rows if s["n"] == 1 and s["policy"] == r["policy"]), None)
-        if one:
-            base = one["done_mean_s"]
-            r["wall_done_ratio"] = round(r["wall_done_s"] / (r["n"] * base), 2)
-            r["done_max_x_single"] = round(r["done_max_s"] / base, 2)
-            r["done_mean_x_single"] = round(r["done_mean_s"] / base, 2)
-            r["drained_x_single"] = round(r["wall_drained_s"] / one["wall_drained_s"], 2)
-
-
-def _cell(key: str, v: Any) -> str:
-    """A table cell with its unit: ttfa in ms, times in s, CPU in %, RAM in MB, ratios bare."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        return str(v)
-    if key.startswith("ttfa"):
-        return f"{v * 1000:.1f} ms"
-    if key.endswith("_s"):
-        return f"{v:.2f} s"
-    if key.endswith("_pct"):
-        return f"{v:.0f} %"
-    if key.endswith("_mb"):
-        return f"{v:,.0f} MB"
-    return f"{v:.2f}" if isinstance(v, float) else str(v)
-
-
-def _table(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="bench chat", box=None, pad_edge=False)
-    cols = [
-        ("policy", "policy"), ("slots", "slots"), ("N", "n"), ("ttfa", "ttfa_mean_s"), ("ttfa p99", "ttfa_p99_s"),
-        ("server p99", "ttfa_server_p99_s"), ("first-Ollama", "first_ollama_mean_s"), ("done min/mean/max", None),
-        ("wall done", "wall_done_s"), ("wall drained", "wall_drained_s"), ("CPU max", "cpu_max_pct"),
-        ("min free RAM", "min_free_ram_mb"), ("wait int/bg", None), ("done/(N×1)", "wall_done_ratio"),
-        ("max×1", "done_max_x_single"), ("mean×1", "done_mean_x_single"), ("errors", None),
-    ]  # fmt: skip
-    for name, _ in cols:
-        t.add_column(name, justify="right")
-    for r in rows:
-        cells = []
-        for name, key in cols:
-            if name.startswith("done min"):
-                cells.append(f"{r['done_min_s']:.1f} / {r['done_mean_s']:.1f} / {r['done_max_s']:.1f} s")
-            elif name.startswith("wait"):
-                cells.append(f"{r['gate_wait_interactive_s']:.2f} / {r['gate_wait_background_s']:.2f} s")
-            elif name == "errors":
-                cells.append(str(len(r["errors"])))
-            else:
-                cells.append(_cell(key or "", r.get(key or "")))
-        t.add_row(*cells)
-    Console(width=220 if not sys.stdout.isatty() else None).print(t)
-
-
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("orchestrator: --plot needs matplotlib (`pip install 'orchestrator[plot]'`)", file=sys.stderr)
-        sys.exit(2)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for policy in sorted({r["policy"] for r in rows}):
-        mine = [r for r in rows if r["policy"] == policy]
-        ax.plot([r["n"] for r in mine], [r["wall_done_s"] for r in mine], marker="o", label=f"{policy}: wall done")
-        ns = [r["n"] for r in mine]
-        ax.plot(ns, [r["wall_drained_s"] for r in mine], marker="x", ls="--", label=f"{policy}: drained")
-    ax.set_xticks(sorted({r["n"] for r in rows}))
-    ax.set_xlabel("concurrent sessions (N)")
-    ax.set_ylabel("seconds")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-
-
 def _ints(raw: str) -> list[int]:
     try:
         out = [int(x) for x in raw.split(",") if x.strip()]
@@ -481,9 +412,25 @@ def main(argv: list[str]) -> None:
         "(`bash bench/llama-server-setup.sh` builds it once)",
     )  # fmt: skip
     ap.add_argument("--model", default="hermes3")
-    ap.add_argument("--policy", default="gate,naive", help="policies side by side: gate,naive")
-    ap.add_argument("--slots", type=int, help="the gate's slots (default: the double's num_parallel, or 1)")
-    ap.add_argument("--sweep-slots", type=_ints, help="also run the gate at each slot count, e.g. 1,2,4")
+    ap.add_argument(
+        "--policy", default="gate,naive",
+        help="policies side by side: gate, naive, and gate:model / gate:idle / gate:rules (the gate with that "
+        "[chat] classify)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--slots", type=_ints, metavar="K[,K...]",
+        help="server slots = the gate's slots, e.g. 1,2,3: every policy runs at each (default: the double's "
+        "num_parallel, or 1)",
+    )  # fmt: skip
+    ap.add_argument("--sweep-slots", type=_ints, help="also run the gate alone at each slot count, e.g. 1,2,4")
+    ap.add_argument(
+        "--turn-slots", type=int, metavar="K",
+        help="the gate's [ollama] turn_slots: turns answered at once (default 0: one per slot)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--repeat", type=int, default=1, metavar="K",
+        help="run everything K times (policies side by side in each run) and report the median and spread",
+    )  # fmt: skip
     ap.add_argument(
         "--ttfa-sessions", type=int, default=64, metavar="N",
         help="also measure ttfa with N sessions open at once, typing and in a burst (0: skip; default 64)",
@@ -498,28 +445,60 @@ def main(argv: list[str]) -> None:
         args.llama_server = True
     elif args.backend == "ollama" and not args.ollama:
         ap.error("--backend ollama needs --ollama URL")
+    if args.repeat < 1:
+        ap.error("--repeat: at least 1")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    if any(p not in ("gate", "naive") for p in policies):
-        ap.error(f"--policy: use gate and/or naive, got {args.policy!r}")
-    asyncio.run(_main(args, policies))
+    known = ("gate", "naive", *(f"gate:{m}" for m in CLASSIFY))
+    if not policies or any(p not in known for p in policies):
+        ap.error(f"--policy: use {', '.join(known)} (comma-separated), got {args.policy!r}")
+    try:
+        asyncio.run(_stopped_by_sigterm(_main(args, policies)))
+    except asyncio.CancelledError:
+        print("orchestrator bench chat: stopped by SIGTERM; its daemons and model servers are stopped", file=sys.stderr)
+        sys.exit(143)
+
+
+async def _stopped_by_sigterm(work: Coroutine[Any, Any, None]) -> None:
+    """`work`, cancelled by SIGTERM: every `finally` on the way out stops the daemon and model server it started."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    await work
+
+
+CLASSIFY = ("model", "idle", "rules")
+"""`gate:MODE` runs the gate with `[chat] classify = MODE` (plain `gate`: the configured default)."""
 
 
 async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> dict[str, Any]:
-    """One (policy, N, slots) row on a fresh model server."""
+    """One (policy, N, slots) row on a fresh model server (with `--slots`, the double gets as many slots)."""
     from orchestrator.doubles.ollama import profile_named
 
+    base, _, mode = policy.partition(":")
+    chat = {"classify": mode} if mode else None
+    turn_slots = _turn_slots(args)
     if args.llama_server:
-        return await _on_llama_server(policy, n, slots, args.timeout)
-    proc = None
-    url = args.ollama
-    if not url:
-        proc, url = _spawn_double(args.double, None)
-    try:
-        server_slots = None if args.ollama else profile_named(args.double).num_parallel
-        return await run_one(url, policy, n, slots, args.model, args.timeout, server_slots)
-    finally:
-        if proc is not None:
-            _stop(proc)
+        row = await _on_llama_server(base, n, slots, args.timeout, chat, turn_slots)
+    else:
+        proc = None
+        url = args.ollama
+        parallel = slots if args.slots else None
+        if not url:
+            proc, url = _spawn_double(args.double, parallel)
+        try:
+            server_slots = None if args.ollama else parallel or profile_named(args.double).num_parallel
+            row = await run_one(
+                url, base, n, slots, args.model, args.timeout, server_slots, chat=chat, turn_slots=turn_slots
+            )
+        finally:
+            if proc is not None:
+                _stop(proc)
+    return {**row, "policy": policy}
+
+
+def _turn_slots(args: argparse.Namespace) -> int:
+    """The gate's `turn_slots`: as given, else 0 (one turn per slot)."""
+    return int(args.turn_slots or 0)
 
 
 async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) -> dict[str, Any]:
@@ -536,43 +515,52 @@ async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) ->
 
 
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
+    from orchestrator.bench import chat_report as report
     from orchestrator.doubles.ollama import profile_named
 
     real = args.ollama or args.llama_server
-    default_slots = args.slots or (1 if real else profile_named(args.double).num_parallel)
-    plan: list[tuple[str, int, int]] = [(p, n, default_slots) for p in policies for n in args.n]
+    slot_counts = args.slots or [1 if real else profile_named(args.double).num_parallel]
+    # Policies innermost: gate and naive of one (slots, N) run back to back, side by side.
+    plan: list[tuple[str, int, int]] = [(p, n, k) for k in slot_counts for n in args.n for p in policies]
     for k in args.sweep_slots or []:
-        plan += [("gate", n, k) for n in args.n if k != default_slots or "gate" not in policies]
+        plan += [("gate", n, k) for n in args.n if k not in slot_counts or "gate" not in policies]
 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    steps: list[tuple[str, int | str, int]] = [*([] if args.only_ttfa else plan)]
-    steps += [("ttfa", m, 0) for m in (("typing", "burst") if args.ttfa_sessions > 0 else ())]
+    steps: list[tuple[int, str, int | str, int]] = [
+        (run, *step) for run in range(args.repeat) for step in ([] if args.only_ttfa else plan)
+    ]
+    steps += [(0, "ttfa", m, 0) for m in (("typing", "burst") if args.ttfa_sessions > 0 else ())]
     rows: list[dict[str, Any]] = []
     ttfa: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("bench chat", total=len(steps))
-        for policy, n, slots in steps:
+        for run, policy, n, slots in steps:
             if policy == "ttfa":
                 bar.update(task, description=f"ttfa: {args.ttfa_sessions} sessions open, {n}")
-                ttfa.append(await _ttfa_step(args, str(n), default_slots))
+                ttfa.append(await _ttfa_step(args, str(n), slot_counts[0]))
             else:
-                bar.update(task, description=f"{policy} N={n} slots={slots}")
-                rows.append(await _step(args, policy, int(n), slots))
+                bar.update(task, description=f"run {run + 1}/{args.repeat}: {policy} N={n} slots={slots}")
+                rows.append({"run": run, **await _step(args, policy, int(n), slots)})
             bar.advance(task)
-    _ratios(rows)
+    report.ratios(rows)
+    median = report.medians(rows)
+    vs = report.versus(rows)
+    m = machine()
     if args.json:
         source = args.ollama or ("llama-server" if args.llama_server else f"double:{args.double}")
-        print(json.dumps({"machine": machine(), "source": source, "rows": rows, "ttfa": ttfa}, indent=2))
+        out = {"machine": m, "source": source, "repeat": args.repeat, "rows": rows, "median": median, "versus": vs,
+               "ttfa": ttfa}  # fmt: skip
+        print(json.dumps(out, indent=2))
     else:
-        m = machine()
         source = args.ollama or ("llama-server" if args.llama_server else f"the Ollama double, profile {args.double}")
         where = f"{m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}"
         print(f"bench chat on {source}: {where}")
         if rows:
-            _table(rows)
+            report.table(rows)
+            report.versus_table(vs)
         for t in ttfa:
             print(
                 f"ttfa with {t['sessions']} sessions open, {t['mode']} ({t['turns']} turns): "
@@ -581,7 +569,7 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
             )
     if args.sweep_slots:
         top = max(args.n)
-        best = min((r for r in rows if r["policy"] == "gate" and r["n"] == top), key=lambda r: r["wall_done_s"])
+        best = min((r for r in median if r["policy"] == "gate" and r["n"] == top), key=lambda r: r["wall_done_s"])
         print(
             f"at N={top} the gate's done-wall is lowest with {best['slots']} slots: "
             f"set [ollama] parallel = {best['slots']} (and OLLAMA_NUM_PARALLEL on the server)",
@@ -589,6 +577,6 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
         )
     for r in rows:
         for e in r["errors"][:3]:
-            print(f"orchestrator: {r['policy']} N={r['n']}: {e}", file=sys.stderr)
+            print(f"orchestrator: run {r['run'] + 1} {r['policy']} N={r['n']}: {e}", file=sys.stderr)
     if args.plot:
-        _plot(rows, args.plot)
+        report.plot(median, args.plot)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.runners import process
 
 USER_FILE = "notes/mine.txt"
@@ -44,7 +45,7 @@ USER_EDIT = "the user's own uncommitted edit\n"
 SHARED = "shared.txt"
 READY_TIMEOUT = 30.0
 SETTLE_TIMEOUT = 180.0
-ENDED = ("landed", "failed", "cancelled", "conflicted", "interrupted", "missing")
+ENDED = (*sorted(str(s) for s in TERMINAL_STATES), "missing")
 
 
 @dataclass

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -102,8 +103,8 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
-    versions = {}
-    for dist in ("orchestrator", "pygit2", "aiosqlite", "aiohttp"):
+    versions: dict[str, str | None] = {"sqlite": sqlite3.sqlite_version}
+    for dist in ("orchestrator", "pygit2", "aiohttp"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -68,7 +68,7 @@ def _no_file_dir_clash(changes: list[Change]) -> list[Change]:
     clash = all_paths & dirs
     if not clash:
         return changes
-    kept = []
+    kept: list[Change] = []
     for c in changes:
         files = tuple(p for p in c.files if p not in clash)
         if files:

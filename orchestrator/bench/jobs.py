@@ -26,7 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +39,13 @@ from orchestrator.bench import schedule as sched
 from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
 from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
+from orchestrator.core.models import ENDED as TERMINAL_STATES
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
-TERMINAL = ("landed", "failed", "conflicted", "cancelled", "interrupted")
+TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
 """A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
 
@@ -155,7 +156,7 @@ class _Clock:
         names = ("replay.started", "replay.applied", "landing.started", "landing.landed", "landing.noop",
                  "landing.conflict")  # fmt: skip
         for rec in d.log_events(*names):
-            job, ev = rec.get("job_id"), rec["event"]
+            job, ev = int(rec.get("job_id") or 0), rec["event"]
             if ev == "replay.started":
                 clock.starts.setdefault(job, []).append(rec["ts"])
             elif ev == "replay.applied":
@@ -236,7 +237,9 @@ def _figures(
     return out
 
 
-def _claim_quality(row: Row, claims_: list[frozenset[str] | None], real: list[frozenset[str] | None]) -> dict:
+def _claim_quality(
+    row: Row, claims_: Sequence[frozenset[str] | None], real: Sequence[frozenset[str] | None]
+) -> dict[str, Any]:
     """For path-claim rows: jobs whose claim let them run beside others, and of those, claims that did not
     cover every file the change really touched (a directory covers the files under it)."""
     if row.policy not in ("claims", "oracle"):

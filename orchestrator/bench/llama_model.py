@@ -6,7 +6,12 @@ and decode on this machine's CPU, in the same engine Ollama runs (llama.cpp), wi
 and prompt cache. That is what the gate is measured against.
 
 The vocabulary is SentencePiece-style with byte fallback (the 256 `<0xNN>` tokens), so any text
-tokenizes; a few hundred common English pieces make prompts tokenize to realistic lengths.
+tokenizes, plus ChatML's `<|im_start|>` / `<|im_end|>` as control tokens (as a chat model has them). Its
+word pieces are a few hundred common English words and every word of the chat plane's prompts and the
+benchmark's sessions, each as written and lowercased, with and without the leading-space marker: a real
+model's 32k-128k pieces hold such words whole, so the bench's prompts come to about 1.3 tokens a word, as
+with a real tokenizer (byte fallback alone made them 4.5 tokens a word, and the engine's work mostly
+prefill).
 """
 
 from __future__ import annotations
@@ -30,6 +35,23 @@ _WORDS = (
     "still learn should memory remember user chat reply intent message session code file test job repo path"
 )
 _PIECES = tuple(_WORDS.split())
+VERSION = 2
+"""Bumped whenever the model's vocabulary or shape changes: the cached file's name carries it."""
+_CHATML = ("<|im_start|>", "<|im_end|>")
+
+
+def _bench_words() -> list[str]:
+    """Every word of the chat plane's prompts and of the benchmark's sessions (64 of them), in first-seen order."""
+    import re
+
+    from orchestrator.bench import turns
+    from orchestrator.chat import prompts
+
+    texts = ["system user assistant", prompts.SYSTEM, prompts.CLASSIFY, prompts.REPLY, prompts.EXTRACT]
+    for i in range(64):
+        texts += [t for _, t in turns.history(i)] + [turns.prompt(i), *turns.memories(i)]
+    words = re.findall(r"[A-Za-z]+", " ".join(texts))
+    return list(dict.fromkeys(w for word in words for w in (word, word.lower())))
 
 
 @dataclass(frozen=True)
@@ -45,22 +67,26 @@ class Shape:
 
 def vocabulary() -> tuple[list[bytes], list[float], list[int]]:
     """Tokens, scores and token types: specials, 256 byte tokens, then word pieces (with the ▁ space marker)."""
-    tokens: list[bytes] = [b"<unk>", b"<s>", b"</s>"]
-    types = [2, 3, 3]  # unknown, control, control
-    scores = [0.0, 0.0, 0.0]
+    tokens: list[bytes] = [b"<unk>", b"<s>", b"</s>", *(t.encode() for t in _CHATML)]
+    types = [2, 3, 3, 3, 3]  # unknown, control ×4
+    scores = [0.0] * len(tokens)
     for b in range(256):
         tokens.append(f"<0x{b:02X}>".encode())
         types.append(6)  # byte
         scores.append(0.0)
     seen: set[str] = set()
-    for n, word in enumerate(_PIECES):
+    for n, word in enumerate(dict.fromkeys([*_PIECES, *_bench_words()])):
         for piece in (f"\u2581{word}", word):
-            if piece in seen:
-                continue
-            seen.add(piece)
-            tokens.append(piece.encode())
-            types.append(1)  # normal
-            scores.append(-float(n))
+            # The tokenizer merges adjacent pieces pairwise, so a word is reachable only through pieces for each
+            # of its prefixes ("▁w", "▁wo", "▁wor", "▁word"); those rank below the whole words.
+            for end in range(2, len(piece) + 1):
+                sub = piece[:end]
+                if sub in seen:
+                    continue
+                seen.add(sub)
+                tokens.append(sub.encode())
+                types.append(1)  # normal
+                scores.append(-float(n) if end == len(piece) else -500.0 - len(piece) + end)
     for ch in " .,:;!?'\"()[]{}-_/\n0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ":
         piece = "\u2581" if ch == " " else ch
         if piece not in seen:

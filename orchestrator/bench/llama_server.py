@@ -22,7 +22,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from orchestrator.bench.llama_model import VERSION
+
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orchestrator" / "llama-server"
-"""Where the setup script leaves the binary (`bin/llama-server`) and the model (`model.gguf`)."""
+"""Where the setup script leaves the binary (`bin/llama-server`) and the model (`MODEL_FILE`)."""
+MODEL_FILE = f"random-llama-v{VERSION}.gguf"
 MODEL_NAME = "random-llama"
 DEFAULT_PREDICT = 128
 
@@ -46,7 +49,7 @@ def locate(binary: Path | None = None, model: Path | None = None) -> tuple[Path,
     if found is None:
         on_path = shutil.which("llama-server")
         found = Path(on_path) if on_path else CACHE / "bin" / "llama-server"
-    model = model or CACHE / "model.gguf"
+    model = model or CACHE / MODEL_FILE
     missing = [str(p) for p in (found, model) if not p.exists()]
     if missing:
         raise SetupMissing(
@@ -77,6 +80,8 @@ class LlamaServer:
         model: Path | None = None,
         ctx_per_slot: int = 4096,
         threads: int | None = None,
+        args: tuple[str, ...] = (),
+        predict: int = DEFAULT_PREDICT,
     ) -> None:
         self.binary, self.model = locate(binary, model)
         self.slots = slots
@@ -84,11 +89,17 @@ class LlamaServer:
         # Half the cores: the daemon and the sessions need the rest, and ggml's spinning threads slow to a
         # crawl when they outnumber free cores (measured: 3 tok/s with 2 threads on a busy 2-core box, 85 with 1).
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        self.args = args
+        self.predict = predict
+        """Tokens a call without `num_predict` generates (a random model never ends a reply by itself)."""
+        """More llama-server flags (after the ones set here)."""
         self._proc: asyncio.subprocess.Process | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.upstream = ""
         self.url = ""
+        self.trace: list[dict[str, Any]] = []
+        """One entry per request, in the engine's own terms (see `Call`): what the bench reports as engine time."""
 
     async def __aenter__(self) -> str:
         port = _free_port()
@@ -97,7 +108,7 @@ class LlamaServer:
             str(self.binary),
             *("-m", str(self.model), "--host", "127.0.0.1", "--port", str(port)),
             *("-np", str(self.slots), "-c", str(self.ctx), "-t", str(self.threads)),
-            *("--chat-template", "chatml", "--no-webui", "-a", MODEL_NAME),
+            *("--chat-template", "chatml", "--no-webui", "-a", MODEL_NAME, *self.args),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
@@ -198,12 +209,17 @@ class LlamaServer:
             "model": MODEL_NAME,
             "messages": [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages],
             "stream": True,
-            "max_tokens": int(options.get("num_predict") or DEFAULT_PREDICT),
+            "max_tokens": int(options.get("num_predict") or self.predict),
             "temperature": float(options.get("temperature", 0.8)),
             "ignore_eos": True,
             "cache_prompt": True,
         }
         started = time.monotonic_ns()
+        last = str(messages[-1].get("content", ""))[:200] if messages else ""
+        call: dict[str, Any] = {
+            "received": time.monotonic(), "format": bool(body.get("format")), "closed_early": True, "last": last,
+        }  # fmt: skip
+        self.trace.append(call)
         stream = body.get("stream", True)
         model = body.get("model") or MODEL_NAME
         resp: web.StreamResponse | None = None
@@ -221,12 +237,14 @@ class LlamaServer:
                     if kind == "timings":
                         timings = value
                         continue
+                    call.setdefault("first", time.monotonic())
                     text.append(value)
                     if stream:
                         if resp is None:
                             resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
                             await resp.prepare(request)
                         await resp.write((json.dumps(_chunk(model, value, chat)) + "\n").encode())
+            call.update(closed_early=False, **_engine_figures(timings))
             final = _chunk(model, "" if stream else "".join(text), chat)
             final.update(_final_fields(timings, time.monotonic_ns() - started))
             if not stream:
@@ -238,9 +256,12 @@ class LlamaServer:
             await resp.write_eof()
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one: the client closed its stream
             pass
+        finally:
+            call["ended"] = time.monotonic()
+            call["pieces"] = len(text)
         return resp or web.Response(status=499)
 
-    async def _upstream(self, payload: dict[str, Any]) -> AsyncIterator[tuple[str, Any]]:
+    async def _upstream(self, payload: dict[str, Any]) -> AsyncGenerator[tuple[str, Any], None]:
         """("text", piece) per streamed piece, then ("timings", {...}); ("error", msg) if the engine fails."""
         assert self._session is not None
         try:
@@ -273,6 +294,41 @@ def _chunk(model: str, piece: str, chat: bool) -> dict[str, Any]:
     else:
         base["response"] = piece
     return base
+
+
+def _engine_figures(timings: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own account of one request: tokens read, served from cache, generated, and the times."""
+    return {
+        "prompt_n": int(timings.get("prompt_n", 0)),
+        "cache_n": int(timings.get("cache_n", 0)),
+        "prompt_s": float(timings.get("prompt_ms", 0.0)) / 1000,
+        "predicted_n": int(timings.get("predicted_n", 0)),
+        "predicted_s": float(timings.get("predicted_ms", 0.0)) / 1000,
+    }
+
+
+def engine_summary(trace: list[dict[str, Any]], t0: float, end: float) -> dict[str, Any]:
+    """What the engine did between `t0` and `end` (monotonic): calls, tokens read and served from its cache,
+    and how long no request was in it (`idle_s`: every slot empty while the bench still ran)."""
+    calls = [c for c in trace if c["received"] >= t0 and "ended" in c]
+    spans = sorted((c["received"], c["ended"]) for c in calls)
+    busy, last = 0.0, t0
+    for a, b in spans:
+        a, b = max(a, last), min(b, end)
+        if b > a:
+            busy += b - a
+            last = b
+    done = [c for c in calls if not c["closed_early"]]
+    return {
+        "calls": len(calls),
+        "closed_early": len(calls) - len(done),
+        "prompt_tokens": sum(c["prompt_n"] for c in done),
+        "cached_tokens": sum(c["cache_n"] for c in done),
+        "prompt_s": round(sum(c["prompt_s"] for c in done), 3),
+        "generated": sum(c["predicted_n"] for c in done),
+        "decode_s": round(sum(c["predicted_s"] for c in done), 3),
+        "idle_s": round(max(0.0, end - t0 - busy), 3),
+    }
 
 
 def _final_fields(timings: dict[str, Any], total_ns: int) -> dict[str, Any]:

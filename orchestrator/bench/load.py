@@ -182,11 +182,10 @@ def main(n: int, slots: int, waiting: int, landings: int, only: str | None, as_j
         sys.exit(1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    out = {"machine": machine(), "rows": rows}
+    m = machine()
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps({"machine": m, "rows": rows}, indent=2))
         return
-    m = out["machine"]
     click.echo(f"load bench: {m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}")
     for row in rows:
         click.echo(f"  {row['bench']}:")

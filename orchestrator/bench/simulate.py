@@ -82,6 +82,9 @@ class MemStore:
     async def unextracted(self, session: str) -> list[dict[str, Any]]:
         return [dict(m) for m in self.messages.get(session, []) if not m["extracted"]]
 
+    async def unextracted_sessions(self) -> list[str]:
+        return [s for s, ms in self.messages.items() if any(not m["extracted"] for m in ms)]
+
     async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
         self.mems.setdefault(session, [])[:0] = list(memories)
         for m in self.messages.get(session, []):
@@ -105,7 +108,7 @@ class EngineBackend(ollama.OllamaBackend):
         e = self.engine
         sent = e.now()
         prompt = render(list(messages))
-        reply = script(e.profile, list(messages), format)
+        reply = script(e.profile, list(messages), format)[:max_tokens]  # `num_predict`: the server stops there
         slot = await e.take(prompt)
         seq = None
         parts: list[str] = []
@@ -164,10 +167,10 @@ async def _warm(engine: Engine) -> None:
     await asyncio.gather(*(one() for _ in engine.slots))
 
 
-async def _run(profile: Profile, policy: str, n: int, slots: int, chat: ChatConfig) -> SimRow:
+async def _run(profile: Profile, policy: str, n: int, slots: int, chat: ChatConfig, turn_slots: int) -> SimRow:
     engine = Engine(profile)
     await _warm(engine)
-    cfg = OllamaConfig(parallel=slots, max_queue=4096)
+    cfg = OllamaConfig(parallel=slots, max_queue=4096, turn_slots=turn_slots)
     gate = Gate("virtual", ollama.gate_policy(cfg, naive=policy == "naive"), clock=engine.now)
     store = MemStore()
     await turns.seed(store, {f"s{i}": i for i in range(n)})
@@ -199,8 +202,11 @@ async def _run(profile: Profile, policy: str, n: int, slots: int, chat: ChatConf
     )
 
 
-def simulate(profile: Profile, policy: str, n: int, slots: int | None = None, chat: ChatConfig | None = None) -> SimRow:
+def simulate(
+    profile: Profile, policy: str, n: int, slots: int | None = None, chat: ChatConfig | None = None,
+    turn_slots: int = 0,
+) -> SimRow:
     """One bench run (N sessions arriving together) in virtual time."""
     olog.configure(io.StringIO(), level="critical")
     chat = chat or ChatConfig(extract_idle=5.0)
-    return run_virtual(_run(profile, policy, n, slots or profile.num_parallel, chat))
+    return run_virtual(_run(profile, policy, n, slots or profile.num_parallel, chat, turn_slots))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.parse
 
 import click
 
@@ -22,7 +23,9 @@ def chat(session: str, end: bool, as_json: bool, text: tuple[str, ...]) -> None:
     Exit 1 when the turn failed (the model server down, a timeout); 2 when refused (busy: retry later).
     """
     failed = None
-    for ev in client().post_lines(f"/chat/{session}", {"text": " ".join(text), "end": end}):
+    # Quoted: a name such as `../x` reaches the daemon as the name it is (which says what names may be).
+    path = f"/chat/{urllib.parse.quote(session, safe='')}"
+    for ev in client().post_lines(path, {"text": " ".join(text), "end": end}):
         if as_json:
             click.echo(json.dumps(ev))
         elif ev["event"] == "token":

@@ -8,6 +8,12 @@ decoded beside it); with no turn in flight, as many as the gate lets background 
 asks for it at once, but it still waits for `quiet` (or the timer) — up to `2 × every` turns, when it
 runs whatever the server is doing. Turns with nothing to remember (no first-person statement) are marked
 done without a call.
+
+At most `limit` extraction calls are out at once (default: the gate's slots, all that could run): the
+rest stay pending here, in the order they fell due, so a burst's extractions never fill the gate's queue.
+A failed extraction stays pending and is tried again after `idle` seconds, doubling up to an hour. A
+session's messages are marked extracted only with the memories found in them (one transaction), so after
+a kill the daemon's `resume` finds every session with messages not yet extracted and extracts them.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ class Pending:
     turns: int = 0
     timer: asyncio.TimerHandle | None = None
     due: bool = False
+    """Runs as soon as a place is free, quiet or not (asked for, or its `idle` timer fired)."""
+    not_before: float = 0.0
+    """After a failure: not before this (loop time), so a server that is down is not asked in a loop."""
+    failures: int = 0
+
+MAX_RETRY_S = 3600.0
 
 
 @dataclass
@@ -60,6 +72,7 @@ class Extractor:
         history: int = 12,
         quiet: Callable[[], bool] = lambda: True,
         coalesce: bool = True,
+        limit: int | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -68,9 +81,12 @@ class Extractor:
         self.history = history
         self.quiet = quiet
         self.coalesce = coalesce
+        self.limit = limit
+        """Extraction calls out at once; None: no bound (the seed's pipeline)."""
         self.pending: dict[str, Pending] = {}
         self.running: dict[str, asyncio.Task[None]] = {}
         self.stats = ExtractionStats()
+        self._closed = False
         self._log = olog.get(plane="chat")
 
     def turn_done(self, session: str, *, end: bool = False) -> None:
@@ -97,48 +113,93 @@ class Extractor:
         if session in self.pending:
             self._flush(session)
 
+    async def resume(self) -> int:
+        """After a start: every session with messages not yet extracted (a kill cut its extraction, or it had
+        not run yet) gets a pending extraction, run as any other: on a quiet slot, at the latest after `idle`."""
+        sessions = await self.store.unextracted_sessions()
+        for session in sessions:
+            if session not in self.pending and session not in self.running:
+                self.pending[session] = Pending(turns=1)
+                self._arm(session, self.idle)
+        if sessions:
+            self._log.info(olog.Event.CHAT_EXTRACTION_RESUMED, sessions=len(sessions))
+            self.poke()
+        return len(sessions)
+
     def poke(self) -> None:
-        """Run pending extractions now if nothing else wants the model server (called when a turn ends)."""
-        for session in list(self.pending):
-            if not self.quiet():
+        """Start what may start: due extractions while a place is free, then pending ones while nothing else
+        wants the model server (called when a turn or an extraction ends)."""
+        now = asyncio.get_running_loop().time()
+        for session, p in list(self.pending.items()):
+            if p.due and p.not_before <= now:
+                self._flush(session)
+        for session, p in list(self.pending.items()):
+            if not self._room() or not self.quiet():
                 return
-            if session not in self.running:
+            if session not in self.running and p.not_before <= now:
                 self._flush(session)
 
-    def _flush(self, session: str) -> None:
-        if session in self.running:
-            self.pending.setdefault(session, Pending()).due = True  # runs again once the current one ends
-            return
-        p = self.pending.pop(session, None)
-        if p is None:
-            return
+    def _room(self) -> bool:
+        return self.limit is None or len(self.running) < self.limit
+
+    def _arm(self, session: str, delay: float) -> None:
+        p = self.pending[session]
         if p.timer is not None:
             p.timer.cancel()
-        self.running[session] = asyncio.create_task(self._run(session), name=f"extract:{session}")
+        p.timer = asyncio.get_running_loop().call_later(delay, self._flush, session)
+
+    def _flush(self, session: str) -> None:
+        p = self.pending.get(session)
+        if p is None:
+            return
+        if session in self.running or not self._room():
+            p.due = True  # runs once the current one ends, or a place frees
+            return
+        del self.pending[session]
+        if p.timer is not None:
+            p.timer.cancel()
+        self.running[session] = asyncio.create_task(self._run(session, p.failures), name=f"extract:{session}")
 
     @property
     def busy(self) -> int:
         return len(self.running) + len(self.pending)
 
-    async def _run(self, session: str) -> None:
+    async def _run(self, session: str, failures: int) -> None:
         self.stats.running += 1
+        failed = False
         try:
             await self._extract(session)
         except (OllamaError, GateError) as e:
-            self.stats.failed += 1
-            self._log.warning(olog.Event.CHAT_EXTRACTION_FAILED, session=session, code=str(e.code), error=str(e))
+            failed = True
+            self._log.warning(olog.Event.CHAT_EXTRACTION_FAILED, session=session, code=str(e.code), error=str(e),
+                              retry_s=self._retry_s(failures))  # fmt: skip
         except Exception as e:  # noqa: BLE001 - an extraction must never take the daemon down; log it
-            self.stats.failed += 1
+            failed = True
             self._log.error(olog.Event.CHAT_EXTRACTION_FAILED, session=session, code="Internal", error=repr(e),
-                            exc_info=True)  # fmt: skip
+                            retry_s=self._retry_s(failures), exc_info=True)  # fmt: skip
         finally:
             self.stats.running -= 1
             self.stats.last_done = time.monotonic()
             del self.running[session]
-            again = self.pending.get(session)
-            if again is not None and again.due:
-                self._flush(session)
-            self.poke()  # the next session's pending extraction may go now
+            if failed:
+                self.stats.failed += 1
+                self._again(session, failures)
+            self.poke()  # this session's next extraction, or the next session's, may go now
+
+    def _retry_s(self, failures: int) -> float:
+        return min(self.idle * 2**failures, MAX_RETRY_S)
+
+    def _again(self, session: str, failures: int) -> None:
+        """A failed extraction's messages are still unextracted in the store: keep the session pending, and
+        try again later (not at once: the server may be down)."""
+        if self._closed:
+            return
+        p = self.pending.setdefault(session, Pending())
+        p.turns += 1
+        p.failures = failures + 1
+        delay = self._retry_s(failures)
+        p.not_before = asyncio.get_running_loop().time() + delay
+        self._arm(session, delay)
 
     async def _extract(self, session: str) -> None:
         todo = await self.store.unextracted(session)
@@ -162,6 +223,7 @@ class Extractor:
                        total_s=round(result.total_s, 3))  # fmt: skip
 
     async def close(self) -> None:
+        self._closed = True
         for p in self.pending.values():
             if p.timer is not None:
                 p.timer.cancel()

@@ -70,26 +70,38 @@ class ChatPlane:
         self.stats = PlaneStats()
         self._sessions: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, Turn] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._unserved = 0
         """Turns accepted that hold no slot yet: they count against the gate's queue bound from the start."""
         self.extractor = Extractor(
             store, backend, every=cfg.extract_every, idle=cfg.extract_idle, history=cfg.history,
-            quiet=self._quiet, coalesce=not self.naive,
+            quiet=self._quiet, coalesce=not self.naive, limit=None if self.naive else self.gate.policy.slots,
         )  # fmt: skip
         self._log = olog.get(plane="chat")
+        # Extractions a killed daemon left undone run again (the plane owns the task: `close` ends it).
+        self._own(asyncio.get_running_loop().create_task(self._resume(), name="chat:resume"))
+
+    async def _resume(self) -> None:
+        try:
+            await self.extractor.resume()
+        except Exception as e:  # noqa: BLE001 - the plane runs on without it; say so
+            self._log.error(olog.Event.CHAT_EXTRACTION_FAILED, code="ResumeFailed", error=repr(e), exc_info=True)
 
     def _quiet(self) -> bool:
         """May a pending extraction start now? Only on a slot no turn waits for; and while turns are being
         answered, one extraction at a time: its long prompt stalls the replies decoded beside it, but leaving
-        every slot but the turns' idle until the last reply ends drains later than the seed's pipeline."""
+        every slot but the turns' idle until the last reply ends drains later than the seed's pipeline. On a
+        server that answers turns few at a time (`turn_slots`: its batched decoding does not pay), a sequence
+        decoded beside a turn slows it as much as it gains: extraction waits until no turn is in flight."""
         if not self.gate.idle_slot():
             return False
-        return self.stats.active == 0 or (self._unserved == 0 and not self.extractor.running)
+        if self.stats.active == 0:
+            return True
+        return not self.gate.policy.turn_slots and self._unserved == 0 and not self.extractor.running
 
     def busy(self) -> Busy | None:
         """A refusal to answer at once (before the acknowledgement) when the gate's queue is full."""
-        return self.gate.refusal(max(self.gate.queued, self._unserved))
+        return self.gate.refusal(Priority.INTERACTIVE, max(self.gate.queued_of(Priority.INTERACTIVE), self._unserved))
 
     def submit(self, session: str, text: str, *, end: bool = False) -> tuple[Turn, asyncio.Queue[Any]]:
         """Queue `text` as a turn of `session` (or merge it into the turn already waiting); read the queue."""
@@ -105,10 +117,13 @@ class ChatPlane:
         turn = Turn(session=session, texts=[text], end=end, outs=[q])
         self._unserved += 1
         self._waiting[session] = turn
-        turn.task = asyncio.create_task(self._run(turn), name=f"turn:{session}")
-        self._tasks.add(turn.task)
-        turn.task.add_done_callback(self._tasks.discard)
+        turn.task = self._own(asyncio.create_task(self._run(turn), name=f"turn:{session}"))
         return turn, q
+
+    def _own(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def leave(self, turn: Turn, q: asyncio.Queue[Any]) -> None:
         """A caller went away; the last one to leave cancels the turn (freeing its slot)."""
@@ -200,6 +215,8 @@ class ChatPlane:
     ) -> tuple[prompts.Intent, Any]:
         intent = None if self.naive else prompts.rule_intent(text)
         source = "rules"
+        if intent is None and not self._classify():
+            intent, source = prompts.Intent.chat, "default"
         if intent is None:
             source = "model"
             self.stats.classify_calls += 1
@@ -220,6 +237,15 @@ class ChatPlane:
             session=turn.session, lease=lease, on_token=on_token,
         )  # fmt: skip
         return intent, reply
+
+    def _classify(self) -> bool:
+        """Does the model classify this turn (the rules could not)? Its answer only shapes the reply's
+        instruction, and it costs the server a call before the reply; `idle` asks only while no other turn
+        waits for a slot, so under load every slot goes to replies."""
+        mode = "model" if self.naive else self.cfg.classify
+        if mode == "idle":
+            return self._unserved == 0 and self.gate.queued_of(Priority.INTERACTIVE) == 0
+        return mode == "model"
 
     def end(self, session: str) -> None:
         self.extractor.end(session)

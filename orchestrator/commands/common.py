@@ -16,12 +16,16 @@ import click
 
 from orchestrator import paths
 from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.core import models
 
-OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT = 0, 1, 2, 3, 4
+OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT, UNCHANGED = 0, 1, 2, 3, 4, 5
 F = TypeVar("F", bound=Callable[..., Any])
 
-ENDED_STATES = ("landed", "failed", "conflicted", "cancelled", "interrupted")
-FAILED_STATES = frozenset({"failed", "conflicted", "cancelled", "interrupted"})
+# The groups of states the commands use, as `core.models` names them (a state is a str: `"ready" in OPEN`).
+ENDED_STATES = tuple(sorted(models.ENDED))
+FAILED_STATES = models.DEAD | models.HELD
+"""Ended without landing, not as asked (an unchanged job did what it was asked): `--failed`, exit 1."""
+CANCELLABLE_STATES = tuple(sorted(models.CANCELLABLE))
 
 
 def err(message: str) -> None:

@@ -9,7 +9,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-WAITING = ("queued", "planning", "planned")
+from orchestrator.core import models
+
+WAITING = models.WAITING
+SUMMARY_ORDER = (
+    "running", "waiting", "landing", "ready", "interrupted", "landed", "unchanged", "failed", "conflicted", "cancelled",
+)  # fmt: skip
+"""The order of a summary's counts: what runs or waits first, then what ended."""
 ELLIPSIS = "…"
 
 
@@ -46,12 +52,13 @@ def cut_end(text: str, width: int) -> str:
 
 
 def summary(jobs: Iterable[dict[str, Any]]) -> str:
-    """"3 running, 5 waiting: 3 Overlap, 2 Concurrency, 1 landing, 4 landed" (waiting broken down by code)."""
+    """"3 running, 5 waiting: 3 Overlap, 2 Concurrency, 1 landing, 1 ready, 4 landed" (waiting by code;
+    `ready`: finished in review mode, waiting for a person's `land` or `reject`)."""
     jobs = list(jobs)
     by_state = Counter("waiting" if j["state"] in WAITING else j["state"] for j in jobs)
     codes = Counter(j.get("code") or j["state"] for j in jobs if j["state"] in WAITING)
     parts = []
-    for state in ("running", "waiting", "landing", "landed", "failed", "conflicted", "cancelled", "interrupted"):
+    for state in SUMMARY_ORDER:
         n = by_state.get(state, 0)
         if not n:
             continue
@@ -60,6 +67,16 @@ def summary(jobs: Iterable[dict[str, Any]]) -> str:
             part += ": " + ", ".join(f"{c} {code}" for code, c in codes.most_common())
         parts.append(part)
     return ", ".join(parts) if parts else "no jobs"
+
+
+def review_hint(ready: list[int]) -> str:
+    """What to do about jobs waiting for review: "2 ready for review (7, 9): `orchestrator diff 7`, then ..."."""
+    first = ready[0]
+    ids = f" ({', '.join(map(str, ready))})" if len(ready) > 1 else f" (job {first})"
+    return (
+        f"{len(ready)} ready for review{ids}: `orchestrator diff {first}` shows it, "
+        f"`orchestrator land {first}` lands it, `orchestrator reject {first}` drops it"
+    )
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")

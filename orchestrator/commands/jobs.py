@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from orchestrator.commands.common import FAILED, FAILED_STATES, api_call, client, emit, err, json_option
+from orchestrator.commands.common import FAILED, FAILED_STATES, UNCHANGED, api_call, client, emit, err, json_option
+from orchestrator.core import models
 
 
 class ArgvCommand(click.Command):
@@ -182,28 +183,44 @@ def why(job_id: int, as_json: bool) -> None:
             click.echo(f"  [{'ok' if c['ok'] else 'no'}] {c['name']}: {c['detail']}")
     if data.get("land_after"):
         click.echo(f"lands after: {', '.join(map(str, data['land_after']))}")
+    if data.get("outside_claim"):
+        click.echo(f"outside its claim: {', '.join(data['outside_claim'])} (touched, though its claim named them not)")
 
 
 @click.command()
 @click.argument("job_id", type=int, required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("--transcript", is_flag=True, help="The agent CLI's conversation (Claude Code's), turn by turn.")
 @json_option
 @api_call
-def logs(job_id: int | None, follow: bool, as_json: bool) -> None:
+def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> None:
     """Print a job's output (the runner's stdout and stderr); without ID, every job's.
 
     With -f, waits for a queued job to start, follows it to its end and exits with its outcome (0
     landed, 1 ended without landing). Each attempt starts with a `==> attempt N` line and ends with the
-    runner's exit status.
+    runner's exit status. With --transcript, the conversation an agent CLI had (its prompts, answers and
+    tool calls), kept on the job when its runner reads the CLI's output (`output = "claude-json"`).
     """
     c = client()
+    if transcript:
+        if job_id is None or follow:
+            raise click.UsageError("--transcript takes one job id (and no --follow)")
+        lines = b"".join(c.stream(f"/jobs/{job_id}/log?transcript=1")).decode(errors="replace").splitlines()
+        entries = [json.loads(ln) for ln in lines if ln.strip().startswith("{")]
+        if as_json:
+            emit(entries)
+        else:
+            for entry in entries:
+                for line in transcript_lines(entry):
+                    click.echo(line)
+        return
     ids = [job_id] if job_id is not None else [j["id"] for j in c.jobs()]
     if follow and job_id is None:
         raise click.UsageError("--follow needs a job id")
     out: dict[str, str] = {}
     if follow and not as_json:
         job = c.job(ids[0])
-        if job["state"] in ("queued", "planning", "planned"):
+        if job["state"] in models.WAITING:
             code = f" ({job['code']})" if job.get("code") else ""
             err(f"job {job['id']} is {job['state']}{code}: {job['reason'] or 'waits to start'}; its output follows")
     for i in ids:
@@ -226,6 +243,37 @@ def logs(job_id: int | None, follow: bool, as_json: bool) -> None:
             err(f"job {job['id']}: {job['state']}{code} — {job['reason']}")
         if job["state"] in FAILED_STATES:
             sys.exit(FAILED)
+        if job["state"] == "unchanged":
+            sys.exit(UNCHANGED)
+
+
+def transcript_lines(entry: dict[str, Any], width: int = 200) -> list[str]:
+    """One transcript entry (a line of Claude Code's session JSONL) as what a person reads: who said what,
+    which tool was called with what, what the tool answered (cut to `width`)."""
+    message = entry.get("message") if isinstance(entry.get("message"), dict) else None
+    if entry.get("type") not in ("user", "assistant") or message is None:
+        return []
+    who = message.get("role") or entry["type"]
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+    out = []
+    for b in blocks:
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "text" and str(b.get("text", "")).strip():
+            text = " ".join(str(b["text"]).split())
+            out.append(f"{who}: {text[:width]}" + ("…" if len(text) > width else ""))
+        elif b.get("type") == "tool_use":
+            args = json.dumps(b.get("input"), ensure_ascii=False)
+            out.append(f"{who} → {b.get('name')} {args[:width]}" + ("…" if len(args) > width else ""))
+        elif b.get("type") == "tool_result":
+            raw = b.get("content")
+            items = raw if isinstance(raw, list) else []
+            parts = [raw] if isinstance(raw, str) else [str(x.get("text", "")) for x in items if isinstance(x, dict)]
+            text = " ".join(" ".join(parts).split())
+            flag = " (error)" if b.get("is_error") else ""
+            out.append(f"  tool result{flag}: {text[:width]}" + ("…" if len(text) > width else ""))
+    return out
 
 
 @click.command(cls=ArgvCommand, context_settings={"ignore_unknown_options": True})

@@ -15,6 +15,7 @@ import click
 
 from orchestrator.client import ApiError, Client
 from orchestrator.commands.common import (
+    CANCELLABLE_STATES,
     ENDED_STATES,
     FAILED_STATES,
     REJECTED,
@@ -24,8 +25,6 @@ from orchestrator.commands.common import (
     err,
     json_option,
 )
-
-OPEN_STATES = ("queued", "planning", "planned", "running", "landing", "ready")
 
 
 def _filters(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,7 +88,7 @@ def cancel(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None
     if failed:
         raise click.UsageError("--failed jobs have ended already; nothing to cancel")
     c = client()
-    ids = select(c, job_ids, states=OPEN_STATES, all_=all_, failed=failed, repo=repo)
+    ids = select(c, job_ids, states=CANCELLABLE_STATES, all_=all_, failed=failed, repo=repo)
     each(ids, c.cancel, lambda j: f"job {j['id']}: {j['state']}", as_json)
 
 

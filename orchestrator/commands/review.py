@@ -1,4 +1,4 @@
-"""Review before landing: `diff` shows a job's change, `land` lands ready jobs, `reject` drops one.
+"""Review before landing: `diff` shows a job's change, `land` lands ready jobs, `reject` drops them.
 
 A job enqueued with `--land review` (or in a repo with `land = "review"`) stops in `ready` when it
 finishes; its paths stay taken until a person lands or rejects it.
@@ -44,10 +44,10 @@ def land(job_ids: tuple[int, ...], as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("job_id", type=int)
+@click.argument("job_ids", type=int, nargs=-1, required=True)
 @json_option
 @api_call
-def reject(job_id: int, as_json: bool) -> None:
-    """Drop a ready job (review mode): not landed, its paths freed, its branch kept for inspection."""
-    job = client().reject(job_id)
-    emit(job) if as_json else err(f"job {job_id}: {job['reason']}")
+def reject(job_ids: tuple[int, ...], as_json: bool) -> None:
+    """Drop ready jobs (review mode): not landed, their paths freed, their branches kept for inspection."""
+    c = client()
+    each(list(job_ids), c.reject, lambda j: f"job {j['id']}: {j['reason']}", as_json)

@@ -86,16 +86,14 @@ def hook() -> None:
 def hook_install(repo: Path, tickets: str | None, as_json: bool) -> None:
     """Install post-commit and post-rewrite; a hook already there is moved aside and still runs."""
     import os
-    import subprocess
 
     from orchestrator.service import hooks
 
-    repo, done = _in_repo(lambda r: hooks.install(r, home=os.environ.get("ORCHESTRATOR_HOME")), repo)
+    repo, done = _in_repo(lambda r: hooks.install(r, home=os.environ.get("ORCHESTRATOR_HOME"), tickets=tickets), repo)
     if tickets:
-        subprocess.run(["git", "-C", str(repo), "config", "orchestrator.tickets", tickets], check=True, timeout=30)
         done.append(f"ticket folder: {tickets}")
     _remember(repo)
-    emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
+    _report_done(repo, done, as_json)
 
 
 @hook.command("uninstall")
@@ -106,7 +104,15 @@ def hook_uninstall(repo: Path, as_json: bool) -> None:
     from orchestrator.service import hooks
 
     repo, done = _in_repo(hooks.uninstall, repo)
-    emit({"repo": str(repo), "done": done}) if as_json else [err(line) for line in done]
+    _report_done(repo, done, as_json)
+
+
+def _report_done(repo: Path, done: list[str], as_json: bool) -> None:
+    if as_json:
+        emit({"repo": str(repo), "done": done})
+        return
+    for line in done:
+        err(line)
 
 
 @hook.command("status")

@@ -1,4 +1,5 @@
-"""`orchestrator config show`: the effective config, each value with where it came from (default, file, env)."""
+"""`orchestrator config`: `show` (the effective config, each value with its source: default, file or env, and
+whether the running daemon has read the file as it is now) and `example` (the commented default config)."""
 
 from __future__ import annotations
 
@@ -64,9 +65,35 @@ def _in_file(data: Mapping[str, Any], key: str) -> bool:
     return isinstance(table, dict) and name in table
 
 
+def restart_notice(p: paths.Paths) -> str | None:
+    """What to say when the running daemon has not read the config file as it is now (None: it has, or no
+    daemon answers)."""
+    from orchestrator import config as config_mod
+    from orchestrator.client import Client, Unreachable
+
+    try:
+        health = Client(p.socket, timeout=2).health()
+    except (Unreachable, OSError):
+        return None
+    if "config_stamp" not in health or health["config_stamp"] == config_mod.stamp(p.config_file):
+        return None
+    return (
+        f"{p.config_file} changed after the running daemon read it: restart the daemon to apply it "
+        "(`systemctl --user restart orchestrator`, or stop `orchestrator daemon` and start it again)"
+    )
+
+
 @click.group()
 def config() -> None:
     """The daemon's settings."""
+
+
+@config.command()
+def example() -> None:
+    """Print the commented default config (every key, with what it does): a start for config.toml."""
+    from orchestrator.config import DEFAULT_TOML
+
+    click.echo(DEFAULT_TOML, nl=False)
 
 
 @config.command()
@@ -88,10 +115,14 @@ def show(as_json: bool) -> None:
     except ConfigError as e:
         err(f"orchestrator: invalid config: {p.config_file}: {e}")
         sys.exit(EX_CONFIG)
+    notice = restart_notice(p)
     if as_json:
-        emit({"file": str(p.config_file), "exists": p.config_file.exists(), "settings": rows})
+        emit({"file": str(p.config_file), "exists": p.config_file.exists(), "restart_needed": notice is not None,
+              "settings": rows})  # fmt: skip
         return
     err(f"config file: {p.config_file}" + ("" if p.config_file.exists() else " (absent: defaults)"))
+    if notice:
+        err(notice)
     width = max(len(r["key"]) for r in rows)
     for r in rows:
         click.echo(f"{r['key']:<{width}}  {json.dumps(r['value']):<24}  # {r['source']}")

@@ -11,11 +11,13 @@ from typing import Any
 
 import click
 
+from orchestrator import paths
 from orchestrator.commands import fit
 from orchestrator.commands.common import (
     FAILED,
     FAILED_STATES,
     TIMED_OUT,
+    UNCHANGED,
     api_call,
     client,
     emit,
@@ -23,11 +25,14 @@ from orchestrator.commands.common import (
     err,
     json_option,
 )
+from orchestrator.core import models
 
 STATE_STYLE = {
     "running": "green",
     "landing": "cyan",
+    "ready": "bold magenta",
     "landed": "dim",
+    "unchanged": "yellow",
     "failed": "red",
     "conflicted": "red",
     "cancelled": "yellow",
@@ -103,10 +108,16 @@ def status(state: str | None, repo: Path | None, since: str | None, wide: bool, 
     if jobs:
         print_jobs(jobs, wide)
     err(fit.summary(jobs))
+    if ready := [j["id"] for j in jobs if j["state"] == "ready"]:
+        err(fit.review_hint(ready))
     paused = sorted(scope for scope, c in client().controls().items() if c["paused"])
     if paused:
         where = "every repo" if "*" in paused else ", ".join(paused)
         err(f"paused: {where} (nothing new starts there; `orchestrator resume` lifts it)")
+    from orchestrator.commands.settings import restart_notice
+
+    if notice := restart_notice(paths.resolve()):
+        err(notice)
 
 
 def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
@@ -117,6 +128,8 @@ def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
         if j["state"] in fit.WAITING:
             nxt = (j.get("decision") or {}).get("next", "")
             parts.append(f"{j['id']} {j.get('code') or j['state']}" + (f": {nxt}" if nxt else ""))
+        elif j["state"] == "ready":
+            parts.append(f"{j['id']} ready for your review (`orchestrator diff {j['id']}`, then land or reject)")
         elif j["state"] == "landing" and j.get("code") not in ("", None, "Finished"):
             parts.append(f"{j['id']} landing, {j['code']}")
         else:
@@ -124,7 +137,7 @@ def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
     return fit.cut_end(f"waiting for {len(open_)} of {len(jobs)} jobs: " + " · ".join(parts), width)
 
 
-ENDED = frozenset(FAILED_STATES | {"landed"})
+ENDED = models.ENDED
 
 
 @click.command()
@@ -136,7 +149,8 @@ ENDED = frozenset(FAILED_STATES | {"landed"})
 def wait(job_ids: tuple[int, ...], timeout: float | None, quiet: bool, as_json: bool) -> None:
     """Wait until the jobs (default: all open ones) end.
 
-    Exit 0 if all landed, 1 if any ended without landing, 4 if the timeout passed first. On a terminal a
+    Exit 0 if all landed, 1 if any failed (or was cancelled, conflicted, interrupted), 5 if the rest landed but
+    one changed nothing (nothing of it landed), 4 if the timeout passed first. On a terminal a
     progress line says which jobs are still open and why.
     """
     c = client()
@@ -170,3 +184,5 @@ def wait(job_ids: tuple[int, ...], timeout: float | None, quiet: bool, as_json: 
         sys.exit(TIMED_OUT)
     if any(j["state"] in FAILED_STATES for j in jobs):
         sys.exit(FAILED)
+    if any(j["state"] == "unchanged" for j in jobs):
+        sys.exit(UNCHANGED)

@@ -10,7 +10,8 @@ failing one, in this order, gives the reason and the outcome:
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
  6. Overlap                  its claim meets what an active job of its repo claims or has touched
- 7. Priority                 an earlier waiting job of its repo that it conflicts with goes first
+ 7. Priority                 an earlier waiting job of its repo that it conflicts with goes first (so
+                             does an earlier job that keeps its place: interrupted, or planning again)
  8. Landing                  a landing into its target branch is in flight (transient, so reported
                              only when nothing more durable holds the job back)
  9. Concurrency              the global or per-repo limit of active jobs is reached
@@ -30,21 +31,26 @@ incrementally as it walks the queue.
 
 from __future__ import annotations
 
-import weakref
-from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from operator import itemgetter
-from typing import TypeVar
 
 from orchestrator.core import claims
-from orchestrator.core.claims import ClaimError, PathIndex, name_of
+from orchestrator.core.admission_index import (
+    BLOCKING_LIMIT,
+    Active,
+    Facts,
+    State,
+    canon,
+    clear_caches,
+    facts,
+    order,
+    plist,
+    ready,
+    state_of,
+)
 from orchestrator.core.models import (
     ALL_REPOS,
-    ROOT,
     Check,
-    Claim,
     ClaimSource,
     Decision,
     JobView,
@@ -54,285 +60,13 @@ from orchestrator.core.models import (
     Snapshot,
 )
 
-__all__ = ["clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
-
-OrderKey = tuple[int, int]
-BLOCKING_LIMIT = 20
-"""At most this many earlier waiting jobs are listed as blocking a job (Priority): the first in order."""
-_id = itemgetter(1)  # the job id of an order key
-K = TypeVar("K")
-
-
-# ---------------------------------------------------------------------------------------------- facts
-
-
-def _canon(path: str) -> str:
-    try:
-        return claims.normalize(path)
-    except ClaimError:
-        # A path we cannot place may be anywhere: treat it as the root, which overlaps everything.
-        return ROOT
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Facts:
-    """What admission derives from one job under one policy (cached: JobView and Policy are frozen)."""
-
-    job: JobView
-    counted: frozenset[str]
-    """Claim minus mergeable paths: what it asks for."""
-    held: frozenset[str]
-    """Claim and actual minus mergeable paths: what it holds while active."""
-    claim_merge: frozenset[str]
-    held_merge: frozenset[str]
-    claim_index: PathIndex
-    names: frozenset[str]
-    """Names (`name_of`) of the counted paths."""
-    under: frozenset[str]
-    """Strict ancestors of `names`."""
-    held_names: frozenset[str]
-    held_under: frozenset[str]
-    globs: tuple[str, ...]
-    """Counted paths that are patterns (kept out of `names`: they meet by matching, see `claims.overlaps`)."""
-    held_globs: tuple[str, ...]
-    ambiguous: str | None
-    barriers: tuple[str, ...]
-    """Its claim or actual paths that reach a barrier pattern, sorted."""
-    exclusive: bool
-    """It runs alone: ambiguous, or touching a barrier."""
-
-    @property
-    def alone_reason(self) -> str:
-        return self.ambiguous or f"barrier {_plist(self.barriers, 2)}"
-
-
-def _facts(job: JobView, policy: Policy) -> _Facts:
-    try:
-        return _cached_facts(job, policy)
-    except TypeError:  # a field given as a list or set: unhashable, so derive without the cache
-        return _derive_facts(job, policy)
-
-
-def _derive_facts(job: JobView, policy: Policy) -> _Facts:
-    claim_paths = frozenset(_canon(p) for p in job.claim.paths)
-    touched = claim_paths | frozenset(_canon(p) for p in job.actual)
-    counted, claim_merge = claims.split_mergeable(claim_paths, policy.mergeable, job.mergeable)
-    held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
-    names = frozenset(name_of(p) for p in counted if not claims.is_glob(p))
-    held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p))
-    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy, job.repo)
-    barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
-    return _Facts(
-        job=job,
-        counted=counted,
-        held=held,
-        claim_merge=claim_merge,
-        held_merge=held_merge,
-        claim_index=PathIndex(counted),
-        names=names,
-        under=frozenset(a for n in names for a in claims.ancestors(n)),
-        held_names=held_names,
-        held_under=frozenset(a for n in held_names for a in claims.ancestors(n)),
-        globs=tuple(sorted(p for p in counted if claims.is_glob(p))),
-        held_globs=tuple(sorted(p for p in held if claims.is_glob(p))),
-        ambiguous=ambiguous,
-        barriers=barriers,
-        exclusive=ambiguous is not None or bool(barriers),
-    )
-
-
-_cached_facts = lru_cache(maxsize=16384)(_derive_facts)
+__all__ = ["BLOCKING_LIMIT", "clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
 
 def runs_alone(job: JobView, policy: Policy) -> str | None:
     """Why `job` must run alone in its repo (ambiguous claim, barrier path), or None if it need not."""
-    f = _facts(job, policy)
+    f = facts(job, policy)
     return f.alone_reason if f.exclusive else None
-
-
-def clear_caches() -> None:
-    """Forget cached per-job facts and per-snapshot indexes (for benchmarks that measure cold calls)."""
-    _cached_facts.cache_clear()
-    _STATES.clear()
-
-
-# ------------------------------------------------------------------------------------------ indexes
-
-
-class _Waiting:
-    """Ready waiting jobs of one repo, indexed for the Priority check. Jobs are added in `order_key` order."""
-
-    __slots__ = ("exclusive", "globs", "keys", "names", "under")
-
-    def __init__(self) -> None:
-        self.keys: list[OrderKey] = []
-        self.exclusive: list[OrderKey] = []
-        self.globs: list[tuple[str, OrderKey]] = []
-        """Claimed patterns with their job's key: rare, so tested one by one."""
-        self.names: dict[str, list[OrderKey]] = {}
-        """name → keys of jobs that claim it."""
-        self.under: dict[str, list[OrderKey]] = {}
-        """name → keys of jobs that claim a path strictly under it."""
-
-    def add(self, f: _Facts) -> None:
-        key = f.job.order_key
-        self.keys.append(key)
-        if f.exclusive:
-            self.exclusive.append(key)
-        for n in f.names:
-            self.names.setdefault(n, []).append(key)
-        for a in f.under:
-            self.under.setdefault(a, []).append(key)
-        self.globs.extend((g, key) for g in f.globs)
-
-    def earlier(self, f: _Facts) -> tuple[list[int], list[str], bool]:
-        """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
-        meet them, and whether more block it than are listed. Bounded, so a long queue costs no more per job.
-        """
-        key = f.job.order_key
-        if f.exclusive:
-            cut = bisect_left(self.keys, key)
-            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT
-        cut = bisect_left(self.exclusive, key)
-        found = set(self.exclusive[: min(cut, BLOCKING_LIMIT)])
-        more = cut > BLOCKING_LIMIT
-        hit_paths = []
-        for p in sorted(f.counted):
-            buckets = _glob_buckets(p, self.names, self.globs)
-            if not claims.is_glob(p):
-                n = name_of(p)
-                buckets += [self.names.get(n), self.under.get(n)]
-                buckets.extend(self.names.get(a) for a in claims.ancestors(n))
-            hit = False
-            for bucket in buckets:
-                if bucket:
-                    cut = bisect_left(bucket, key)
-                    if cut:
-                        # The first BLOCKING_LIMIT of each bucket hold the first BLOCKING_LIMIT of their union.
-                        found.update(bucket[: min(cut, BLOCKING_LIMIT)])
-                        more = more or cut > BLOCKING_LIMIT
-                        hit = True
-            if hit:
-                hit_paths.append(p)
-        first = sorted(found)
-        if len(first) > BLOCKING_LIMIT:
-            first, more = first[:BLOCKING_LIMIT], True
-        return sorted(map(_id, first)), hit_paths, more
-
-
-class _Active:
-    """Active jobs of one repo, with what they hold indexed by name for the Overlap check."""
-
-    __slots__ = ("globs", "jobs", "merged", "names", "under")
-
-    def __init__(self) -> None:
-        self.jobs: list[_Facts] = []
-        self.globs: list[tuple[str, int]] = []
-        """Held patterns with their job's id."""
-        self.names: dict[str, list[int]] = {}
-        """name → ids of jobs that hold it."""
-        self.under: dict[str, list[int]] = {}
-        """name → ids of jobs that hold a path strictly under it."""
-        self.merged = PathIndex()
-        """Mergeable paths any of them claims or touched."""
-
-    def add(self, f: _Facts) -> None:
-        self.jobs.append(f)
-        self.jobs.sort(key=lambda a: a.job.id)
-        for n in f.held_names:
-            self.names.setdefault(n, []).append(f.job.id)
-        for a in f.held_under:
-            self.under.setdefault(a, []).append(f.job.id)
-        for p in f.held_merge:
-            self.merged.add(p)
-        self.globs.extend((g, f.job.id) for g in f.held_globs)
-
-    def meeting(self, f: _Facts) -> tuple[set[int], set[str]]:
-        """Ids of the jobs whose held paths meet the counted claim of `f`, and the paths of `f` that meet them."""
-        owners: set[int] = set()
-        met: set[str] = set()
-        names, under = self.names, self.under
-        for p in f.counted:
-            buckets = _glob_buckets(p, names, self.globs)
-            if not claims.is_glob(p):
-                n = name_of(p)
-                buckets += [names.get(n), under.get(n), *(names.get(a) for a in claims.ancestors(n))]
-            hit = False
-            for ids in buckets:
-                if ids:
-                    owners.update(ids)
-                    hit = True
-            if hit:
-                met.add(p)
-        return owners, met
-
-
-def _glob_buckets(path: str, names: dict[str, list[K]], globs: list[tuple[str, K]]) -> list[list[K] | None]:
-    """Entries a path meets by pattern: held patterns that meet it, and (for a pattern) held names it meets."""
-    out: list[list[K] | None] = [[k] for g, k in globs if claims.overlaps(path, g)]
-    if claims.is_glob(path):
-        out += [keys for n, keys in names.items() if claims.overlaps(n, path)]
-    return out
-
-
-class _State:
-    """Active jobs by repo and ready waiting jobs by repo. Holds no reference to the snapshot."""
-
-    __slots__ = ("active", "count", "waiting")
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.active: dict[str, _Active] = {}
-        self.waiting: dict[str, _Waiting] = {}
-        self.count = 0
-        for job in snapshot.active:
-            self.add_active(_facts(job, snapshot.policy))
-
-    def add_active(self, f: _Facts) -> None:
-        a = self.active.get(f.job.repo)
-        if a is None:
-            a = self.active[f.job.repo] = _Active()
-        a.add(f)
-        self.count += 1
-
-    def add_waiting(self, f: _Facts) -> None:
-        w = self.waiting.get(f.job.repo)
-        if w is None:
-            w = self.waiting[f.job.repo] = _Waiting()
-        w.add(f)
-
-    def active_ids(self) -> list[int]:
-        return sorted(a.job.id for r in self.active.values() for a in r.jobs)
-
-
-_STATES: dict[int, tuple[weakref.ref[Snapshot], _State]] = {}
-
-
-def _state(snapshot: Snapshot) -> _State:
-    """The full index of `snapshot` (all its ready waiting jobs), built once per snapshot object."""
-    key = id(snapshot)
-    hit = _STATES.get(key)
-    if hit is not None and hit[0]() is snapshot:
-        return hit[1]
-    state = _State(snapshot)
-    for job in sorted(snapshot.waiting, key=_order):
-        if _ready(job, snapshot):
-            state.add_waiting(_facts(job, snapshot.policy))
-
-    def forget(ref: weakref.ref[Snapshot], key: int = key) -> None:
-        entry = _STATES.get(key)
-        if entry is not None and entry[0] is ref:
-            del _STATES[key]
-
-    _STATES[key] = (weakref.ref(snapshot, forget), state)
-    return state
-
-
-def _order(job: JobView) -> OrderKey:
-    return job.order_key
-
-
-def _ready(job: JobView, snapshot: Snapshot) -> bool:
-    return all(i in snapshot.landed for i in job.after)
 
 
 # --------------------------------------------------------------------------------------- decisions
@@ -340,7 +74,7 @@ def _ready(job: JobView, snapshot: Snapshot) -> bool:
 
 def decide(job: JobView, snapshot: Snapshot) -> Decision:
     """Decide one waiting job against `snapshot` (its active jobs, and its waiting jobs ahead of `job`)."""
-    return _decide(_facts(job, snapshot.policy), snapshot, _state(snapshot))
+    return _decide(facts(job, snapshot.policy), snapshot, state_of(snapshot))
 
 
 def decide_all(snapshot: Snapshot) -> list[Decision]:
@@ -350,14 +84,19 @@ def decide_all(snapshot: Snapshot) -> list[Decision]:
 
 def iter_decisions(snapshot: Snapshot) -> Iterator[Decision]:
     """`decide_all`, one decision at a time: a caller can act on an admission before the queue's tail is decided."""
-    state = _State(snapshot)
-    for job in sorted(snapshot.waiting, key=_order):
-        f = _facts(job, snapshot.policy)
+    state = State(snapshot)
+    held = {j.id for j in snapshot.held}
+    for job in sorted((*snapshot.waiting, *snapshot.held), key=order):
+        f = facts(job, snapshot.policy)
+        if job.id in held:
+            if ready(job, snapshot):
+                state.add_waiting(f)  # keeps its place: later jobs it overlaps wait for it
+            continue
         d = _decide(f, snapshot, state)
         yield d
         if d.admitted:
             state.add_active(f)
-        elif _ready(job, snapshot):
+        elif ready(job, snapshot):
             state.add_waiting(f)
 
 
@@ -397,15 +136,58 @@ class _Checks:
             self.verdict = _Verdict(reason, outcome, message, next, tuple(blocking), tuple(paths))
 
 
-def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
-    job, policy, c = f.job, snap.policy, _Checks()
-    active = st.active.get(job.repo)
-    repo_active = active.jobs if active is not None else []
-    repo_ids = [a.job.id for a in repo_active]
-    in_repo = f"{_n(len(repo_active), 'active job')} in repo"
+@dataclass(slots=True)
+class _Ask:
+    """One waiting job's question to one snapshot, with what every check reads of its repo."""
 
-    # 1-2. Dependencies.
-    after = sorted(set(job.after))
+    f: Facts
+    snap: Snapshot
+    st: State
+    active: Active | None
+    repo_active: list[Facts]
+    repo_ids: list[int]
+    in_repo: str
+    shared: frozenset[str] = frozenset()
+    """Union-mergeable paths it shares with active jobs (found by the overlap check)."""
+
+    @property
+    def job(self) -> JobView:
+        return self.f.job
+
+
+def _decide(f: Facts, snap: Snapshot, st: State) -> Decision:
+    active = st.active.get(f.job.repo)
+    repo_active = active.jobs if active is not None else []
+    ask = _Ask(
+        f,
+        snap,
+        st,
+        active,
+        repo_active,
+        [a.job.id for a in repo_active],
+        f"{_n(len(repo_active), 'active job')} in repo",
+    )
+    c = _Checks()
+    for check in CHECKS:
+        check(ask, c)
+    job, shared_paths = f.job, tuple(sorted(ask.shared))
+    if (v := c.verdict) is not None:
+        return Decision(
+            job.id, v.outcome, v.reason, v.message, v.blocking, v.paths, shared_paths, v.next, tuple(c.checks)
+        )
+    if f.exclusive:
+        msg = f"admitted to run alone ({f.alone_reason})"
+    elif repo_active:
+        msg = f"admitted beside {ask.in_repo}, claim disjoint{_shared_note(ask.shared)}"
+    else:
+        msg = f"admitted: no active job in repo{_shared_note(ask.shared)}"
+    return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
+
+
+def _dependencies(ask: _Ask, c: _Checks) -> None:
+    """1-2. DependencyFailed, Dependency."""
+    snap = ask.snap
+    after = sorted(set(ask.job.after))
     dead = [i for i in after if i in snap.dead]
     pending = [i for i in after if i not in snap.landed and i not in snap.dead]
     if dead:
@@ -422,16 +204,22 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 
-    # 2b. Paused: nothing new starts in a paused repo (running jobs go on).
-    if job.repo in snap.paused or ALL_REPOS in snap.paused:
-        scope = "the daemon" if ALL_REPOS in snap.paused else "its repo"
-        how = "`orchestrator resume" + ("`" if ALL_REPOS in snap.paused else f" --repo {job.repo}`")
+
+def _paused(ask: _Ask, c: _Checks) -> None:
+    """2b. Paused: nothing new starts in a paused repo (running jobs go on)."""
+    paused = ask.snap.paused
+    if ask.job.repo in paused or ALL_REPOS in paused:
+        scope = "the daemon" if ALL_REPOS in paused else "its repo"
+        how = "`orchestrator resume" + ("`" if ALL_REPOS in paused else f" --repo {ask.job.repo}`")
         c.fail(Reason.PAUSED, f"{scope} is paused: nothing new starts", f"waits for {how}")
     else:
         c.ok("Paused", "not paused")
 
-    # 3. Base moved. A job that runs alone starts on the current head anyway.
-    moved = snap.moved.get(job.id, frozenset())
+
+def _base_moved(ask: _Ask, c: _Checks) -> None:
+    """3. Base moved. A job that runs alone starts on the current head anyway."""
+    job, f, policy = ask.job, ask.f, ask.snap.policy
+    moved = ask.snap.moved.get(job.id, frozenset())
     if f.exclusive:
         c.ok("BaseMoved", "runs alone: starts on the current head")
     elif job.claim.source is ClaimSource.DECLARED:
@@ -444,16 +232,18 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     elif not moved:
         c.ok("BaseMoved", f"{job.branch} has not moved since planning")
     else:
-        changed, _ = claims.split_mergeable((_canon(p) for p in moved), policy.mergeable, job.mergeable)
+        changed, _ = claims.split_mergeable((canon(p) for p in moved), policy.mergeable, job.mergeable)
         hits = sorted(p for p in changed if f.claim_index.meets(p))
         if hits:
-            msg = f"{job.branch} moved in {_n(len(hits), 'claimed path')} since planning: {_plist(hits)}"
+            msg = f"{job.branch} moved in {_n(len(hits), 'claimed path')} since planning: {plist(hits)}"
             c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", paths=hits, outcome=Outcome.REPLAN)
         else:
             c.ok("BaseMoved", f"{job.branch} moved in {_n(len(moved), 'path')} since planning, none claimed")
 
-    # 4. An active job of the repo runs alone.
-    alone = [a for a in repo_active if a.exclusive]
+
+def _exclusive(ask: _Ask, c: _Checks) -> None:
+    """4. An active job of the repo runs alone."""
+    alone = [a for a in ask.repo_active if a.exclusive]
     if alone:
         ids = [a.job.id for a in alone]
         if len(alone) == 1:
@@ -464,91 +254,107 @@ def _decide(f: _Facts, snap: Snapshot, st: _State) -> Decision:
     else:
         c.ok("Exclusive", "no active job in repo runs alone")
 
-    # 5. It must run alone.
-    wait_alone = f"waits to run alone: {in_repo}"
+
+def _runs_alone(ask: _Ask, c: _Checks) -> None:
+    """5. It must run alone: Ambiguous, Barrier."""
+    f, job, policy = ask.f, ask.job, ask.snap.policy
+    wait_alone = f"waits to run alone: {ask.in_repo}"
     if f.ambiguous is None:
         c.ok(
             "Ambiguous", f"claim is specific: {_n(len(job.claim.paths), 'path')}, confidence {job.claim.confidence:.2f}"
         )
-    elif repo_active:
-        c.fail(Reason.AMBIGUOUS, f"claim is ambiguous ({f.ambiguous}): runs alone, {in_repo}", wait_alone, repo_ids)
+    elif ask.repo_active:
+        msg = f"claim is ambiguous ({f.ambiguous}): runs alone, {ask.in_repo}"
+        c.fail(Reason.AMBIGUOUS, msg, wait_alone, ask.repo_ids)
     else:
         c.ok("Ambiguous", f"claim is ambiguous ({f.ambiguous}): runs alone, no active job in repo")
     if not f.barriers:
         c.ok("Barrier", "touches no barrier path" if policy.barriers else "no barrier paths configured")
-    elif repo_active:
-        msg = f"touches barrier {_plist(f.barriers)}: runs alone, {in_repo}"
-        c.fail(Reason.BARRIER, msg, wait_alone, repo_ids, f.barriers)
+    elif ask.repo_active:
+        msg = f"touches barrier {plist(f.barriers)}: runs alone, {ask.in_repo}"
+        c.fail(Reason.BARRIER, msg, wait_alone, ask.repo_ids, f.barriers)
     else:
-        c.ok("Barrier", f"touches barrier {_plist(f.barriers)}: runs alone, no active job in repo")
+        c.ok("Barrier", f"touches barrier {plist(f.barriers)}: runs alone, no active job in repo")
 
-    # 6. Overlap with what active jobs claim or have touched.
+
+def _overlap(ask: _Ask, c: _Checks) -> None:
+    """6. Overlap with what active jobs claim or have touched."""
+    f, active = ask.f, ask.active
     owners, met = active.meeting(f) if active is not None else (set(), set())
-    shared = active.merged.meeting(f.claim_merge) if active is not None and active.merged else frozenset()
+    ask.shared = active.merged.meeting(f.claim_merge) if active is not None and active.merged else frozenset()
     if owners:
         ids = sorted(owners)
         shown = ", ".join(
-            f"job {a.job.id} ({_plist(_held_meeting(a, f), 2)})"
-            for a in [a for a in repo_active if a.job.id in owners][:4]
+            f"job {a.job.id} ({plist(_held_meeting(a, f), 2)})"
+            for a in [a for a in ask.repo_active if a.job.id in owners][:4]
         )
         more = f" and {len(ids) - 4} more" if len(ids) > 4 else ""
-        msg = f"claim meets {len(ids)} of {in_repo}: {shown}{more}"
+        msg = f"claim meets {len(ids)} of {ask.in_repo}: {shown}{more}"
         c.fail(Reason.OVERLAP, msg, f"waits for {_jobs(ids)} to land", ids, sorted(met))
     else:
-        c.ok(
-            "Overlap",
-            f"claim is disjoint from {in_repo}{_shared_note(shared)}" if repo_active else "no active job in repo",
-        )
+        disjoint = f"claim is disjoint from {ask.in_repo}{_shared_note(ask.shared)}"
+        c.ok("Overlap", disjoint if ask.repo_active else "no active job in repo")
 
-    # 7. Earlier waiting jobs it conflicts with go first.
-    waiting = st.waiting.get(job.repo)
-    early, early_paths, more = waiting.earlier(f) if waiting is not None else ([], [], False)
-    if early:
-        count = ("at least " if more else "") + _n(len(early), "earlier waiting job")
-        if f.exclusive:
-            msg = f"runs alone after {count} in repo: {_jobs(early, bare=True)}"
-        else:
-            over = f" (over {_plist(early_paths)})" if early_paths else ""
-            msg = f"{count} in repo go{'es' if len(early) == 1 else ''} first: {_jobs(early, bare=True)}{over}"
-        c.fail(Reason.PRIORITY, msg, f"waits for {_jobs(early)} to start", early, early_paths)
-    else:
+
+def _priority(ask: _Ask, c: _Checks) -> None:
+    """7. Earlier waiting jobs it conflicts with go first (and earlier jobs that keep their place)."""
+    f = ask.f
+    waiting = ask.st.waiting.get(ask.job.repo)
+    early: list[int] = []
+    early_paths: list[str] = []
+    beyond = False
+    if waiting is not None:
+        early, early_paths, beyond = waiting.earlier(f)
+    if not early:
         c.ok("Priority", "no earlier waiting job in repo conflicts with it")
+        return
+    count = ("at least " if beyond else "") + _n(len(early), "earlier waiting job")
+    if f.exclusive:
+        msg = f"runs alone after {count} in repo: {_jobs(early, bare=True)}"
+    else:
+        over = f" (over {plist(early_paths)})" if early_paths else ""
+        msg = f"{count} in repo go{'es' if len(early) == 1 else ''} first: {_jobs(early, bare=True)}{over}"
+    kept = [i for i in early if i in ask.st.held]
+    nxt = f"waits for {_jobs(early)} to start"
+    if kept:
+        nxt += (
+            f"; {_jobs(kept)} kept {'its' if len(kept) == 1 else 'their'} place after a stop: "
+            f"`orchestrator retry {kept[0]}` runs it again, `orchestrator cancel {kept[0]}` gives the place up"
+        )
+    c.fail(Reason.PRIORITY, msg, nxt, early, early_paths)
 
-    # 8. Landing in flight: transient (a landing takes a moment), so the durable reasons above come first.
-    if (job.repo, job.branch) in snap.landing:
+
+def _landing(ask: _Ask, c: _Checks) -> None:
+    """8. Landing in flight: transient (a landing takes a moment), so the durable reasons above come first."""
+    job = ask.job
+    if (job.repo, job.branch) in ask.snap.landing:
         msg = f"a landing into {job.branch} is in flight"
         c.fail(Reason.LANDING, msg, f"waits for the landing into {job.branch} to finish")
     else:
         c.ok("Landing", f"no landing into {job.branch} in flight")
 
-    # 9. Capacity.
-    limit, per_repo = policy.max_concurrent, snap.slots.get(job.repo, policy.per_repo)
+
+def _capacity(ask: _Ask, c: _Checks) -> None:
+    """9. Capacity: the global and the per-repo limit of active jobs."""
+    policy, st, n_repo = ask.snap.policy, ask.st, len(ask.repo_active)
+    limit, per_repo = policy.max_concurrent, ask.snap.slots.get(ask.job.repo, policy.per_repo)
     if st.count >= limit:
         msg = (
             f"{max(limit - st.count, 0)}/{limit} slots free: {_n(st.count, 'active job')} (MAX_CONCURRENT_JOBS={limit})"
         )
         c.fail(Reason.CONCURRENCY, msg, "waits for a free slot", st.active_ids())
-    elif len(repo_active) >= per_repo:
-        msg = f"{max(per_repo - len(repo_active), 0)}/{per_repo} repo slots free: {in_repo} (per-repo limit {per_repo})"
-        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot in repo", repo_ids)
+    elif n_repo >= per_repo:
+        msg = f"{max(per_repo - n_repo, 0)}/{per_repo} repo slots free: {ask.in_repo} (per-repo limit {per_repo})"
+        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot in repo", ask.repo_ids)
     else:
-        c.ok("Concurrency", f"{limit - st.count}/{limit} slots free, {per_repo - len(repo_active)}/{per_repo} in repo")
-
-    shared_paths = tuple(sorted(shared))
-    if (v := c.verdict) is not None:
-        return Decision(
-            job.id, v.outcome, v.reason, v.message, v.blocking, v.paths, shared_paths, v.next, tuple(c.checks)
-        )
-    if f.exclusive:
-        msg = f"admitted to run alone ({f.alone_reason})"
-    elif repo_active:
-        msg = f"admitted beside {in_repo}, claim disjoint{_shared_note(shared)}"
-    else:
-        msg = f"admitted: no active job in repo{_shared_note(shared)}"
-    return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
+        c.ok("Concurrency", f"{limit - st.count}/{limit} slots free, {per_repo - n_repo}/{per_repo} in repo")
 
 
-def _held_meeting(a: _Facts, f: _Facts) -> list[str]:
+CHECKS = (_dependencies, _paused, _base_moved, _exclusive, _runs_alone, _overlap, _priority, _landing, _capacity)
+"""The checks in order: the first that fails gives the reason (see the module docstring); all are kept for `why`."""
+
+
+def _held_meeting(a: Facts, f: Facts) -> list[str]:
     """The paths active job `a` holds that meet the claim of `f` (for the message: what it holds)."""
     return sorted(p for p in a.held if f.claim_index.meets(p))
 
@@ -575,12 +381,6 @@ def _jobs(ids: Iterable[int], *, bare: bool = False, limit: int = 5) -> str:
     return f"{'job' if len(ids) == 1 else 'jobs'} {shown}"
 
 
-def _plist(paths: Iterable[str], limit: int = 3) -> str:
-    paths = [p or "/" for p in paths]
-    shown = ", ".join(paths[:limit])
-    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-
-
 def _shared_note(shared: Iterable[str]) -> str:
     shared = sorted(shared)
-    return f"; shares {_plist(shared)} (union-merged)" if shared else ""
+    return f"; shares {plist(shared)} (union-merged)" if shared else ""

@@ -208,6 +208,12 @@ def overlapping(claim_paths: Iterable[str], other_paths: Iterable[str]) -> froze
     return PathIndex(other_paths).meeting(claim_paths)
 
 
+def outside(actual: Iterable[str], claim_paths: Iterable[str]) -> frozenset[str]:
+    """The paths a job touched that its claim does not hold (no claimed file, directory or pattern covers them)."""
+    touched = frozenset(actual)
+    return touched - overlapping(touched, claim_paths)
+
+
 @lru_cache(maxsize=256)
 def _compile(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     if not patterns:

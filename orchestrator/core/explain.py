@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.core import claims
 from orchestrator.core.job import Job
-from orchestrator.core.models import Code, JobState
-
-WAITING = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
+from orchestrator.core.models import WAITING, Code, JobState
 
 
 def next_step(job: Job, landing_now: bool = False) -> str:
@@ -32,6 +31,13 @@ def next_step(job: Job, landing_now: bool = False) -> str:
         if code == Code.LAND_AFTER:
             return f"lands after jobs {', '.join(map(str, sorted(job.land_after)))} (it overlapped them)"
         return f"waits for its turn in the landing queue of {job.branch}"
+    if st is JobState.READY:
+        return (
+            f"waits for your review: `orchestrator diff {job.id}` shows its change, `orchestrator land {job.id}` "
+            f"lands it, `orchestrator reject {job.id}` drops it (its paths stay taken until then)"
+        )
+    if st is JobState.UNCHANGED:
+        return f"nothing: it changed nothing, so nothing landed; `orchestrator retry {job.id}` runs it again"
     if st is JobState.LANDED:
         return "nothing: it has landed" + (f" at {job.landed_sha[:12]}" if job.landed_sha else "")
     return f"nothing by itself: `orchestrator retry {job.id}` runs it again, `orchestrator clean {job.id}` forgets it"
@@ -49,4 +55,5 @@ def explain(job: Job, landing_now: bool = False) -> dict[str, Any]:
         "decision": job.decision if waiting else None,
         "last_decision": None if waiting else job.decision,
         "land_after": list(job.land_after),
+        "outside_claim": sorted(claims.outside(job.actual, job.claim.paths)) if job.claim.paths else [],
     }

@@ -1,9 +1,17 @@
-"""The job record: what the store keeps of one job, and its JSON form for the API and CLI."""
+"""The job record: what the store keeps of one job, and its JSON form for the API and CLI.
+
+`Job`'s fields are the one list of a job's fields: each carries its codec (`Codec`) in its metadata, and the
+store derives its columns, its row decoding and its SQL-rendered JSON from them (`FIELDS`), as `to_json`
+does here. A new field is one line below (and one migration adding its column).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from orchestrator.core.models import Claim, JobState, JobView
@@ -13,51 +21,141 @@ def iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
+class Codec(StrEnum):
+    """How a field is stored (a column value) and shown (its JSON value)."""
+
+    PLAIN = "plain"
+    """A number or text, stored and shown as it is."""
+    STATE = "state"
+    """A `JobState`: its name."""
+    LIST = "list"
+    """A tuple: a JSON list in its column."""
+    SET = "set"
+    """A frozenset of paths: a sorted JSON list in its column."""
+    CLAIM = "claim"
+    """A `Claim`: its JSON object in its column (NULL or empty: the empty claim)."""
+    OBJECT = "object"
+    """A JSON value or None: JSON text in its column, NULL for None."""
+    ARGV = "argv"
+    """An argv tuple or None: a JSON list in its column, NULL for None."""
+    TIME = "time"
+    """A UNIX time or None: stored as a number, shown as an ISO time (UTC, milliseconds)."""
+
+
+def _codec(codec: Codec) -> Mapping[str, Codec]:
+    return {"codec": codec}
+
+
+PLAIN, STATE, LIST, SET, CLAIM, OBJECT, ARGV, TIME = map(_codec, Codec)
+"""Field metadata: how each field is stored and shown."""
+
+
+def encode(codec: Codec, value: Any) -> Any:
+    """A field's value as its column holds it."""
+    if codec is Codec.PLAIN:
+        return value
+    if codec is Codec.STATE:
+        return str(value)
+    if codec is Codec.SET:
+        return json.dumps(sorted(value))
+    if codec is Codec.LIST:
+        return json.dumps(list(value))
+    if codec is Codec.CLAIM:
+        return json.dumps(value.to_json())
+    if codec is Codec.ARGV:
+        return None if value is None else json.dumps(list(value))
+    if codec is Codec.OBJECT:
+        return None if value is None else json.dumps(value)
+    return value  # TIME
+
+
+def decode(codec: Codec, raw: Any) -> Any:
+    """A column's value as the field holds it."""
+    if codec is Codec.PLAIN or codec is Codec.TIME:
+        return raw
+    if codec is Codec.STATE:
+        return JobState(raw)
+    if codec is Codec.SET:
+        return frozenset(json.loads(raw))
+    if codec is Codec.LIST:
+        return tuple(json.loads(raw))
+    if codec is Codec.CLAIM:
+        return Claim.from_json(json.loads(raw) if raw else None)
+    if codec is Codec.ARGV:
+        return tuple(json.loads(raw)) if raw else None
+    return json.loads(raw) if raw else None  # OBJECT
+
+
+def shown(codec: Codec, value: Any) -> Any:
+    """A field's value in the job's JSON."""
+    if codec is Codec.PLAIN or codec is Codec.OBJECT:
+        return value
+    if codec is Codec.STATE:
+        return str(value)
+    if codec is Codec.SET:
+        return sorted(value)
+    if codec is Codec.LIST:
+        return list(value)
+    if codec is Codec.CLAIM:
+        return value.to_json()
+    if codec is Codec.ARGV:
+        return None if value is None else list(value)
+    return iso(value)  # TIME
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     id: int
-    repo: str
-    branch: str
-    text: str
-    runner: str
-    state: JobState
-    priority: int = 0
-    after: tuple[int, ...] = ()
-    declared: tuple[str, ...] = ()
-    claim: Claim = field(default_factory=Claim)
-    actual: frozenset[str] = frozenset()
-    base: str | None = None
-    result: str | None = None
+    repo: str = field(metadata=PLAIN)
+    branch: str = field(metadata=PLAIN)
+    text: str = field(metadata=PLAIN)
+    runner: str = field(metadata=PLAIN)
+    state: JobState = field(metadata=STATE)
+    priority: int = field(default=0, metadata=PLAIN)
+    after: tuple[int, ...] = field(default=(), metadata=LIST)
+    declared: tuple[str, ...] = field(default=(), metadata=LIST)
+    claim: Claim = field(default=Claim(), metadata=CLAIM)
+    actual: frozenset[str] = field(default=frozenset(), metadata=SET)
+    base: str | None = field(default=None, metadata=PLAIN)
+    result: str | None = field(default=None, metadata=PLAIN)
     """The job's own result commit (its branch head after the runner), once it finished."""
-    attempts: int = 0
-    land_after: tuple[int, ...] = ()
+    attempts: int = field(default=0, metadata=PLAIN)
+    land_after: tuple[int, ...] = field(default=(), metadata=LIST)
     """Jobs it must land after: an overlap was seen while both ran."""
-    worktree: str | None = None
-    created_at: float = 0.0
-    started_at: float | None = None
-    finished_at: float | None = None
-    landed_sha: str | None = None
-    reason: str = ""
-    decision: dict[str, Any] | None = None
-    exit_code: int | None = None
-    argv: tuple[str, ...] | None = None
+    worktree: str | None = field(default=None, metadata=PLAIN)
+    created_at: float = field(default=0.0, metadata=TIME)
+    started_at: float | None = field(default=None, metadata=TIME)
+    finished_at: float | None = field(default=None, metadata=TIME)
+    landed_sha: str | None = field(default=None, metadata=PLAIN)
+    reason: str = field(default="", metadata=PLAIN)
+    decision: dict[str, Any] | None = field(default=None, metadata=OBJECT)
+    exit_code: int | None = field(default=None, metadata=PLAIN)
+    argv: tuple[str, ...] | None = field(default=None, metadata=ARGV)
     """The exact argv to run (`enqueue -- cmd arg ...`), never re-split; None when `text` is the job."""
-    code: str = ""
+    code: str = field(default="", metadata=PLAIN)
     """The closed code of `reason`: a `models.Code`, or the admission `Reason` while it waits."""
-    plan_text: str = ""
+    plan_text: str = field(default="", metadata=PLAIN)
     """The model's plan for the job ("" when no model planned it): the runner starts from it."""
-    evidence: tuple[dict[str, str], ...] = ()
+    evidence: tuple[dict[str, str], ...] = field(default=(), metadata=LIST)
     """Why each claimed path is there: `{"path", "kind", "why"}` per entry (see `plan.base.Evidence`)."""
-    usage: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = field(default=None, metadata=OBJECT)
     """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
-    land: str = "auto"
+    land: str = field(default="auto", metadata=PLAIN)
     """`auto`: lands when it finishes; `review`: waits `ready` for `orchestrator land` or `reject`."""
 
     @property
     def subject(self) -> str:
-        """The first line of the job's text, cut to a commit subject's length."""
-        first = self.text.strip().splitlines()[0] if self.text.strip() else f"job {self.id}"
-        return first if len(first) <= 72 else first[:69] + "..."
+        """The commit subject: the first line of a ticket's text; for a script (the `shell` runner, or an
+        exact argv) its leading `# comment`, else `Run `its first line``; cut to a subject's length."""
+        lines = [ln.strip() for ln in self.text.strip().splitlines() if ln.strip()]
+        if not lines:
+            return f"job {self.id}"
+        first = lines[0]
+        if self.runner == "shell" or self.argv is not None:
+            script = lines[1:] if first.startswith("#!") else lines
+            said = script[0].lstrip("#").strip() if script and script[0].startswith("#") else ""
+            first = said or f"Run `{_cut(script[0] if script else first, 64)}`"
+        return _cut(first, 72)
 
     @property
     def commit_text(self) -> str:
@@ -78,34 +176,12 @@ class Job:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "repo": self.repo,
-            "branch": self.branch,
-            "text": self.text,
-            "runner": self.runner,
-            "state": str(self.state),
-            "claim": self.claim.to_json(),
-            "actual": sorted(self.actual),
-            "base": self.base,
-            "created_at": iso(self.created_at),
-            "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-            "landed_sha": self.landed_sha,
-            "reason": self.reason,
-            "priority": self.priority,
-            "after": list(self.after),
-            "declared": list(self.declared),
-            "attempts": self.attempts,
-            "land_after": list(self.land_after),
-            "result": self.result,
-            "worktree": self.worktree,
-            "exit_code": self.exit_code,
-            "argv": None if self.argv is None else list(self.argv),
-            "code": self.code,
-            "usage": self.usage,
-            "land": self.land,
-            "decision": self.decision,
-            "plan_text": self.plan_text,
-            "evidence": list(self.evidence),
-        }
+        return {"id": self.id, **{name: shown(codec, getattr(self, name)) for name, codec in FIELDS.items()}}
+
+
+FIELDS: Mapping[str, Codec] = {f.name: f.metadata["codec"] for f in fields(Job) if f.name != "id"}
+"""Every stored field of a job but its id, in column order, with its codec."""
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -28,6 +28,8 @@ class JobState(StrEnum):
     """Review mode: finished with changes, its result commit on its branch; waits for `land` or `reject`."""
     LANDED = "landed"
     """Its changes are on the target branch."""
+    UNCHANGED = "unchanged"
+    """Its runner ended well but changed nothing (or every write it tried was refused): nothing landed."""
     CONFLICTED = "conflicted"
     """Its changes conflict with the target branch and it will not be retried automatically."""
     FAILED = "failed"
@@ -39,20 +41,40 @@ class JobState(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self in TERMINAL_STATES
+        """Nothing happens to it without a person (see `ENDED`)."""
+        return self in ENDED
 
     @property
     def active(self) -> bool:
-        """Holds paths of its repo: admission must keep others away from them."""
-        return self in ACTIVE_STATES
+        """Holds paths of its repo and a slot: admission must keep others away from them."""
+        return self in ACTIVE
 
 
-ACTIVE_STATES = (JobState.RUNNING, JobState.LANDING, JobState.READY)
-"""States whose jobs hold paths of their repo (a ready job's paths stay taken until it lands or is rejected)."""
-
-TERMINAL_STATES = frozenset(
-    {JobState.LANDED, JobState.CONFLICTED, JobState.FAILED, JobState.CANCELLED, JobState.INTERRUPTED}
-)
+# The named groups of states: the one place they are spelled (the moves between states are `core.lifecycle`).
+WAITING: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.PLANNING, JobState.PLANNED})
+"""Not started: queued, being planned, or planned and waiting for admission."""
+ACTIVE: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.LANDING, JobState.READY})
+"""Admitted and not ended: they take a slot and hold their paths (a ready job until it lands or is rejected)."""
+OPEN: frozenset[JobState] = WAITING | ACTIVE
+"""Something happens to them without a person."""
+HELD: frozenset[JobState] = frozenset({JobState.INTERRUPTED})
+"""Stopped by a daemon stop: they keep their place and their claim (nothing overlapping overtakes them) until
+retried or cancelled (`jobs.requeue_interrupted` retries them on start). They take no slot."""
+DEAD: frozenset[JobState] = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.CONFLICTED})
+"""Ended without landing, for good: a job that runs `--after` one of them can never run."""
+DONE: frozenset[JobState] = frozenset({JobState.LANDED, JobState.UNCHANGED})
+"""Ended as asked (an unchanged one had nothing to land): a job `--after` it may start."""
+ENDED: frozenset[JobState] = DEAD | HELD | DONE
+"""Nothing happens to them without a person: `wait` returns, `clean` may forget them, `on_end` runs."""
+ANY: frozenset[JobState] = frozenset(JobState)
+"""Every state: for a write that only appends an event, whatever the job does meanwhile."""
+RETRYABLE: frozenset[JobState] = DEAD | HELD | {JobState.UNCHANGED}
+CANCELLABLE: frozenset[JobState] = OPEN | HELD
+VIEW_ORDER: tuple[JobState, ...] = (
+    JobState.READY, JobState.LANDING, JobState.RUNNING, JobState.PLANNED, JobState.PLANNING, JobState.QUEUED,
+    JobState.INTERRUPTED,
+)  # fmt: skip
+"""How views list the jobs that are not over: what waits for a person's review first, then nearest to landing."""
 
 
 class ClaimSource(StrEnum):
@@ -155,6 +177,10 @@ class Snapshot:
     """Running and landing jobs, all repos."""
     waiting: tuple[JobView, ...] = ()
     """Planned jobs, all repos (any order; admission sorts them by `order_key`)."""
+    held: tuple[JobView, ...] = ()
+    """Jobs that keep their place in the order without waiting for admission now: interrupted ones (until
+    retried or cancelled) and retried or re-queued ones being planned again. A later waiting job they overlap
+    waits for them (Priority), as for an earlier waiting job; they take no slot and are not decided."""
     moved: Mapping[int, frozenset[str] | None] = field(default_factory=dict)
     """For a waiting job id: the paths its target branch changed since the job's base (empty: it has not
     moved; None: unknown, e.g. the base is gone). A job missing here has not moved."""
@@ -260,6 +286,10 @@ class Code(StrEnum):
     """Review mode: it finished with changes and waits for `orchestrator land` or `reject`."""
     REJECTED = "Rejected"
     """A person rejected it in review; its branch is kept."""
+    NO_SPACE = "NoSpace"
+    """Its landing waits: a checkout of its branch lacks the free space the landing writes there."""
+    REWRITTEN = "Rewritten"
+    """Its target branch was rewritten (its base dropped): it was re-queued to be planned on the new head."""
 
 
 class Outcome(StrEnum):

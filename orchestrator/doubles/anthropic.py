@@ -6,8 +6,15 @@ error (`error_reply`: 429 with `retry-after`, 529 `overloaded_error`, 500 `api_e
 (`raw`), a slow answer (`delay`, for timeouts) or a reset connection (`reset`). The double records every
 request body and the most requests it had in flight at once, so tests can check prompts and bounds.
 
+A request with `"stream": true` (as Claude Code sends every call) gets the same scripted reply as
+server-sent events, exactly as the API streams it: `message_start`, per block `content_block_start`,
+deltas (`text_delta`, `input_json_delta`) and `content_block_stop`, then `message_delta` with the stop
+reason and usage, and `message_stop`; an error reply stays a plain HTTP error, as the API sends one before
+a stream starts. `/v1/messages/count_tokens` and the `/api/hello` reachability probe are answered too.
+
 It is a model of the protocol, not of Claude: production code talks to it exactly as to the real API
-(`ANTHROPIC_BASE_URL` = `double.url`). Non-streaming calls only.
+(`ANTHROPIC_BASE_URL` = `double.url`). `orchestrator.doubles.agent` scripts a whole agent conversation
+(which tool calls the "model" makes, turn by turn) on top of it.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from orchestrator.doubles.http import picker, serve
 
 __all__ = ["AnthropicDouble", "Reply", "error_reply", "text_message", "tool_use_message"]
 
@@ -112,20 +121,10 @@ class AnthropicDouble:
     """`async with AnthropicDouble(script) as double:` serves on 127.0.0.1 at `double.url`."""
 
     def __init__(self, script: Script) -> None:
-        self._pick: Callable[[dict[str, Any]], Reply]
-        if callable(script):
-            self._pick = script
-        else:
-            replies = iter(list(script))
-
-            def pick(_: dict[str, Any]) -> Reply:
-                try:
-                    return next(replies)
-                except StopIteration:
-                    return error_reply(500, "protocol double: its script is used up")
-
-            self._pick = pick
+        self._pick = picker(script, error_reply(500, "protocol double: its script is used up"))
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        """Each request's headers (`x-api-key`, `anthropic-beta`, ...), in the order of `requests`."""
         self.in_flight = 0
         self.peak_in_flight = 0
         self._runner: web.AppRunner | None = None
@@ -134,14 +133,9 @@ class AnthropicDouble:
     async def __aenter__(self) -> AnthropicDouble:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[attr-defined]
-        port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-        self.url = f"http://127.0.0.1:{port}"
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_route("*", "/api/hello", self._hello)
+        self._runner, self.url = await serve(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -151,14 +145,10 @@ class AnthropicDouble:
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
-            if body.get("stream"):
-                return web.json_response(
-                    {"type": "error", "error": {"type": "invalid_request_error", "message": "double: no streaming"}},
-                    status=400,
-                )
             reply = self._pick(body)
             if reply.delay:
                 await asyncio.sleep(reply.delay)
@@ -173,11 +163,69 @@ class AnthropicDouble:
             payload = dict(reply.body or {})
             if reply.status == 200 and "model" in payload and body.get("model"):
                 payload["model"] = body["model"]
+            if body.get("stream") and reply.status == 200:
+                return await self._stream(request, payload)
             return web.Response(
                 status=reply.status,
                 text=json.dumps(payload),
-                headers={"request-id": f"req_double_{next(_ids):06d}", **reply.headers},
+                headers={"request-id": _request_id(), **reply.headers},
                 content_type="application/json",
             )
         finally:
             self.in_flight -= 1
+
+    async def _stream(self, request: web.Request, message: dict[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"content-type": "text/event-stream", "cache-control": "no-cache", "request-id": _request_id()}
+        )
+        await response.prepare(request)
+        for event in stream_events(message):
+            await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"input_tokens": max(1, len(json.dumps(body)) // 4)})
+
+    async def _hello(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+
+def _request_id() -> str:
+    return f"req_double_{next(_ids):06d}"
+
+
+def stream_events(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A complete message as the API's stream of events: what a streaming client puts back together."""
+    usage = dict(message.get("usage") or _usage(0, 0))
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**usage, "output_tokens": 1}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}, {"type": "ping"}]
+    for index, block in enumerate(message.get("content") or []):
+        if block.get("type") == "tool_use":
+            opened = {**block, "input": {}}
+            pieces = _chunks(json.dumps(block["input"]))
+            deltas = [{"type": "input_json_delta", "partial_json": part} for part in pieces]
+        elif block.get("type") == "text":
+            opened = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": part} for part in _chunks(block.get("text", ""))]
+        else:
+            opened, deltas = block, []
+        events.append({"type": "content_block_start", "index": index, "content_block": opened})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")},
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return events
+
+
+def _chunks(text: str, size: int = 40) -> list[str]:
+    """A text cut into the small pieces a stream delivers (at least one piece, so a block is never empty)."""
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]

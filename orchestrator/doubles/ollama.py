@@ -73,6 +73,28 @@ PROFILES: dict[str, Profile] = {
         reply_tokens=42,
         json_tokens=(("intent", 12), ("memories", 188)),
     ),
+    # Fitted to the real engine (`calibrate.ENGINE`: llama-server with 2 slots, the random-weight model on 2 CPU
+    # cores, naive rows) by `python -m orchestrator.bench.calibrate --profile llama-server --search --from-profile
+    # --generations 10 --population 4 --others 1` with the token counts fixed to the shim's (a reply runs to 128
+    # tokens, a classification to its 16-token cap, an extraction to 128), one step per prompt (n_batch 2048) and
+    # any cached prefix restorable by a free slot (llama-server's host-memory prompt cache). Engine vs double:
+    #   N=1 first-Ollama 1.39 vs 0.97, done 7.13 vs 5.22, drained 14.85 vs 10.60
+    #   N=4 first-Ollama 2.80 vs 2.48, done 8.11/10.71/13.60 vs 9.56/12.69/15.81, drained 30.59 vs 32.10
+    # It is too fast alone and too slow in a crowd: on the engine 4 sessions took 1.9x one session's time, in
+    # the model 3.0x; no parameter set found fits both (the engine's N=1 rows were also the noisiest, load 4-9).
+    "llama-server": Profile(
+        name="llama-server",
+        num_parallel=2,
+        overhead_s=0.0231,
+        step_s=0.0197,
+        prefill_s=0.00214,
+        decode_s=0.0127,
+        contention=(1.0, 1.525, 2.425, 3.325),
+        batch=2048,
+        share_prefix=True,
+        reply_tokens=128,
+        json_tokens=(("intent", 16), ("memories", 128)),
+    ),
 }
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -223,6 +245,8 @@ class Server:
                        "options": body.get("options") or {}})  # fmt: skip
         prompt = render(messages)
         reply = script(e.profile, messages, fmt)
+        if (cap := int((body.get("options") or {}).get("num_predict") or 0)) > 0:
+            reply = reply[:cap]  # the server ends the call at the cap (its slot is free when the last line goes)
         resp: web.StreamResponse | None = None
         seq = None
         slot = await e.take(prompt)

@@ -10,7 +10,6 @@ its owner the moment it changes.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import re
 import threading
@@ -20,7 +19,7 @@ from pathlib import Path
 import pygit2
 import structlog
 import unidiff
-from watchfiles._rust_notify import RustNotify
+import watchfiles
 
 from orchestrator.git.workspace import Workspace
 from orchestrator.logging import Event
@@ -30,6 +29,9 @@ __all__ = ["ChangeWatcher", "OnChange", "actual_paths", "paths_from_diff", "unif
 log = structlog.get_logger(__name__)
 
 OnChange = Callable[[frozenset[str]], Awaitable[None]]
+READY_MS = 200
+"""How long the watch thread's wait for a change lasts before it looks again (the first wait ends once the
+watches are in place, at most this long after they are)."""
 
 
 
@@ -79,7 +81,8 @@ class ChangeWatcher:
     Why a thread of its own rather than `watchfiles.awatch`: awatch registers its inotify watches
     on the event loop (75 ms for a 10k-file tree, blocking every other task), gives no signal when
     they are in place, and parks its waits on shared worker threads. Here the watcher is built,
-    and waits, in one dedicated thread per worktree; `start` returns once it is watching.
+    and waits, in one dedicated thread per worktree. `start` does not wait for the watches to be in place (on a
+    big tree that takes a while): once they are, the set is computed again, so no write is missed either way.
     """
 
     def __init__(
@@ -109,23 +112,16 @@ class ChangeWatcher:
     async def start(self) -> frozenset[str]:
         """Start watching, then compute (and report, if non-empty) the initial set; returns it.
 
-        Watching begins before the first diff, so no write after `start` returns can go unseen.
+        The watch thread says when its watches are in place, and the set is computed again then: a write made
+        before that (after this first diff) is seen by that second one, and every later write by the watch.
         """
         if self._task is not None:
             raise RuntimeError(f"watcher for {self.worktree} already started")
         loop = asyncio.get_running_loop()
         batches: asyncio.Queue[list[str] | None] = asyncio.Queue()
-        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stop.clear()
-        thread = threading.Thread(
-            target=self._watch, args=(loop, batches, ready), name=f"watch {self._root}", daemon=True
-        )
+        thread = threading.Thread(target=self._watch, args=(loop, batches), name=f"watch {self._root}", daemon=True)
         thread.start()
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(ready), self._stop_timeout * 6)
-        except BaseException:
-            self._stop.set()
-            raise
         self._task = asyncio.create_task(self._consume(batches), name=f"watch {self._root}")
         return await self.refresh()
 
@@ -154,34 +150,38 @@ class ChangeWatcher:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def _watch(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        batches: asyncio.Queue[list[str] | None],
-        ready: concurrent.futures.Future[None],
-    ) -> None:
-        """The watch thread: registers the watches, then hands each filtered batch to the loop."""
+    def _watch(self, loop: asyncio.AbstractEventLoop, batches: asyncio.Queue[list[str] | None]) -> None:
+        """The watch thread: registers the watches, says so (an empty batch: compute it all again), then hands
+        each filtered batch to the loop."""
 
         def send(item: list[str] | None) -> None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening any more
                 loop.call_soon_threadsafe(batches.put_nowait, item)
 
+        watching = False
         try:
-            notify = RustNotify([self._root], False, False, 300, True, True)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting start()
-            ready.set_exception(exc)
-            return
-        try:
-            with notify:
-                ready.set_result(None)
-                while not self._stop.is_set():
-                    raw = notify.watch(self._debounce_ms, self._step_ms, 1_000, self._stop)
-                    if isinstance(raw, set):
-                        changed = [path for _, path in raw if self._outside_git(path)]
-                        if changed:
-                            send(changed)
+            # watchfiles' public generator: it registers the watches, then yields each debounced batch, and (with
+            # `yield_on_timeout`) an empty one every READY_MS while nothing changes — the first yield of either
+            # kind says the watches are in place.
+            for raw in watchfiles.watch(
+                self._root,
+                watch_filter=None,
+                debounce=self._debounce_ms,
+                step=self._step_ms,
+                stop_event=self._stop,
+                rust_timeout=READY_MS,
+                yield_on_timeout=True,
+                raise_interrupt=False,
+                ignore_permission_denied=True,
+            ):
+                if not watching:
+                    watching = True
+                    send([])
+                changed = [path for _, path in raw if self._outside_git(path)]
+                if changed:
+                    send(changed)
         except Exception:
-            log.exception(Event.WORKTREE_ERROR, worktree=self._root, stage="watch")
+            log.exception(Event.WORKTREE_ERROR, worktree=self._root, stage="watch", watching=watching)
         finally:
             send(None)
 
@@ -211,11 +211,12 @@ class ChangeWatcher:
         # `.git` is a file in a linked worktree; a nested repository has a `.git` directory.
         return path != self._gitfile and "/.git/" not in path[len(self._root) :] and not path.endswith("/.git")
 
-    def _recompute(self, changed: Iterable[str]) -> frozenset[str] | None:
-        """Runs in a thread: the new set, or None when every changed path is git-ignored."""
+    def _recompute(self, changed: list[str]) -> frozenset[str] | None:
+        """Runs in a thread: the new set, or None when every changed path is git-ignored (none named: the watch
+        just started, compute it all)."""
         repo = Workspace.at(self._root).repo()
         prefix = len(self._root) + 1
-        if all(_ignored(repo, p[prefix:]) for p in changed):
+        if changed and all(_ignored(repo, p[prefix:]) for p in changed):
             return None
         return actual_paths(self.worktree, self.base)
 

@@ -102,8 +102,8 @@ def settle(intent: Intent) -> Settled:
     except (KeyError, pygit2.InvalidSpecError):
         head = ""
     if head not in (intent.old, intent.new):
-        left = {c: ("(branch moved on)",) for c in intent.checkouts if Path(c).is_dir()}
-        return Settled("moved-on", head, left=left)
+        moved: dict[str, tuple[str, ...]] = {c: ("(branch moved on)",) for c in intent.checkouts if Path(c).is_dir()}
+        return Settled("moved-on", head, left=moved)
     target, other = (intent.new, intent.old) if head == intent.new else (intent.old, intent.new)
     changed = sorted(repos.changed_paths(Path(intent.repo), intent.old, intent.new))
     fixed: dict[str, tuple[str, ...]] = {}
@@ -155,7 +155,7 @@ def _level(
             if p in index:
                 index.remove(p)
         else:
-            index.add(pygit2.IndexEntry(p, pygit2.Oid(hex=want[0]), want[1]))
+            index.add(pygit2.IndexEntry(p, pygit2.Oid(hex=want[0]), pygit2.enums.FileMode(want[1])))
         done.append(p)
     if done:
         index.write()
@@ -164,6 +164,44 @@ def _level(
 
 Blob = tuple[str, int] | None
 """(blob sha, file mode) of a path, or None where the path does not exist."""
+
+
+def put_back(repo: pygit2.Repository, checkout: Path, changed: list[str], old: str) -> tuple[str, ...]:
+    """After a landing failed part way through `checkout` (a full disk, a file git could not write): every changed
+    path's file and index entry back to `old`'s, whatever git left there (the landing checked a moment ago that
+    these paths held `old`'s content: nothing of the person's is lost). The paths that could not be written."""
+    wt = repos.open_repo(checkout)
+    index = wt.index
+    tree = repo.revparse_single(old).peel(pygit2.Tree)
+    wanted = {p: _entry(tree, p) for p in changed}
+    wrong = [p for p in wanted if _on_disk(checkout / p, repo) != wanted[p]]
+    stuck: set[str] = set()
+    # Room first (a full disk is the usual reason to be here): what git wrote goes, deepest first (a file it
+    # made inside a directory it made goes before that directory); then what was there comes back.
+    for p in sorted(wrong, key=lambda c: (-c.count("/"), c)):
+        try:
+            _write(checkout / p, repo, None)
+        except OSError:
+            stuck.add(p)
+    for p in sorted(wrong):
+        if p not in stuck and wanted[p] is not None:
+            try:
+                _write(checkout / p, repo, wanted[p], room_first=True)
+            except OSError:
+                stuck.add(p)
+    staged = False
+    for p, want in wanted.items():
+        if p in stuck or _staged(index, p) == want:
+            continue
+        staged = True
+        if want is None:
+            index.remove(p)
+        else:
+            index.add(pygit2.IndexEntry(p, pygit2.Oid(hex=want[0]), pygit2.enums.FileMode(want[1])))
+    if staged:
+        index.write()
+    repos.run_git(checkout, "update-index", "-q", "--refresh")  # stat info for what we wrote; not an edit
+    return tuple(sorted(stuck))
 
 
 def _entry(tree: pygit2.Tree, path: str) -> Blob:
@@ -197,18 +235,26 @@ def _on_disk(path: Path, repo: pygit2.Repository) -> Blob:
     return (str(pygit2.hashfile(str(path))), int(mode))
 
 
-def _write(path: Path, repo: pygit2.Repository, blob: Blob) -> None:
+def _write(path: Path, repo: pygit2.Repository, blob: Blob, *, room_first: bool = False) -> None:
+    """`path` as `blob` (None: no file). `room_first`: what is there goes before the new content is written (on a
+    full disk the old content's room is needed), at the cost of a moment without the file."""
+    if path.is_dir() and not path.is_symlink():
+        path.rmdir()  # a directory where a file belongs (or none): empty by now (its files came first), else OSError
     if blob is None:
         if path.is_symlink() or path.exists():
             path.unlink()
         return
     sha, mode = blob
-    data = repo[sha].data
+    data = repo[sha].read_raw()
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_symlink() or path.exists():
         path.unlink()
     if mode == pygit2.enums.FileMode.LINK:
         os.symlink(data.decode(), path)
+        return
+    if room_first:
+        path.write_bytes(data)
+        os.chmod(path, 0o755 if mode == pygit2.enums.FileMode.BLOB_EXECUTABLE else 0o644)
         return
     tmp = path.with_name(f".{path.name}.orchestrator-tmp")
     tmp.write_bytes(data)

@@ -1,9 +1,10 @@
 """Land a job's commit on its target branch: merge in memory, compare-and-swap the branch, keep checkouts in step.
 
-Sequencing. Without a landing check the daemon calls `land` (in a thread). With one it calls
-`land_checked`, or the three steps itself: `merge_for_landing` → `run_check` on the result → `advance`
-with the head the merge was made on; if `advance` says HEAD_MOVED, all three again on the new head (a
-check passed on one merge says nothing about another).
+One loop (`land`): read the branch head → refuse a head that no longer contains the job's base (the branch was
+rewritten: merging would bring back history it dropped; the job is planned again) → merge in memory → run the
+landing check on the result if there is one (`run_check`, in a scratch worktree) → `prepare` the move (every
+checkout of the branch checked, the intent journaled) → `move` (the ref, then the checkouts); HEAD_MOVED, and
+all of it again on the new head (a check passed on one merge says nothing about another).
 
 The ref move is a true compare-and-swap: `Reference.set_target` is libgit2's `git_reference_set_target`,
 which is `git_reference_create_matching` with the value the reference had when looked up, checked
@@ -13,29 +14,31 @@ before it (we see HEAD_MOVED) or fails on its own old-value check.
 Checkouts. Every worktree (the main one or a linked one) whose HEAD is `refs/heads/<branch>` is kept
 in step the way `git merge` would: before the ref moves, the paths that change between the old and
 new head are compared with that checkout's uncommitted state (staged, unstaged, untracked, even
-ignored files at those paths, and an unfinished merge); any overlap → USER_DIRTY and nothing moves.
+ignored files at those paths, and an unfinished merge); any overlap → USER_DIRTY and nothing moves; too little
+free space on its file system for what the landing writes → NO_SPACE and nothing moves.
 Otherwise the ref moves and `git read-tree -m -u OLD NEW` (git's two-tree merge: it updates exactly
 the changed paths in index and work tree, and refuses rather than overwrite anything) runs in each
-checkout; should it still refuse (the user edited a file in the few milliseconds between), the
-checkouts already updated are put back and the ref is swapped back. Bare repositories have no checkout.
+checkout. All or nothing: should git refuse (the user edited a file in the few milliseconds between) or fail
+(a full disk, a file it cannot write), the checkouts are put back at OLD (the failed one path by path: those
+paths were clean a moment ago) and the ref is swapped back; only if something cannot be put back does the
+journal entry stay open, for the next start to finish. Bare repositories have no checkout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import re
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileStatus
 
-from orchestrator.git import repos
+from orchestrator import testhook
+from orchestrator.git import checkouts, repos
+from orchestrator.git.checkouts import FAULT, SPACE_MARGIN
 from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.merging import LandStyle, Mergeable, MergeResult, merge_for_landing
 from orchestrator.git.workspace import Workspace, WorkspaceError, remove_tree
@@ -46,9 +49,6 @@ TAIL_BYTES = process.TAIL_BYTES
 """How much of a check's output `CheckResult.output_tail` keeps."""
 KILL_GRACE = 2.0
 """Seconds between SIGTERM and SIGKILL for a check that timed out."""
-LOCK_WAIT = 2.0
-"""Seconds to wait for a user's running git command to release a checkout's index.lock."""
-
 
 
 class LandOutcome(StrEnum):
@@ -66,6 +66,13 @@ class LandOutcome(StrEnum):
     """A checkout of the branch has uncommitted work at `user_paths`, which the landing would change; nothing moved."""
     CHECK_FAILED = "check-failed"
     """The landing check failed on the merge result (`check_output`); nothing moved."""
+    REWRITTEN = "rewritten"
+    """The branch no longer contains the job's base (force-pushed, reset): nothing moved; plan it again."""
+    NO_SPACE = "no-space"
+    """A checkout's file system has less free space than the landing writes there; nothing moved."""
+    FAULT = "fault"
+    """An error moving the ref or updating a checkout (a full disk, an unwritable file or ref): everything put
+    back, nothing moved (`message` says what failed, and what could not be put back if anything)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,23 @@ class CheckResult:
     timed_out: bool = False
 
 
+@dataclass
+class Prepared:
+    """A ref move checked and journaled (`prepare`), ready for `move`."""
+
+    repo: pygit2.Repository
+    ref: pygit2.Reference
+    """Looked up with the expected head: `set_target` on it is the compare-and-swap."""
+    branch: str
+    old: pygit2.Oid
+    new: pygit2.Oid
+    checkouts: list[Path]
+    changed: frozenset[str]
+    journal: Journal
+    token: object
+    what: str
+
+
 def advance(
     repo_path: Path,
     branch: str,
@@ -102,15 +126,31 @@ def advance(
     job_id: int | None = None,
     journal: Journal | None = None,
 ) -> LandResult:
-    """Move `branch` from `expected_head` to `new_sha` if it still points at `expected_head`.
+    """Move `branch` from `expected_head` to `new_sha` if it still points at `expected_head` (`prepare`, then
+    `move`, in one go; sync: run in a thread).
 
     HEAD_MOVED if it does not (nothing changed); USER_DIRTY if a checkout of the branch has uncommitted
-    work at paths that differ between the two heads (nothing changed); else LANDED, with every checkout
-    of the branch updated in index and work tree. Reflog message: "orchestrator: land job N".
-    When a checkout is on the branch, the intent is stored in `journal` before our first git command in
-    it (the dry run takes its index.lock) and cleared once the checkouts are level again (see
-    git/journal.py), so a crash anywhere in between is recoverable.
+    work at paths that differ between the two heads, NO_SPACE if its file system is too full (nothing changed);
+    FAULT if the ref or a checkout cannot be written (put back: nothing changed); else LANDED, with every
+    checkout of the branch updated in index and work tree. Reflog message: "orchestrator: land job N".
     """
+    prepared = prepare(repo_path, branch, expected_head, new_sha, job_id=job_id, journal=journal)
+    return prepared if isinstance(prepared, LandResult) else move(prepared)
+
+
+def prepare(
+    repo_path: Path,
+    branch: str,
+    expected_head: str,
+    new_sha: str,
+    *,
+    job_id: int | None = None,
+    journal: Journal | None = None,
+) -> Prepared | LandResult:
+    """Everything before the ref moves: the head still expected, each checkout of the branch clean where the
+    landing writes and with room for it. When a checkout is on the branch, the intent is stored in `journal`
+    before our first git command in it (the dry run takes its index.lock) and cleared by `move` once the
+    checkouts are level again (see git/journal.py), so a crash anywhere in between is recoverable."""
     repo = repos.open_repo(repo_path)
     refname = _refname(branch)
     ref = repo.lookup_reference(refname)
@@ -119,129 +159,141 @@ def advance(
     if ref.target != old:
         return _head_moved(branch, str(old), str(ref.target))
 
-    checkouts = _checkouts_on(repo, refname)
+    on = checkouts.on_branch(repo, refname)
     journal = journal or NoJournal()
+    changed: frozenset[str] = frozenset()
     # Before our first git command in a checkout: a crash from here on may leave its index.lock behind.
     token = (
         journal.begin(
-            Intent(str(repo_path), refname, str(old), str(new), tuple(map(str, checkouts)), job_id, time.time())
+            Intent(str(repo_path), refname, str(old), str(new), tuple(map(str, on)), job_id, time.time())
         )
-        if checkouts
+        if on
         else None
     )
-    if checkouts:
+    if on:
         changed = repos.changed_paths(repo_path, str(old), str(new))
-        for checkout in checkouts:
-            blocked = _in_the_way(checkout, changed) or _dry_run(checkout, old, new)
+        for checkout in on:
+            short = checkouts.short_of_space(repo, checkout, new, changed)
+            if short is not None:
+                journal.end(token)
+                return _no_space(branch, str(old), checkout, *short)
+            blocked = checkouts.in_the_way(checkout, changed) or checkouts.dry_run(checkout, old, new)
             if blocked:
                 journal.end(token)
-                return _user_dirty(branch, str(old), checkout, *blocked)
-
+                paths, reason, kind = blocked
+                if kind == FAULT:
+                    return _fault(branch, str(old), f"your checkout {checkout} cannot be updated ({reason})")
+                return _user_dirty(branch, str(old), checkout, paths, reason)
     what = f"land job {job_id}" if job_id is not None else "land"
+    return Prepared(repo, ref, branch, old, new, on, changed, journal, token, what)
+
+
+def move(p: Prepared) -> LandResult:
+    """The ref (compare-and-swap), then every checkout; all put back if any step fails (sync: run in a thread)."""
+    refname = p.ref.name
     try:
-        ref.set_target(new, f"orchestrator: {what}")  # CAS against the target `ref` was looked up with
-    except pygit2.GitError:
-        journal.end(token)
-        return _head_moved(branch, str(old), str(repo.lookup_reference(refname).target))
-    result = _update_checkouts(repo, refname, checkouts, old, new, what, branch)
-    journal.end(token)  # only once every checkout is level again; an exception leaves it for recovery
+        p.ref.set_target(p.new, f"orchestrator: {p.what}")  # CAS against the target `ref` was looked up with
+    except (pygit2.GitError, OSError) as e:  # a lock it cannot take, a file it cannot write: OSError
+        p.journal.end(p.token)
+        now = p.repo.lookup_reference(refname).target
+        if now != p.old:
+            return _head_moved(p.branch, str(p.old), str(now))
+        return _fault(p.branch, str(p.old), f"{refname} could not be written ({e})")
+    result, settled = _update_checkouts(p)
+    if settled:
+        p.journal.end(p.token)  # only once every checkout is level again; else it is left for recovery
     return result
 
 
-def _update_checkouts(
-    repo: pygit2.Repository,
-    refname: str,
-    checkouts: list[Path],
-    old: pygit2.Oid,
-    new: pygit2.Oid,
-    what: str,
-    branch: str,
-) -> LandResult:
-    """After the ref moved: carry each checkout to `new`, or put everything back if git refuses one."""
+def _update_checkouts(p: Prepared) -> tuple[LandResult, bool]:
+    """After the ref moved: carry each checkout to `new`, or put everything back if git refuses or fails in one.
+
+    Returns the result and whether every checkout is level with the ref (else the journal entry stays open).
+    """
+    old, new, branch = p.old, p.new, p.branch
     updated: list[Path] = []
-    for checkout in checkouts:
-        refused = _read_tree(checkout, old, new, refreshed=True)
-        if refused is not None:
-            for done in reversed(updated):
-                _read_tree(done, new, old)
-            if _swap_back(repo, refname, new, old, f"orchestrator: undo {what}"):
-                return _user_dirty(branch, str(old), checkout, *refused)
-            # Someone moved the branch on from our commit already: the work has landed, the checkout lags.
-            return LandResult(
-                LandOutcome.LANDED,
-                str(new),
-                str(old),
-                (),
-                refused[0],
-                f"{branch} advanced {str(old)[:12]} → {str(new)[:12]} but your checkout {checkout} was not updated "
-                f"({refused[1]}); `git read-tree -m -u {str(old)[:12]} {str(new)[:12]}` there brings it level",
-            )
-        updated.append(checkout)
+    for checkout in p.checkouts:
+        try:
+            failed = checkouts.read_tree(checkout, old, new, refreshed=True)
+        except OSError as e:  # git could not even be started (no memory, no file descriptors)
+            failed = ((), f"git could not run: {e}", FAULT)
+        if failed is None:
+            updated.append(checkout)
+            continue
+        paths, reason, kind = failed
+        # The failed checkout first, path by path (git may have written some before it failed; those paths were
+        # clean a moment ago, so OLD is what was there); then the ones already carried to NEW.
+        stuck = {str(checkout): checkouts.put_back(p.repo, checkout, p.changed, old)} if kind == FAULT else {}
+        for done in reversed(updated):
+            if checkouts.read_tree(done, new, old) is not None:
+                stuck[str(done)] = checkouts.put_back(p.repo, done, p.changed, old)
+        stuck = {c: ps for c, ps in stuck.items() if ps}
+        if checkouts.swap_back(p.repo, p.ref.name, new, old, f"orchestrator: undo {p.what}"):
+            if stuck:
+                where = "; ".join(f"{c}: {_some(ps)}" for c, ps in stuck.items())
+                message = (
+                    f"{branch} not moved: your checkout {checkout} {reason}; and these paths could not be put "
+                    f"back as they were ({where}): `git checkout {str(old)[:12]} -- PATH` there restores each"
+                )
+                return _fault(branch, str(old), message, stuck_paths=True), False
+            if kind == FAULT:
+                return _fault(branch, str(old), f"your checkout {checkout} could not be updated ({reason})"), True
+            return _user_dirty(branch, str(old), checkout, paths, reason), True
+        # Someone moved the branch on from our commit already: the work has landed, the checkout lags.
+        return LandResult(
+            LandOutcome.LANDED,
+            str(new),
+            str(old),
+            (),
+            paths,
+            f"{branch} advanced {str(old)[:12]} → {str(new)[:12]} but your checkout {checkout} was not updated "
+            f"({reason}); `git read-tree -m -u {str(old)[:12]} {str(new)[:12]}` there brings it level",
+        ), False
     return LandResult(
         LandOutcome.LANDED, str(new), str(old), (), (), f"{branch} advanced {str(old)[:12]} → {str(new)[:12]}"
-    )
+    ), True
 
 
-def land(
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A repository's landing check: a shell command run on the merged result before the branch moves."""
+
+    command: str
+    timeout: float
+    log_path: Path | None = None
+    scratch_root: Path | None = None
+    owner: process.Owner | None = None
+    sandbox: Sandbox | None = None
+    """Where the check runs: the merged result is the job's code, confined like the job itself."""
+
+
+async def land(
     repo_path: Path,
     branch: str,
     job_commit: str,
     *,
     job_id: int,
     message: str,
+    base: str | None = None,
+    check: Check | None = None,
     mergeable: Mergeable | None = None,
     retries: int = 3,
     style: LandStyle = "merge",
     journal: Journal | None = None,
 ) -> LandResult:
-    """Merge `job_commit` onto the branch head and advance the branch, retrying if the head moves.
+    """Merge `job_commit` onto the branch head and advance the branch, all or nothing; again if the head moves.
 
-    CONFLICT and NOOP return at once; HEAD_MOVED (someone moved the branch between read and swap)
-    retries from the new head up to `retries` times; USER_DIRTY returns for the daemon to wait on.
-    `message` is the merge commit's message when a merge commit is needed.
-    """
-    result: LandResult | None = None
-    for _ in range(retries + 1):
-        head = repos.branch_head(repo_path, branch)
-        merged = merge_for_landing(repo_path, head, job_commit, mergeable, message=message, style=style)
-        early = _merge_outcome(merged, branch, job_id)
-        if early is not None:
-            return early
-        assert merged.sha is not None
-        result = advance(repo_path, branch, head, merged.sha, job_id=job_id, journal=journal)
-        if result.outcome is not LandOutcome.HEAD_MOVED:
-            return _landed_message(result, merged, branch, job_id)
-    assert result is not None
-    return replace(
-        result, message=f"{branch} kept moving: {retries + 1} attempts to land job {job_id}; try again later"
-    )
-
-
-async def land_checked(
-    repo_path: Path,
-    branch: str,
-    job_commit: str,
-    *,
-    job_id: int,
-    message: str,
-    command: str,
-    timeout: float,
-    log_path: Path | None = None,
-    scratch_root: Path | None = None,
-    mergeable: Mergeable | None = None,
-    retries: int = 3,
-    style: LandStyle = "merge",
-    owner: process.Owner | None = None,
-    journal: Journal | None = None,
-    sandbox: Sandbox | None = None,
-) -> LandResult:
-    """`land` with a landing check: the branch moves only to a result on which `command` passed.
-
-    If the branch moves while the check runs, the job is merged onto the new head and checked again.
+    REWRITTEN when the head no longer contains `base` (the job's base: merging would bring back history the
+    branch dropped); CONFLICT, NOOP and CHECK_FAILED return at once; HEAD_MOVED (someone moved the branch
+    between read and swap) merges, checks and moves again from the new head, up to `retries` times;
+    USER_DIRTY and NO_SPACE return for the daemon to wait on; FAULT when something could not be written (put
+    back). `message` is the merge commit's message when a merge commit is needed.
     """
     result: LandResult | None = None
     for _ in range(retries + 1):
         head = await asyncio.to_thread(repos.branch_head, repo_path, branch)
+        if base is not None and not await asyncio.to_thread(_contains, repo_path, head, base):
+            return _rewritten(branch, head, base, job_id)
         merged = await asyncio.to_thread(
             functools.partial(merge_for_landing, message=message, style=style), repo_path, head, job_commit, mergeable
         )
@@ -249,35 +301,56 @@ async def land_checked(
         if early is not None:
             return early
         assert merged.sha is not None
-        check = await run_check(
-            repo_path,
-            merged.sha,
-            command,
-            timeout=timeout,
-            log_path=log_path,
-            scratch_root=scratch_root,
-            owner=owner,
-            sandbox=sandbox,
-        )
-        if not check.ok:
-            status = f"timed out after {timeout:g}s" if check.timed_out else f"exited {check.returncode}"
-            return LandResult(
-                LandOutcome.CHECK_FAILED,
-                head,
-                head,
-                (),
-                (),
-                f"landing check `{command}` {status} on {merged.sha[:12]}; {branch} stays at {head[:12]}",
-                check.output_tail,
+        if check is not None:
+            ran = await run_check(
+                repo_path,
+                merged.sha,
+                check.command,
+                timeout=check.timeout,
+                log_path=check.log_path,
+                scratch_root=check.scratch_root,
+                owner=check.owner,
+                sandbox=check.sandbox,
             )
-        result = await asyncio.to_thread(
-            advance, repo_path, branch, head, merged.sha, job_id=job_id, journal=journal
+            if not ran.ok:
+                return _check_failed(check, ran, branch, head, merged.sha)
+        prepared = await asyncio.to_thread(
+            functools.partial(prepare, job_id=job_id, journal=journal), repo_path, branch, head, merged.sha
         )
+        if isinstance(prepared, LandResult):
+            result = prepared
+        else:
+            await testhook.reach("landing.move", job_id)
+            result = await asyncio.to_thread(move, prepared)
         if result.outcome is not LandOutcome.HEAD_MOVED:
             return _landed_message(result, merged, branch, job_id)
     assert result is not None
     return replace(
         result, message=f"{branch} kept moving: {retries + 1} attempts to land job {job_id}; try again later"
+    )
+
+
+def _contains(repo_path: Path, head: str, base: str) -> bool:
+    """Whether `base` is `head` or one of its ancestors (a base the repository no longer has: no)."""
+    repo = repos.open_repo(repo_path)
+    try:
+        h = repo.revparse_single(head).peel(pygit2.Commit).id
+        b = repo.revparse_single(base).peel(pygit2.Commit).id
+    except (KeyError, ValueError, pygit2.GitError):
+        return False
+    return h == b or repo.descendant_of(h, b)
+
+
+def _check_failed(check: Check, ran: CheckResult, branch: str, head: str, sha: str) -> LandResult:
+    status = f"timed out after {check.timeout:g}s" if ran.timed_out else f"exited {ran.returncode}"
+    return LandResult(
+        LandOutcome.CHECK_FAILED,
+        head,
+        head,
+        (),
+        (),
+        f"landing check `{check.command}` {status} on {sha[:12]}; {branch} stays at {head[:12]}",
+        ran.output_tail,
     )
 
 
@@ -360,114 +433,6 @@ def _refname(branch: str) -> str:
     return branch if branch.startswith("refs/") else f"refs/heads/{branch}"
 
 
-def _checkouts_on(repo: pygit2.Repository, refname: str) -> list[Path]:
-    """Worktrees (main and linked) whose HEAD is `refname`. git lets two share a branch only if forced.
-
-    Read from git's own files (the common dir's `HEAD`, each `worktrees/<name>/HEAD` and `gitdir`), as
-    `git worktree list` does, without a process on every landing.
-    """
-    common = repos.common_dir(repo)
-    found = []
-    if _head_is(common / "HEAD", refname):
-        top = repo if Path(repo.path).resolve() == common else repos.open_repo(common)
-        if not top.is_bare and top.workdir:
-            found.append(Path(top.workdir))
-    admin_root = common / "worktrees"
-    for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
-        try:
-            if not _head_is(admin / "HEAD", refname):
-                continue
-            pointer = Path((admin / "gitdir").read_text().strip())
-        except (FileNotFoundError, NotADirectoryError):
-            # The worktree pool renames and prunes its own worktrees beside a landing: one vanished as
-            # we read. Never the user's (the pool only removes its own), and never on this branch.
-            continue
-        path = (pointer if pointer.is_absolute() else (admin / pointer).resolve()).parent
-        if path.is_dir():
-            found.append(path)
-    return found
-
-
-def _head_is(head: Path, refname: str) -> bool:
-    try:
-        return head.read_text().strip() == f"ref: {refname}"
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-
-
-def _in_the_way(checkout: Path, changed: frozenset[str]) -> tuple[tuple[str, ...], str] | None:
-    """The checkout's uncommitted paths that the landing would overwrite, with a reason; None if none."""
-    repo = repos.open_repo(checkout)
-    index = repo.index
-    if index.conflicts is not None:
-        unmerged = sorted({e.path for c in index.conflicts for e in c if e is not None})
-        return tuple(unmerged), "has an unfinished merge"
-    dirty: set[str] = set()
-    for path in changed:
-        # Per path, not a status of the whole tree: cost follows the landing's size, not the repo's.
-        try:
-            flags = repo.status_file(path)
-        except KeyError:  # in neither HEAD, index nor work tree
-            flags = FileStatus.CURRENT
-        # Anything but "unchanged" is the user's: staged, unstaged, untracked, even ignored files (git
-        # itself would overwrite ignored ones, but an ignored `.env` is still someone's work).
-        if flags != FileStatus.CURRENT or (path not in index and os.path.lexists(checkout / path)):
-            dirty.add(path)
-        for parent in PurePosixPath(path).parents:  # a file where the landing needs a directory
-            p = str(parent)
-            if p != "." and p not in index and os.path.lexists(checkout / p) and not (checkout / p).is_dir():
-                dirty.add(p)
-    if dirty:
-        return tuple(sorted(dirty)), "has uncommitted work where the landing writes"
-    return None
-
-
-def _dry_run(checkout: Path, old: pygit2.Oid, new: pygit2.Oid) -> tuple[tuple[str, ...], str] | None:
-    """git's own verdict on the two-tree merge, for whatever `_in_the_way` does not model."""
-    _git(checkout, "update-index", "-q", "--refresh")  # stat-only changes are not edits
-    dry = _git(checkout, "read-tree", "-m", "-u", "-n", str(old), str(new))
-    return _refusal(dry.stderr) if dry.returncode != 0 else None
-
-
-def _read_tree(
-    checkout: Path, old: pygit2.Oid, new: pygit2.Oid, *, refreshed: bool = False
-) -> tuple[tuple[str, ...], str] | None:
-    """Carry the checkout from `old` to `new` (two-tree merge); the paths and reason if git refuses.
-
-    `refreshed`: the dry run refreshed its index an instant ago, so the first try skips that process (a
-    stat-only change in between makes git refuse; the landing is then undone and tried again).
-    """
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        if not refreshed:
-            _git(checkout, "update-index", "-q", "--refresh")
-        refreshed = False
-        done = _git(checkout, "read-tree", "-m", "-u", str(old), str(new))
-        if done.returncode == 0:
-            return None
-        if "index.lock" not in done.stderr or time.monotonic() > deadline:
-            return _refusal(done.stderr)
-        time.sleep(0.05)  # a git command of the user's holds the index; it will be quick
-
-
-def _refusal(stderr: str) -> tuple[tuple[str, ...], str]:
-    """Paths and first reason from git's "error: Entry 'p' not uptodate" / "... file 'p' would be overwritten"."""
-    lines = [line.removeprefix("error: ") for line in stderr.splitlines() if line.strip()]
-    paths = tuple(sorted({m for line in lines for m in re.findall(r"'([^']+)'", line)}))
-    return paths, f"is not clean where the landing writes (git: {lines[0] if lines else 'refused'})"
-
-
-def _swap_back(repo: pygit2.Repository, refname: str, new: pygit2.Oid, old: pygit2.Oid, message: str) -> bool:
-    ref = repo.lookup_reference(refname)
-    if ref.target != new:
-        return False
-    try:
-        ref.set_target(old, message)
-    except pygit2.GitError:
-        return False
-    return True
-
-
 _git = repos.run_git
 
 
@@ -515,14 +480,43 @@ def _head_moved(branch: str, expected: str, actual: str) -> LandResult:
 
 def _user_dirty(branch: str, old: str, checkout: Path, paths: tuple[str, ...], reason: str) -> LandResult:
     shown = f": {_some(paths)}" if paths else ""
+    then = "commit or stash that, the landing waits" if paths else "the landing waits"
     return LandResult(
-        LandOutcome.USER_DIRTY,
+        LandOutcome.USER_DIRTY, old, old, (), paths, f"your checkout {checkout} of {branch} {reason}{shown}; {then}"
+    )
+
+
+def _no_space(branch: str, old: str, checkout: Path, needed: int, free: int) -> LandResult:
+    return LandResult(
+        LandOutcome.NO_SPACE,
         old,
         old,
         (),
-        paths,
-        f"your checkout {checkout} of {branch} {reason}{shown}; commit or stash that, the landing waits",
+        (),
+        f"the file system of your checkout {checkout} has {_mb(free)} free and this landing writes {_mb(needed)} "
+        f"there (and keeps {_mb(SPACE_MARGIN)} spare); {branch} not moved: free some space and the landing goes on",
     )
+
+
+def _fault(branch: str, old: str, what: str, *, stuck_paths: bool = False) -> LandResult:
+    message = what if stuck_paths else f"{what}; {branch} not moved, nothing changed"
+    return LandResult(LandOutcome.FAULT, old, old, (), (), message)
+
+
+def _rewritten(branch: str, head: str, base: str, job_id: int) -> LandResult:
+    return LandResult(
+        LandOutcome.REWRITTEN,
+        head,
+        head,
+        (),
+        (),
+        f"{branch} was rewritten: its head {head[:12]} no longer contains job {job_id}'s base {base[:12]}; "
+        f"not merged (that would bring back what {branch} dropped): the job is planned again on the new head",
+    )
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MB"
 
 
 def _some(paths: tuple[str, ...], limit: int = 5) -> str:

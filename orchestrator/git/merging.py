@@ -168,21 +168,22 @@ def _rebase(
         commit = commit.parents[0]
     onto = ours
     for pick in reversed(todo):
-        parent = pick.parents[0].tree if pick.parents else repo[repo.TreeBuilder().write()]
-        index = repo.merge_trees(parent, onto.tree, pick.tree)
-        conflicts = _settle(
-            repo,
-            index,
-            union=lambda p=parent, o=onto, c=pick: repo.merge_trees(p, o.tree, c.tree, favor=MergeFavor.UNION),
-            is_union=is_union,
+        parent: pygit2.Tree = (
+            pick.parents[0].tree if pick.parents else repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
         )
+        index = repo.merge_trees(parent, onto.tree, pick.tree)
+
+        def union(p: pygit2.Tree = parent, o: pygit2.Commit = onto, c: pygit2.Commit = pick) -> pygit2.Index:
+            return repo.merge_trees(p, o.tree, c.tree, favor=MergeFavor.UNION)
+
+        conflicts = _settle(repo, index, union=union, is_union=is_union)
         if conflicts:
             return MergeResult(head=head_sha, sha=None, conflicts=conflicts, kind="conflict")
         tree = index.write_tree(repo)
         if tree == onto.tree_id:
             continue  # already there: replaying it changes nothing
         oid = repo.create_commit(None, pick.author, signature(repo, "committer"), pick.message, tree, [onto.id])
-        onto = repo[oid]
+        onto = repo[oid].peel(pygit2.Commit)
     if onto.id == ours.id:
         return MergeResult(head=head_sha, sha=head_sha, conflicts=(), kind="noop")
     return MergeResult(head=head_sha, sha=str(onto.id), conflicts=(), kind="rebase")

@@ -1,4 +1,4 @@
-"""The job board: every job state change goes through here, so it is stored first, then announced.
+"""The job board: every job change goes through here, so it is stored first (a guarded write), then announced.
 
 Storing before acting is what lets a killed daemon restart where it was; announcing wakes the scheduler
 (event-driven, no polling), anyone waiting for particular jobs to end (`orchestrator wait`, a landing
@@ -10,7 +10,7 @@ re-reads the jobs they wait for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from orchestrator.core.job import Job
@@ -86,22 +86,49 @@ class Board:
         for sub in self._subscribers:
             sub.put(item)
 
+    async def transition(
+        self,
+        job_id: int,
+        expect: Collection[JobState],
+        to: JobState,
+        event: str,
+        *,
+        data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Job | None:
+        """`Store.transition`, then announced: None (nothing written, nobody told) when the job had moved on."""
+        job = await self.store.transition(job_id, expect, to, event, data=data, **fields)
+        if job is not None:
+            await self._announce_job(job, moved=True)
+        return job
+
     async def update(
-        self, job_id: int, *, event: str | None = None, data: dict[str, Any] | None = None, **fields: Any
-    ) -> Job:
-        job = await self.store.update(job_id, event=event, data=data, **fields)
-        for w in self._waiters.get(job_id, ()):
+        self,
+        job_id: int,
+        expect: Collection[JobState],
+        *,
+        event: str | None = None,
+        data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Job | None:
+        """`Store.update` (fields, never the state), then announced; None when the job is in none of `expect`."""
+        job = await self.store.update(job_id, expect, event=event, data=data, **fields)
+        if job is not None:
+            await self._announce_job(job, moved=False)
+        return job
+
+    async def _announce_job(self, job: Job, *, moved: bool) -> None:
+        for w in self._waiters.get(job.id, ()):
             if w.settled(job.state):
-                w.pending.discard(job_id)
+                w.pending.discard(job.id)
                 if not w.pending:
                     w.done.set()
         if self._subscribers:
             self.publish({"type": "job", "job": job.to_json()})
-        if "state" in fields and job.state.terminal:
+        if moved and job.state.terminal:
             for ended in self._ended:
                 ended(job)
         await self.announce()
-        return job
 
     async def announce(self) -> None:
         for wake in self._listeners:

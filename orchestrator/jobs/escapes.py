@@ -54,7 +54,7 @@ MOVES_LOOKED_AT = 1000
 def _blob_matches(repo: pygit2.Repository, head: str | None, path: str, data: bytes | None) -> bool:
     if head is None:
         return data is None
-    tree = repo.get(head).peel(pygit2.Tree)
+    tree = repo[head].peel(pygit2.Tree)
     try:
         entry = tree[path]
     except KeyError:

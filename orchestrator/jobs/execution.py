@@ -11,12 +11,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
+from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job
+from orchestrator.core.lifecycle import RunEnd
 from orchestrator.core.models import Code, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
@@ -45,6 +48,28 @@ class Stop:
     state: JobState
     reason: str
     code: Code = Code.INTERRUPTED
+
+
+INTERRUPTED = Stop(
+    JobState.INTERRUPTED,
+    "the daemon stopped while this job ran; it keeps its place: `orchestrator retry` runs it again",
+)
+RUNNING = frozenset({JobState.RUNNING})
+
+
+class _Moved(Exception):
+    """The job left `running` under its task (a guarded write found it elsewhere)."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} is {job.state}")
+        self.job = job
+
+
+def _still(written: Job | None, job: Job) -> Job:
+    """The job as a guarded write left it; `_Moved` when the write found it no longer running."""
+    if written is None:
+        raise _Moved(job)
+    return written
 
 
 class Executor:
@@ -78,6 +103,32 @@ class Executor:
         after = await asyncio.to_thread(escapes.snapshot, repo)
         return await asyncio.to_thread(escapes.written, repo, before, after)
 
+    async def _end(self, job: Job, step: lifecycle.Step, **fields: Any) -> Job:
+        """Write `step` (from `running`); the job as stored, whoever moved it last."""
+        done = await self.board.transition(
+            job.id, step.expect, step.to, step.event, code=step.code, reason=step.reason, **fields
+        )
+        if done is not None:
+            return done
+        return await self.board.store.get(job.id) or job
+
+    async def _stop_write(self, job_id: int, stop: Stop) -> Job | None:
+        return await self.board.transition(
+            job_id,
+            RUNNING,
+            stop.state,
+            str(stop.state),
+            finished_at=time.time(),
+            reason=stop.reason,
+            code=stop.code,
+            data={"code": stop.code},
+        )
+
+    async def stopped(self, job_id: int) -> Job | None:
+        """A job's task was cancelled before it ran its runner: write its stop's state if it was moved to
+        `running` already (None, nothing written, if it was not)."""
+        return await self._stop_write(job_id, self.stops.pop(job_id, INTERRUPTED))
+
     async def run(self, job: Job) -> Job:
         """Carry an admitted job (already stored as running, with its base) to landing or an end state."""
         structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
@@ -91,7 +142,7 @@ class Executor:
             worktree = await self.pool.acquire(repo, job.id, base)
             if self.on_acquired is not None:
                 self.on_acquired(repo, base)
-            job = await self.board.update(job.id, worktree=str(worktree))
+            job = _still(await self.board.update(job.id, RUNNING, worktree=str(worktree)), job)
             log.info(
                 olog.Event.JOB_STARTED,
                 worktree=str(worktree),
@@ -118,7 +169,7 @@ class Executor:
             before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
             result = await runner.run(ctx)
             if result.usage is not None:
-                job = await self.board.update(job.id, usage=result.usage)
+                job = _still(await self.board.update(job.id, RUNNING, usage=result.usage), job)
             if before is not None and result.ok:
                 wrote = await self._written(repo, before)
                 if wrote:
@@ -137,57 +188,51 @@ class Executor:
             if not result.ok:
                 actual = await asyncio.to_thread(actual_paths, worktree, base)
                 await self.pool.release(repo, job.id, keep=True)
-                code = result.code or (Code.RUNNER_FAILED if result.exit_code is not None else Code.TIMED_OUT)
-                job = await self.board.update(
-                    job.id,
-                    state=JobState.FAILED,
+                step = lifecycle.after_run(
+                    RunEnd(job.id, False, result.exit_code, result.code, result.summary, worktree=str(worktree))
+                )
+                job = await self._end(
+                    job,
+                    step,
                     finished_at=time.time(),
                     exit_code=result.exit_code,
                     actual=actual,
-                    event="failed",
-                    data={"code": code, "exit_code": result.exit_code},
-                    code=code,
-                    reason=f"{result.summary}; worktree kept at {worktree} (see `orchestrator logs {job.id}`)",
+                    data={"code": step.code, "exit_code": result.exit_code},
                 )
-                log.warning(olog.Event.JOB_FAILED, code=code, reason=job.reason, exit_code=result.exit_code)
+                log.warning(olog.Event.JOB_FAILED, code=step.code, reason=job.reason, exit_code=result.exit_code)
                 return job
             sha = await asyncio.to_thread(
                 commits.commit_worktree, worktree, message=job.commit_text, job_id=job.id, base=base, repo_path=repo
             )
             actual = await asyncio.to_thread(actual_paths, worktree, base)
+            step = lifecycle.after_run(
+                RunEnd(job.id, True, 0, summary=result.summary, changed=sha is not None, review=job.land == "review")
+            )
             if sha is None:
                 await self.pool.release(repo, job.id, keep=False, delete_branch=True)
-                job = await self.board.update(
-                    job.id,
-                    state=JobState.LANDED,
-                    finished_at=time.time(),
-                    exit_code=0,
-                    actual=frozenset(),
-                    reason="finished with no changes: nothing to land",
-                    code=Code.NO_CHANGES,
-                    event="finished",
-                )
+                job = await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())
                 log.info(olog.Event.JOB_FINISHED, changes=0, landed=False)
                 return job
-            review = job.land == "review"
-            job = await self.board.update(
-                job.id,
-                state=JobState.READY if review else JobState.LANDING,
-                result=sha,
-                actual=actual,
-                exit_code=0,
-                reason=f"ready for review: `orchestrator diff {job.id}`, then `orchestrator land {job.id}` "
-                f"or `orchestrator reject {job.id}`"
-                if review
-                else "finished; waits for its landing",
-                code=Code.READY if review else Code.FINISHED,
-                event="finished",
-                data={"result": sha},
-            )
-            log.info(olog.Event.JOB_READY if review else olog.Event.JOB_FINISHED, result=sha, actual=sorted(actual))
+            if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
+                log.warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
+                job = _still(
+                    await self.board.update(job.id, RUNNING, event="outside_claim", data={"paths": sorted(wide)[:50]}),
+                    job,
+                )
+            job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
+            event = olog.Event.JOB_READY if step.to is JobState.READY else olog.Event.JOB_FINISHED
+            log.info(event, result=sha, actual=sorted(actual))
             return job
+        except _Moved as moved:
+            # Someone else moved it on (it is no longer `running`): its worktree is kept, nothing more is written.
+            with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
+                await self.pool.release(repo, job.id, keep=True)
+            if watcher is not None:
+                with olog.best_effort("stop the change watcher", TimeoutError, OSError):
+                    await asyncio.wait_for(watcher.stop(), 5)
+            return moved.job
         except asyncio.CancelledError:
-            stop = self.stops.pop(job.id, Stop(JobState.INTERRUPTED, "the daemon stopped while this job ran"))
+            stop = self.stops.pop(job.id, INTERRUPTED)
             with contextlib.suppress(OSError):
                 await asyncio.shield(asyncio.to_thread(joblog.exit_line, self.paths.job_log(job.id), None, stop.reason))
             if watcher is not None:
@@ -195,17 +240,7 @@ class Executor:
                     await asyncio.wait_for(watcher.stop(), 5)
             with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await asyncio.shield(self.pool.release(repo, job.id, keep=True))
-            await asyncio.shield(
-                self.board.update(
-                    job.id,
-                    state=stop.state,
-                    finished_at=time.time(),
-                    reason=stop.reason,
-                    code=stop.code,
-                    event=str(stop.state),
-                    data={"code": stop.code},
-                )
-            )
+            await asyncio.shield(self._stop_write(job.id, stop))
             event = olog.Event.JOB_CANCELLED if stop.state is JobState.CANCELLED else olog.Event.DAEMON_CANCELLED
             log.warning(event, code=stop.code, reason=stop.reason)
             raise
@@ -215,15 +250,8 @@ class Executor:
                     await asyncio.wait_for(watcher.stop(), 5)
             with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await self.pool.release(repo, job.id, keep=True)
-            job = await self.board.update(
-                job.id,
-                state=JobState.FAILED,
-                finished_at=time.time(),
-                reason=f"{type(e).__name__}: {e}",
-                code=Code.RUNNER_ERROR,
-                event="failed",
-                data={"code": Code.RUNNER_ERROR},
-            )
+            step = lifecycle.Step(JobState.FAILED, RUNNING, "failed", Code.RUNNER_ERROR, f"{type(e).__name__}: {e}")
+            job = await self._end(job, step, finished_at=time.time(), data={"code": Code.RUNNER_ERROR})
             log.error(olog.Event.JOB_FAILED, code=Code.RUNNER_ERROR, reason=job.reason, exc_info=True)
             return job
         finally:

@@ -19,7 +19,7 @@ HEADER = "==> "
 
 def _open_private(path: Path, flags: int, mode: str) -> BinaryIO:
     """Job logs hold the job's text and output: 0600 whatever the umask."""
-    return os.fdopen(open_private(path, flags), mode)
+    return os.fdopen(open_private(path, flags), mode)  # type: ignore[return-value]  # a binary mode
 
 
 def attempt_header(path: Path, job: Job) -> None:

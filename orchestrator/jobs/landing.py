@@ -1,9 +1,11 @@
 """The landing queue: one landing at a time per target branch; a conflict never lands.
 
 A finished job waits for the jobs it must land after (an overlap was seen while both ran), then takes its
-branch's lock, merges onto the current head in memory, runs the repo's landing check if one is set, and
-moves the branch by compare-and-swap. Conflicts re-queue the job on the new head (bounded attempts), or
-leave it for a person. A user's uncommitted change in the way makes the landing wait and say why.
+branch's lock and lands (`git.landing.land`: merge onto the current head in memory, the repo's landing check,
+the compare-and-swap, the checkouts; all or nothing). What happens next is `core.lifecycle.after_landing`:
+conflicts re-queue the job on the new head (bounded attempts) or leave it for a person; a rewritten branch
+plans it again; a user's uncommitted change in the way, or a full disk, makes the landing wait and say why;
+a fault fails it with nothing moved. Whatever goes wrong, its state says what is on the branch.
 """
 
 from __future__ import annotations
@@ -18,19 +20,22 @@ from typing import Any
 import structlog
 
 from orchestrator import logging as olog
+from orchestrator import testhook
 from orchestrator.config import Config
-from orchestrator.core import claims
+from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job
+from orchestrator.core.lifecycle import Landed, Then
 from orchestrator.core.models import Code, JobState
-from orchestrator.git import commits
+from orchestrator.git import commits, repos
 from orchestrator.git import landing as git_landing
-from orchestrator.git.worktrees import WorktreePool
+from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.runners.sandbox import Sandbox
 
+LANDING = frozenset({JobState.LANDING})
 USER_DIRTY_RETRY = (1.0, 30.0)  # first and longest wait before trying again when the user's changes are in the way
 
 
@@ -58,6 +63,13 @@ class Lander:
         task = asyncio.create_task(self._land(job.id), name=f"land-{job.id}")
         self.tasks[job.id] = task
         task.add_done_callback(functools.partial(self._forget, job.id))
+
+    def withdraw(self, job_id: int) -> None:
+        """Take a job out of its branch's landing queue (a cancel); never while it lands (`landing_now`)."""
+        assert not self.landing_now(job_id)
+        task = self.tasks.get(job_id)
+        if task is not None:
+            task.cancel()
 
     def landing_now(self, job_id: int) -> bool:
         """True while this job's merge and branch move are under way (it holds its branch's lock)."""
@@ -122,7 +134,8 @@ class Lander:
         log = olog.get()
         if job.land_after:
             reason = f"waits for jobs {_ids(job.land_after)} to land first (overlap seen)"
-            await self.board.update(job.id, reason=reason, code=Code.LAND_AFTER)
+            if await self.board.update(job.id, LANDING, reason=reason, code=Code.LAND_AFTER) is None:
+                return  # cancelled meanwhile
             log.info(olog.Event.LANDING_WAITING, code=Code.LAND_AFTER, reason=reason, blocking=sorted(job.land_after))
             # Settled when it landed or ended, or went back to the queue (a conflict re-queued it): its
             # old result will never land, and its next attempt starts from whatever lands meanwhile.
@@ -138,126 +151,141 @@ class Lander:
                 self._attempting.add(job.id)
                 await self.board.announce()
                 try:
-                    outcome = await self._attempt(job, log)
-                except Exception as e:
-                    log.error(
-                        olog.Event.JOB_FAILED, code=Code.LANDING_FAILED, reason=f"landing failed: {e}", exc_info=True
-                    )
-                    await self._fail(
-                        job,
-                        "failed",
-                        Code.LANDING_FAILED,
-                        f"landing failed: {type(e).__name__}: {e}; its result {job.result} is kept "
-                        f"on branch orchestrator/{job.id}",
-                    )
-                    outcome = "done"
+                    then = await self._attempt(job, log)
                 finally:
                     self.inflight.discard(key)
                     self._attempting.discard(job.id)
                     await self.board.announce()
-            if outcome != "wait":
+            if then is Then.END:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, USER_DIRTY_RETRY[1])
 
-    async def _fail(self, job: Job, event: str, code: Code, reason: str) -> None:
-        """The job did not land and will not by itself; its branch and worktree stay for a person."""
-        await self.board.update(
-            job.id,
-            state=JobState.FAILED,
-            finished_at=time.time(),
-            event=event,
-            data={"code": code},
-            reason=reason,
-            code=code,
-        )
-
-    async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> str:
+    async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> Then:
+        """One landing attempt under the branch's lock, and its outcome written: what the lander does next."""
         assert job.result is not None
-        repo = Path(job.repo)
+        current = await self.board.store.get(job.id)
+        if current is None or current.state is not JobState.LANDING:
+            return Then.END  # moved on while it waited for its turn: nothing of it lands
+        await testhook.reach("landing.attempt", job.id)
         log.info(olog.Event.LANDING_STARTED, result=job.result, branch=job.branch)
-        check = self.cfg.repo(job.repo).check
-        style = self.cfg.repo(job.repo).land_style
+        head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
+        try:
+            result = await self._git_land(job)
+        except Exception as e:
+            # Whatever failed, the job's state says what is on the branch: landed if its move went through.
+            log.error(olog.Event.JOB_FAILED, code=Code.LANDING_FAILED, reason=f"landing failed: {e}", exc_info=True)
+            landed = await asyncio.to_thread(landed_by, Path(job.repo), job.branch, job.id, head)
+            reason = f"landing failed: {type(e).__name__}: {e}"
+            if landed is not None:
+                await self._landed(job, landed, f"landed on {job.branch} at {landed[:12]}; then {reason}", log)
+            else:
+                await self._fail(job, "failed", Code.LANDING_FAILED, f"{reason}; not landed, {job.branch} not moved")
+            return Then.END
+        outcome = Landed(str(result.outcome))
+        if outcome is not Landed.USER_DIRTY and self._waiting.get(job.id):
+            self._waiting[job.id] = None
+            log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY, outcome=str(outcome))
+        then, to = lifecycle.after_landing(outcome, job.attempts, self.policy)
+        if to is JobState.LANDED:
+            await self._landed(job, result.sha or job.result, result.message, log, noop=outcome is Landed.NOOP)
+        elif to is JobState.QUEUED:
+            await self._requeue(job, outcome, result, log)
+        elif to is JobState.CONFLICTED:
+            await self._conflicted(job, result, log)
+        elif to is JobState.FAILED:
+            await self._failed(job, outcome, result, log)
+        elif then is Then.WAIT:
+            await self._waits(job, outcome, result, log)
+        return then
+
+    @property
+    def policy(self) -> lifecycle.LandingPolicy:
+        return lifecycle.LandingPolicy(self.cfg.jobs.retry_on_conflict, self.cfg.jobs.max_attempts)
+
+    async def _git_land(self, job: Job) -> git_landing.LandResult:
+        assert job.result is not None
+        repo_cfg = self.cfg.repo(job.repo)
         # Subjects come from the ticket's first line; a squash is the job's one commit, trailer kept.
-        if style == "squash":
+        if repo_cfg.land_style == "squash":
             message = commits.job_message(job.commit_text, job.id)
         else:
             message = f"Merge orchestrator job {job.id}: {job.subject}"
-        if check:
-            result = await git_landing.land_checked(
-                repo,
-                job.branch,
-                job.result,
-                job_id=job.id,
-                message=message,
-                command=check,
-                timeout=self.cfg.repo(job.repo).check_timeout,
+        check = None
+        if repo_cfg.check:
+            check = git_landing.Check(
+                repo_cfg.check,
+                repo_cfg.check_timeout,
                 log_path=self.paths.job_log(job.id),
                 scratch_root=self.paths.scratch,
-                mergeable=self._mergeable(job),
-                style=style,
                 owner=StoreOwner(self.board.store, job.id),
-                journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
                 sandbox=self.sandbox,
             )
-        else:
-            result = await asyncio.to_thread(
-                git_landing.land,
-                repo,
-                job.branch,
-                job.result,
-                job_id=job.id,
-                message=message,
-                mergeable=self._mergeable(job),
-                style=style,
-                journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
-            )
-        outcome = result.outcome
-        if outcome is not git_landing.LandOutcome.USER_DIRTY and self._waiting.get(job.id):
-            self._waiting[job.id] = None
-            log.info(olog.Event.LANDING_WAIT_ENDED, code=Code.USER_DIRTY, outcome=str(outcome))
-        if outcome in (git_landing.LandOutcome.LANDED, git_landing.LandOutcome.NOOP):
-            landed = result.sha or job.result
-            await self.board.update(
-                job.id,
-                state=JobState.LANDED,
-                landed_sha=landed,
-                finished_at=time.time(),
-                event="landed",
-                reason=result.message or f"landed on {job.branch} at {landed[:12]}",
-                code=Code.LANDED,
-                data={"sha": landed},
-            )
-            event = olog.Event.LANDING_LANDED if outcome is git_landing.LandOutcome.LANDED else olog.Event.LANDING_NOOP
-            log.info(event, sha=landed, branch=job.branch)
-            # Nothing slow under the landing lock: the worktree goes back and the pool refills beside it.
-            self._beside(self._recycle(repo, job.id, landed), f"recycle-{job.id}")
-            return "done"
-        if outcome is git_landing.LandOutcome.USER_DIRTY:
+        return await git_landing.land(
+            Path(job.repo),
+            job.branch,
+            job.result,
+            job_id=job.id,
+            message=message,
+            base=job.base,
+            check=check,
+            mergeable=self._mergeable(job),
+            style=repo_cfg.land_style,  # type: ignore[arg-type]  # config validates it is one of LAND_STYLES
+            journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
+        )
+
+    async def _landed(
+        self, job: Job, sha: str, reason: str, log: structlog.typing.FilteringBoundLogger, *, noop: bool = False
+    ) -> None:
+        done = await self.board.transition(
+            job.id,
+            LANDING,
+            JobState.LANDED,
+            "landed",
+            landed_sha=sha,
+            finished_at=time.time(),
+            reason=reason or f"landed on {job.branch} at {sha[:12]}",
+            code=Code.LANDED,
+            data={"sha": sha},
+        )
+        if done is None:  # it holds the branch lock: nothing else moves a landing job now
+            log.error(olog.Event.SCHEDULER_ERROR, error=f"job {job.id} landed at {sha} but was no longer landing")
+        log.info(olog.Event.LANDING_NOOP if noop else olog.Event.LANDING_LANDED, sha=sha, branch=job.branch)
+        # Nothing slow under the landing lock: the worktree goes back and the pool refills beside it.
+        self._beside(self._recycle(Path(job.repo), job.id, sha), f"recycle-{job.id}")
+
+    async def _waits(
+        self, job: Job, outcome: Landed, result: git_landing.LandResult, log: structlog.typing.FilteringBoundLogger
+    ) -> None:
+        """The landing waits on a person (their change in the way, a full disk); said once per reason."""
+        if outcome is Landed.HEAD_MOVED:
+            return
+        code = Code.NO_SPACE if outcome is Landed.NO_SPACE else Code.USER_DIRTY
+        if result.user_paths:
             reason = (
                 f"waits: your uncommitted changes to {', '.join(result.user_paths)} in {job.repo} are in the "
                 f"way of this landing; commit or stash them and it lands"
             )
-            # Logged when the wait starts (or its paths change), not on every retry; `_land` logs its end.
-            if self._waiting.get(job.id) != reason:
-                self._waiting[job.id] = reason
-                await self.board.update(
-                    job.id,
-                    reason=reason,
-                    code=Code.USER_DIRTY,
-                    event="landing_waits",
-                    data={"user_paths": list(result.user_paths), "code": Code.USER_DIRTY},
-                )
-                log.warning(
-                    olog.Event.LANDING_WAITING,
-                    code=Code.USER_DIRTY,
-                    user_paths=list(result.user_paths),
-                    reason=reason,
-                )
-            return "wait"
-        if outcome is git_landing.LandOutcome.HEAD_MOVED:
-            return "wait"
-        if outcome is git_landing.LandOutcome.CHECK_FAILED:
+        else:
+            reason = f"waits: {result.message}"
+        # Logged when the wait starts (or its reason changes), not on every retry; the next attempt logs its end.
+        if self._waiting.get(job.id) == reason:
+            return
+        self._waiting[job.id] = reason
+        await self.board.update(
+            job.id,
+            LANDING,
+            reason=reason,
+            code=code,
+            event="landing_waits",
+            data={"user_paths": list(result.user_paths), "code": code},
+        )
+        log.warning(olog.Event.LANDING_WAITING, code=code, user_paths=list(result.user_paths), reason=reason)
+
+    async def _failed(
+        self, job: Job, outcome: Landed, result: git_landing.LandResult, log: structlog.typing.FilteringBoundLogger
+    ) -> None:
+        if outcome is Landed.CHECK_FAILED:
             await self._fail(
                 job,
                 "check_failed",
@@ -266,39 +294,83 @@ class Lander:
                 f"result; not landed; worktree kept (see `orchestrator logs {job.id}`)",
             )
             log.warning(olog.Event.LANDING_CHECK_FAILED, code=Code.CHECK_FAILED, output=result.check_output[-2000:])
-            return "done"
-        # A conflict never lands: re-queue on the new head, or leave it for a person.
+            return
+        reason = f"landing failed: {result.message}; its result {job.result} is kept on branch {branch_name(job.id)}"
+        log.error(olog.Event.JOB_FAILED, code=Code.LANDING_FAILED, reason=reason)
+        await self._fail(job, "failed", Code.LANDING_FAILED, reason)
+
+    async def _fail(self, job: Job, event: str, code: Code, reason: str) -> None:
+        """The job did not land and will not by itself; its branch and worktree stay for a person."""
+        await self.board.transition(
+            job.id,
+            LANDING,
+            JobState.FAILED,
+            event,
+            finished_at=time.time(),
+            data={"code": code},
+            reason=reason,
+            code=code,
+        )
+
+    async def _requeue(
+        self, job: Job, outcome: Landed, result: git_landing.LandResult, log: structlog.typing.FilteringBoundLogger
+    ) -> None:
+        """Back to the queue, planned again on the new head; this attempt kept on a branch of its own."""
+        kept = await retire_attempt(self.pool, job)
+        data: dict[str, Any]
+        if outcome is Landed.REWRITTEN:
+            code, data = Code.REWRITTEN, {"head": result.sha, "base": job.base, "kept": kept, "code": Code.REWRITTEN}
+            reason = f"{result.message}; previous result kept as {kept}"
+            log.warning(olog.Event.LANDING_REWRITTEN, code=code, head=result.sha, base=job.base, kept=kept)
+        else:
+            conflicts = list(result.conflicts)
+            log.warning(olog.Event.LANDING_CONFLICT, code=Code.CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
+            code, data = Code.CONFLICT, {"conflicts": conflicts, "kept": kept, "code": Code.CONFLICT}
+            reason = (
+                f"conflict in {', '.join(conflicts)} with {job.branch}; re-queued on the new head "
+                f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
+            )
+        await self.board.transition(
+            job.id, LANDING, JobState.QUEUED, "requeued", **fresh_attempt(job), code=code, data=data, reason=reason
+        )
+        log.info(olog.Event.JOB_REQUEUED, code=code, attempt=job.attempts + 2, kept=kept)
+
+    async def _conflicted(
+        self, job: Job, result: git_landing.LandResult, log: structlog.typing.FilteringBoundLogger
+    ) -> None:
         conflicts = list(result.conflicts)
         log.warning(olog.Event.LANDING_CONFLICT, code=Code.CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
-        if self.cfg.jobs.retry_on_conflict and job.attempts + 1 < self.cfg.jobs.max_attempts:
-            kept = await retire_attempt(self.pool, job)
-            await self.board.update(
-                job.id,
-                **fresh_attempt(job),
-                event="requeued",
-                code=Code.CONFLICT,
-                data={"conflicts": conflicts, "kept": kept, "code": Code.CONFLICT},
-                reason=(
-                    f"conflict in {', '.join(conflicts)} with {job.branch}; re-queued on the new head "
-                    f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
-                ),
-            )
-            log.info(olog.Event.JOB_REQUEUED, code=Code.CONFLICT, attempt=job.attempts + 2, kept=kept)
-        else:
-            await self.pool.release(repo, job.id, keep=True)
-            await self.board.update(
-                job.id,
-                state=JobState.CONFLICTED,
-                finished_at=time.time(),
-                event="conflicted",
-                code=Code.CONFLICT,
-                data={"conflicts": conflicts, "code": Code.CONFLICT},
-                reason=(
-                    f"conflict in {', '.join(conflicts)} with {job.branch}; not landed; its branch "
-                    f"orchestrator/{job.id} and worktree are kept for a person"
-                ),
-            )
-        return "done"
+        await self.pool.release(Path(job.repo), job.id, keep=True)
+        await self.board.transition(
+            job.id,
+            LANDING,
+            JobState.CONFLICTED,
+            "conflicted",
+            finished_at=time.time(),
+            code=Code.CONFLICT,
+            data={"conflicts": conflicts, "code": Code.CONFLICT},
+            reason=(
+                f"conflict in {', '.join(conflicts)} with {job.branch}; not landed; its branch "
+                f"{branch_name(job.id)} and worktree are kept for a person"
+            ),
+        )
+
+
+def landed_by(repo_path: Path, branch: str, job_id: int, before: str) -> str | None:
+    """The head a landing of `job_id` moved `branch` to since it was at `before` (its reflog says), if it did and
+    did not undo it; None when the branch does not hold that landing."""
+    repo = repos.open_repo(repo_path)
+    ref = repo.lookup_reference(branch if branch.startswith("refs/") else f"refs/heads/{branch}")
+    if str(ref.target) == before:
+        return None
+    for entry in ref.log():  # newest first
+        if entry.message == f"orchestrator: undo land job {job_id}":
+            return None
+        if entry.message == f"orchestrator: land job {job_id}":
+            return str(entry.oid_new)
+        if str(entry.oid_old) == before:
+            break
+    return None
 
 
 def _ids(ids: tuple[int, ...]) -> str:

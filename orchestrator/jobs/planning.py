@@ -10,6 +10,7 @@ happens, the job leaves `planning`: to `planned` (an empty claim at worst: ambig
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
-from orchestrator.core.models import TERMINAL_STATES, Code, JobState, Policy
+from orchestrator.core.models import ENDED, Code, JobState, Policy
 from orchestrator.git import repos
 from orchestrator.jobs.board import Board
 from orchestrator.plan import accuracy
@@ -59,15 +60,18 @@ class Planning:
         if job.id in self.tasks:
             return
         await self.refresh()
-        job = await self.board.store.update(job.id, state=JobState.PLANNING, event="planning")
+        moved = await self.board.store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+        if moved is None:
+            return  # cancelled (or cleaned) since the round read it
+        job = moved
         task = asyncio.create_task(self._run(job), name=f"plan-{job.id}")
         self.tasks[job.id] = task
-        task.add_done_callback(lambda _t, i=job.id: self._done(i))
+        task.add_done_callback(functools.partial(self._forget, job.id))
 
     async def records(self) -> list[accuracy.Record]:
         """Every ended job's predicted and actual paths, for calibration and `stats predict`."""
         store = self.board.store
-        ended = await store.jobs(TERMINAL_STATES)
+        ended = await store.jobs(ENDED)
         hit = accuracy.collisions(ended, await store.event_jobs("overlap"))
         return accuracy.records(ended, hit, self.policy())
 
@@ -90,7 +94,7 @@ class Planning:
                     )
             self.raised = raised
 
-    def _done(self, job_id: int) -> None:
+    def _forget(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self.tasks.pop(job_id, None)
         self.wake()
 
@@ -115,11 +119,11 @@ class Planning:
         except repos.RepoError as e:
             await self._finish(
                 job,
-                state=JobState.FAILED,
+                JobState.FAILED,
+                "failed",
                 finished_at=time.time(),
                 reason=str(e),
                 code=Code.REPO_ERROR,
-                event="failed",
                 data={"code": Code.REPO_ERROR},
             )
             log.warning(olog.Event.JOB_FAILED, code=Code.REPO_ERROR, reason=str(e))
@@ -150,12 +154,12 @@ class Planning:
         notes = [{"code": str(c), "reason": r} for c, r in plan.notes]
         done = await self._finish(
             job,
-            state=JobState.PLANNED,
+            JobState.PLANNED,
+            "planned",
             base=head,
             claim=claim,
             plan_text=plan.text,
             evidence=tuple(e.to_json() for e in plan.evidence),
-            event="planned",
             data={"base": head, "claim": claim.to_json(), "basis": plan.basis, "notes": notes},
         )
         if not done:
@@ -174,10 +178,6 @@ class Planning:
             notes=[n["code"] for n in notes],
         )
 
-    async def _finish(self, job: Job, **fields: object) -> bool:
+    async def _finish(self, job: Job, to: JobState, event: str, **fields: Any) -> bool:
         """Store the outcome unless the job left `planning` meanwhile (cancelled): True if stored."""
-        current = await self.board.store.get(job.id)
-        if current is None or current.state is not JobState.PLANNING:
-            return False
-        await self.board.update(job.id, **fields)  # type: ignore[arg-type]
-        return True
+        return await self.board.transition(job.id, {JobState.PLANNING}, to, event, **fields) is not None

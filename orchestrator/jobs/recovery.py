@@ -62,6 +62,10 @@ async def end_survivors(store: Store, *, grace: float) -> list[process.Group]:
     # predecessor on this state dir can have started it.
     mark = f"{process.RUN_MARK}={StoreOwner(store).tag}."
     await process.end_marked(mark, exact=False, what="processes of a dead daemon")
+    # And whatever is still in a cgroup it made, whatever it did to its group and environment.
+    cut = await process.end_cgroups(StoreOwner(store).tag)
+    if cut:
+        olog.get().warning(olog.Event.PROCESS_SURVIVORS_ENDED, cgroups=cut, what="cgroups of a dead daemon")
     if not recorded:
         return []
     for group, _ in recorded:
@@ -139,16 +143,17 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
             if done.outcome == "finished":
                 with olog.best_effort("release the landed job's worktree", *CLEANUP_ERRORS, job_id=job.id):
                     await pool.release(Path(job.repo), job.id, keep=False, delete_branch=True)
-                await board.update(
+                await board.transition(
                     job.id,
-                    state=JobState.LANDED,
+                    {JobState.LANDING},
+                    JobState.LANDED,
+                    "landed",
                     landed_sha=intent.new,
                     finished_at=time.time(),
-                    event="landed",
                     data={**data, "sha": intent.new},
                     reason=f"landed job {job.id} at {intent.new[:12]}; {message}",
                 )
             else:
-                await board.update(job.id, event="landing_recovered", data=data, reason=message)
+                await board.update(job.id, {JobState.LANDING}, event="landing_recovered", data=data, reason=message)
         await store.journal_end(entry)
     return settled

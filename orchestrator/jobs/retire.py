@@ -14,16 +14,15 @@ import pygit2
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
-from orchestrator.core.models import JobState
 from orchestrator.git import commits, repos
 from orchestrator.git.workspace import Workspace
 from orchestrator.git.worktrees import WorktreeError, WorktreePool
 
 
 def fresh_attempt(job: Job) -> dict[str, Any]:
-    """The fields that put a job back in the queue for a fresh attempt, planned anew on the current head."""
+    """The fields of a job moved back to the queue for a fresh attempt, planned anew on the current head (its
+    claim stays until then: it keeps the job's place, see `rounds.keeps_place`)."""
     return {
-        "state": JobState.QUEUED,
         "attempts": job.attempts + 1,
         "base": None,
         "result": None,
@@ -47,7 +46,14 @@ def _keep_branch(repo_path: Path, job: Job) -> str | None:
     while name in repo.branches.local:
         n += 1
         name = f"orchestrator/{job.id}-attempt-{n}"
-    branch.rename(name)
+    try:
+        branch.rename(name)
+    except pygit2.GitError:
+        # libgit2 renames the ref, then updates every worktree's HEAD; a warm-pool worktree made or removed
+        # beside it at that moment fails the second step ("no error"), the rename itself done.
+        again = repos.open_repo(repo_path)
+        if name not in again.branches.local or f"orchestrator/{job.id}" in again.branches.local:
+            raise
     return name
 
 

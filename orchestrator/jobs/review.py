@@ -15,12 +15,16 @@ from pathlib import Path
 import pygit2
 
 from orchestrator import logging as olog
+from orchestrator import testhook
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.landing import Lander
+from orchestrator.jobs.recovery import CLEANUP_ERRORS
+
+READY = frozenset({JobState.READY})
 
 
 class ReviewError(Exception):
@@ -30,7 +34,7 @@ class ReviewError(Exception):
 def _patch(repo: pygit2.Repository, old: str, new: str) -> str:
     a = repo.revparse_single(old).peel(pygit2.Tree)
     b = repo.revparse_single(new).peel(pygit2.Tree)
-    return repo.diff(a, b).patch or ""
+    return a.diff_to_tree(b).patch or ""
 
 
 def diff(job: Job, head: str | None = None) -> dict[str, object]:
@@ -60,37 +64,54 @@ def diff(job: Job, head: str | None = None) -> dict[str, object]:
 
 
 async def land(board: Board, lander: Lander, job: Job) -> Job:
+    """Approve a ready job: it moves to `landing` (if it is still ready) and joins its branch's landing queue."""
     if job.state is not JobState.READY:
         raise ReviewError(f"job {job.id} is {job.state}; only a ready job (review mode) can be landed by hand")
-    job = await board.update(
+    await testhook.reach("review.land", job.id)
+    approved = await board.transition(
         job.id,
-        state=JobState.LANDING,
+        READY,
+        JobState.LANDING,
+        "approved",
         reason="approved in review; waits for its landing",
         code=Code.FINISHED,
-        event="approved",
     )
+    if approved is None:
+        raise ReviewError(_moved(job.id, await board.store.get(job.id), "landed"))
     olog.get(job_id=job.id, repo=job.repo).info(olog.Event.JOB_FINISHED, result=job.result, approved=True)
-    lander.submit(job)
-    return job
+    lander.submit(approved)
+    return approved
 
 
 async def reject(board: Board, pool: WorktreePool, job: Job) -> Job:
+    """Reject a ready job: it is cancelled first (if it is still ready), then its worktree goes; its branch stays."""
     if job.state is not JobState.READY:
         raise ReviewError(f"job {job.id} is {job.state}; only a ready job (review mode) can be rejected")
-    await pool.release(Path(job.repo), job.id, keep=False, delete_branch=False)
+    await testhook.reach("review.reject", job.id)
     kept = branch_name(job.id)
-    job = await board.update(
+    rejected = await board.transition(
         job.id,
-        state=JobState.CANCELLED,
+        READY,
+        JobState.CANCELLED,
+        "rejected",
         finished_at=time.time(),
         worktree=None,
         reason=f"rejected in review; not landed; its change stays on branch {kept}",
         code=Code.REJECTED,
-        event="rejected",
         data={"code": Code.REJECTED, "branch": kept},
     )
+    if rejected is None:
+        raise ReviewError(_moved(job.id, await board.store.get(job.id), "rejected"))
+    with olog.best_effort("give the rejected job's worktree back", *CLEANUP_ERRORS, job_id=job.id):
+        await pool.release(Path(job.repo), job.id, keep=False, delete_branch=False)
     olog.get(job_id=job.id, repo=job.repo).info(olog.Event.JOB_REJECTED, branch=kept)
-    return job
+    return rejected
+
+
+def _moved(job_id: int, now: Job | None, verb: str) -> str:
+    if now is None:
+        return f"job {job_id} is gone (cleaned meanwhile); nothing to do"
+    return f"job {job_id} is {now.state} now ({now.reason}); it can no longer be {verb}"
 
 
 async def diff_async(job: Job, against_head: bool) -> dict[str, object]:

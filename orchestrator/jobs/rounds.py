@@ -1,7 +1,8 @@
 """What keeps a scheduler round's cost proportional to what changed, not to the length of the queue.
 
-- `Planned` mirrors the planned jobs in memory and re-reads from the store only the jobs written since
-  the last round (`Store.take_changed`), so a round does not reload and re-parse a queue of thousands.
+- `Planned` mirrors the planned jobs (and those keeping their place) in memory and re-reads from the store only
+  the jobs written since the last round (`Store.take_changed`), so a round does not reload and re-parse a queue
+  of thousands.
 - `Views` keeps each job's `JobView` between rounds while its facts are the same objects, so per-job
   admission facts stay cached and comparing two rounds' facts is mostly identity checks.
 - `RepoFacts` remembers, per repository, every fact admission reads for that repository's waiting jobs;
@@ -20,32 +21,52 @@ from collections.abc import Container, Hashable, Iterable
 from dataclasses import replace
 
 from orchestrator.core.job import Job
-from orchestrator.core.models import JobState, JobView, Snapshot
+from orchestrator.core.models import HELD, JobState, JobView, Snapshot
 from orchestrator.store import Store
 
 
 class Planned:
-    """The planned jobs, mirrored between rounds; a job leaves when the store says it is no longer planned."""
+    """The planned jobs and the jobs that keep their place without being planned (interrupted ones, and retried
+    or re-queued ones planning again), mirrored between rounds; a job leaves when the store says it moved on."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._jobs: dict[int, Job] | None = None
+        self._held: dict[int, Job] = {}
 
     async def jobs(self) -> list[Job]:
         changed = self.store.take_changed()  # taken before reading: a write during the read is seen next round
         if self._jobs is None:
-            self._jobs = {j.id: j for j in await self.store.jobs([JobState.PLANNED])}
+            # One read for both: a job planned between two reads would be in neither.
+            both = await self.store.jobs(HELD | PLANNING | {JobState.PLANNED})
+            self._jobs = {j.id: j for j in both if j.state is JobState.PLANNED}
+            self._held = {j.id: j for j in both if keeps_place(j)}
         elif changed:
             for i in changed:
                 self._jobs.pop(i, None)
+                self._held.pop(i, None)
             for job in await self.store.get_many(changed):
                 if job.state is JobState.PLANNED:
                     self._jobs[job.id] = job
+                elif keeps_place(job):
+                    self._held[job.id] = job
         return sorted(self._jobs.values(), key=lambda j: j.id)
+
+    def held(self) -> list[Job]:
+        """As of the last `jobs()`: the jobs that keep their place (and claim) without waiting for admission."""
+        return sorted(self._held.values(), key=lambda j: j.id)
 
     def reset(self) -> None:
         """Forget the mirror: the next round reads every planned job again (after a failed round)."""
         self._jobs = None
+
+
+PLANNING = frozenset({JobState.QUEUED, JobState.PLANNING})
+
+
+def keeps_place(job: Job) -> bool:
+    """An interrupted job, or one retried or re-queued that plans again: it keeps its place and its claim."""
+    return job.state in HELD or (job.state in PLANNING and job.attempts > 0)
 
 
 class Views:
@@ -88,6 +109,9 @@ class RepoFacts:
             active.setdefault(v.repo, []).append(v)
         for v in snapshot.waiting:
             waiting.setdefault(v.repo, []).append(v)
+        held: dict[str, list[JobView]] = {}
+        for v in snapshot.held:
+            held.setdefault(v.repo, []).append(v)
         self._pending = {}
         keep: list[JobView] = []
         for repo, jobs in waiting.items():
@@ -95,6 +119,7 @@ class RepoFacts:
             facts = (
                 tuple(active.get(repo, ())),
                 tuple(jobs),
+                tuple(held.get(repo, ())),
                 frozenset(k for k in snapshot.landing if k[0] == repo),
                 tuple((j.id, snapshot.moved[j.id]) for j in jobs if j.id in snapshot.moved),
                 frozenset(deps & snapshot.landed),

@@ -13,12 +13,15 @@ The decisions are one pure function, `decide(policy, running, waiting, now)`:
 - with no free slot, each interactive waiter beyond the free slots preempts one running background
   lease that is still preemptible (its stream is closed, it queues again with its original arrival
   time; after `max_preemptions` it may finish);
+- with `turn_slots`, at most that many turns hold slots at once (the others wait in order; background
+  still waits behind them, and takes the idle slots only when no turn waits);
 - a background waiter older than `aging_s` is ordered with the interactive ones, so it never starves.
 The async `Gate` around it only keeps the lists, wakes waiters and counts.
 
 The queue is bounded: at most one queued interactive turn per session (`SessionQueued`: the caller
-merges its message into that turn) and `max_queue` waiters in all; past that `acquire` answers `Busy`
-with a retry-after at once instead of growing.
+merges its message into that turn) and `max_queue` waiters *of each class*; past that `acquire` answers
+`Busy` with a retry-after at once instead of growing. Each class counts only its own waiters, so
+background calls queued after a burst never take the room interactive turns need.
 """
 
 from __future__ import annotations
@@ -92,6 +95,10 @@ class GatePolicy:
     aging_s: float = 60.0
     unbounded: bool = False
     """No gate at all (the seed's naive behaviour, for benchmarks): every call goes straight through."""
+    turn_slots: int = 0
+    """At most this many interactive leases at once (0: all `slots`). On a server whose batched decoding does
+    not pay, fewer turns at a time answer each sooner and the last one no later; background work still fills
+    every slot after them."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,7 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
         return Decision(grant=tuple(w.id for w in _order(policy, waiting, now)))
     free = policy.slots - len(running)
     background = sum(1 for r in running if r.priority is Priority.BACKGROUND)
+    turn_room = (policy.turn_slots or policy.slots) - (len(running) - background)
     bg_cap = policy.slots if policy.slots == 1 else policy.slots - 1
     # No turn running or waiting: background may also take the reserved slot, but only preemptibly,
     # so a turn that arrives takes it back at once instead of waiting (with one slot this is the only way).
@@ -141,9 +149,10 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
     blocked_interactive = 0
     for w in _order(policy, waiting, now):
         if w.priority is Priority.INTERACTIVE:
-            if free > 0:
+            if free > 0 and turn_room > 0:
                 grant.append(w.id)
                 free -= 1
+                turn_room -= 1
             else:
                 blocked_interactive += 1
         elif free > 0 and blocked_interactive == 0 and (background < bg_cap or (not turns and w.preemptible)):
@@ -152,7 +161,9 @@ def decide(policy: GatePolicy, running: Sequence[Running], waiting: Sequence[Wai
             background += 1
     victims = [r for r in running if r.priority is Priority.BACKGROUND and r.preemptible]
     # The newest background leases give way first (they have done the least work).
-    preempt = tuple(r.id for r in sorted(victims, key=lambda r: -r.id)[:blocked_interactive])
+    # Each turn that could start but for a slot takes one back (not those held back by `turn_slots`).
+    takers = min(blocked_interactive, max(0, turn_room)) if free <= 0 else 0
+    preempt = tuple(r.id for r in sorted(victims, key=lambda r: -r.id)[:takers])
     return Decision(grant=tuple(grant), preempt=preempt)
 
 
@@ -221,7 +232,7 @@ class Gate:
         self.clock = clock
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Waiter] = {}
-        self._background_waiting = 0
+        self._queued = dict.fromkeys(Priority, 0)
         self._running: dict[int, Lease] = {}
         self._aging: asyncio.TimerHandle | None = None
         self.stats = {p: ClassStats() for p in Priority}
@@ -242,15 +253,19 @@ class Gate:
     def queued(self) -> int:
         return len(self._waiting)
 
+    def queued_of(self, priority: Priority) -> int:
+        """Waiters of one class (each class has its own `max_queue`)."""
+        return self._queued[priority]
+
     def idle_slot(self) -> bool:
         """True when a background call would start at once (the extraction scheduler asks this)."""
         probe = Waiting(id=-1, priority=Priority.BACKGROUND, arrived=self.clock())
         d = decide(self.policy, self._snapshot(), [w.info for w in self._waiting.values()] + [probe], self.clock())
         return -1 in d.grant
 
-    def refusal(self, queued: int | None = None) -> Busy | None:
-        """`Busy` with a retry-after when `queued` (default: this gate's queue) may not grow, else None."""
-        queued = len(self._waiting) if queued is None else queued
+    def refusal(self, priority: Priority = Priority.INTERACTIVE, queued: int | None = None) -> Busy | None:
+        """`Busy` with a retry-after when `queued` (default: this class's waiters) may not grow, else None."""
+        queued = self._queued[priority] if queued is None else queued
         if self.policy.unbounded or queued < self.policy.max_queue:
             return None
         self.busy += 1
@@ -289,7 +304,7 @@ class Gate:
     ) -> Lease:
         """Wait for a slot; `Busy` / `SessionQueued` at once when the queue may not grow."""
         if not self.policy.unbounded:
-            refused = self.refusal()
+            refused = self.refusal(priority)
             if refused is not None:
                 self._log.warning(
                     olog.Event.OLLAMA_GATE_BUSY,
@@ -357,12 +372,12 @@ class Gate:
 
     def _enter(self, waiter: _Waiter) -> None:
         self._waiting[waiter.info.id] = waiter
-        self._background_waiting += waiter.info.priority is Priority.BACKGROUND
+        self._queued[waiter.info.priority] += 1
 
     def _leave(self, wid: int) -> _Waiter | None:
         w = self._waiting.pop(wid, None)
         if w is not None:
-            self._background_waiting -= w.info.priority is Priority.BACKGROUND
+            self._queued[w.info.priority] -= 1
         return w
 
     def _snapshot(self) -> list[Running]:
@@ -408,7 +423,7 @@ class Gate:
         if self._aging is not None:
             self._aging.cancel()
             self._aging = None
-        if self.policy.unbounded or not self._background_waiting:
+        if self.policy.unbounded or not self._queued[Priority.BACKGROUND]:
             return
         pending = [w.info.arrived for w in self._waiting.values() if w.info.priority is Priority.BACKGROUND]
         if pending:

@@ -16,7 +16,11 @@ Failure is explicit, never a hang: connect, first-token and total timeouts; a 50
 connection error is retried with backoff only while no token has reached the user; a server that stays
 down is `OllamaError(ServerDown)` naming the host; a missing model is `OllamaError(ModelMissing)` naming
 the `ollama pull` to run. Every call sends the same `options`, so the server never reloads the model;
-`max_tokens` caps a call client-side by closing its stream (which frees the server's slot).
+`max_tokens` caps a call: it is sent as `num_predict` (a per-request option, not one of the runner
+options that make Ollama reload), so the server ends the call itself and its slot is free the moment the
+last line arrives — a capped call closed only by the client keeps the slot busy until the server notices,
+and the turn's next call then lands on another slot and reads the whole history again. The client closes
+the stream at the cap too, for a server that ignores the option.
 """
 
 from __future__ import annotations
@@ -140,7 +144,8 @@ class OllamaBackend:
 
     async def close(self) -> None:
         if self._client is not None:
-            await self._client._client.aclose()
+            await self._client.close()
+            self._client = None
 
     async def chat(
         self,
@@ -247,7 +252,7 @@ class OllamaBackend:
                     messages=list(messages),
                     stream=True,
                     format=format,
-                    options=self.options,
+                    options=self.options if max_tokens is None else {**self.options, "num_predict": max_tokens},
                     keep_alive=self.keep_alive,
                 )
                 async for part in stream:
@@ -256,14 +261,14 @@ class OllamaBackend:
                         first = time.monotonic() - sent
                         cm.reschedule(asyncio.get_running_loop().time() + max(0.0, deadline - time.monotonic()))
                     if content:
+                        if max_tokens is not None and tokens >= max_tokens:
+                            break  # a server that ignored num_predict: closing the stream below frees its slot
                         tokens += 1
                         parts.append(content)
                         await deliver(content)
                     if part.done:
                         stats = {k: int(getattr(part, k) or 0) for k in _STAT_KEYS}
                         break
-                    if max_tokens is not None and tokens >= max_tokens:
-                        break  # closing the stream below frees the server's slot
         except TimeoutError:
             which = "first token" if first is None else "whole reply"
             limit = self.timeouts.first_token if first is None else self.timeouts.total
@@ -292,30 +297,9 @@ class OllamaBackend:
             OllamaCode.ServerError, f"Ollama at {self.host} answered: {e.error} (status {e.status_code})"
         )
 
-    async def check(self) -> dict[str, Any]:
-        """For `doctor` and the daemon's start: is the server up, and does it have the model?"""
-        try:
-            async with asyncio.timeout(self.timeouts.connect + 5):
-                version = await self.client._client.get("/api/version")
-                tags = await self.client.list()
-        except (TimeoutError, ConnectionError, httpx.TransportError) as e:
-            return {"ok": False, "host": self.host, "error": f"unreachable: {type(e).__name__}: {e}",
-                    "fix": "start Ollama (`ollama serve`) or set OLLAMA_HOST"}  # fmt: skip
-        names = {m.model for m in tags.models if m.model}
-        have = self.model in names or f"{self.model}:latest" in names
-        out: dict[str, Any] = {
-            "ok": have,
-            "host": self.host,
-            "version": version.json().get("version"),
-            "model": self.model,
-        }
-        if not have:
-            out["fix"] = f"ollama pull {self.model}"
-        return out
-
 
 def gate_policy(cfg: OllamaConfig, *, naive: bool = False) -> GatePolicy:
-    return GatePolicy(slots=cfg.parallel, max_queue=cfg.max_queue, unbounded=naive)
+    return GatePolicy(slots=cfg.parallel, max_queue=cfg.max_queue, unbounded=naive, turn_slots=cfg.turn_slots)
 
 
 def from_config(cfg: OllamaConfig, gates: dict[str, Gate], *, naive: bool = False, **kwargs: Any) -> OllamaBackend:

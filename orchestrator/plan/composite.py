@@ -100,6 +100,7 @@ MODELS: dict[str, ModelFactory] = {}
 
 
 _MODULES = {"claude": "orchestrator.plan.model", "ollama": "orchestrator.plan.ollama_model"}
+_MODULES["cli"] = "orchestrator.plan.cli_model"  # an agent CLI's read-only plan mode (`plan.cli`)
 
 
 def _wanted(cfg: Config) -> tuple[str, ...]:

@@ -97,7 +97,7 @@ def _lines_of(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> list[str
         obj = tree[path]
     except KeyError:
         return None
-    data = repo[obj.id].data if obj.type_str == "blob" else b""
+    data = repo[obj.id].read_raw() if obj.type_str == "blob" else b""
     if not data or b"\0" in data[:8000]:
         return None
     return data[:MAX_READ].decode("utf-8", "replace").splitlines()

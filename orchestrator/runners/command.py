@@ -1,32 +1,168 @@
-"""`command` runners: an agent CLI (Claude Code, aider, codex, ...) from a config template `[runners.NAME]`.
+"""`command` runners: an agent CLI (Claude Code, aider, codex, ...) from a profile or a config template.
 
 The template's argv is run as it is (exec, never through a shell). In each argument `{prompt}` (the job's
 text), `{plan}` (the pre-plan, if any), `{worktree}` and `{job_id}` are replaced, so the prompt reaches the
-CLI as exactly one argument whatever quotes, newlines or `$(...)` it holds. The environment is the basic
-allow-list plus the template's `pass_env` names: every other secret of the daemon stays out. With
-`scratch_home = true` each job gets a HOME of its own holding copies of `home_files`, for CLIs whose
-shared config does not survive several instances at once.
+CLI as exactly one argument whatever quotes, newlines or `$(...)` it holds; an argument that is exactly
+`{paths}` becomes one argument per claimed file that exists at the base (for CLIs that take the files to
+edit as arguments; the whole claim is in `ORCHESTRATOR_CLAIM`, one path a line). The environment is the
+basic allow-list plus the template's `pass_env` names, then its fixed `env` values: every other secret of
+the daemon stays out. With `scratch_home = true` each job gets a HOME of its own holding copies of
+`home_files` (what the CLI needs to sign in), so concurrent jobs never share, and never leave behind, a
+CLI's history. New files matching `ignore` (a CLI's side files) are removed before the job's result is
+taken. `output = "claude-json"` reads Claude Code's JSON result (cost, tokens, session) into the job's
+usage and keeps its transcript beside the job's log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
 
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
+from orchestrator.paths import open_private
 from orchestrator.runners import process
-from orchestrator.runners.base import RunContext, RunResult
+from orchestrator.runners.base import RunContext, RunResult, note
 from orchestrator.runners.sandbox import Sandbox, private_home
 
+PATHS = "{paths}"
 
-def expand(argv: tuple[str, ...], values: dict[str, str]) -> list[str]:
-    """Replace the known `{name}` placeholders in each argument; anything else in braces stays as written."""
+
+def expand(argv: tuple[str, ...], values: dict[str, str], paths: list[str] | None = None) -> list[str]:
+    """Replace the known `{name}` placeholders in each argument; anything else in braces stays as written.
+    An argument that is exactly `{paths}` becomes the `paths`, one argument each."""
     out = []
     for arg in argv:
+        if arg == PATHS and paths is not None:
+            out += paths
+            continue
         for key, value in values.items():
             arg = arg.replace("{" + key + "}", value)
         out.append(arg)
     return out
+
+
+def claimed_files(worktree: Path, claim: frozenset[str]) -> list[str]:
+    """The claimed paths that are files in the worktree as the job starts (not directories, globs or files
+    still to be made: a CLI given a missing file may create it empty)."""
+    return sorted(p for p in claim if p and not p.endswith("/") and (worktree / p).is_file())
+
+
+def side_files(worktree: Path, patterns: tuple[str, ...], tracked: set[str]) -> list[str]:
+    """New paths (not in `tracked`, the base's files) whose path or name matches `patterns`: top-most only."""
+    found: list[str] = []
+    tracked_dirs = {str(parent) for t in tracked for parent in Path(t).parents}
+    for root, dirs, files in os.walk(worktree):
+        rel_root = Path(root).relative_to(worktree)
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in sorted([*dirs, *files]):
+            rel = (rel_root / name).as_posix()
+            if rel in tracked or rel in tracked_dirs:
+                continue
+            if any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(name, p) for p in patterns):
+                found.append(rel)
+        dirs[:] = [d for d in dirs if (rel_root / d).as_posix() not in found]
+    return found
+
+
+def remove_side_files(worktree: Path, patterns: tuple[str, ...], tracked: set[str]) -> list[str]:
+    """Delete the CLI's new side files (never following a link: a link itself is removed)."""
+    gone = side_files(worktree, patterns, tracked)
+    for rel in gone:
+        p = worktree / rel
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+    return gone
+
+
+def base_files(repo: str, base: str | None) -> set[str]:
+    """Every file path in the tree of `base` in `repo` (empty when it cannot be read)."""
+    import pygit2
+
+    try:
+        tree = pygit2.Repository(repo).revparse_single(base or "HEAD").peel(pygit2.Tree)
+    except (KeyError, ValueError, pygit2.GitError):
+        return set()
+    out: set[str] = set()
+
+    def walk(t: Any, prefix: str) -> None:
+        for entry in t:
+            path = prefix + entry.name
+            if entry.type_str == "tree":
+                walk(entry, path + "/")
+            else:
+                out.add(path)
+
+    walk(tree, "")
+    return out
+
+
+def claude_result(output: str) -> dict[str, Any] | None:
+    """Claude Code's `--output-format json` result: the last `{"type": "result", ...}` line of its output."""
+    for line in reversed(output.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and '"result"' in line:
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and data.get("type") == "result":
+                return data
+    return None
+
+
+def log_tail(log: Path, cap: int = 1 << 20) -> str:
+    """The last `cap` bytes of a job's log, as text ("" when it cannot be read)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - cap))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def claude_usage(result: dict[str, Any]) -> dict[str, Any]:
+    """The job's `usage` from Claude Code's result: tokens, turns, its own cost figure, the session to resume."""
+    u = result.get("usage") or {}
+    models = sorted((result.get("modelUsage") or {}).keys())
+    counts = {
+        "input_tokens": int(u.get("input_tokens") or 0),
+        "output_tokens": int(u.get("output_tokens") or 0),
+        "cache_write_tokens": int(u.get("cache_creation_input_tokens") or 0),
+        "cache_read_tokens": int(u.get("cache_read_input_tokens") or 0),
+    }
+    return {
+        "model": ", ".join(models),
+        "calls": int(result.get("num_turns") or 0),
+        **counts,
+        "tokens": sum(counts.values()),
+        "cost_usd": result.get("total_cost_usd"),
+        "session_id": result.get("session_id"),
+        "source": "claude-code",
+    }
+
+
+def keep_transcript(home: Path, session: str, dest: Path) -> bool:
+    """Copy Claude Code's transcript of `session` out of the job's scratch HOME (0600), before HOME goes."""
+    found = sorted((home / ".claude" / "projects").glob(f"*/{session}.jsonl"))
+    if not found or found[0].is_symlink():
+        return False
+    fd = open_private(dest, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    with os.fdopen(fd, "wb") as out, found[0].open("rb") as src:
+        shutil.copyfileobj(src, out)
+    return True
+
+
+def transcript_path(log_path: Path) -> Path:
+    """Where a job's CLI transcript is kept: beside its log (`<id>.transcript.jsonl`)."""
+    return log_path.with_name(log_path.stem + ".transcript.jsonl")
 
 
 class CommandRunner:
@@ -39,20 +175,25 @@ class CommandRunner:
         if why := self.sandbox.check():
             return RunResult(False, None, why, code=Code.SANDBOX_UNAVAILABLE)
         t = self.template
-        argv = expand(
-            t.argv,
-            {
-                "prompt": ctx.job.text,
-                "plan": str(getattr(ctx.job, "plan_text", "") or ""),
-                "worktree": str(ctx.worktree),
-                "job_id": str(ctx.job.id),
-            },
-        )
-        extra = {**ctx.env, "ORCHESTRATOR_JOB_ID": str(ctx.job.id), "ORCHESTRATOR_WORKTREE": str(ctx.worktree)}
+        values = {
+            "prompt": ctx.job.text,
+            "plan": str(getattr(ctx.job, "plan_text", "") or ""),
+            "worktree": str(ctx.worktree),
+            "job_id": str(ctx.job.id),
+        }
+        files = await asyncio.to_thread(claimed_files, ctx.worktree, ctx.job.claim.paths)
+        argv = expand(t.argv, values, files)
+        extra = {
+            **ctx.env,
+            "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
+            "ORCHESTRATOR_WORKTREE": str(ctx.worktree),
+            "ORCHESTRATOR_CLAIM": "\n".join(sorted(ctx.job.claim.paths)),
+        }
         home = None
         if t.scratch_home:
             home = await asyncio.to_thread(private_home, ctx, t.home_files)
             extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
+        extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
         env = self.sandbox.env(ctx, process.environment(t.pass_env, extra))
         timeout = t.timeout or ctx.timeout
         result = await process.run(
@@ -63,8 +204,26 @@ class CommandRunner:
             what=f"job {ctx.job.id} runner {self.name}",
             **ctx.process_options(),
         )
+        usage = await asyncio.to_thread(self._read_output, ctx, home)
+        if t.ignore:
+            tracked = await asyncio.to_thread(base_files, ctx.job.repo, ctx.job.base)
+            gone = await asyncio.to_thread(remove_side_files, ctx.worktree, t.ignore, tracked)
+            if gone:
+                await asyncio.to_thread(note, ctx.log_path, f"[left out, {self.name}'s own files: {', '.join(gone)}]")
         if result.timed_out:
-            return RunResult(False, None, f"{self.name} timed out after {timeout:g}s")
+            return RunResult(False, None, f"{self.name} timed out after {timeout:g}s", usage=usage)
         if result.ok:
-            return RunResult(True, 0, f"{self.name} exited 0")
-        return RunResult(False, result.returncode, f"{self.name} {result.status}")
+            return RunResult(True, 0, f"{self.name} exited 0", usage=usage)
+        return RunResult(False, result.returncode, f"{self.name} {result.status}", usage=usage)
+
+    def _read_output(self, ctx: RunContext, home: Path | None) -> dict[str, Any] | None:
+        """The usage the CLI reported (and its transcript kept), for templates whose `output` says how."""
+        if self.template.output != "claude-json":
+            return None
+        found = claude_result(log_tail(ctx.log_path))
+        if found is None:
+            return None
+        usage = claude_usage(found)
+        if home is not None and usage["session_id"]:
+            usage["transcript"] = keep_transcript(home, str(usage["session_id"]), transcript_path(ctx.log_path))
+        return usage

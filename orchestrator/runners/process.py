@@ -24,8 +24,9 @@ mark in its environment, `ORCHESTRATOR_RUN=<home tag>.<run id>`, which its desce
 group or session they move to. When a command's group has ended, processes still carrying its run's
 mark are ended too (`end_marked`); on start, a daemon ends every process carrying its home's tag (only a
 dead predecessor on the same state dir can have started them: one daemon owns a state dir). A process
-that leaves its group and scrubs its own environment escapes this (a cgroup or a PID namespace would not
-let it; neither is used).
+that leaves its group and scrubs its own environment escapes that, so where the machine allows it each
+command also gets a cgroup of its own (`runners.cgroups`, set up once by `use_cgroups`), killed with it; and a
+sandboxed command lives in a PID namespace that dies with it (`runners.sandbox`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ import psutil
 from orchestrator import logging as olog
 from orchestrator.git.repos import GIT_LOCATION_ENV
 from orchestrator.paths import open_private, private_dir
+from orchestrator.runners import cgroups, jobpath
+from orchestrator.runners.cgroups import PREFIX, Cgroups
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -167,9 +170,7 @@ class _Log:
 
     def note(self, text: str) -> None:
         """A line of the daemon's own in the log (never capped away, never in the tail)."""
-        if self._fd is not None:
-            os.write(self._fd, text.encode())
-            self._size += len(text)
+        self._append(text.encode())
 
     def write(self, data: bytes) -> None:
         self.tail.extend(data)
@@ -178,12 +179,24 @@ class _Log:
             return
         room = self.cap - self._size
         if len(data) > room:
-            os.write(self._fd, data[: max(room, 0)])
-            self._size += max(room, 0)
+            self._append(data[: max(room, 0)])
             self.capped = True
             self.note(f"\n[log capped at {self.cap} bytes: later output is dropped]\n")
             return
-        os.write(self._fd, data)
+        self._append(data)
+
+    def _append(self, data: bytes) -> None:
+        """Write to the file; a write that fails (a full disk) ends the file, never the pump: the command's
+        output is still read (so it never blocks on a full pipe), its tail kept, its timeout and cancel work."""
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, data)
+        except OSError as e:
+            self.close()
+            self.tail.extend(f"\n[the log file stopped: {e.strerror}; later output is not kept]\n".encode())
+            del self.tail[:-TAIL_BYTES]
+            return
         self._size += len(data)
 
     def close(self) -> None:
@@ -207,6 +220,8 @@ def environment(
         for k, v in source.items()
         if k not in GIT_LOCATION_ENV and any(fnmatch.fnmatchcase(k, p) for p in patterns)
     }
+    if "PATH" in env:
+        env["PATH"] = jobpath.job_path(env["PATH"])  # the user's login PATH first, never the daemon's venv
     env.update(extra or {})
     return env
 
@@ -255,6 +270,8 @@ async def run(
         group = Group(proc.pid, _start_time(proc.pid), boot_id(), what, mark)
         try:
             await owner.own(group)
+            # Recorded first: a crash from here on leaves a cgroup its home tag names, for the next start.
+            await asyncio.to_thread(_contain, proc.pid, mark)
         except BaseException:
             proc.stdin.close()  # EOF: the gate exits 125 without running the command
             await _end_group(proc, group, grace=0.0)
@@ -334,7 +351,7 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         pidfd = None
     if pidfd is not None:
         ready = loop.create_future()
-        loop.add_reader(pidfd, lambda: ready.done() or ready.set_result(None))
+        loop.add_reader(pidfd, lambda: None if ready.done() else ready.set_result(None))
         try:
             await ready
         finally:
@@ -382,6 +399,45 @@ async def _end_group(
         olog.get().warning(olog.Event.PROCESS_LINGERS, pgid=group.pgid, what=group.what)
     if group.mark:
         await end_marked(f"{RUN_MARK}={group.mark}", exact=True, what=group.what)
+        cgroup = CGROUPS.base / f"{PREFIX}{group.mark}" if CGROUPS is not None else None
+        if cgroup is not None and not await asyncio.to_thread(Cgroups.end, cgroup):
+            olog.get().warning(olog.Event.PROCESS_LINGERS, cgroup=group.mark, what=group.what)
+
+
+# ---- cgroups: what no mark or group can hold ---------------------------------------------------------------
+
+CGROUPS: Cgroups | None = None
+"""The daemon's cgroups (`runners.cgroups`) when it may make them; set once at start (`use_cgroups`)."""
+
+
+def use_cgroups() -> str:
+    """Probe for cgroups and use them for every command from now on; "" or why they cannot be used."""
+    global CGROUPS
+    CGROUPS, why = cgroups.find()
+    return why
+
+
+def _contain(pid: int, mark: str) -> None:
+    """Move the gate (not yet running its command) into a cgroup of its own, where the machine allows."""
+    if CGROUPS is None:
+        return
+    path = CGROUPS.make(mark)
+    try:
+        Cgroups.enter(path, pid)
+    except BaseException:
+        Cgroups.end(path)
+        raise
+
+
+async def end_cgroups(tag: str) -> list[str]:
+    """On start: kill and remove every cgroup a dead daemon of this home made; their names."""
+    if CGROUPS is None:
+        return []
+    left = await asyncio.to_thread(CGROUPS.leftovers, tag)
+    for path in left:
+        if not await asyncio.to_thread(Cgroups.end, path):
+            olog.get().warning(olog.Event.PROCESS_LINGERS, cgroup=path.name)
+    return [p.name for p in left]
 
 
 def _shown(command: str | Sequence[str], limit: int = 2000) -> str:

@@ -107,7 +107,7 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
         commit = repo.revparse_single(rev).peel(pygit2.Commit)
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
-    head = repo.get(ws.head()).peel(pygit2.Commit)
+    head = repo[ws.head()].peel(pygit2.Commit)
     base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
     assert isinstance(base_tree, pygit2.Tree)
     favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL

@@ -141,19 +141,19 @@ def binds(
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     empty: list[Path] = []
     for d in (*SESSION_DIRS, *([runtime] if runtime else []), *hidden):
-        p = Path(os.path.realpath(d))
-        if p.is_dir() and not _under(p, empty) and p != Path("/"):
-            empty.append(p)
-    for p in empty:
-        args += ["--tmpfs", str(p)]
-    for p in shown:
-        real = Path(os.path.realpath(p))
+        dir_ = Path(os.path.realpath(d))
+        if dir_.is_dir() and not _under(dir_, empty) and dir_ != Path("/"):
+            empty.append(dir_)
+    for dir_ in empty:
+        args += ["--tmpfs", str(dir_)]
+    for wanted in shown:
+        real = Path(os.path.realpath(wanted))
         if real.exists() and _under(real, empty):
             args += ["--ro-bind", str(real), str(real)]
     writable = [workspace, tmp, *([home] if home is not None else [])]
-    for p in writable:
-        real = os.path.realpath(p)
-        args += ["--bind", real, real]
+    for w in writable:
+        bound = os.path.realpath(w)
+        args += ["--bind", bound, bound]
     args += ["--chdir", os.path.realpath(workspace)]
     return args
 

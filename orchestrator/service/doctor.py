@@ -165,14 +165,22 @@ def check_ollama(cfg: config.Config, timeout: float = 1.5) -> Check:
     return Check("ollama", OK, f"{cfg.ollama.host}: {len(models)} models, {want!r} present")
 
 
-def check_claude(cfg: config.Config) -> Check:
+def check_claude(cfg: config.Config, env_file: Path | None = None) -> Check:
+    """The Claude key: in this environment, or in the service's env file (which the daemon run by systemd reads)."""
+    env_file = env_file or unit.env_file()
+    in_file = bool(unit.read_env_file(env_file).get("ANTHROPIC_API_KEY"))
+    if in_file and _mode(env_file) & 0o077:
+        return Check("claude", WARN, f"ANTHROPIC_API_KEY is in {env_file}, which others can read: chmod 600 {env_file}")
+    if in_file:
+        return Check("claude", OK, f"ANTHROPIC_API_KEY is set in {env_file}, which the service reads")
     if cfg.anthropic.api_key:
-        return Check("claude", OK, "ANTHROPIC_API_KEY is set")
+        return Check(
+            "claude", OK, f"ANTHROPIC_API_KEY is set in this shell (the service reads {env_file}, which lacks it)"
+        )
     return Check(
         "claude",
         WARN,
-        "ANTHROPIC_API_KEY is not set: the Claude runner needs it; for the service put it in "
-        f"{paths.resolve().config_dir / 'env'} (mode 600)",
+        f"ANTHROPIC_API_KEY is not set: the Claude runner needs it; for the service put it in {env_file} (mode 600)",
     )
 
 

@@ -1,6 +1,7 @@
 """What the git hook runs, in the background with its I/O closed: read the commit, send its tickets.
 
-    python -m orchestrator.service.hookrun post-commit SHA [BRANCH]   (the hook reads them before HEAD moves on)
+    python -m orchestrator.service.hookrun post-commit SHA [BRANCH [picked]]   (read before HEAD moves on;
+                                                           `picked`: a cherry-pick was under way)
     python -m orchestrator.service.hookrun post-rewrite rebase FILE   (FILE: git's "old new" lines; deleted)
 
 It runs in the repository's work tree (git runs hooks there). Tickets go to the daemon with a short
@@ -45,11 +46,28 @@ def ticket_folder(repo: Path) -> str:
         return tickets.DEFAULT_DIR
 
 
-def commit_tickets(repo: Path, sha: str, folder: str) -> list[tickets.Ticket]:
-    """The tickets commit `sha` names: its trailers, then ticket files it adds or changes under `folder`."""
-    message = _git(repo, "show", "-s", "--format=%B", sha)
+class Foreign(Exception):
+    """The commit is not the user's own: its tickets are not queued (the message says whose it is)."""
+
+
+def _foreign_ok(repo: Path) -> bool:
+    try:
+        return _git(repo, "config", "--bool", "--get", tickets.FOREIGN_KEY).strip() == "true"
+    except subprocess.CalledProcessError:
+        return False
+
+
+def commit_tickets(repo: Path, sha: str, folder: str, picked: bool = False) -> list[tickets.Ticket]:
+    """The tickets commit `sha` names: its trailers, then ticket files it adds or changes under `folder`.
+
+    Raises `Foreign` when the commit is not the user's own (see `tickets.not_own`) and the repository did
+    not opt in."""
+    head = _git(repo, "show", "-s", "--format=%ae%n%ce%n%B", sha)
+    author, committer, message = [*head.split("\n", 2), "", ""][:3]
     if tickets.is_own_commit(message):
         return []
+    if (why := tickets.not_own(author, committer, picked)) and not _foreign_ok(repo):
+        raise Foreign(why)
     found = tickets.from_message(message)
     # --root: a first commit has no parent to compare with; -z: any file name, unquoted.
     raw = _git(repo, "diff-tree", "-r", "--root", "--no-commit-id", "--name-status", "-z", "--diff-filter=AM", sha)
@@ -102,10 +120,24 @@ def _log(p: paths.Paths, line: str) -> None:
         f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
 
 
-def post_commit(repo: Path, git_dir: Path, sha: str, branch: str | None) -> tuple[str, dict[str, Any] | None]:
+def picking(git_dir: Path) -> bool:
+    """A cherry-pick (or a revert, or a sequence of them) is under way."""
+    return (git_dir / "CHERRY_PICK_HEAD").exists() or (git_dir / "sequencer").is_dir()
+
+
+def _not_queued(sha: str, why: Foreign) -> str:
+    return f"{sha[:12]}: not queued: {why}; `git config {tickets.FOREIGN_KEY} true` queues such commits' tickets"
+
+
+def post_commit(
+    repo: Path, git_dir: Path, sha: str, branch: str | None, picked: bool = False
+) -> tuple[str, dict[str, Any] | None]:
     if in_rebase(git_dir):
         return "skipped: rebase under way (post-rewrite takes it)", None
-    found = commit_tickets(repo, sha, ticket_folder(repo))
+    try:
+        found = commit_tickets(repo, sha, ticket_folder(repo), picked or picking(git_dir))
+    except Foreign as why:
+        return _not_queued(sha, why), None
     return (f"{sha[:12]}: no tickets", None) if not found else (sha[:12], request(repo, sha, found, branch))
 
 
@@ -120,20 +152,27 @@ def post_rewrite(repo: Path, kind: str, pairs_file: Path) -> tuple[str, dict[str
     folder = ticket_folder(repo)
     found: list[tickets.Ticket] = []
     last = ""
+    refused: list[str] = []
     for line in lines:
         old, _, rest = line.partition(" ")
         new = rest.split(" ")[0]
         if not old or not new:
             continue
         try:
+            after = commit_tickets(repo, new, folder)
+        except Foreign as why:
+            refused.append(_not_queued(new, why))
+            continue
+        try:
             before = commit_tickets(repo, old, folder)
-        except subprocess.CalledProcessError:
+        except (subprocess.CalledProcessError, Foreign):
             before = []  # the original is gone: every ticket of the new commit is new
-        found += tickets.new_since(before, commit_tickets(repo, new, folder))
+        found += tickets.new_since(before, after)
         last = new
+    note = "".join(f"; {r}" for r in refused)
     if not found:
-        return f"rebase of {len(lines)} commits: no new tickets", None
-    return f"rebase of {len(lines)} commits", request(repo, last, found)
+        return f"rebase of {len(lines)} commits: no new tickets{note}", None
+    return f"rebase of {len(lines)} commits{note}", request(repo, last, found)
 
 
 def main(argv: list[str]) -> int:
@@ -144,12 +183,12 @@ def main(argv: list[str]) -> int:
     repo = Path.cwd()
     try:
         git_dir = Path(_git(repo, "rev-parse", "--absolute-git-dir").strip())
-        if argv[:1] == ["post-commit"] and len(argv) in (2, 3):
-            what, req = post_commit(repo, git_dir, argv[1], (argv[2:] or [""])[0] or None)
+        if argv[:1] == ["post-commit"] and len(argv) in (2, 3, 4) and argv[3:] in ([], ["picked"]):
+            what, req = post_commit(repo, git_dir, argv[1], (argv[2:] or [""])[0] or None, argv[3:] == ["picked"])
         elif argv[:1] == ["post-rewrite"] and len(argv) == 3:
             what, req = post_rewrite(repo, argv[1], Path(argv[2]))
         else:
-            _log(p, f"{repo}: usage: hookrun post-commit SHA [BRANCH] | post-rewrite KIND FILE (got {argv})")
+            _log(p, f"{repo}: usage: hookrun post-commit SHA [BRANCH [picked]] | post-rewrite KIND FILE (got {argv})")
             return 2
         if req is not None:
             what += ": " + deliver(req, p)

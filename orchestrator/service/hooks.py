@@ -15,6 +15,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.service import tickets as tickets_mod
+
 HOOKS = ("post-commit", "post-rewrite")
 MARK = "# orchestrator-hook"
 CHAINED = ".orchestrator-chained"
@@ -41,8 +43,27 @@ def run_line(hook: str, python: str) -> str:
     )
 
 
-def script(hook: str, python: str, home: str | None = None) -> str:
-    """The hook file: chain the hook that was there before, then queue in the background. POSIX sh."""
+def _ci(word: str) -> str:
+    """A case-insensitive sh `case` pattern for `word` ("ab" → "[Aa][Bb]")."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
+def ticket_pattern(folder: str) -> str:
+    """The sh `case` pattern, over a newline and `git log --name-only` output, of a changed ticket file."""
+    folder = folder.strip("/")
+    if not folder:
+        return "*.md*"
+    return f'*"$nl"{_q(folder + "/")}*.md*|*"$nl\\""{_q(folder + "/")}*.md*'  # a quoted name too
+
+
+def script(hook: str, python: str, home: str | None = None, tickets: str = tickets_mod.DEFAULT_DIR) -> str:
+    """The hook file: chain the hook that was there before, then queue in the background. POSIX sh.
+
+    post-commit decides in sh, before any Python starts, whether the commit can queue anything (an
+    `Orchestrator:` trailer or a changed file under the ticket folder `tickets`): a commit with no trailer
+    line in the message git committed, in a repository without the ticket folder, costs no fork at all;
+    otherwise one `git log` decides. It also notes a cherry-pick or revert under way, whose tickets the
+    Python side does not queue (see `tickets.not_own`)."""
     env = f': "${{ORCHESTRATOR_HOME:={home}}}"; export ORCHESTRATOR_HOME\n' if home else ""
     head = f"""#!/bin/sh
 {MARK} ({hook}): queues the work a commit names, in the background; never fails or slows the commit.
@@ -54,23 +75,51 @@ py={_q(python)}
     if hook == "post-commit":
         return (
             head
-            + """rc=0
+            + f"""tickets={_q(tickets)}
+rc=0
 if [ -x "$chained" ]; then "$chained" "$@"; rc=$?; fi
-[ "${ORCHESTRATOR_SKIP:-}" = 1 ] && exit $rc
-# In a rebase, post-rewrite takes the finished result once (the Python side checks linked worktrees).
-[ -d .git/rebase-merge ] || [ -d .git/rebase-apply ] && exit $rc
-command -v "$py" >/dev/null 2>&1 || exit $rc
-# The commit and its branch now, before the user's next command moves HEAD (no fork in a plain repo).
+[ "${{ORCHESTRATOR_SKIP:-}}" = 1 ] && exit $rc
+# The git dir: .git, or where a linked worktree's .git file points (read here: no fork).
+g=.git
+if [ -f .git ] && read -r line <.git; then g=${{line#gitdir: }}; fi
+# In a rebase, post-rewrite takes the finished result once.
+[ -d "$g/rebase-merge" ] || [ -d "$g/rebase-apply" ] && exit $rc
+# The commit and its branch now, before the user's next command moves HEAD.
 sha= ref=
-if [ -f .git/HEAD ] && read -r h <.git/HEAD; then
+if [ -f "$g/HEAD" ] && read -r h <"$g/HEAD"; then
   case $h in
-    "ref: "*) ref=${h#ref: }; [ -f ".git/$ref" ] && read -r sha <".git/$ref" ;;
+    "ref: "*) ref=${{h#ref: }}; [ -f "$g/$ref" ] && read -r sha <"$g/$ref" ;;
     *) sha=$h ;;
   esac
 fi
-[ -n "$sha" ] || sha=$(git rev-parse HEAD 2>/dev/null) || exit $rc
-case $ref in refs/heads/*) branch=${ref#refs/heads/} ;; *) branch= ;; esac
-( "$py" -m orchestrator.service.hookrun post-commit "$sha" "$branch" </dev/null >/dev/null 2>&1 & )
+case $ref in refs/heads/*) branch=${{ref#refs/heads/}} ;; *) branch= ;; esac
+picked=
+[ -f "$g/CHERRY_PICK_HEAD" ] || [ -f "$g/REVERT_HEAD" ] || [ -d "$g/sequencer" ] && picked=picked
+# Most commits name nothing to queue: tell them apart without a single fork. git leaves the message it
+# committed in COMMIT_EDITMSG (after commit-msg hooks; cleanup only removes lines): no trailer line there
+# and no ticket folder in the work tree, nothing to do. A cherry-pick or revert is asked of git itself.
+ask=$picked
+if [ -z "$ask" ] && [ -f "$g/COMMIT_EDITMSG" ]; then
+  while IFS= read -r line || [ -n "$line" ]; do
+    case $line in {_ci("orchestrator")}:*|{_ci("orchestrator")}[[:space:]]*:*) ask=trailer; break ;; esac
+  done <"$g/COMMIT_EDITMSG"
+elif [ -z "$ask" ]; then
+  ask=message
+fi
+[ -z "$ask" ] && [ -d {_q(tickets or ".")} ] && ask=tickets
+[ -n "$ask" ] || exit $rc
+# The commit's id, message and files: only a trailer or a changed ticket file starts the Python side.
+out=$(git -c core.quotePath=false log -1 --root --no-show-signature --format=%H%n%B --name-only \\
+  "${{sha:-HEAD}}" -- 2>/dev/null) || exit $rc
+nl='
+'
+case "$nl$out" in
+  *"$nl"{_ci("orchestrator")}:*|*"$nl"{_ci("orchestrator")}[[:space:]]*:*|{ticket_pattern(tickets)}) ;;
+  *) exit $rc ;;
+esac
+sha=${{out%%"$nl"*}}
+command -v "$py" >/dev/null 2>&1 || exit $rc
+( "$py" -m orchestrator.service.hookrun post-commit "$sha" "$branch" $picked </dev/null >/dev/null 2>&1 & )
 exit $rc
 """
         )
@@ -90,6 +139,14 @@ fi
 exit $rc
 """
     )
+
+
+def _tickets_of(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith("tickets="):
+            parts = shlex.split(line[8:])
+            return parts[0] if parts else ""
+    return None
 
 
 @dataclass(frozen=True)
@@ -155,16 +212,30 @@ def status(repo: Path) -> list[HookState]:
         py = _python_of(text)
         ok = bool(py) and os.access(py or "", os.X_OK)
         detail = "ok" if ok else f"its Python {py} is gone: run `orchestrator hook install` again"
+        baked = _tickets_of(text)
+        if ok and hook == "post-commit" and baked is not None and baked != (wanted := configured_tickets(repo)):
+            ok, detail = False, f"it looks for tickets in {baked!r}, the config says {wanted!r}: run `hook install`"
         out.append(HookState(hook, str(path), "installed", chained, py, ok, detail))
     return out
 
 
-def install(repo: Path, python: str | None = None, home: str | None = None) -> list[str]:
-    """Write our hooks; a hook already there is moved aside and still run. Returns what was done."""
+def configured_tickets(repo: Path) -> str:
+    """The repository's ticket folder: `git config orchestrator.tickets`, default `.orchestrator/tickets`."""
+    return _git(repo, "config", "--get", "orchestrator.tickets").stdout.strip() or tickets_mod.DEFAULT_DIR
+
+
+def install(repo: Path, python: str | None = None, home: str | None = None, tickets: str | None = None) -> list[str]:
+    """Write our hooks; a hook already there is moved aside and still run. Returns what was done.
+
+    `tickets` (default: the repository's `orchestrator.tickets`) is stored in git config and written into
+    the post-commit hook, which tells a ticket commit from others without starting Python."""
     python = python or os.path.abspath(sys.executable)
     folder, custom = hooks_dir(repo)
     if custom:
         raise HookError(_tool_advice(custom, python))
+    if tickets is not None:
+        _git(repo, "config", "orchestrator.tickets", tickets).check_returncode()
+    tickets = configured_tickets(repo)
     folder.mkdir(parents=True, exist_ok=True)
     done = []
     for hook in HOOKS:
@@ -176,7 +247,7 @@ def install(repo: Path, python: str | None = None, home: str | None = None) -> l
             path.rename(aside)
             done.append(f"{hook}: moved the existing hook to {aside.name}; it still runs first")
         tmp = path.with_name(f".{hook}.orchestrator-tmp")
-        tmp.write_text(script(hook, python, home))
+        tmp.write_text(script(hook, python, home, tickets))
         tmp.chmod(0o755)
         tmp.replace(path)
         done.append(f"{hook}: installed ({path})")

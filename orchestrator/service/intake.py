@@ -15,18 +15,15 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.core import claims
-from orchestrator.core.models import JobState
+from orchestrator.core.models import WAITING, Code
 from orchestrator.git import repos
+from orchestrator.jobs.service import JobError, Jobs
 from orchestrator.service.spool import Spool
-
-if TYPE_CHECKING:
-    from orchestrator.api import Api
-
-NOT_STARTED = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
+from orchestrator.validate import BadRequest
 
 
 class BadTickets(ValueError):
@@ -43,10 +40,8 @@ def _tickets(request: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
-async def submit(api: Api, request: dict[str, Any]) -> list[dict[str, Any]]:
+async def submit(jobs: Jobs, request: dict[str, Any]) -> list[dict[str, Any]]:
     """Queue a commit's tickets; one result per ticket: `queued`, `duplicate` or `rejected`."""
-    from orchestrator.api import BadRequest
-
     try:
         items = _tickets(request)
     except BadTickets as e:
@@ -54,14 +49,14 @@ async def submit(api: Api, request: dict[str, Any]) -> list[dict[str, Any]]:
     results = []
     for t in items:
         try:
-            results.append(await _one(api, request, t))
+            results.append(await _one(jobs, request, t))
         except (BadRequest, repos.RepoError, claims.ClaimError) as e:
             results.append({"key": t["key"], "status": "rejected", "error": str(e)})
     return results
 
 
-async def _one(api: Api, request: dict[str, Any], t: dict[str, Any]) -> dict[str, Any]:
-    store = api.store
+async def _one(jobs: Jobs, request: dict[str, Any], t: dict[str, Any]) -> dict[str, Any]:
+    store = jobs.store
     repo = str(await asyncio.to_thread(repos.canonical, Path(str(request.get("repo", "")))))
     key = f"{repo}\0{t['key']}"
     existing = await store.ticket_job(key)
@@ -80,48 +75,46 @@ async def _one(api: Api, request: dict[str, Any], t: dict[str, Any]) -> dict[str
     }
     ticket_id = t.get("id") if isinstance(t.get("id"), str) and t.get("id") else None
     try:
-        job = await api.submit(data, ticket=(key, ticket_id))
+        job = await jobs.submit(data, ticket=(key, ticket_id))
     except sqlite3.IntegrityError:
         # The same key arrived twice at once (a spooled copy and a late answer): the first one won.
         return {"key": t["key"], "status": "duplicate", "job_id": await store.ticket_job(key)}
-    superseded = await _supersede(api, repo, ticket_id, job.id, request.get("commit")) if ticket_id else []
+    superseded = await _supersede(jobs, repo, ticket_id, job.id, request.get("commit")) if ticket_id else []
     return {"key": t["key"], "status": "queued", "job_id": job.id, "superseded": superseded}
 
 
-async def _supersede(api: Api, repo: str, ticket_id: str, newer: int, commit: Any) -> list[int]:
+async def _supersede(jobs: Jobs, repo: str, ticket_id: str, newer: int, commit: Any) -> list[int]:
     """Cancel older jobs of this ticket id that have not started; started ones run on."""
-    from orchestrator.jobs.scheduler import JobError
-
     done = []
-    for job_id in await api.store.ticket_jobs(repo, ticket_id):
+    where = f", commit {str(commit)[:12]}" if commit else ""
+    reason = f"superseded by job {newer} (ticket {ticket_id!r}{where})"
+    for job_id in await jobs.store.ticket_jobs(repo, ticket_id):
         if job_id == newer:
             continue
-        job = await api.store.get(job_id)
-        if job is None or job.state not in NOT_STARTED:
+        job = await jobs.store.get(job_id)
+        if job is None or job.state not in WAITING:
             continue
         try:
-            await api.scheduler.cancel(job_id)
-        except JobError as e:  # it started or ended meanwhile: it runs on, and that is fine
+            # One guarded move: the job is cancelled with this reason, or it started meanwhile and runs on.
+            await jobs.cancel(
+                job_id, reason=reason, event="superseded", data={"by": newer, "ticket": ticket_id}, only=WAITING
+            )
+        except JobError as e:
             olog.get(job_id=job_id, repo=repo).info(olog.Event.TICKET_SUPERSEDED, newer=newer, skipped=str(e))
             continue
-        where = f", commit {str(commit)[:12]}" if commit else ""
-        reason = f"superseded by job {newer} (ticket {ticket_id!r}{where})"
-        await api.store.update(job_id, reason=reason, event="superseded", data={"by": newer, "ticket": ticket_id})
         olog.get(job_id=job_id, repo=repo).info(
-            olog.Event.TICKET_SUPERSEDED, newer=newer, ticket=ticket_id, reason="Superseded", message=reason
+            olog.Event.TICKET_SUPERSEDED, newer=newer, ticket=ticket_id, code=Code.CANCELLED, message=reason
         )
         done.append(job_id)
     return done
 
 
-def spool(api: Api, folder: Path) -> Spool:
+def spool(jobs: Jobs, folder: Path) -> Spool:
     """The daemon's spool: each spooled request goes through `submit`, like one sent over the API."""
 
     async def _submit(request: dict[str, Any]) -> list[dict[str, Any]]:
-        from orchestrator.api import BadRequest
-
         try:
-            return await submit(api, request)
+            return await submit(jobs, request)
         except BadRequest as e:
             return [{"key": "", "status": "rejected", "error": str(e)}]
 

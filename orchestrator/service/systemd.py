@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from orchestrator import logging as olog
+from orchestrator.core.models import WAITING
 
 
 def _address(value: str) -> str | bytes:
@@ -75,7 +76,7 @@ def status_line(jobs: Iterable[Mapping[str, Any]]) -> str:
             running += 1
         elif state == "landing":
             landing += 1
-        elif state in ("queued", "planning", "planned"):
+        elif state in WAITING:
             decision = job.get("decision") or {}
             waiting[str(decision.get("reason") or "Planning") if state == "planned" else "Planning"] += 1
     parts = [f"{running} running"]

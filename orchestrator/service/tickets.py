@@ -21,6 +21,11 @@ A ticket file (default `.orchestrator/tickets/*.md`) is Markdown with optional f
     ---
     Make the login form remember the user.
 
+Only the user's own commits queue work: a commit made on this machine by the person who wrote it. A
+cherry-pick, or a commit whose author is not its committer (a rebased, applied or cherry-picked commit of
+someone else), queues nothing unless the repository opted in (`git config orchestrator.foreignTickets
+true`): a trailer is a command the daemon runs, and a colleague's commit is not yours to run.
+
 A ticket's `key` is a hash of what it asks (text, paths, runner, priority, branch, id): the daemon queues
 one job per key, so an amended, rebased or re-sent commit does not queue the same work twice.
 """
@@ -85,6 +90,18 @@ def _priority(raw: str, where: str) -> int:
         return int(raw.strip())
     except ValueError:
         raise TicketError(f"{where}: priority must be a whole number, got {raw.strip()!r}") from None
+
+
+FOREIGN_KEY = "orchestrator.foreignTickets"
+
+
+def not_own(author: str, committer: str, picked: bool) -> str | None:
+    """Why a commit's tickets must not queue (None: the user made it here). Authors compare by email."""
+    if picked:
+        return "a cherry-pick (its tickets were the original commit's to queue)"
+    if author.strip().lower() != committer.strip().lower():
+        return f"authored by {author.strip() or '(no email)'}, committed by {committer.strip() or '(no email)'}"
+    return None
 
 
 def trailers(message: str) -> list[tuple[str, str]]:

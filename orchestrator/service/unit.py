@@ -96,6 +96,9 @@ TimeoutStartSec=90
 TimeoutStopSec=45
 # SIGTERM to the daemon only: it stops its own runners, then systemd kills what is left.
 KillMode=mixed
+# The service's cgroup is the daemon's to divide: one child cgroup per command, so nothing a job starts
+# (setsid, a cleared environment) outlives it. No controller is used.
+Delegate=yes
 UMask=0077
 Environment=PYTHONUNBUFFERED=1
 Environment="PATH={path}"
@@ -105,6 +108,32 @@ EnvironmentFile=-%E/orchestrator/env
 [Install]
 WantedBy=default.target
 """
+
+
+def env_file(env: Mapping[str, str] | None = None) -> Path:
+    """The file the unit reads its environment from (`EnvironmentFile=-%E/orchestrator/env`)."""
+    env = os.environ if env is None else env
+    return Path(env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")) / "orchestrator" / "env"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The variables an `EnvironmentFile=` sets, as systemd reads it: `KEY=value` lines, `#`/`;` comments,
+    a value in matching quotes unquoted. A missing file sets nothing."""
+    try:
+        text = path.read_text(errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return {}
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip().removeprefix("export ").strip()] = value
+    return out
 
 
 def unit_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -1,0 +1,94 @@
+"""`orchestrator runners`: the runners a job can name (`enqueue --runner NAME`), and whether each can run here.
+
+The built-in ones, then one per `[runners.NAME]` of the config file: its command, whether that command is
+on PATH, and which of the variables it is given (`pass_env`) are set in this environment (presence only:
+values are never printed). With the daemon up, a configured runner it has not loaded (the config changed
+since it started) says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from typing import Any
+
+import click
+
+from orchestrator import paths
+from orchestrator.client import Client, Unreachable
+from orchestrator.commands.common import emit, err, json_option
+
+BUILTIN = {
+    "shell": "the job's text is a /bin/sh script run in its workspace (or an exact argv after `enqueue --`)",
+    "replay": "applies a recorded commit or patch after a delay, no model (benchmarks, demos)",
+    "claude": "the built-in coding agent over the Claude Messages API (ANTHROPIC_API_KEY; model anthropic.model)",
+}
+
+
+def _patterns_set(names: tuple[str, ...]) -> dict[str, bool]:
+    """Each `pass_env` entry (a name or a pattern such as `AIDER_*`) and whether this environment sets it."""
+    import fnmatch
+
+    return {n: any(fnmatch.fnmatchcase(k, n) and v for k, v in os.environ.items()) for n in names}
+
+
+def rows(cfg: Any, loaded: list[str] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name, what in BUILTIN.items():
+        row: dict[str, Any] = {"name": name, "kind": "built-in", "what": what}
+        if name == "claude":
+            row["env"] = {"ANTHROPIC_API_KEY": bool(cfg.anthropic.api_key)}
+        out.append(row)
+    for name, t in cfg.runners.items():
+        found = shutil.which(t.argv[0])
+        out.append(
+            {
+                "name": name,
+                "kind": "command",
+                "what": shlex.join(t.argv),
+                "command": t.argv[0],
+                "found": found,
+                "env": _patterns_set(t.pass_env),
+                "scratch_home": t.scratch_home,
+                "loaded": None if loaded is None else name in loaded,
+            }
+        )
+    for row in out:
+        row["default"] = row["name"] == cfg.jobs.default_runner
+    return out
+
+
+@click.command()
+@json_option
+def runners(as_json: bool) -> None:
+    """List the runners jobs can use, and whether each can run here (its command on PATH, its variables set)."""
+    from orchestrator import config
+
+    p = paths.resolve()
+    try:
+        cfg = config.load(p.config_file)
+    except config.ConfigError as e:
+        err(f"orchestrator: invalid config: {e}")
+        sys.exit(config.EX_CONFIG)
+    try:
+        loaded = list(Client(p.socket, timeout=2).health().get("runners") or []) or None
+    except (Unreachable, OSError):
+        loaded = None
+    table = rows(cfg, loaded)
+    if as_json:
+        emit(table)
+        return
+    width = max(len(r["name"]) for r in table)
+    for r in table:
+        line = f"{r['name']:<{width}}  {r['kind']:<8}  {r['what']}" + ("  (default)" if r["default"] else "")
+        notes = []
+        if r["kind"] == "command":
+            notes.append(f"{r['command']}: {r['found'] or 'not found on PATH'}")
+            if r["loaded"] is False:
+                notes.append("not loaded by the running daemon: restart it")
+        notes += [f"{k} {'set' if v else 'unset'}" for k, v in (r.get("env") or {}).items()]
+        click.echo(line + (f"\n{'':<{width}}            " + "; ".join(notes) if notes else ""))
+    if not cfg.runners:
+        err("no agent CLIs configured: `orchestrator config example` shows [runners.NAME] examples")

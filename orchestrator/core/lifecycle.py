@@ -1,0 +1,200 @@
+"""A job's life as data: the named groups of states, the moves allowed between them, and the decisions taken
+after a run, after a landing attempt and on a cancel. Pure, no I/O.
+
+Every change of a job's state is one compare-and-set in the store (`Store.transition`): the caller names the
+states it expects the job to be in and the state it moves it to, and the store moves it only if the job is
+still in one of them. `check` refuses a move this table does not allow, so a wrong expectation is a
+programming error found at once, not a job quietly put somewhere it cannot leave.
+
+The shell (scheduler, executor, lander, the verbs) reads a job, asks one of the decision functions here
+what to do, and carries that out with the expectation it read; when the store says the job has moved on
+meanwhile, the caller backs off (a cancel reads again and decides again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from orchestrator.core.models import CANCELLABLE, Code, JobState
+
+Q, PLANNING, P = JobState.QUEUED, JobState.PLANNING, JobState.PLANNED
+RUNNING, LANDING, READY = JobState.RUNNING, JobState.LANDING, JobState.READY
+LANDED, UNCHANGED, CONFLICTED = JobState.LANDED, JobState.UNCHANGED, JobState.CONFLICTED
+FAILED = JobState.FAILED
+CANCELLED, INTERRUPTED = JobState.CANCELLED, JobState.INTERRUPTED
+
+# -- the moves ---------------------------------------------------------------------------------------------
+
+MOVES: Mapping[JobState, frozenset[JobState]] = {
+    Q: frozenset({PLANNING, CANCELLED}),
+    PLANNING: frozenset({P, FAILED, Q, CANCELLED}),  # Q: a daemon restart plans it again
+    P: frozenset({RUNNING, Q, FAILED, CANCELLED}),  # Q: its base moved, re-plan; FAILED: a dependency failed
+    RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED}),
+    LANDING: frozenset({LANDED, FAILED, CONFLICTED, Q, CANCELLED}),  # Q: re-queued on a new head
+    READY: frozenset({LANDING, CANCELLED}),
+    INTERRUPTED: frozenset({Q, CANCELLED}),
+    FAILED: frozenset({Q}),
+    CANCELLED: frozenset({Q}),
+    CONFLICTED: frozenset({Q}),
+    UNCHANGED: frozenset({Q}),
+    LANDED: frozenset(),
+}
+"""From each state, the states a job may move to. A landed job never moves again."""
+
+
+class MoveError(ValueError):
+    """A transition the table does not allow: a bug in the caller, never a user's mistake."""
+
+
+def check(expect: Collection[JobState], to: JobState) -> frozenset[JobState]:
+    """`expect` as a set, if a job may move from every state in it to `to`; MoveError otherwise."""
+    sources = frozenset(expect)
+    if not sources:
+        raise MoveError(f"a move to {to} must expect at least one state")
+    bad = sorted(s for s in sources if to not in MOVES[s])
+    if bad:
+        raise MoveError(f"no move from {', '.join(bad)} to {to}")
+    return sources
+
+
+def allowed(state: JobState, to: JobState) -> bool:
+    return to in MOVES[state]
+
+
+# -- decisions ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to write: the move (`to` from `expect`), the stored event, the code and the reason."""
+
+    to: JobState
+    expect: frozenset[JobState]
+    event: str
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a runner's attempt ended, as the executor saw it."""
+
+    job_id: int
+    ok: bool
+    exit_code: int | None = None
+    code: str | None = None
+    """The runner's own code for a failure (BudgetSpent, WroteOutside, ...), else None."""
+    summary: str = ""
+    changed: bool = False
+    """It left changes: a result commit was made."""
+    review: bool = False
+    """Its landing mode is review: it stops `ready`."""
+    worktree: str = ""
+
+
+def after_run(end: RunEnd) -> Step:
+    """Where a job goes once its runner is done: failed, unchanged (nothing to land), ready, or landing."""
+    i = end.job_id
+    if not end.ok:
+        code = end.code or (Code.RUNNER_FAILED if end.exit_code is not None else Code.TIMED_OUT)
+        reason = f"{end.summary}; worktree kept at {end.worktree} (see `orchestrator logs {i}`)"
+        return Step(FAILED, frozenset({RUNNING}), "failed", str(code), reason)
+    if not end.changed:
+        reason = f"{end.summary} but changed nothing: nothing landed (`orchestrator logs {i}` says what it did)"
+        return Step(UNCHANGED, frozenset({RUNNING}), "finished", Code.NO_CHANGES, reason)
+    if end.review:
+        reason = f"ready for review: `orchestrator diff {i}`, then `orchestrator land {i}` or `orchestrator reject {i}`"
+        return Step(READY, frozenset({RUNNING}), "finished", Code.READY, reason)
+    return Step(LANDING, frozenset({RUNNING}), "finished", Code.FINISHED, "finished; waits for its landing")
+
+
+class Landed(StrEnum):
+    """How one landing attempt ended (the values of `git.landing.LandOutcome`)."""
+
+    LANDED = "landed"
+    NOOP = "noop"
+    CONFLICT = "conflict"
+    REWRITTEN = "rewritten"
+    """The target branch no longer contains the job's base (force-pushed, reset): nothing moved."""
+    HEAD_MOVED = "head-moved"
+    USER_DIRTY = "user-dirty"
+    NO_SPACE = "no-space"
+    """A checkout's file system has too little room for the landing: nothing moved; it waits."""
+    CHECK_FAILED = "check-failed"
+    FAULT = "fault"
+    """An error (disk full, an unwritable ref or checkout): everything was put back, nothing landed."""
+
+
+class Then(StrEnum):
+    """What the lander does after an attempt."""
+
+    END = "end"
+    """The step was written; this landing is over."""
+    WAIT = "wait"
+    """Try again after a pause (a person's change is in the way)."""
+    AGAIN = "again"
+    """Try again now (the branch moved)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LandingPolicy:
+    retry_on_conflict: bool = True
+    max_attempts: int = 3
+
+
+def after_landing(outcome: Landed, attempts: int, policy: LandingPolicy) -> tuple[Then, JobState | None]:
+    """After one landing attempt of a `landing` job: whether it ends and where it goes (None: it stays landing).
+
+    A conflict re-queues it on the new head while attempts remain, else leaves it for a person; a rewritten
+    target re-queues it always (its base is gone, so it must be planned again; merging would bring back
+    history the branch dropped). Nothing but LANDED and NOOP ever moves it to `landed`.
+    """
+    if outcome in (Landed.LANDED, Landed.NOOP):
+        return Then.END, LANDED
+    if outcome in (Landed.USER_DIRTY, Landed.NO_SPACE):
+        return Then.WAIT, None
+    if outcome is Landed.HEAD_MOVED:
+        return Then.AGAIN, None
+    if outcome is Landed.REWRITTEN:
+        return Then.END, Q
+    if outcome is Landed.CONFLICT:
+        retry = policy.retry_on_conflict and attempts + 1 < policy.max_attempts
+        return Then.END, Q if retry else CONFLICTED
+    return Then.END, FAILED  # CHECK_FAILED, FAULT
+
+
+class Cancel(StrEnum):
+    """How to cancel a job in a given state (`on_cancel`)."""
+
+    ENDED = "ended"
+    """It ended already: refuse, nothing to cancel."""
+    LANDING_NOW = "landing-now"
+    """Its merge and branch move are under way: refuse (it is about to land or not), say to wait."""
+    STOP_RUN = "stop-run"
+    """Its runner task is alive: stop it; the task writes `cancelled` itself."""
+    STOP_PLAN = "stop-plan"
+    """Its plan may be running: stop it, then write."""
+    STOP_LANDING = "stop-landing"
+    """It waits in its branch's landing queue: take it out, then write."""
+    RELEASE = "release"
+    """A ready job: write, then give its worktree back (its branch stays)."""
+    WRITE = "write"
+    """Nothing of it runs: write."""
+
+
+def on_cancel(state: JobState, *, task: bool, landing_now: bool) -> Cancel:
+    """What a cancel of a job in `state` does. `task`: a runner task of it is alive (it may not have moved the
+    job to `running` yet); `landing_now`: its landing holds its branch's lock."""
+    if task:
+        return Cancel.STOP_RUN
+    if state not in CANCELLABLE:
+        return Cancel.ENDED
+    if state is LANDING:
+        return Cancel.LANDING_NOW if landing_now else Cancel.STOP_LANDING
+    if state in (Q, PLANNING):
+        return Cancel.STOP_PLAN
+    if state is READY:
+        return Cancel.RELEASE
+    return Cancel.WRITE

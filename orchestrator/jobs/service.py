@@ -1,0 +1,304 @@
+"""The job verbs: what the API, the hook's intake and the spool ask of the job plane (enqueue, cancel, land,
+reject, retry, clean, pause, wait, ...). Each verb reads the job, decides (`core.lifecycle`), and writes with
+the expectation it read: when the daemon moved the job meanwhile, the write finds it elsewhere and the verb
+says so (or, for a cancel, reads and decides again) — it never overwrites what happened in between.
+
+Verbs on one job are taken one at a time (a per-job lock): two retries, or a clean beside a retry, do not
+interleave their git work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import time
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+from orchestrator import logging as olog
+from orchestrator import testhook
+from orchestrator.config import Config
+from orchestrator.core.job import Job
+from orchestrator.core.lifecycle import Cancel, on_cancel
+from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobState
+from orchestrator.git import repos
+from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs import retire, review
+from orchestrator.jobs.board import Board
+from orchestrator.jobs.execution import Stop
+from orchestrator.jobs.landing import Lander
+from orchestrator.jobs.planning import Planning
+from orchestrator.jobs.privatedirs import PrivateDirs
+from orchestrator.jobs.recovery import CLEANUP_ERRORS
+from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
+from orchestrator.jobs.scheduler import Scheduler
+from orchestrator.paths import Paths
+from orchestrator.plan import declared
+from orchestrator.runners import Runner
+from orchestrator.validate import BadRequest, field, int_list, str_list
+
+CANCEL_TRIES = 8
+"""Reads a cancel makes at most: each one finds the job further along (started, landed, ended)."""
+
+
+class JobError(Exception):
+    """A request about a job cannot be done; the message says why and what to do."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Jobs:
+    def __init__(
+        self,
+        board: Board,
+        cfg: Config,
+        paths: Paths,
+        pool: WorktreePool,
+        runners: dict[str, Runner],
+        scheduler: Scheduler,
+        planning: Planning,
+        lander: Lander,
+        private_dirs: PrivateDirs,
+    ) -> None:
+        self.board = board
+        self.store = board.store
+        self.cfg = cfg
+        self.paths = paths
+        self.pool = pool
+        self.runners = runners
+        self.scheduler = scheduler
+        self.planning = planning
+        self.lander = lander
+        self.private_dirs = private_dirs
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, job_id: int) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(job_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._locks.get(job_id) is lock:
+                del self._locks[job_id]
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    async def get(self, job_id: int) -> Job:
+        job = await self.store.get(job_id)
+        if job is None:
+            raise JobError(f"no job {job_id}: `orchestrator status` lists the jobs", status=404)
+        return self.scheduler.live(job)
+
+    async def wait(self, ids: Iterable[int], timeout: float | None) -> list[Job]:
+        """Until every one of these jobs has ended (or `timeout`); the jobs as they are then, in order."""
+        ids = list(dict.fromkeys(ids))
+        known = {j.id for j in await self.store.get_many(ids)}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise JobError(f"no job {missing[0]}: `orchestrator status` lists the jobs", status=404)
+        await self.board.wait_ended(ids, timeout)
+        found = {j.id: j for j in await self.store.get_many(ids)}
+        return [self.scheduler.live(found[i]) for i in ids if i in found]
+
+    async def diff(self, job_id: int, against_head: bool) -> dict[str, Any]:
+        try:
+            return await review.diff_async(await self.get(job_id), against_head)
+        except review.ReviewError as e:
+            raise JobError(str(e)) from None
+
+    # -- enqueue --------------------------------------------------------------------------------------
+
+    async def submit(self, data: dict[str, Any], ticket: tuple[str, str | None] | None = None) -> Job:
+        """Validate one enqueue request and queue it (the API, the hook's tickets and the spool share it).
+
+        `ticket` is (idempotency key, ticket id), stored with the job in one transaction.
+        """
+        argv = str_list(data, "argv") or None
+        text = shlex.join(argv) if argv else field(data, "text", str, required=True)
+        if not text.strip():
+            raise BadRequest("the job text is empty: say what the job should do (for the shell runner, a command)")
+        repo, branch, _ = await resolve(data)
+        claim = declared.claim(str_list(data, "paths"))
+        runner = field(data, "runner", str) or self.cfg.jobs.default_runner
+        if runner not in self.runners:
+            raise BadRequest(f"unknown runner {runner!r}: use one of {', '.join(sorted(self.runners))}")
+        land = field(data, "land", str) or self.cfg.land_mode(str(repo))
+        if land not in ("auto", "review"):
+            raise BadRequest(f"--land {land!r}: use auto (land when finished) or review (wait for `orchestrator land`)")
+        priority = field(data, "priority", int, default=0)
+        after = int_list(data, "after")
+        known = {j.id for j in await self.store.get_many(after)}
+        for dep in after:
+            if dep not in known:
+                raise BadRequest(f"--after {dep}: no such job (`orchestrator status` lists the jobs)")
+        job = await self.store.add_job(
+            repo=str(repo),
+            branch=branch,
+            text=text,
+            runner=runner,
+            priority=priority,
+            after=after,
+            declared=sorted(claim.paths),
+            claim=claim,
+            argv=argv,
+            land=land,
+            ticket=ticket,
+        )
+        olog.get(job_id=job.id, repo=job.repo).info(
+            olog.Event.JOB_ENQUEUED,
+            branch=branch,
+            runner=runner,
+            declared=sorted(claim.paths),
+            priority=priority,
+            after=after,
+        )
+        self.scheduler.wake()
+        return job
+
+    # -- steering -------------------------------------------------------------------------------------
+
+    async def cancel(
+        self,
+        job_id: int,
+        *,
+        reason: str = "cancelled by request",
+        event: str = "cancelled",
+        data: dict[str, Any] | None = None,
+        only: frozenset[JobState] = CANCELLABLE,
+    ) -> Job:
+        """Cancel a job wherever it is; `only`: refuse (JobError) once it is outside these states."""
+        async with self._one_at_a_time(job_id):
+            stopped = False
+            for _ in range(CANCEL_TRIES):
+                job = await self.get(job_id)
+                if stopped and job.state is JobState.CANCELLED:
+                    return job  # its task wrote it
+                if job.state in CANCELLABLE and job.state not in only:
+                    raise JobError(f"job {job_id} is {job.state} now; not cancelled")
+                await testhook.reach("cancel", job_id)
+                how = on_cancel(
+                    job.state, task=job_id in self.scheduler.running, landing_now=self.lander.landing_now(job_id)
+                )
+                if how is Cancel.ENDED:
+                    raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
+                if how is Cancel.LANDING_NOW:
+                    raise JobError(f"job {job_id} is landing right now; wait for it (`orchestrator wait {job_id}`)")
+                if how is Cancel.STOP_RUN:
+                    stopped = await self.scheduler.stop_job(job_id, Stop(JobState.CANCELLED, reason, Code.CANCELLED))
+                    continue  # read again: its task wrote `cancelled`, or it never started and is still planned
+                if how is Cancel.STOP_PLAN:
+                    await self.planning.cancel(job_id)
+                elif how is Cancel.STOP_LANDING:
+                    self.lander.withdraw(job_id)
+                done = await self.board.transition(
+                    job_id,
+                    {job.state},
+                    JobState.CANCELLED,
+                    event,
+                    finished_at=time.time(),
+                    reason=reason,
+                    code=Code.CANCELLED,
+                    data={"code": Code.CANCELLED, **(data or {})},
+                )
+                if done is None:
+                    continue  # it moved on meanwhile: decide again on where it is now
+                if how in (Cancel.RELEASE, Cancel.STOP_LANDING):
+                    with olog.best_effort("keep the cancelled job's worktree", *CLEANUP_ERRORS, job_id=job_id):
+                        await self.pool.release(Path(job.repo), job_id, keep=True)
+                olog.get(job_id=job_id, repo=job.repo).warning(
+                    olog.Event.JOB_CANCELLED, code=Code.CANCELLED, reason=reason
+                )
+                return done
+        raise JobError(f"job {job_id} kept moving while it was being cancelled; try again")
+
+    async def land(self, job_id: int) -> Job:
+        """Review mode: land a ready job (hand it to its branch's landing queue)."""
+        async with self._one_at_a_time(job_id):
+            try:
+                return await review.land(self.board, self.lander, await self.get(job_id))
+            except review.ReviewError as e:
+                raise JobError(str(e)) from None
+
+    async def reject(self, job_id: int) -> Job:
+        """Review mode: drop a ready job; its paths are free again, its branch is kept."""
+        async with self._one_at_a_time(job_id):
+            try:
+                return await review.reject(self.board, self.pool, await self.get(job_id))
+            except review.ReviewError as e:
+                raise JobError(str(e)) from None
+
+    async def retry(self, job_id: int) -> Job:
+        async with self._one_at_a_time(job_id):
+            job = await self.get(job_id)
+            if job.state not in RETRYABLE:
+                raise JobError(
+                    f"job {job_id} is {job.state}; only failed, cancelled, conflicted, interrupted or unchanged jobs "
+                    "can be retried"
+                )
+            try:
+                # Always: a crash may leave a worktree or branch the job's record does not name yet.
+                kept = await retire_attempt(self.pool, job)
+            except AttemptKept as e:
+                raise JobError(str(e)) from None
+            done = await self.board.transition(
+                job_id,
+                {job.state},
+                JobState.QUEUED,
+                "retried",
+                **fresh_attempt(job),
+                reason="retried" + (f"; previous attempt kept on {kept}" if kept else ""),
+                code=Code.RETRIED,
+                data={"kept": kept, "code": Code.RETRIED},
+            )
+            if done is None:
+                raise JobError(f"job {job_id} changed while it was being retried; `orchestrator show {job_id}`")
+            olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_RETRIED, code=Code.RETRIED, kept=kept)
+            return done
+
+    async def clean(self, job_id: int) -> list[str]:
+        """Forget an ended job: its worktree, its branch, its earlier attempts' branches, its log and its record.
+
+        Landed commits stay in git; only the bookkeeping goes.
+        """
+        async with self._one_at_a_time(job_id):
+            job = await self.get(job_id)
+            if not job.state.terminal:
+                raise JobError(f"job {job_id} is {job.state}; cancel it first (`orchestrator cancel {job_id}`)")
+            waiting = [j.id for j in await self.store.jobs(OPEN) if job_id in j.after]
+            if waiting:
+                raise JobError(f"job {job_id} is a dependency (--after) of open jobs {waiting}; clean it once they end")
+            await self.pool.clean(Path(job.repo), job_id)
+            dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
+            if not await self.store.delete_job(job_id, ENDED):
+                raise JobError(f"job {job_id} changed while it was being cleaned; `orchestrator show {job_id}`")
+            self.board.publish({"type": "removed", "id": job_id})
+            await asyncio.to_thread(self.private_dirs.remove, job_id)  # its private dir, log and transcript
+            olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
+            await self.board.announce()
+            return dropped
+
+    async def control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
+        """Pause, resume or limit a repo (or every repo): stored first, then a fact of the next snapshot."""
+        await self.store.set_control(scope, paused=paused, slots=slots)
+        self.scheduler.controls = controls = await self.store.controls()
+        olog.get(repo=scope).info(
+            olog.Event.CONTROL_CHANGED,
+            scope=scope,
+            paused=controls.get(scope, (False, None))[0],
+            slots=controls.get(scope, (False, None))[1],
+        )
+        await self.board.announce()
+
+
+async def resolve(data: dict[str, Any]) -> tuple[Path, str, str]:
+    """The request's repository, target branch and that branch's head, or a RepoError saying what to fix."""
+    repo_raw = field(data, "repo", str, required=True)
+    repo = await asyncio.to_thread(repos.canonical, Path(repo_raw))
+    branch = field(data, "branch", str) or await asyncio.to_thread(repos.default_branch, repo)
+    head = await asyncio.to_thread(repos.branch_head, repo, branch)
+    return repo, branch, head

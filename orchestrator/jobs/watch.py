@@ -1,0 +1,144 @@
+"""The overlap watch: a running job's actual paths as they change, and what to do when they meet another's.
+
+The executor's change watcher reports each running job's actual paths here. They are stored (guarded: only
+while the job runs), kept in memory for the next round's snapshot, and compared with every other active job of
+the repository: a write outside the claim that meets what another job claims or touched orders their landings
+at once (the later one lands after the earlier one, `land_after`) and starts an advisory in-memory merge of both
+worktrees (same file, or a real conflict?).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from orchestrator import logging as olog
+from orchestrator.config import Config
+from orchestrator.core import claims
+from orchestrator.core.job import Job
+from orchestrator.core.models import ACTIVE, ANY, JobState
+from orchestrator.git import merging
+from orchestrator.jobs.board import Board
+from orchestrator.jobs.facts import GitFacts
+
+
+class OverlapWatch:
+    def __init__(self, board: Board, cfg: Config, facts: GitFacts) -> None:
+        self.board = board
+        self.cfg = cfg
+        self.facts = facts
+        self.actual: dict[int, frozenset[str]] = {}
+        """Running jobs' latest actual paths (fresher than the store's between rounds)."""
+        self._overlaps: set[tuple[int, int]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def forget(self, job_id: int) -> None:
+        self.actual.pop(job_id, None)
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def changed(self, job_id: int, actual: frozenset[str]) -> None:
+        """A running job's actual paths changed: store them, and flag it at once if they meet another's."""
+        job = await self.board.store.update(job_id, {JobState.RUNNING}, actual=actual)
+        if job is None:
+            return  # it stopped running meanwhile: its end state has its paths
+        self.actual[job_id] = actual
+        olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual))
+        shared = await self.facts.mergeable(job.repo, job.base)
+        escaped, _ = claims.split_mergeable(
+            actual - claims.overlapping(actual, job.claim.paths), self.cfg.jobs.mergeable, shared
+        )
+        if not escaped:
+            return
+        for other in await self.board.store.jobs(ACTIVE):
+            if other.id == job_id or other.repo != job.repo:
+                continue
+            theirs = other.claim.paths | self.actual.get(other.id, other.actual)
+            meet = claims.overlapping(escaped, theirs)
+            pair = (min(job_id, other.id), max(job_id, other.id))
+            if not meet or pair in self._overlaps:
+                continue
+            self._overlaps.add(pair)
+            await self._record(job, other, meet)
+
+    async def _record(self, job: Job, other: Job, meet: frozenset[str]) -> None:
+        later, earlier = (
+            (job, other) if (job.started_at or 0, job.id) >= (other.started_at or 0, other.id) else (other, job)
+        )
+        log = olog.get(job_id=job.id, repo=job.repo)
+        log.warning(
+            olog.Event.JOB_OVERLAP,
+            other=other.id,
+            paths=sorted(meet),
+            lands_after=earlier.id,
+            later=later.id,
+            message=f"job {job.id} touched {', '.join(sorted(meet))} outside its claim, "
+            f"which job {other.id} holds; job {later.id} lands after job {earlier.id}",
+        )
+        current = await self.board.store.get(later.id)  # its current land_after, not the one when the watch began
+        # A job re-run after a conflict may meet a job that already lands after it: the order stands.
+        if (
+            current is not None
+            and earlier.id not in current.land_after
+            and not await self._lands_after(earlier.id, later.id)
+        ):
+            await self.board.update(
+                later.id,
+                ACTIVE,
+                land_after=(*current.land_after, earlier.id),
+                event="overlap",
+                data={"other": earlier.id, "paths": sorted(meet)},
+            )
+        if job.id != later.id:
+            await self.board.store.update(job.id, ANY, event="overlap", data={"other": other.id, "paths": sorted(meet)})
+        task = asyncio.create_task(self._check_hunks(job, other, meet))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _lands_after(self, job_id: int, other: int) -> bool:
+        """True if `job_id` already lands after `other`, directly or through open jobs between (a cycle else)."""
+        seen: set[int] = set()
+        todo = [job_id]
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            job = await self.board.store.get(i)
+            if job is None or job.state.terminal:
+                continue
+            if other in job.land_after:
+                return True
+            todo.extend(job.land_after)
+        return False
+
+    async def _check_hunks(self, job: Job, other: Job, meet: frozenset[str]) -> None:
+        """Same file, or a real conflict? An in-memory merge of both current states says."""
+        if not (job.worktree and other.worktree and job.base):
+            return
+        try:
+            ours = await asyncio.to_thread(merging.tree_of_worktree, Path(job.worktree))
+            theirs = await asyncio.to_thread(merging.tree_of_worktree, Path(other.worktree))
+            conflicts = await asyncio.to_thread(merging.merge_conflicts, Path(job.repo), job.base, ours, theirs)
+        except Exception as e:  # noqa: BLE001 - advisory only: the landing makes the real check
+            olog.get(job_id=job.id, repo=job.repo).debug(
+                olog.Event.JOB_OVERLAP_CHECKED, other=other.id, hunks_error=str(e)
+            )
+            return
+        olog.get(job_id=job.id, repo=job.repo).warning(
+            olog.Event.JOB_OVERLAP_CHECKED,
+            other=other.id,
+            paths=sorted(meet),
+            conflict=bool(conflicts),
+            conflicts=list(conflicts),
+            message="real conflict in " + ", ".join(conflicts)
+            if conflicts
+            else "same files, disjoint hunks: merges clean so far",
+        )
+        await self.board.store.update(
+            job.id, ANY, event="overlap_checked", data={"other": other.id, "conflicts": list(conflicts)}
+        )

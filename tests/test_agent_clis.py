@@ -1,0 +1,194 @@
+"""Real agent CLIs through the real daemon, under bubblewrap, against local stand-ins of their model APIs.
+
+Claude Code (npm) and aider (PyPI) run as `command` runners as a user configures them; the model is a
+scripted protocol double (`orchestrator.doubles`) speaking the Messages API or the OpenAI chat API, started
+by the test. Each test asserts what landed on the branch, and nothing else of how the job's workspace is
+made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from orchestrator.doubles.anthropic import Reply, text_message, tool_use_message
+from orchestrator.doubles.openai import chat_message
+from orchestrator.doubles.script import Conversations, Turn, text_of
+from tests import clis
+from tests.conftest import git
+from tests.doubles import anthropic_double, openai_double
+from tests.harness import until
+from tests.test_sandbox import needs_bwrap
+
+KEY = "sk-ant-test-key-for-the-stand-in"
+
+
+def _daemon(daemon_factory, tmp_path: Path, tool: str, env: dict[str, str], config: str = ""):
+    """A daemon with bwrap required, the CLI on its PATH, a user HOME of the test's own and local planning;
+    the runners are the shipped profiles (plus `config`)."""
+    home = tmp_path / "userhome"
+    home.mkdir(exist_ok=True)
+    path = f"{clis.bin_dir(tool)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = {"ORCHESTRATOR_SANDBOX": "bwrap", "HOME": str(home), "PATH": path, "MAX_CONCURRENT_JOBS": "4", **env}
+    d = daemon_factory(env=env)
+    (d.home / "config").mkdir(parents=True, exist_ok=True)
+    (d.home / "config" / "config.toml").write_text('[plan]\nplanner = "local"\n' + config)
+    return d.start()
+
+
+def _finish(d, *jobs: int) -> list[dict[str, Any]]:
+    """Wait for the jobs; each must have landed (else the failure says why, with its log)."""
+    out = d.cli("wait", *map(str, jobs), "--timeout", "120")
+    shown = [d.cli_json("show", str(j)) for j in jobs]
+    assert out.returncode == 0, [(j["state"], j["reason"], d.cli("logs", str(j["id"])).stdout[-3000:]) for j in shown]
+    return shown
+
+
+def _landed(repo: Path, job: dict[str, Any]) -> dict[str, str]:
+    """What the job's landing changed on the branch (from the head before it): path → new content."""
+    assert job["landed_sha"], job["reason"]
+    names = git(repo, "diff", "--name-only", job["landed_sha"] + "^1", job["landed_sha"]).splitlines()
+    return {n: git(repo, "show", f"{job['landed_sha']}:{n}") for n in sorted(names)}
+
+
+def _write(rel: str, content: str) -> Any:
+    return lambda t: tool_use_message("Write", {"file_path": t.path(rel), "content": content})
+
+
+def _edit(rel: str, old: str, new: str) -> Any:
+    return lambda t: tool_use_message("Edit", {"file_path": t.path(rel), "old_string": old, "new_string": new})
+
+
+def _read(rel: str) -> Any:
+    return lambda t: tool_use_message("Read", {"file_path": t.path(rel)})
+
+
+@needs_bwrap
+def test_claude_code_lands_exactly_its_change_under_bwrap(make_repo, daemon_factory, tmp_path):
+    """The shipped `claude-code` profile, as is: real Claude Code writes one file and edits another; exactly
+    those land; its cost, tokens and transcript are kept on the job."""
+    clis.need("claude")
+    repo = make_repo()
+    conv = Conversations(
+        {
+            "greet the world": [
+                _write("hello.txt", "hello\n"),
+                _read("src/a.py"),
+                _edit("src/a.py", "a = 1", "a = 2"),
+                text_message("Wrote hello.txt and set a to 2."),
+            ]
+        },
+        side=text_message("ok"),
+        tools_only=True,
+    )
+    with anthropic_double(conv) as double:
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url})
+        job = d.enqueue(repo, "Please greet the world in hello.txt and set a to 2", "--runner", "claude-code",
+                        "--path", "hello.txt", "--path", "src/a.py")  # fmt: skip
+        (shown,) = _finish(d, job)
+    assert _landed(repo, shown) == {"hello.txt": "hello", "src/a.py": "a = 2"}
+    turns = conv.requests("greet the world")
+    assert len(turns) == 4, "every scripted turn was asked for"
+    assert {h["x-api-key"] for h in double.headers} == {KEY}, "the key reached it through pass_env"
+    usage = shown["usage"]
+    assert usage["source"] == "claude-code" and usage["calls"] == 4 and usage["session_id"]
+    assert usage["input_tokens"] == 400 and usage["output_tokens"] == 80 and usage["cost_usd"] > 0
+    transcript = d.cli("logs", "--transcript", str(shown["id"]))
+    assert transcript.returncode == 0 and "greet the world" in transcript.stdout and "Write" in transcript.stdout
+    # Nothing of the job is left under the state dir: its scratch HOME went when it landed, the rest with clean.
+    state = d.home / "state"
+    until("the landed job's private dir removed", lambda: not any((state / "private").glob("*")))
+    assert d.cli("clean", "--all").returncode == 0
+    assert not any((state / "jobs").glob("*")), list((state / "jobs").iterdir())
+    assert not list(state.rglob("job-*")) and not any((state / "private").glob("*"))
+
+
+@needs_bwrap
+def test_two_claude_code_jobs_on_disjoint_claims_run_at_once(make_repo, daemon_factory, tmp_path):
+    """Two real Claude Code jobs with disjoint claims run side by side; each lands only its own files; the one
+    that also wrote outside its claim has that as an event, and `why` says so."""
+    clis.need("claude")
+    repo = make_repo()
+
+    def slow(step: Any) -> Any:
+        # The first turn of each takes 3 s at the "model": run one after the other, they could not overlap.
+        return lambda t: Reply(**{**step(t).__dict__, "delay": 3.0})
+
+    conv = Conversations(
+        {
+            "first job": [slow(_write("src/one.py", "one = 1\n")), _write("zeta.txt", "z\n"), text_message("done")],
+            "second job": [slow(_write("docs/two.md", "two\n")), text_message("done")],
+        },
+        side=text_message("ok"),
+        tools_only=True,
+    )
+    with anthropic_double(conv) as double:
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url})
+        a = d.enqueue(repo, "The first job: add src/one.py", "--runner", "claude-code", "--path", "src/one.py")
+        b = d.enqueue(repo, "The second job: add docs/two.md", "--runner", "claude-code", "--path", "docs/two.md")
+        ja, jb = _finish(d, a, b)
+    assert _landed(repo, ja) == {"src/one.py": "one = 1", "zeta.txt": "z"}
+    assert _landed(repo, jb) == {"docs/two.md": "two"}
+    # The write outside its claim is an event of the job, and `why` says so.
+    outside = [e for e in ja["events"] if e["kind"] == "outside_claim"]
+    assert [e["paths"] for e in outside] == [["zeta.txt"]], ja["events"]
+    assert "outside its claim: zeta.txt" in d.cli("why", str(a)).stdout
+    assert not [e for e in jb["events"] if e["kind"] == "outside_claim"]
+    assert ja["started_at"] < jb["finished_at"] and jb["started_at"] < ja["finished_at"], "they overlapped"
+    assert git(repo, "show", "main:src/one.py") == "one = 1" and git(repo, "show", "main:docs/two.md") == "two"
+
+
+AIDER_EDIT = """I'll add the greeting and change the value.
+
+hello.txt
+```
+<<<<<<< SEARCH
+=======
+hello
+>>>>>>> REPLACE
+```
+
+src/a.py
+```python
+<<<<<<< SEARCH
+a = 1
+=======
+a = 2
+>>>>>>> REPLACE
+```
+"""
+
+
+def _aider_turn(t: Turn) -> Any:
+    return chat_message(AIDER_EDIT)
+
+
+@needs_bwrap
+def test_aider_lands_exactly_its_change_under_bwrap(make_repo, daemon_factory, tmp_path):
+    """Real aider applies the stand-in model's SEARCH/REPLACE edits; exactly those land, none of its side files."""
+    clis.need("aider")
+    repo = make_repo()
+    # aider first asks to add the files the edit names to its chat, then asks the model again: the same edit.
+    conv = Conversations({"greet the world": [_aider_turn, _aider_turn]}, side=chat_message("ok"))
+    # The model's limits and prices, as a user of a model aider does not know gives them (no fetch from the web).
+    (tmp_path / "userhome").mkdir()
+    metadata = tmp_path / "userhome" / ".aider.model.metadata.json"  # the scratch HOME gets a copy
+    metadata.write_text(json.dumps({"openai/gpt-double": {
+        "max_input_tokens": 128000, "max_output_tokens": 4096, "input_cost_per_token": 1e-6,
+        "output_cost_per_token": 2e-6, "litellm_provider": "openai", "mode": "chat"}}))  # fmt: skip
+    with openai_double(conv) as double:
+        env = {
+            "OPENAI_API_KEY": "sk-test-openai", "OPENAI_API_BASE": double.url + "/v1",
+            "AIDER_MODEL": "openai/gpt-double", "AIDER_EDIT_FORMAT": "diff",
+        }  # fmt: skip
+        d = _daemon(daemon_factory, tmp_path, "aider", env)
+        job = d.enqueue(repo, "Please greet the world in hello.txt and set a to 2", "--runner", "aider",
+                        "--path", "hello.txt", "--path", "src/a.py")  # fmt: skip
+        (shown,) = _finish(d, job)
+    assert _landed(repo, shown) == {"hello.txt": "hello", "src/a.py": "a = 2"}
+    asked = conv.requests("greet the world")
+    assert 1 <= len(asked) <= 2
+    sent = "\n".join(text_of(m.get("content")) for m in asked[0]["messages"])
+    assert "src/a.py" in sent and "a = 1" in sent, "{paths}: the claimed file that exists was in aider's chat"

@@ -1,0 +1,340 @@
+"""The transition table and the decisions after a run, a landing and on a cancel, as properties.
+
+The interleaving property drives the real store (a SQLite file, its compare-and-set transitions) with the
+shell's pattern for every writer — read, decide with `core.lifecycle` / `core.admission`, write expecting what
+was read — and lets hypothesis choose which writer takes its next step at every await point. Whatever the
+order: no job that was cancelled or rejected lands (until it is retried), the branch holds exactly the landed
+jobs, and no two jobs whose claims overlap are ever active at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.core import admission, claims, lifecycle
+from orchestrator.core.lifecycle import Cancel, Landed, LandingPolicy, RunEnd, Then
+from orchestrator.core.models import (
+    ACTIVE,
+    ANY,
+    CANCELLABLE,
+    DEAD,
+    DONE,
+    ENDED,
+    HELD,
+    OPEN,
+    RETRYABLE,
+    WAITING,
+    Claim,
+    ClaimSource,
+    JobState,
+    Policy,
+    Snapshot,
+)
+from orchestrator.store import Store
+
+STATES = list(JobState)
+
+
+# -- the table and the groups ---------------------------------------------------------------------------
+
+
+def test_every_group_is_named_once_and_they_partition_the_states():
+    """Open, held and ended jobs partition the states; active and waiting jobs are open; landed never moves."""
+    assert OPEN | ENDED == ANY and not OPEN & ENDED
+    assert HELD <= ENDED and DEAD <= ENDED and DONE <= ENDED and {JobState.LANDED, JobState.UNCHANGED} == DONE
+    assert ACTIVE | WAITING == OPEN and not ACTIVE & WAITING
+    assert DEAD | HELD | {JobState.UNCHANGED} == RETRYABLE and CANCELLABLE == OPEN | HELD
+    assert lifecycle.MOVES[JobState.LANDED] == frozenset()
+    assert set(lifecycle.MOVES) == set(JobState)
+
+
+@given(st.sets(st.sampled_from(STATES), min_size=1), st.sampled_from(STATES))
+def test_check_allows_exactly_the_tables_moves(expect, to):
+    """`check` accepts a move only when every expected state may move to the target."""
+    ok = all(lifecycle.allowed(s, to) for s in expect)
+    try:
+        lifecycle.check(expect, to)
+    except lifecycle.MoveError:
+        assert not ok
+    else:
+        assert ok
+
+
+def test_every_state_can_reach_an_end_and_only_retry_leaves_one():
+    """From every state some path ends; out of an ended state the only move is back to the queue (or cancel)."""
+    for s in STATES:
+        seen, todo = {s}, [s]
+        while todo:
+            for nxt in lifecycle.MOVES[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert seen & ENDED, s
+    for s in ENDED - HELD:
+        assert lifecycle.MOVES[s] <= {JobState.QUEUED}
+    assert lifecycle.MOVES[JobState.INTERRUPTED] == {JobState.QUEUED, JobState.CANCELLED}
+
+
+@given(st.booleans(), st.none() | st.integers(0, 3), st.booleans(), st.booleans())
+def test_after_run_lands_only_a_change_and_fails_every_failure(ok, exit_code, changed, review):
+    """A failed run fails; a run without changes is unchanged (nothing landed); a change is ready or landing."""
+    step = lifecycle.after_run(RunEnd(7, ok, exit_code, None, "boom", changed, review, "/w"))
+    assert step.expect == {JobState.RUNNING} and lifecycle.allowed(JobState.RUNNING, step.to)
+    if not ok:
+        assert step.to is JobState.FAILED and step.code in ("RunnerFailed", "TimedOut")
+    elif not changed:
+        assert step.to is JobState.UNCHANGED and step.code == "NoChanges"
+    else:
+        assert step.to is (JobState.READY if review else JobState.LANDING)
+
+
+@given(st.sampled_from(list(Landed)), st.integers(0, 5), st.booleans(), st.integers(1, 5))
+def test_after_landing_lands_only_what_landed(outcome, attempts, retry, max_attempts):
+    """Only LANDED and NOOP end in `landed`; a conflict re-queues while attempts remain; a rewritten target
+    always re-plans; a fault never lands."""
+    then, to = lifecycle.after_landing(outcome, attempts, LandingPolicy(retry, max_attempts))
+    assert (to is JobState.LANDED) == (outcome in (Landed.LANDED, Landed.NOOP))
+    if to is not None:
+        assert then is Then.END and lifecycle.allowed(JobState.LANDING, to)
+    if outcome is Landed.REWRITTEN:
+        assert to is JobState.QUEUED
+    if outcome is Landed.CONFLICT:
+        assert to is (JobState.QUEUED if retry and attempts + 1 < max_attempts else JobState.CONFLICTED)
+    if outcome is Landed.FAULT:
+        assert to is JobState.FAILED
+
+
+@given(st.sampled_from(STATES), st.booleans(), st.booleans())
+def test_on_cancel_never_cancels_a_landing_under_way(state, task, landing_now):
+    """A cancel stops a live task first, refuses while its landing holds the lock, and writes only what may move."""
+    how = lifecycle.on_cancel(state, task=task, landing_now=landing_now)
+    if task:
+        assert how is Cancel.STOP_RUN
+    elif state not in CANCELLABLE:
+        assert how is Cancel.ENDED
+    elif state is JobState.LANDING and landing_now:
+        assert how is Cancel.LANDING_NOW
+    else:
+        assert lifecycle.allowed(state, JobState.CANCELLED)
+
+
+# -- every writer, interleaved at every await point --------------------------------------------------------
+
+PATHS = ("a.py", "b.py", "src/", "src/c.py")
+
+
+class World:
+    """The shell around the store, reduced to its decisions: which job holds the landing lock, which landing
+    tasks are alive, and what the branch holds."""
+
+    def __init__(self, store: Store, policy: LandingPolicy) -> None:
+        self.store = store
+        self.policy = policy
+        self.landing_now: set[int] = set()
+        self.withdrawn: set[int] = set()
+        self.starting: set[int] = set()
+        self.deciding = False
+        self.branch: list[int] = []
+        self.spawned: list[Step] = []
+        """Writers started by others (an admitted job's task), for the driver to interleave too."""
+
+
+Step = AsyncIterator[None]
+
+
+LOOPS = 6
+"""Rounds each daemon-side writer makes (it waits for its job between them, as the daemon's tasks do)."""
+
+
+async def admitter(w: World) -> Step:
+    """Scheduler rounds (one at a time): snapshot, decide, then start each admitted job expecting it is still
+    planned; a job being started counts as active for every later decision."""
+    for _ in range(LOOPS):
+        jobs = await w.store.jobs()
+        yield
+        active = [j for j in jobs if j.state in ACTIVE or j.id in w.starting]
+        waiting = [j for j in jobs if j.state is JobState.PLANNED and j.id not in w.starting]
+        snap = Snapshot(
+            active=tuple(j.view() for j in active),
+            waiting=tuple(j.view() for j in waiting),
+            policy=Policy(max_concurrent=4),
+        )
+        admitted = [d.job_id for d in admission.decide_all(snap) if d.admitted]
+        w.starting.update(admitted)
+        w.spawned += [starter(w, job_id) for job_id in admitted]
+
+
+async def starter(w: World, job_id: int) -> Step:
+    """An admitted job's task: it moves the job to `running` if the job is still planned."""
+    yield
+    await w.store.transition(job_id, {JobState.PLANNED}, JobState.RUNNING, "admitted")
+    w.starting.discard(job_id)
+
+
+async def runner(w: World, job_id: int, ok: bool, changed: bool, review: bool) -> Step:
+    """The job's task: once it runs, it ends the way the run went."""
+    for _ in range(LOOPS):
+        job = await w.store.get(job_id)
+        yield
+        if job is None or job.state is not JobState.RUNNING:
+            continue
+        step = lifecycle.after_run(RunEnd(job_id, ok, 0 if ok else 1, None, "x", changed, review, "/w"))
+        await w.store.transition(job_id, step.expect, step.to, step.event)
+
+
+async def lander(w: World, job_id: int, outcome: Landed) -> Step:
+    """The job's landing: queued (withdrawable), then under the lock (not cancellable) it moves the branch, then
+    records what it did."""
+    for _ in range(LOOPS):
+        job = await w.store.get(job_id)
+        yield
+        if job is None or job.state is not JobState.LANDING or job_id in w.withdrawn:
+            continue
+        w.landing_now.add(job_id)
+        try:
+            current = await w.store.get(job_id)  # read again under the lock
+            yield
+            if current is None or current.state is not JobState.LANDING:
+                continue
+            if outcome in (Landed.LANDED, Landed.NOOP):
+                w.branch.append(job_id)  # the ref moves
+                yield
+            _, to = lifecycle.after_landing(outcome, job.attempts, w.policy)
+            if to is not None:
+                done = await w.store.transition(job_id, {JobState.LANDING}, to, str(to))
+                assert done is not None or to is not JobState.LANDED, f"job {job_id} is on the branch, not landed"
+        finally:
+            w.landing_now.discard(job_id)
+
+
+async def cancel(w: World, job_id: int, rejecting: bool = False) -> Step:
+    for _ in range(4):
+        job = await w.store.get(job_id)
+        yield
+        if job is None:
+            return
+        if rejecting:
+            if job.state is JobState.READY:
+                await w.store.transition(job_id, {JobState.READY}, JobState.CANCELLED, "rejected")
+            return
+        how = lifecycle.on_cancel(job.state, task=False, landing_now=job_id in w.landing_now)
+        if how in (Cancel.ENDED, Cancel.LANDING_NOW):
+            return
+        if how is Cancel.STOP_LANDING:
+            w.withdrawn.add(job_id)
+        if await w.store.transition(job_id, {job.state}, JobState.CANCELLED, "cancelled") is not None:
+            return
+
+
+async def approve(w: World, job_id: int) -> Step:
+    job = await w.store.get(job_id)
+    yield
+    if job is not None and job.state is JobState.READY:
+        await w.store.transition(job_id, {JobState.READY}, JobState.LANDING, "approved")
+
+
+async def retry(w: World, job_id: int) -> Step:
+    job = await w.store.get(job_id)
+    yield
+    if job is None or job.state not in RETRYABLE:
+        return
+    if await w.store.transition(job_id, {job.state}, JobState.QUEUED, "retried", attempts=job.attempts + 1):
+        w.withdrawn.discard(job_id)
+
+
+async def planner(w: World, job_id: int) -> Step:
+    for _ in range(LOOPS):
+        if await w.store.transition(job_id, {JobState.QUEUED}, JobState.PLANNING, "planning") is None:
+            yield
+            continue
+        yield
+        await w.store.transition(job_id, {JobState.PLANNING}, JobState.PLANNED, "planned")
+
+
+Actor = Callable[[World], Step]
+N_JOBS = 3
+
+
+def _verb(kind: int, job_id: int) -> Actor:
+    return [
+        lambda w: cancel(w, job_id),
+        lambda w: cancel(w, job_id, rejecting=True),
+        lambda w: approve(w, job_id),
+        lambda w: retry(w, job_id),
+    ][kind]
+
+
+lives = st.tuples(st.booleans(), st.booleans(), st.booleans(), st.sampled_from(list(Landed)))
+"""Per job: how its run goes (ok, changed, review) and how its landing attempts end."""
+verbs = st.tuples(st.integers(0, 3), st.integers(1, N_JOBS))
+"""A person's verb (cancel, reject, land, retry) on one job."""
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sets(st.sampled_from(PATHS), min_size=1, max_size=2), min_size=N_JOBS, max_size=N_JOBS),
+    st.lists(lives, min_size=N_JOBS, max_size=N_JOBS),
+    st.lists(verbs, min_size=1, max_size=6),
+    st.lists(st.integers(0, 31), min_size=20, max_size=200),
+)
+def test_no_interleaving_lands_a_cancelled_job_or_runs_overlapping_ones(claim_paths, lives_, spawned, order):
+    """Writers that read, decide and write expecting what they read, interleaved at every await as hypothesis
+    chooses: a cancelled or rejected job never lands, the branch holds exactly the landed jobs, and no two
+    active jobs' claims overlap."""
+    asyncio.run(_interleave(claim_paths, lives_, spawned, order))
+
+
+async def _interleave(claim_paths, lives_, spawned, order) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await Store.open(Path(tmp) / "o.db")
+        try:
+            w = World(store, LandingPolicy(retry_on_conflict=True, max_attempts=3))
+            for paths in claim_paths:
+                claim = Claim(frozenset(paths), 1.0, ClaimSource.DECLARED)
+                job = await store.add_job(repo="/r", branch="main", text="t", runner="shell", claim=claim)
+                await store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+                await store.transition(job.id, {JobState.PLANNING}, JobState.PLANNED, "planned")
+            live: list[Any] = [admitter(w)]
+            for job_id, (ok, changed, review, outcome) in enumerate(lives_, start=1):
+                live += [planner(w, job_id), runner(w, job_id, ok, changed, review), lander(w, job_id, outcome)]
+            live += [_verb(kind, job_id)(w) for kind, job_id in spawned]
+            for pick in itertools.chain(order, itertools.count()):
+                if not live:
+                    break
+                i = pick % len(live)
+                try:
+                    await anext(live[i])
+                except StopAsyncIteration:
+                    del live[i]
+                live += w.spawned
+                w.spawned.clear()
+                await _check(w)
+        finally:
+            await store.close()
+
+
+async def _check(w: World) -> None:
+    jobs = await w.store.jobs()
+    landed = {j.id for j in jobs if j.state is JobState.LANDED}
+    # Between its ref move and its record a landing holds the lock (the journal covers that window).
+    moving = {j.id for j in jobs if j.id in w.landing_now and j.state is JobState.LANDING}
+    assert set(w.branch) - moving == landed, (w.branch, landed)
+    assert len(w.branch) == len(set(w.branch)), f"landed twice: {w.branch}"
+    active = [j for j in jobs if j.state in ACTIVE]
+    for a, b in itertools.combinations(active, 2):
+        assert not claims.overlapping(a.claim.paths, b.claim.paths), f"jobs {a.id} and {b.id} overlap while active"
+    for j in jobs:
+        kinds = [e["kind"] for e in await w.store.events(j.id)]
+        for n, kind in enumerate(kinds):
+            if kind in ("cancelled", "rejected"):
+                later = kinds[n + 1 :]
+                stop = later.index("retried") if "retried" in later else len(later)
+                assert "landed" not in later[:stop], f"job {j.id} landed after it was {kind}: {kinds}"
