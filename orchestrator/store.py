@@ -115,6 +115,9 @@ class Write:
     data: dict[str, Any] | None = None
     expect: frozenset[JobState] = frozenset()
     to: JobState | None = None
+    beside: frozenset[int] | None = None
+    """A move to `running` in team mode: the other nodes' active jobs of its repository that admission saw (the
+    move applies only if no other node started one there since). The embedded store has no other nodes."""
 
 
 _EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
@@ -253,8 +256,10 @@ class Store:
         ticket: tuple[str, str | None] | None = None,
         argv: Sequence[str] | None = None,
         land: str = "auto",
+        labels: Sequence[str] = (),
     ) -> Job:
-        """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises)."""
+        """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises).
+        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too)."""
         now = time.time()
         job = Job(
             id=0,
@@ -270,6 +275,7 @@ class Store:
             created_at=now,
             argv=None if argv is None else tuple(argv),
             land=land,
+            labels=tuple(sorted(set(labels))),
         )
         values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
         job_id = await self._db.call(_add_job_sync, values, ticket, repo, now)
@@ -365,14 +371,16 @@ class Store:
         event: str,
         *,
         data: dict[str, Any] | None = None,
+        beside: Collection[int] | None = None,
         **fields: Any,
     ) -> Job | None:
         """Move a job from one of `expect` to `to`, with `fields` and one event, in one transaction: the only
         writer of a job's state. None (nothing written) when the job is no longer in `expect`: the caller acted
-        on a read that is stale, and backs off."""
+        on a read that is stale, and backs off. `beside`: see `Write.beside`."""
         sources = lifecycle.check(expect, to)
         _check_fields(fields)
-        rows = await self._write([Write(job_id, fields, event, data, sources, to)])
+        fence = None if beside is None else frozenset(beside)
+        rows = await self._write([Write(job_id, fields, event, data, sources, to, fence)])
         return _row_to_job(rows[0]) if rows[0] is not None else None
 
     async def update(
@@ -417,6 +425,16 @@ class Store:
                 if changed or w.to is not None:
                     self._changed.add(w.job_id)
         return rows
+
+    # -- the team's queue (team mode: `team.pgstore`; one machine has no other node) ------------------
+
+    async def claim(self) -> list[int]:
+        """Take queued jobs from a team's queue for this node: on one machine every job is this node's."""
+        return []
+
+    async def elsewhere(self) -> list[Job]:
+        """Other nodes' planned and active jobs of this node's repositories: none on one machine."""
+        return []
 
     async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
         """Forget an ended job (`orchestrator clean`): its record and its history, if it is in one of `expect`."""

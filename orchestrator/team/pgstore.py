@@ -1,0 +1,774 @@
+"""The store on PostgreSQL (asyncpg): the same methods and meanings as `orchestrator.store.Store`, shared by a
+team's nodes.
+
+What is the same: every state change is one compare-and-set (`UPDATE … WHERE id = $1 AND state = ANY($2)
+RETURNING *`) checked against `core.lifecycle`, with its event in the same transaction; the job field list is
+`core.job.FIELDS`, encoded by the same codecs; migrations (`team.pgschema`) are applied in order, one daemon at
+a time (a transaction-scoped advisory lock).
+
+What the team adds (this node is `node`):
+- reads of jobs by state (`jobs`, `count`) are this node's: the jobs it holds. `jobs_json` (status), `get` and
+  `states` are the team's. Each job's `repo` reads as this node's clone of its shared repository
+  (`repo_key`: remote URL and branch), so the scheduler, the lander and admission work in local paths;
+- `claim` takes queued jobs from the team's queue (`FOR UPDATE SKIP LOCKED`): those of repositories this node
+  has a clone of, whose labels it has, up to `hold` waiting at a time; a job goes back to the team's queue
+  (held by nobody) whenever it moves to `queued`;
+- a write that expects a state a node works a job in (planning, planned, running, landing, ready) applies only
+  while this node holds the job (a node whose lease ended and was taken over backs off); a cancel applies from
+  any node;
+- `elsewhere` reads the other nodes' jobs of this node's repositories, for admission; a move to `running` given
+  `beside` (those other nodes' active jobs that admission saw) takes the repository's admission lock
+  (`pg_advisory_xact_lock`) and applies only if no other node started a job there since;
+- every write notifies the other nodes (`NOTIFY`), which re-read what changed and wake their schedulers;
+- a lost connection (PostgreSQL restarted) is retried until `RECONNECT_FOR`; a write whose answer was lost is
+  recognised by its write id, so nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import asyncpg
+
+from orchestrator import logging as olog
+from orchestrator.core import lifecycle
+from orchestrator.core.job import FIELDS, Job, decode, encode
+from orchestrator.core.models import ACTIVE, Claim, Code, JobState
+from orchestrator.git.journal import Intent
+from orchestrator.git.remote import shown
+from orchestrator.jobs.retire import fresh_attempt
+from orchestrator.runners.process import Group
+from orchestrator.store import _COLUMNS, _LIVE, Store, StoreUnusable, Write, _check_fields
+from orchestrator.team import clones
+from orchestrator.team.pgschema import MIGRATIONS
+
+T = TypeVar("T")
+
+EX_TEMPFAIL = 75
+"""Exit status of a daemon whose PostgreSQL cannot be reached at start (EX_TEMPFAIL: try again later)."""
+RECONNECT_FOR = 120.0
+"""Seconds an operation keeps retrying a lost connection (PostgreSQL restarting) before it fails."""
+CHANNEL = "orchestrator_jobs"
+NODE_HELD = frozenset({JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY})
+"""States a node works a job in: writes expecting them apply only while the writer holds the job."""
+_MIGRATE_LOCK = 7_300_021
+_CONNECTION_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError, asyncpg.CannotConnectNowError)
+_NOW = "extract(epoch from clock_timestamp())"
+
+
+class StoreUnreachable(RuntimeError):
+    """PostgreSQL cannot be reached (down, wrong URL, refused); the message says which server and what to do."""
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
+_INSERT_COLS = ", ".join(_q(c) for c in (*_COLUMNS, "repo_key"))
+_INSERT_ARGS = ", ".join(f"${i}" for i in range(1, len(_COLUMNS) + 2))
+
+
+class PgStore(Store):
+    """A team's shared store, as node `node` sees it."""
+
+    def __init__(self, pool: asyncpg.Pool, url: str, node: str, labels: Sequence[str], lease: float, hold: int) -> None:
+        super().__init__(None, None)  # type: ignore[arg-type]  # no SQLite connection: every method is overridden
+        self.path = shown(url)  # type: ignore[assignment]  # for messages
+        self.url = url
+        self.node = node
+        self.labels = tuple(labels)
+        self.lease = lease
+        self.hold = hold
+        self._pool = pool
+        self._paths: dict[str, str] = {}
+        """This node's clone of each shared repository: repo key → local path."""
+        self._listener: asyncpg.Connection | None = None
+        self._foreign: list[Callable[[set[int]], None]] = []
+
+    # -- opening ------------------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls, url: str, *, node: str, labels: Sequence[str] = (), lease: float = 30.0, hold: int = 4
+    ) -> PgStore:
+        """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached."""
+        try:
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=8, timeout=10, command_timeout=60)
+        except (*_CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
+            raise StoreUnreachable(
+                f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
+                "[store] url), then start the daemon again"
+            ) from None
+        store = cls(pool, url, node, labels, lease, hold)
+        try:
+            await store._migrate()
+            await store._register()
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def _migrate(self) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATE_LOCK)
+            await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            version = await conn.fetchval("SELECT max(version) FROM schema_version") or 0
+            if version > len(MIGRATIONS):
+                raise StoreUnusable(
+                    f"the team's database {self.path} has schema version {version}, newer than this orchestrator "
+                    f"knows ({len(MIGRATIONS)}): a newer orchestrator wrote it. Upgrade orchestrator on this node"
+                )
+            for n, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                await conn.execute(script)
+                await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", n)
+
+    async def _register(self) -> None:
+        import os
+        import socket
+
+        await self._run(
+            lambda c: c.execute(
+                f"INSERT INTO nodes (name, labels, lease_until, started_at, host, pid) VALUES ($1, $2, {_NOW} + $3, "
+                f"{_NOW}, $4, $5) ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, "
+                "lease_until = excluded.lease_until, started_at = excluded.started_at, host = excluded.host, "
+                "pid = excluded.pid",
+                self.node, json.dumps(sorted(self.labels)), self.lease, socket.gethostname(), os.getpid(),
+            )
+        )  # fmt: skip
+        rows = await self._fetch("SELECT key, path FROM node_repos WHERE node = $1", self.node)
+        self._paths = {r["key"]: r["path"] for r in rows}
+
+    async def listen(self, on_foreign: Callable[[set[int]], None]) -> None:
+        """Call `on_foreign(ids)` when other nodes change jobs (and once with no ids after a reconnection, when
+        what changed meanwhile is unknown: every cache is read again)."""
+        self._foreign.append(on_foreign)
+        await self.relisten()
+
+    async def relisten(self) -> bool:
+        """(Re)open the notification connection if it is closed; True if it had to (nodes' changes were missed)."""
+        if self._listener is not None and not self._listener.is_closed():
+            return False
+        self._listener = await asyncpg.connect(self.url, timeout=10)
+        await self._listener.add_listener(CHANNEL, self._notified)
+        self._json = None  # what other nodes changed meanwhile is unknown: render everything again
+        for job_id in await self._ids("SELECT id FROM jobs WHERE node = $1", self.node):
+            self._changed.add(job_id)
+        for cb in self._foreign:
+            cb(set())
+        return True
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            note = json.loads(payload)
+        except ValueError:
+            olog.get().warning(olog.Event.SCHEDULER_ERROR, error=f"unreadable notification {payload[:80]!r}")
+            return
+        if note.get("n") == self.node:
+            return
+        ids = {int(i) for i in note.get("ids", ())}
+        self._changed |= ids
+        self._stale_json |= ids
+        for cb in self._foreign:
+            cb(ids)
+
+    async def close(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            with olog.best_effort("close the notification connection", *_CONNECTION_ERRORS):
+                await self._listener.close()
+        await self._pool.close()
+
+    # -- running a unit of work, reconnecting ----------------------------------------------------
+
+    async def _run(
+        self,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        again: Callable[[asyncpg.Connection], Awaitable[T | None]] | None = None,
+    ) -> T:
+        """`work(conn)` in one transaction; a lost connection is retried (after `again(conn)`, if given, says the
+        lost attempt did not commit) until `RECONNECT_FOR`."""
+        deadline = time.monotonic() + RECONNECT_FOR
+        delay, lost = 0.2, False
+        while True:
+            try:
+                async with self._pool.acquire() as conn:
+                    if lost and again is not None:
+                        done = await again(conn)
+                        if done is not None:
+                            return done
+                    async with conn.transaction():
+                        return await work(conn)
+            except _CONNECTION_ERRORS as e:
+                if time.monotonic() >= deadline:
+                    raise StoreUnreachable(
+                        f"lost the team's PostgreSQL at {self.path} for over {RECONNECT_FOR:.0f} s: "
+                        f"{type(e).__name__}: {e}"
+                    ) from None
+                if not lost:
+                    olog.get().warning(olog.Event.SCHEDULER_ERROR, error=f"PostgreSQL connection lost ({e}); retrying")
+                lost = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._run(lambda c: c.fetch(sql, *args))
+
+    async def _fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        return await self._run(lambda c: c.fetchrow(sql, *args))
+
+    async def _execute(self, sql: str, *args: Any) -> None:
+        await self._run(lambda c: c.execute(sql, *args))
+
+    async def _ids(self, sql: str, *args: Any) -> list[int]:
+        return [int(r[0]) for r in await self._fetch(sql, *args)]
+
+    def _job(self, row: asyncpg.Record) -> Job:
+        job = Job(id=int(row["id"]), **{name: decode(codec, row[name]) for name, codec in FIELDS.items()})
+        local = self._paths.get(row["repo_key"])
+        return replace(job, repo=local) if local and local != job.repo else job
+
+    async def _notify(self, conn: asyncpg.Connection, ids: Iterable[int]) -> None:
+        ids = sorted(set(ids))
+        for i in range(0, len(ids), 500):
+            await conn.execute(
+                "SELECT pg_notify($1, $2)", CHANNEL, json.dumps({"n": self.node, "ids": ids[i : i + 500]})
+            )
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    async def schema_version(self) -> int:
+        return int(await self._run(lambda c: c.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")))
+
+    async def columns(self) -> list[str]:
+        """The jobs table's job-field columns, in order (`repo_key` is the team's, not a job field)."""
+        rows = await self._fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' ORDER BY ordinal_position"
+        )
+        return [str(r[0]) for r in rows if r[0] != "repo_key"]
+
+    # -- jobs: reads ----------------------------------------------------------------------------
+
+    async def add_job(
+        self,
+        *,
+        repo: str,
+        branch: str,
+        text: str,
+        runner: str,
+        priority: int = 0,
+        after: Sequence[int] = (),
+        declared: Sequence[str] = (),
+        claim: Claim | None = None,
+        ticket: tuple[str, str | None] | None = None,
+        argv: Sequence[str] | None = None,
+        land: str = "auto",
+        labels: Sequence[str] = (),
+    ) -> Job:
+        key, url = await asyncio.to_thread(clones.key_of, repo, branch)
+        await self.register_clone(key, repo, url)
+        now = time.time()
+        job = Job(
+            id=0, repo=repo, branch=branch, text=text, runner=runner, state=JobState.QUEUED, priority=priority,
+            after=tuple(after), declared=tuple(declared), claim=claim or Claim(), created_at=now,
+            argv=None if argv is None else tuple(argv), land=land, labels=tuple(sorted(set(labels))),
+        )  # fmt: skip
+        values = [encode(FIELDS[c], getattr(job, c)) for c in _COLUMNS]
+
+        async def work(conn: asyncpg.Connection) -> int:
+            job_id = int(
+                await conn.fetchval(
+                    f"INSERT INTO jobs ({_INSERT_COLS}) VALUES ({_INSERT_ARGS}) RETURNING id", *values, key
+                )
+            )
+            await conn.execute(
+                "INSERT INTO job_events (job_id, at, kind, data, node, write_id) "
+                "VALUES ($1, $2, 'enqueued', $3, $4, $5)",
+                job_id, now, json.dumps({"state": "queued", "node": self.node}), self.node, wid,
+            )  # fmt: skip
+            if ticket is not None:
+                await conn.execute(
+                    "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES ($1, $2, $3, $4, $5)",
+                    ticket[0], repo, ticket[1], job_id, now,
+                )  # fmt: skip
+            await self._notify(conn, [job_id])
+            return job_id
+
+        async def again(conn: asyncpg.Connection) -> int | None:
+            found = await conn.fetchval("SELECT job_id FROM job_events WHERE write_id = $1", wid)
+            return None if found is None else int(found)
+
+        wid = uuid.uuid4().hex
+        try:
+            job_id = await self._run(work, again=again)
+        except asyncpg.UniqueViolationError:
+            raise ValueError(f"ticket key {ticket[0] if ticket else '?'} is queued already") from None
+        self._stale_json.add(job_id)
+        return replace(job, id=job_id)
+
+    async def register_clone(self, key: str, path: str, url: str) -> None:
+        """This node has a clone of shared repository `key` at `path`: it may claim that repository's jobs."""
+        if self._paths.get(key) == path:
+            return
+        await self._execute(
+            "INSERT INTO node_repos (node, key, path, url) VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (node, key) DO UPDATE SET path = excluded.path, url = excluded.url",
+            self.node, key, path, url,
+        )  # fmt: skip
+        self._paths[key] = path
+
+    async def ticket_job(self, key: str) -> int | None:
+        row = await self._fetchrow("SELECT job_id FROM tickets WHERE key = $1", key)
+        return int(row[0]) if row else None
+
+    async def ticket_jobs(self, repo: str, ticket: str) -> list[int]:
+        return await self._ids(
+            "SELECT job_id FROM tickets WHERE repo = $1 AND ticket = $2 ORDER BY at, job_id", repo, ticket
+        )
+
+    async def get(self, job_id: int) -> Job | None:
+        row = await self._fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+        return self._job(row) if row else None
+
+    async def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """This node's jobs (in these states)."""
+        if states is None:
+            rows = await self._fetch("SELECT * FROM jobs WHERE node = $1 ORDER BY id", self.node)
+        else:
+            names = sorted(str(s) for s in states)
+            rows = await self._fetch(
+                "SELECT * FROM jobs WHERE node = $1 AND state = ANY($2) ORDER BY id", self.node, names
+            )
+        return [self._job(r) for r in rows]
+
+    async def count(self, states: Iterable[JobState]) -> int:
+        """How many jobs in these states this node holds, or could take (queued and held by nobody)."""
+        names = sorted(str(s) for s in states)
+        return int(
+            await self._run(
+                lambda c: c.fetchval(
+                    "SELECT count(*) FROM jobs WHERE state = ANY($2) "
+                    "AND (node = $1 OR (node = '' AND state = 'queued'))",
+                    self.node, names,
+                )
+            )
+        )  # fmt: skip
+
+    async def _render_json(self, ids: list[int] | None) -> list[tuple[int, str, str, str]]:
+        """Every job of the team (or these) as `jobs_json` rows, rendered here from the one field list."""
+        if ids is None:
+            rows = await self._fetch("SELECT * FROM jobs ORDER BY id")
+        else:
+            rows = await self._fetch("SELECT * FROM jobs WHERE id = ANY($1) ORDER BY id", ids)
+        out = []
+        for row in rows:
+            shown_json = self._job(row).to_json()
+            live = {k: shown_json.pop(k) for k in _LIVE}
+            out.append((int(row["id"]), str(row["state"]), json.dumps(shown_json), json.dumps(live)))
+        return out
+
+    async def get_many(self, ids: Iterable[int]) -> list[Job]:
+        rows = await self._fetch("SELECT * FROM jobs WHERE id = ANY($1) ORDER BY id", sorted(set(ids)))
+        return [self._job(r) for r in rows]
+
+    async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
+        rows = await self._fetch("SELECT id, state FROM jobs WHERE id = ANY($1)", sorted(set(ids)))
+        return {int(r["id"]): JobState(r["state"]) for r in rows}
+
+    # -- the team's queue -------------------------------------------------------------------------
+
+    async def claim(self) -> list[int]:
+        """Take queued jobs from the team's queue for this node: those of its repositories and labels, held by
+        nobody (or by a node whose lease ended), first in priority order, up to `hold` waiting here."""
+
+        async def work(conn: asyncpg.Connection) -> list[int]:
+            rows = await conn.fetch(
+                f"""
+                WITH pick AS (
+                    SELECT j.id FROM jobs j
+                    WHERE j.state = 'queued'
+                      AND (j.node = '' OR NOT EXISTS (
+                          SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {_NOW}))
+                      AND j.repo_key IN (SELECT key FROM node_repos WHERE node = $1)
+                      AND j.labels::jsonb <@ $2::jsonb
+                    ORDER BY j.priority DESC, j.id
+                    LIMIT greatest($3 - (SELECT count(*) FROM jobs
+                                         WHERE node = $1 AND state IN ('queued', 'planning', 'planned')), 0)
+                    FOR UPDATE OF j SKIP LOCKED
+                )
+                UPDATE jobs SET node = $1 FROM pick WHERE jobs.id = pick.id RETURNING jobs.id
+                """,
+                self.node, json.dumps(sorted(self.labels)), self.hold,
+            )  # fmt: skip
+            ids = [int(r[0]) for r in rows]
+            if ids:
+                await conn.executemany(
+                    "INSERT INTO job_events (job_id, at, kind, data, node) VALUES ($1, $2, 'claimed', $3, $4)",
+                    [(i, time.time(), json.dumps({"node": self.node}), self.node) for i in ids],
+                )
+                await self._notify(conn, ids)
+            return ids
+
+        ids = await self._run(work)
+        self._changed.update(ids)
+        self._stale_json.update(ids)
+        return ids
+
+    async def elsewhere(self) -> list[Job]:
+        """Other nodes' planned and active jobs of the repositories this node has clones of (in local paths)."""
+        names = sorted(str(s) for s in (*ACTIVE, JobState.PLANNED))
+        rows = await self._fetch(
+            "SELECT * FROM jobs WHERE node <> $1 AND node <> '' AND state = ANY($2) "
+            "AND repo_key IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY id",
+            self.node, names,
+        )  # fmt: skip
+        return [self._job(r) for r in rows]
+
+    async def renew(self) -> None:
+        """Extend this node's hold on its jobs by `lease` seconds (from the server's clock)."""
+        await self._execute(f"UPDATE nodes SET lease_until = {_NOW} + $2 WHERE name = $1", self.node, self.lease)
+
+    async def lapsed(self) -> list[Job]:
+        """Jobs held by nodes whose lease ended, in states another node can take over (not locked elsewhere)."""
+        names = sorted(str(s) for s in (*NODE_HELD - {JobState.READY}, JobState.QUEUED))
+        rows = await self._fetch(
+            f"SELECT * FROM jobs j WHERE j.node <> '' AND j.node <> $1 AND j.state = ANY($2) AND NOT EXISTS "
+            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {_NOW}) ORDER BY j.id",
+            self.node, names,
+        )  # fmt: skip
+        return [self._job(r) for r in rows]
+
+    async def take_over(self, job: Job, *, landed: str | None = None) -> Job | None:
+        """Take a job of a node whose lease ended: back to the team's queue for a fresh attempt (its runner lived on
+        that node), or `landed` when its push is known to have reached the remote. None if it moved meanwhile."""
+        why = f"node {job.node} stopped renewing its lease; taken over by {self.node}"
+        steps: list[Write] = []
+        base = {"node": job.node, "by": self.node}
+        if landed is not None:
+            steps.append(Write(job.id, {"landed_sha": landed, "finished_at": time.time(), "reason": f"landed at "
+                               f"{landed[:12]} (found on the remote after {why})", "code": Code.LANDED}, "landed",
+                               {**base, "sha": landed}, frozenset({JobState.LANDING}), JobState.LANDED))  # fmt: skip
+        elif job.state is JobState.QUEUED:
+            steps.append(Write(job.id, {}, "released", base, frozenset({JobState.QUEUED}), JobState.QUEUED))
+        else:
+            if job.state is JobState.RUNNING:
+                steps.append(Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, "interrupted", base,
+                                   frozenset({JobState.RUNNING}), JobState.INTERRUPTED))  # fmt: skip
+                source = JobState.INTERRUPTED
+            else:
+                source = job.state
+            steps.append(Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, "requeued",
+                               {**base, "why": "taken over"}, frozenset({source}), JobState.QUEUED))  # fmt: skip
+        rows = await self._write(steps, holder=job.node)
+        return self._job(rows[-1]) if rows[-1] is not None else None
+
+    async def remote_intents(self, job_id: int) -> list[Intent]:
+        """A job's open landing intents on the shared remote (a push whose answer its node never recorded)."""
+        rows = await self._fetch(
+            "SELECT * FROM landing_journal WHERE job_id = $1 AND checkouts = '[]' ORDER BY id", job_id
+        )
+        return [_intent(r) for r in rows]
+
+    async def holds(self, job_id: int, state: JobState = JobState.LANDING) -> bool:
+        """Whether this node still holds the job in `state` (the fence a push asks right before it)."""
+        row = await self._fetchrow(
+            "SELECT 1 FROM jobs WHERE id = $1 AND node = $2 AND state = $3", job_id, self.node, str(state)
+        )
+        return row is not None
+
+    @contextlib.asynccontextmanager
+    async def landing_lock(self, key: str) -> AsyncIterator[None]:
+        """One landing at a time per shared (remote, branch) across the team: a session advisory lock on a
+        connection of its own, released when the landing ends or the node's connection dies."""
+        conn = await self._pool.acquire()
+        try:
+            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", "land:" + key)
+            try:
+                yield
+            finally:
+                with olog.best_effort("release the landing lock", *_CONNECTION_ERRORS):
+                    await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", "land:" + key)
+        finally:
+            await self._pool.release(conn)
+
+    # -- jobs: guarded writes -----------------------------------------------------------------------
+
+    async def _write(self, writes: Sequence[Write], *, changed: bool = True, holder: str | None = None) -> list[Any]:
+        wid = uuid.uuid4().hex
+        now = time.time()
+
+        async def work(conn: asyncpg.Connection) -> list[Any]:
+            rows = [await self._write_one(conn, w, now, wid, holder) for w in writes]
+            await self._notify(conn, [w.job_id for w, r in zip(writes, rows, strict=True) if r is not None])
+            return rows
+
+        async def again(conn: asyncpg.Connection) -> list[Any] | None:
+            if not any(w.event for w in writes):
+                return None  # a write of fields alone, applied twice, leaves the same fields
+            done = {int(r[0]) for r in await conn.fetch("SELECT job_id FROM job_events WHERE write_id = $1", wid)}
+            if not done:
+                return None
+            return [await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", w.job_id) if w.job_id in done else None
+                    for w in writes]  # fmt: skip
+
+        rows = await self._run(work, again=again)
+        for w, row in zip(writes, rows, strict=True):
+            if row is not None:
+                self._stale_json.add(w.job_id)
+                if changed or w.to is not None:
+                    self._changed.add(w.job_id)
+        return rows
+
+    async def _write_one(
+        self, conn: asyncpg.Connection, w: Write, now: float, wid: str, holder: str | None
+    ) -> asyncpg.Record | None:
+        values = {k: encode(FIELDS[k], v) for k, v in w.fields.items()}
+        if w.to is not None:
+            values["state"] = str(w.to)
+            if w.to is JobState.QUEUED:
+                values["node"] = ""  # back to the team's queue: any node may claim it
+            elif holder is not None and w.to is JobState.LANDED:
+                values["node"] = self.node  # taken over and found landed: this node recorded it
+        args: list[Any] = [w.job_id, sorted(str(s) for s in w.expect)]
+        where = "id = $1 AND state = ANY($2)"
+        owner = holder if holder is not None else self.node
+        if (w.expect & NODE_HELD and w.to is not JobState.CANCELLED) or holder is not None:
+            args.append(owner)
+            where += f" AND node = ${len(args)}"
+        if w.to is JobState.RUNNING and w.beside is not None and not await self._admissible(conn, w):
+            return None
+        if values:
+            sets = []
+            for k, v in values.items():
+                args.append(v)
+                sets.append(f"{_q(k)} = ${len(args)}")
+            row = await conn.fetchrow(f"UPDATE jobs SET {', '.join(sets)} WHERE {where} RETURNING *", *args)
+        else:
+            row = await conn.fetchrow(f"SELECT * FROM jobs WHERE {where}", *args)
+        if row is None:
+            return None
+        if w.event:
+            payload = dict(w.data or {})
+            if w.to is not None:
+                payload.setdefault("state", str(w.to))
+            payload.setdefault("node", self.node)
+            await conn.execute(
+                "INSERT INTO job_events (job_id, at, kind, data, node, write_id) VALUES ($1, $2, $3, $4, $5, $6)",
+                w.job_id, now, w.event, json.dumps(payload, default=str), self.node, wid,
+            )  # fmt: skip
+        return row
+
+    async def _admissible(self, conn: asyncpg.Connection, w: Write) -> bool:
+        """Under the repository's admission lock: no other node started a job there beside what admission saw."""
+        key = await conn.fetchval("SELECT repo_key FROM jobs WHERE id = $1", w.job_id)
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", "admit:" + str(key))
+        now_active = await conn.fetch(
+            "SELECT id FROM jobs WHERE repo_key = $1 AND node <> $2 AND node <> '' AND state = ANY($3)",
+            key, self.node, sorted(str(s) for s in ACTIVE),
+        )  # fmt: skip
+        started = {int(r[0]) for r in now_active} - set(w.beside or ())
+        if started:
+            olog.get(job_id=w.job_id).info(
+                olog.Event.ADMISSION_STALE, reason=f"another node started jobs {sorted(started)} in its repository"
+            )
+        return not started
+
+    async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> list[int]:
+        for w in writes:
+            _check_fields(w.fields)
+            if w.to is not None:
+                lifecycle.check(w.expect, w.to)
+            elif not w.expect:
+                raise ValueError("an update must expect at least one state")
+        rows = await self._write(writes, changed=changed)
+        return [w.job_id for w, row in zip(writes, rows, strict=True) if row is not None]
+
+    async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
+        async def work(conn: asyncpg.Connection) -> bool:
+            row = await conn.fetchrow(
+                "SELECT id FROM jobs WHERE id = $1 AND state = ANY($2) FOR UPDATE",
+                job_id,
+                sorted(str(s) for s in expect),
+            )
+            if row is None:
+                return False
+            await conn.execute("DELETE FROM job_events WHERE job_id = $1", job_id)
+            await conn.execute("DELETE FROM jobs WHERE id = $1", job_id)
+            await self._notify(conn, [job_id])
+            return True
+
+        done = await self._run(work)
+        self._changed.add(job_id)
+        self._stale_json.add(job_id)
+        return done
+
+    async def recover(self) -> dict[str, list[int]]:
+        """After this node's crash: what it ran goes back to the team's queue (a fresh attempt, on any node),
+        what it planned too; its landings stay (their result commits are in this node's clone)."""
+        running = await self.jobs([JobState.RUNNING])
+        planning = await self.jobs([JobState.PLANNING])
+        why = "the daemon stopped while this job ran; back in the team's queue for a fresh attempt"
+        for job in running:
+            await self._write(
+                [
+                    Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, "interrupted", {"node": self.node},
+                          frozenset({JobState.RUNNING}), JobState.INTERRUPTED),
+                    Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, "requeued",
+                          {"why": "daemon restarted"}, frozenset({JobState.INTERRUPTED}), JobState.QUEUED),
+                ]
+            )  # fmt: skip
+        for job in planning:
+            await self.transition(
+                job.id, {JobState.PLANNING}, JobState.QUEUED, "requeued", data={"why": "daemon restarted"}
+            )
+        landing = [j.id for j in await self.jobs([JobState.LANDING])]
+        return {"requeued": [j.id for j in (*running, *planning)], "landing": landing}
+
+    # -- controls, events, planning history ---------------------------------------------------------
+
+    async def controls(self) -> dict[str, tuple[bool, int | None]]:
+        rows = await self._fetch("SELECT scope, paused, slots FROM controls")
+        return {r["scope"]: (bool(r["paused"]), r["slots"]) for r in rows}
+
+    async def set_control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
+        async def work(conn: asyncpg.Connection) -> None:
+            await conn.execute("INSERT INTO controls (scope) VALUES ($1) ON CONFLICT DO NOTHING", scope)
+            if paused is not None:
+                await conn.execute("UPDATE controls SET paused = $1 WHERE scope = $2", int(paused), scope)
+            if slots is not False:
+                await conn.execute("UPDATE controls SET slots = $1 WHERE scope = $2", slots, scope)
+            await conn.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
+
+        await self._run(work)
+
+    async def events(self, job_id: int) -> list[dict[str, Any]]:
+        rows = await self._fetch("SELECT at, kind, data FROM job_events WHERE job_id = $1 ORDER BY id", job_id)
+        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
+        rows = await self._fetch("SELECT job_id, data FROM job_events WHERE kind = $1 ORDER BY id", kind)
+        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
+
+    async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
+        row = await self._fetchrow(
+            "SELECT head, changes FROM plan_history WHERE node = $1 AND repo = $2", self.node, repo
+        )
+        return (row["head"], json.loads(row["changes"])) if row else None
+
+    async def save_plan_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
+        await self._execute(
+            "INSERT INTO plan_history (node, repo, head, changes, at) VALUES ($1, $2, $3, $4, $5) "
+            "ON CONFLICT (node, repo) "
+            "DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
+            self.node, repo, head, json.dumps(changes), time.time(),
+        )  # fmt: skip
+
+    # -- this node's process groups and landing journal ------------------------------------------------
+
+    async def own_process(self, group: Group, job_id: int | None = None) -> None:
+        await self._execute(
+            "INSERT INTO processes (node, pgid, start_time, boot_id, job_id, what, started_at) VALUES "
+            "($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, pgid, start_time) "
+            "DO UPDATE SET boot_id = excluded.boot_id, "
+            "job_id = excluded.job_id, what = excluded.what, started_at = excluded.started_at",
+            self.node, group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time(),
+        )  # fmt: skip
+
+    async def disown_process(self, group: Group) -> None:
+        await self._execute(
+            "DELETE FROM processes WHERE node = $1 AND pgid = $2 AND start_time = $3",
+            self.node,
+            group.pgid,
+            group.start_time,
+        )
+
+    async def processes(self) -> list[tuple[Group, int | None]]:
+        rows = await self._fetch("SELECT * FROM processes WHERE node = $1 ORDER BY started_at", self.node)
+        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
+
+    async def journal_begin(self, intent: Intent) -> int:
+        row = await self._fetchrow(
+            "INSERT INTO landing_journal (node, job_id, repo, branch, old, new, checkouts, at) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+            self.node, intent.job_id, intent.repo, intent.branch, intent.old, intent.new,
+            json.dumps(list(intent.checkouts)), intent.at,
+        )  # fmt: skip
+        assert row is not None
+        return int(row[0])
+
+    async def journal_end(self, entry: int) -> None:
+        await self._execute("DELETE FROM landing_journal WHERE id = $1", entry)
+
+    async def journal_open(self) -> list[tuple[int, Intent]]:
+        """This node's landings into its own checkouts that were not level when it stopped (remote intents, with
+        no checkouts, are read by whoever takes their job over: `remote_intents`)."""
+        rows = await self._fetch(
+            "SELECT * FROM landing_journal WHERE node = $1 AND checkouts <> '[]' ORDER BY id", self.node
+        )
+        return [(int(r["id"]), _intent(r)) for r in rows]
+
+    # -- chat --------------------------------------------------------------------------------------
+
+    async def add_message(self, session: str, role: str, content: str) -> int:
+        return await self._run(lambda c: _add_message(c, session, role, content, time.time()))
+
+    async def open_turn(
+        self, session: str, text: str, history: int, memories: int = 50
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        async def work(conn: asyncpg.Connection) -> tuple[list[dict[str, Any]], list[str]]:
+            rows = await conn.fetch(_HISTORY, session, history)
+            mems = await conn.fetch(_MEMORIES, session, memories)
+            await _add_message(conn, session, "user", text, time.time())
+            return [dict(r) for r in reversed(rows)], [r["content"] for r in mems]
+
+        return await self._run(work)
+
+    async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
+        return [dict(r) for r in reversed(await self._fetch(_HISTORY, session, limit))]
+
+    async def unextracted(self, session: str) -> list[dict[str, Any]]:
+        rows = await self._fetch(
+            "SELECT id, role, content, at FROM messages WHERE session_id = $1 AND extracted = 0 ORDER BY id", session
+        )
+        return [dict(r) for r in rows]
+
+    async def unextracted_sessions(self) -> list[str]:
+        return [r[0] for r in await self._fetch("SELECT DISTINCT session_id FROM messages WHERE extracted = 0")]
+
+    async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
+        async def work(conn: asyncpg.Connection) -> None:
+            now = time.time()
+            await conn.executemany(
+                "INSERT INTO memories (session_id, content, at) VALUES ($1, $2, $3)",
+                [(session, m, now) for m in memories],
+            )
+            await conn.execute("UPDATE messages SET extracted = 1 WHERE session_id = $1 AND id <= $2", session, upto)
+
+        await self._run(work)
+
+    async def memories(self, session: str, limit: int = 50) -> list[str]:
+        return [r["content"] for r in await self._fetch(_MEMORIES, session, limit)]
+
+
+_HISTORY = "SELECT id, role, content, at, extracted FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
+_MEMORIES = "SELECT content FROM memories WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
+
+
+async def _add_message(conn: asyncpg.Connection, session: str, role: str, content: str, now: float) -> int:
+    await conn.execute("INSERT INTO sessions (id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING", session, now)
+    return int(
+        await conn.fetchval(
+            "INSERT INTO messages (session_id, role, content, at) VALUES ($1, $2, $3, $4) RETURNING id",
+            session, role, content, now,
+        )
+    )  # fmt: skip
+
+
+def _intent(r: asyncpg.Record) -> Intent:
+    return Intent(r["repo"], r["branch"], r["old"], r["new"], tuple(json.loads(r["checkouts"])), r["job_id"], r["at"])
