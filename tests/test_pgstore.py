@@ -58,7 +58,8 @@ async def test_same_columns_migrations_and_guarded_transitions(pg_url, clones):
     a = await _node(pg_url, "a")
     try:
         assert await a.columns() == ["id", *FIELDS]
-        job = await a.add_job(repo=str(clones[0]), branch="main", text="t", runner="shell", claim=Claim(frozenset({"x"})))
+        claim = Claim(frozenset({"x"}))
+        job = await a.add_job(repo=str(clones[0]), branch="main", text="t", runner="shell", claim=claim)
         assert job.id > 0 and (await a.get(job.id)).claim.paths == frozenset({"x"})
         assert await a.claim() == [job.id]
         moved = await a.transition(job.id, {Q}, JobState.PLANNING, "planning")
@@ -99,7 +100,7 @@ async def _join(store, clone: Path) -> None:
     """The node `store` has a clone of the shared repository at `clone` (as enqueuing from it would record)."""
     from orchestrator.team import clones as cl
 
-    key, url = await asyncio.to_thread(cl.key_of, str(clone), "main")
+    key, url = await asyncio.to_thread(cl.identity_of, str(clone))
     await store.register_clone(key, str(clone), url)
 
 
@@ -170,5 +171,5 @@ async def test_postgresql_down_is_a_clear_error(tmp_path):
     from orchestrator.team.pgstore import PgStore, StoreUnreachable
 
     url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
-    with pytest.raises(StoreUnreachable, match="cannot reach the team's PostgreSQL.*Start it"):
+    with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
         await PgStore.connect(url, node="a")

@@ -118,6 +118,7 @@ class RepoFacts:
             deps = {i for j in jobs for i in j.after}
             facts = (
                 tuple(active.get(repo, ())),
+                tuple(v for v in snapshot.elsewhere if v.repo == repo),
                 tuple(jobs),
                 tuple(held.get(repo, ())),
                 frozenset(k for k in snapshot.landing if k[0] == repo),

@@ -43,7 +43,7 @@ def remote_of(repo_path: str, branch: str) -> Remote:
     return Remote(origin_url(repo_path), branch)
 
 
-def key_of(repo_path: str, branch: str) -> tuple[str, str]:
-    """(the team-wide key of this clone's remote and branch, the URL as shown: no password)."""
-    remote = remote_of(repo_path, branch)
-    return remote.key, shown(remote.url)
+def identity_of(repo_path: str) -> tuple[str, str]:
+    """(the team-wide name of this clone's remote, `Remote.identity`; its URL as shown: no password)."""
+    remote = remote_of(repo_path, "")
+    return remote.identity, shown(remote.url)

@@ -3,7 +3,8 @@ database has not had yet, one daemon at a time under an advisory lock).
 
 Migrations are history: never edit one that shipped, add the next. The jobs table holds the same columns as the
 embedded SQLite file's (`core.job.FIELDS`, a test holds them equal), stored the same way (JSON as text, times as
-UNIX seconds), plus `repo_key`: the team's name of the job's repository and branch (`git.remote.Remote.key`).
+UNIX seconds), plus `repo_key`, the team's name of the job's repository and branch (`git.remote.Remote.key`),
+and `remote`, the repository's alone (`Remote.identity`: the key of `node_repos`, each node's clone of it).
 Tables a node keeps for itself (its process groups, its landing journal, its planning history) carry the node's
 name; the rest is the team's.
 """
@@ -46,7 +47,8 @@ MIGRATIONS: tuple[str, ...] = (
         land TEXT NOT NULL DEFAULT 'auto',
         node TEXT NOT NULL DEFAULT '',
         labels TEXT NOT NULL DEFAULT '[]',
-        repo_key TEXT NOT NULL DEFAULT ''
+        repo_key TEXT NOT NULL DEFAULT '',
+        remote TEXT NOT NULL DEFAULT ''
     );
     CREATE INDEX jobs_state ON jobs (state);
     CREATE INDEX jobs_node_state ON jobs (node, state);

@@ -71,8 +71,8 @@ def _q(name: str) -> str:
     return f'"{name}"'
 
 
-_INSERT_COLS = ", ".join(_q(c) for c in (*_COLUMNS, "repo_key"))
-_INSERT_ARGS = ", ".join(f"${i}" for i in range(1, len(_COLUMNS) + 2))
+_INSERT_COLS = ", ".join(_q(c) for c in (*_COLUMNS, "repo_key", "remote"))
+_INSERT_ARGS = ", ".join(f"${i}" for i in range(1, len(_COLUMNS) + 3))
 
 
 class PgStore(Store):
@@ -80,7 +80,7 @@ class PgStore(Store):
 
     def __init__(self, pool: asyncpg.Pool, url: str, node: str, labels: Sequence[str], lease: float, hold: int) -> None:
         super().__init__(None, None)  # type: ignore[arg-type]  # no SQLite connection: every method is overridden
-        self.path = shown(url)  # type: ignore[assignment]  # for messages
+        self.path = shown(url)  # for messages
         self.url = url
         self.node = node
         self.labels = tuple(labels)
@@ -212,7 +212,7 @@ class PgStore(Store):
                         f"{type(e).__name__}: {e}"
                     ) from None
                 if not lost:
-                    olog.get().warning(olog.Event.SCHEDULER_ERROR, error=f"PostgreSQL connection lost ({e}); retrying")
+                    olog.get().warning(olog.Event.TEAM_STORE_LOST, error=f"{type(e).__name__}: {e}", retrying=True)
                 lost = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -231,7 +231,7 @@ class PgStore(Store):
 
     def _job(self, row: asyncpg.Record) -> Job:
         job = Job(id=int(row["id"]), **{name: decode(codec, row[name]) for name, codec in FIELDS.items()})
-        local = self._paths.get(row["repo_key"])
+        local = self._paths.get(row["remote"])
         return replace(job, repo=local) if local and local != job.repo else job
 
     async def _notify(self, conn: asyncpg.Connection, ids: Iterable[int]) -> None:
@@ -247,11 +247,11 @@ class PgStore(Store):
         return int(await self._run(lambda c: c.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")))
 
     async def columns(self) -> list[str]:
-        """The jobs table's job-field columns, in order (`repo_key` is the team's, not a job field)."""
+        """The jobs table's job-field columns, in order (`repo_key` and `remote` are the team's, not job fields)."""
         rows = await self._fetch(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' ORDER BY ordinal_position"
         )
-        return [str(r[0]) for r in rows if r[0] != "repo_key"]
+        return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote")]
 
     # -- jobs: reads ----------------------------------------------------------------------------
 
@@ -271,8 +271,8 @@ class PgStore(Store):
         land: str = "auto",
         labels: Sequence[str] = (),
     ) -> Job:
-        key, url = await asyncio.to_thread(clones.key_of, repo, branch)
-        await self.register_clone(key, repo, url)
+        remote = await asyncio.to_thread(clones.remote_of, repo, branch)
+        await self.register_clone(remote.identity, repo, shown(remote.url))
         now = time.time()
         job = Job(
             id=0, repo=repo, branch=branch, text=text, runner=runner, state=JobState.QUEUED, priority=priority,
@@ -284,7 +284,10 @@ class PgStore(Store):
         async def work(conn: asyncpg.Connection) -> int:
             job_id = int(
                 await conn.fetchval(
-                    f"INSERT INTO jobs ({_INSERT_COLS}) VALUES ({_INSERT_ARGS}) RETURNING id", *values, key
+                    f"INSERT INTO jobs ({_INSERT_COLS}) VALUES ({_INSERT_ARGS}) RETURNING id",
+                    *values,
+                    remote.key,
+                    remote.identity,
                 )
             )
             await conn.execute(
@@ -313,7 +316,8 @@ class PgStore(Store):
         return replace(job, id=job_id)
 
     async def register_clone(self, key: str, path: str, url: str) -> None:
-        """This node has a clone of shared repository `key` at `path`: it may claim that repository's jobs."""
+        """This node has a clone of shared repository `key` (`Remote.identity`) at `path`: it may claim that
+        repository's jobs."""
         if self._paths.get(key) == path:
             return
         await self._execute(
@@ -322,6 +326,10 @@ class PgStore(Store):
             self.node, key, path, url,
         )  # fmt: skip
         self._paths[key] = path
+
+    def clone_paths(self) -> list[str]:
+        """This node's clones of the team's repositories."""
+        return sorted(set(self._paths.values()))
 
     async def ticket_job(self, key: str) -> int | None:
         row = await self._fetchrow("SELECT job_id FROM tickets WHERE key = $1", key)
@@ -395,7 +403,7 @@ class PgStore(Store):
                     WHERE j.state = 'queued'
                       AND (j.node = '' OR NOT EXISTS (
                           SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {_NOW}))
-                      AND j.repo_key IN (SELECT key FROM node_repos WHERE node = $1)
+                      AND j.remote IN (SELECT key FROM node_repos WHERE node = $1)
                       AND j.labels::jsonb <@ $2::jsonb
                     ORDER BY j.priority DESC, j.id
                     LIMIT greatest($3 - (SELECT count(*) FROM jobs
@@ -425,7 +433,7 @@ class PgStore(Store):
         names = sorted(str(s) for s in (*ACTIVE, JobState.PLANNED))
         rows = await self._fetch(
             "SELECT * FROM jobs WHERE node <> $1 AND node <> '' AND state = ANY($2) "
-            "AND repo_key IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY id",
+            "AND remote IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY id",
             self.node, names,
         )  # fmt: skip
         return [self._job(r) for r in rows]
@@ -435,11 +443,12 @@ class PgStore(Store):
         await self._execute(f"UPDATE nodes SET lease_until = {_NOW} + $2 WHERE name = $1", self.node, self.lease)
 
     async def lapsed(self) -> list[Job]:
-        """Jobs held by nodes whose lease ended, in states another node can take over (not locked elsewhere)."""
+        """Jobs of this node's repositories held by nodes whose lease ended, in states another node can take over."""
         names = sorted(str(s) for s in (*NODE_HELD - {JobState.READY}, JobState.QUEUED))
         rows = await self._fetch(
             f"SELECT * FROM jobs j WHERE j.node <> '' AND j.node <> $1 AND j.state = ANY($2) AND NOT EXISTS "
-            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {_NOW}) ORDER BY j.id",
+            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {_NOW}) "
+            "AND j.remote IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY j.id",
             self.node, names,
         )  # fmt: skip
         return [self._job(r) for r in rows]
