@@ -221,6 +221,10 @@ class Store:
     async def close(self) -> None:
         await self._db.close()
 
+    def _job(self, row: Any) -> Job:
+        """A job from its row, as this engine reads it (the guarded writes return what `_write` gave back)."""
+        return _row_to_job(row)
+
     async def _migrate(self) -> None:
         version = await self.schema_version()
         if version > len(MIGRATIONS):
@@ -381,7 +385,7 @@ class Store:
         _check_fields(fields)
         fence = None if beside is None else frozenset(beside)
         rows = await self._write([Write(job_id, fields, event, data, sources, to, fence)])
-        return _row_to_job(rows[0]) if rows[0] is not None else None
+        return self._job(rows[0]) if rows[0] is not None else None
 
     async def update(
         self,
@@ -398,7 +402,7 @@ class Store:
             raise ValueError("an update must expect at least one state")
         _check_fields(fields)
         rows = await self._write([Write(job_id, fields, event, data, frozenset(expect))])
-        return _row_to_job(rows[0]) if rows[0] is not None else None
+        return self._job(rows[0]) if rows[0] is not None else None
 
     async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> list[int]:
         """Several jobs' guarded writes in one transaction (a scheduler round's batch): the ids written.

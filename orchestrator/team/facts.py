@@ -41,6 +41,10 @@ class TeamFacts(GitFacts):
         self._tips: dict[tuple[str, str], str | None] = {}
         self._said: dict[tuple[str, str], str] = {}
 
+    def forget(self) -> None:
+        """Another node changed jobs (it may have landed): the next round asks the remote again."""
+        self._at.clear()
+
     async def heads(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
         """Each (repo, branch)'s tip on the shared remote; None where it cannot be known."""
         heads: dict[tuple[str, str], str | None] = {}
@@ -52,7 +56,7 @@ class TeamFacts(GitFacts):
     async def _tip(self, repo: str, branch: str) -> str | None:
         key = (repo, branch)
         lock = self.fetches.lock(repo)
-        if key in self._tips and (time.monotonic() - self._at[key] < REFRESH or lock.locked()):
+        if key in self._tips and (time.monotonic() - self._at.get(key, -REFRESH) < REFRESH or lock.locked()):
             return self._tips[key]
         async with lock:
             try:

@@ -23,6 +23,7 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Stop
 from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.team import clones
+from orchestrator.team.facts import TeamFacts
 from orchestrator.team.pgstore import PgStore, StoreUnreachable
 
 ERRORS = (StoreUnreachable, rmt.RemoteError, clones.NotShared, OSError)
@@ -54,9 +55,17 @@ class TeamNode:
 
     def _foreign(self, ids: set[int]) -> None:
         """Another node changed jobs: waiters, watchers and the scheduler hear it (in a task this node owns)."""
-        task = asyncio.create_task(self.board.foreign(ids), name="team-heard")
+        task = asyncio.create_task(self._heard_of(ids), name="team-heard")
         self._heard.add(task)
         task.add_done_callback(self._heard.discard)
+
+    async def _heard_of(self, ids: set[int]) -> None:
+        if isinstance(self.scheduler.facts, TeamFacts):
+            self.scheduler.facts.forget()
+        try:
+            await self.board.foreign(ids)
+        except ERRORS as e:  # the next notification, or the next beat, reads it again
+            olog.get().warning(olog.Event.TEAM_STORE_LOST, error=f"{type(e).__name__}: {e}")
 
     async def _loop(self) -> None:
         while True:

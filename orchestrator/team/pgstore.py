@@ -59,7 +59,14 @@ CHANNEL = "orchestrator_jobs"
 NODE_HELD = frozenset({JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY})
 """States a node works a job in: writes expecting them apply only while the writer holds the job."""
 _MIGRATE_LOCK = 7_300_021
-_CONNECTION_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError, asyncpg.CannotConnectNowError)
+_CONNECTION_ERRORS = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.InternalClientError,  # a connection broken mid-operation, met again when the pool resets it
+)
 _NOW = "extract(epoch from clock_timestamp())"
 
 
@@ -100,7 +107,7 @@ class PgStore(Store):
     ) -> PgStore:
         """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached."""
         try:
-            pool = await asyncpg.create_pool(url, min_size=1, max_size=8, timeout=10, command_timeout=60)
+            pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
         except (*_CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
             raise StoreUnreachable(
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
