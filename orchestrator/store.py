@@ -436,6 +436,10 @@ class Store:
         """Take queued jobs from a team's queue for this node: on one machine every job is this node's."""
         return []
 
+    def mine(self, job: Job) -> bool:
+        """Whether this node holds `job` (on one machine, every job)."""
+        return True
+
     async def elsewhere(self) -> list[Job]:
         """Other nodes' planned and active jobs of this node's repositories: none on one machine."""
         return []

@@ -65,7 +65,7 @@ def team(tmp_path: Path, pg_url: str):
             d = Daemon(tmp_path / f"home-{name}", {"MAX_CONCURRENT_JOBS": "2", **env})
             (d.home / "config").mkdir(parents=True)
             (d.home / "config" / "config.toml").write_text(
-                f'[store]\nurl = "{pg_url}"\n\n[team]\nnode = "{name}"\nlease = {LEASE}\n'
+                f'[store]\nurl = "{pg_url}"\n\n[team]\nnode = "{name}"\nlease = {LEASE}\n\n[repos."{clone}"]\n'
             )
             made.append(d)
             nodes.append((d, clone))

@@ -435,6 +435,9 @@ class PgStore(Store):
         self._stale_json.update(ids)
         return ids
 
+    def mine(self, job: Job) -> bool:
+        return job.node == self.node
+
     async def elsewhere(self) -> list[Job]:
         """Other nodes' planned and active jobs of the repositories this node has clones of (in local paths)."""
         names = sorted(str(s) for s in (*ACTIVE, JobState.PLANNED))
