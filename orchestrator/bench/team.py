@@ -1,8 +1,8 @@
 """`orchestrator bench team`: a team of daemons on this machine against one daemon with as many slots.
 
 Everything is real: a throwaway PostgreSQL (`team.localpg`, Debian's `postgresql` package), a bare remote, one
-clone and one home per node, daemons in burst mode driven over their sockets. Two measurements, side by side in
-one run so the machine's load weighs on both alike:
+clone and one home per node, daemons driven over their sockets (stopped once every job landed). Two
+measurements, side by side in one run so the machine's load weighs on both alike:
 
 1. The same queue (`--jobs`, a third of them appending to one of four shared files, the rest each writing a file
    of its own; every job sleeps `--sleep` s) through 3 nodes × 2 slots and through 1 node × 6 slots: makespan
@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -29,7 +30,29 @@ from typing import Any
 import click
 
 from orchestrator.bench.daemon import BenchDaemon, BenchError, machine
+from orchestrator.client import Unreachable
 from orchestrator.team.localpg import INSTALL_HINT, LocalPostgres, find_bindir
+
+
+class Node(BenchDaemon):
+    """A bench daemon that serves until stopped (not burst mode: a node idle a moment may get work from the team)."""
+
+    def __enter__(self) -> Node:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", "daemon"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"the daemon exited {self.proc.returncode}: see {self.log_path}")
+            try:
+                self.client.health()
+                return self
+            except (Unreachable, OSError):
+                time.sleep(0.05)
+        raise BenchError(f"the daemon did not answer within 60 s: see {self.log_path}")
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -99,7 +122,7 @@ def run_team(
         for n in range(nodes):
             clone = work / f"clone{n}"
             _git(work, "clone", "-q", str(bare), clone.name)
-            d = BenchDaemon(work / f"home{n}", _config(url, f"n{n}", slots, clone), {"ORCHESTRATOR_SANDBOX": "none"})
+            d = Node(work / f"home{n}", _config(url, f"n{n}", slots, clone), {"ORCHESTRATOR_SANDBOX": "none"})
             daemons.append((stack.enter_context(d), clone))
         started = time.time()
         for i, (text, path) in enumerate(jobs):
@@ -108,12 +131,10 @@ def run_team(
             if gap:
                 time.sleep(gap)
         deadline = time.monotonic() + timeout
-        for d, _ in daemons:
-            assert d.proc is not None
-            try:
-                d.proc.wait(timeout=max(deadline - time.monotonic(), 1))
-            except subprocess.TimeoutExpired:
-                raise BenchError(f"{name}: the queue did not drain within {timeout:.0f} s (see {d.log_path})") from None
+        while int(pg.psql("SELECT count(*) FROM jobs WHERE state = 'landed'", database=name)) < len(jobs):
+            if time.monotonic() > deadline or any(d.proc is None or d.proc.poll() is not None for d, _ in daemons):
+                raise BenchError(f"{name}: the queue did not drain in {timeout:.0f} s (see {work}/home*/daemon.log)")
+            time.sleep(0.2)
     events = _events(pg, name)
     landed = [kinds["landed"][-1] for kinds in events.values() if "landed" in kinds]
     trailers = _git(bare, "log", "main", "--format=%(trailers:key=Orchestrator-Job,valueonly,separator=)").split()
