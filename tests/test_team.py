@@ -122,7 +122,7 @@ def test_three_nodes_land_every_job_once_never_overlapping_through_a_postgresql_
             postgres.restart()
     every = sorted(shared + disjoint)
     a = nodes[0][0]
-    until("every job landed", lambda: all(j["state"] == "landed" for j in _states(a).values()), timeout=int(os.environ.get("T_TIMEOUT", "150")))
+    until("every job landed", lambda: all(j["state"] == "landed" for j in _states(a).values()), timeout=150)
     assert _landed_once(bare) == every
     jobs = _states(a)
     assert {jobs[i]["node"] for i in every} <= {"a", "b", "c"} and len({jobs[i]["node"] for i in every}) >= 2
