@@ -436,6 +436,10 @@ class Store:
         """Take queued jobs from a team's queue for this node: on one machine every job is this node's."""
         return []
 
+    async def team_jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """Every node's jobs (in these states): on one machine, `jobs`."""
+        return await self.jobs(states)
+
     def mine(self, job: Job) -> bool:
         """Whether this node holds `job` (on one machine, every job)."""
         return True

@@ -1,9 +1,9 @@
 """The git facts of a round in team mode: a target branch's head is the shared remote's tip, not the clone's.
 
 `heads` fetches each (repo, branch) it is asked for into the clone's own tracking ref (`git.remote.fetch`), at
-most once every `REFRESH` seconds per branch; in between, and while this node lands onto that branch (the
-lander fetches itself), it reads the tip last fetched. The rest (`moved`, `mergeable`) reads the clone's object
-store as on one machine: every fetched tip is in it.
+most once every `REFRESH` seconds per branch, and at once after another node landed; in between, and while
+this node lands onto that branch (the lander fetches itself), it reads the tip last fetched. The rest (`moved`,
+`mergeable`) reads the clone's object store as on one machine: every fetched tip is in it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from orchestrator.git import remote as rmt
 from orchestrator.jobs.facts import GitFacts
 from orchestrator.team import clones
 
-REFRESH = 0.5
-"""Seconds a fetched tip is used before the remote is asked again (another node may have landed)."""
+REFRESH = 5.0
+"""Seconds a fetched tip is used before the remote is asked again. Another node's landing makes the next round
+ask at once (`forget`, on its notification); this is for pushes from outside the team."""
 
 
 class Fetches:
@@ -56,8 +57,11 @@ class TeamFacts(GitFacts):
     async def _tip(self, repo: str, branch: str) -> str | None:
         key = (repo, branch)
         lock = self.fetches.lock(repo)
-        if key in self._tips and (time.monotonic() - self._at.get(key, -REFRESH) < REFRESH or lock.locked()):
-            return self._tips[key]
+        fresh = time.monotonic() - self._at.get(key, -REFRESH) < REFRESH
+        if key in self._tips and (fresh or lock.locked()):
+            # The tip last fetched, or pushed by this node's own landing since (it moves the same ref).
+            remote = await asyncio.to_thread(clones.remote_of, repo, branch)
+            return await asyncio.to_thread(rmt.tracked, Path(repo), remote) or self._tips[key]
         async with lock:
             try:
                 remote = await asyncio.to_thread(clones.remote_of, repo, branch)

@@ -60,7 +60,8 @@ class TeamNode:
         task.add_done_callback(self._heard.discard)
 
     async def _heard_of(self, ids: set[int]) -> None:
-        if isinstance(self.scheduler.facts, TeamFacts):
+        if self.store.remote_moved and isinstance(self.scheduler.facts, TeamFacts):
+            self.store.remote_moved = False
             self.scheduler.facts.forget()
         try:
             await self.board.foreign(ids)

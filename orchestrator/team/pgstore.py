@@ -98,6 +98,8 @@ class PgStore(Store):
         """This node's clone of each shared repository: repo key → local path."""
         self._listener: asyncpg.Connection | None = None
         self._foreign: list[Callable[[set[int]], None]] = []
+        self.remote_moved = True
+        """Another node landed a job since this was last cleared (a shared branch moved): ask the remote again."""
 
     # -- opening ------------------------------------------------------------------------------------
 
@@ -165,6 +167,7 @@ class PgStore(Store):
         self._listener = await asyncpg.connect(self.url, timeout=10)
         await self._listener.add_listener(CHANNEL, self._notified)
         self._json = None  # what other nodes changed meanwhile is unknown: render everything again
+        self.remote_moved = True
         for job_id in await self._ids("SELECT id FROM jobs WHERE node = $1", self.node):
             self._changed.add(job_id)
         for cb in self._foreign:
@@ -180,6 +183,7 @@ class PgStore(Store):
         if note.get("n") == self.node:
             return
         ids = {int(i) for i in note.get("ids", ())}
+        self.remote_moved = self.remote_moved or bool(note.get("landed"))
         self._changed |= ids
         self._stale_json |= ids
         for cb in self._foreign:
@@ -241,12 +245,12 @@ class PgStore(Store):
         local = self._paths.get(row["remote"])
         return replace(job, repo=local) if local and local != job.repo else job
 
-    async def _notify(self, conn: asyncpg.Connection, ids: Iterable[int]) -> None:
+    async def _notify(self, conn: asyncpg.Connection, ids: Iterable[int], *, landed: bool = False) -> None:
+        """Tell the other nodes these jobs changed (`landed`: one of them landed, so a remote branch moved)."""
         ids = sorted(set(ids))
         for i in range(0, len(ids), 500):
-            await conn.execute(
-                "SELECT pg_notify($1, $2)", CHANNEL, json.dumps({"n": self.node, "ids": ids[i : i + 500]})
-            )
+            note = {"n": self.node, "ids": ids[i : i + 500], "landed": landed}
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, json.dumps(note))
 
     # -- schema ---------------------------------------------------------------------------------
 
@@ -360,6 +364,15 @@ class PgStore(Store):
             rows = await self._fetch(
                 "SELECT * FROM jobs WHERE node = $1 AND state = ANY($2) ORDER BY id", self.node, names
             )
+        return [self._job(r) for r in rows]
+
+    async def team_jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """Every node's jobs (in these states), for `watch` and `wait`."""
+        if states is None:
+            rows = await self._fetch("SELECT * FROM jobs ORDER BY id")
+        else:
+            names = sorted(str(s) for s in states)
+            rows = await self._fetch("SELECT * FROM jobs WHERE state = ANY($1) ORDER BY id", names)
         return [self._job(r) for r in rows]
 
     async def count(self, states: Iterable[JobState]) -> int:
@@ -524,7 +537,8 @@ class PgStore(Store):
 
         async def work(conn: asyncpg.Connection) -> list[Any]:
             rows = [await self._write_one(conn, w, now, wid, holder) for w in writes]
-            await self._notify(conn, [w.job_id for w, r in zip(writes, rows, strict=True) if r is not None])
+            done = [w for w, r in zip(writes, rows, strict=True) if r is not None]
+            await self._notify(conn, [w.job_id for w in done], landed=any(w.to is JobState.LANDED for w in done))
             return rows
 
         async def again(conn: asyncpg.Connection) -> list[Any] | None:
