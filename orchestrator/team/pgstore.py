@@ -110,6 +110,7 @@ class PgStore(Store):
         """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached."""
         try:
             pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
+            await pool.fetchval("SELECT 1")  # min_size 0 connects on first use: ask now, for a clear error
         except (*_CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
             raise StoreUnreachable(
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
