@@ -32,7 +32,7 @@ from orchestrator.runners.process import Group
 from orchestrator.schema import MIGRATIONS
 from orchestrator.sqlite_thread import Connection, transaction
 
-__all__ = ["EX_STATE", "MIGRATIONS", "Store", "StoreUnusable", "Write"]
+__all__ = ["EX_STATE", "MIGRATIONS", "DuplicateTicket", "Store", "StoreUnusable", "Write"]
 
 
 def _private(path: Path) -> None:
@@ -130,6 +130,10 @@ JSON_CACHE_MAX = 20_000
 EX_STATE = 65
 """Exit status of a daemon whose database cannot be used (corrupt, truncated, newer schema): EX_DATAERR.
 Restarting cannot fix it, so the systemd unit lists it in RestartPreventExitStatus."""
+
+
+class DuplicateTicket(ValueError):
+    """A job was queued under this ticket key already (idempotent intake: the earlier job stands)."""
 
 
 class StoreUnusable(RuntimeError):
@@ -281,11 +285,15 @@ class Store:
             land=land,
             labels=tuple(sorted(set(labels))),
         )
-        values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
-        job_id = await self._db.call(_add_job_sync, values, ticket, repo, now)
+        job_id = await self._insert(job, ticket)
         self._changed.add(job_id)
         self._stale_json.add(job_id)
         return replace(job, id=job_id)
+
+    async def _insert(self, job: Job, ticket: tuple[str, str | None] | None) -> int:
+        """Store a new job, its `enqueued` event and its ticket in one transaction; its id."""
+        values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
+        return await self._db.call(_add_job_sync, values, ticket, job.repo, job.created_at)
 
     async def ticket_job(self, key: str) -> int | None:
         """The job a ticket key already queued, if any."""
@@ -625,10 +633,13 @@ def _add_job_sync(
         assert job_id is not None
         conn.execute(_EVENT_SQL, (job_id, now, "enqueued", json.dumps({"state": "queued"})))
         if ticket is not None:
-            conn.execute(
-                "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
-                (ticket[0], repo, ticket[1], job_id, now),
-            )
+            try:
+                conn.execute(
+                    "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
+                    (ticket[0], repo, ticket[1], job_id, now),
+                )
+            except sqlite3.IntegrityError:
+                raise DuplicateTicket(ticket[0]) from None
     return job_id
 
 

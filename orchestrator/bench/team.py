@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -30,29 +29,14 @@ from typing import Any
 import click
 
 from orchestrator.bench.daemon import BenchDaemon, BenchError, machine
-from orchestrator.client import Unreachable
 from orchestrator.team.localpg import INSTALL_HINT, LocalPostgres, find_bindir
 
 
 class Node(BenchDaemon):
     """A bench daemon that serves until stopped (not burst mode: a node idle a moment may get work from the team)."""
 
-    def __enter__(self) -> Node:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator", "daemon"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"the daemon exited {self.proc.returncode}: see {self.log_path}")
-            try:
-                self.client.health()
-                return self
-            except (Unreachable, OSError):
-                time.sleep(0.05)
-        raise BenchError(f"the daemon did not answer within 60 s: see {self.log_path}")
+    ARGS = ()
+    READY = 60.0
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -119,13 +119,7 @@ class Board:
         return job
 
     async def _announce_job(self, job: Job, *, moved: bool) -> None:
-        for w in self._waiters.get(job.id, ()):
-            if w.settled(job.state):
-                w.pending.discard(job.id)
-                if not w.pending:
-                    w.done.set()
-        if self._subscribers:
-            self.publish({"type": "job", "job": job.to_json()})
+        self._tell(job)
         if moved and job.state.terminal:
             for ended in self._ended:
                 ended(job)
@@ -134,14 +128,18 @@ class Board:
     async def foreign(self, ids: set[int]) -> None:
         """Other nodes of a team changed these jobs (none: unknown which): tell waiters, watchers, the scheduler."""
         for job in await self.store.get_many(ids) if ids else ():
-            for w in list(self._waiters.get(job.id, ())):
-                if w.settled(job.state):
-                    w.pending.discard(job.id)
-                    if not w.pending:
-                        w.done.set()
-            if self._subscribers:
-                self.publish({"type": "job", "job": job.to_json()})
+            self._tell(job)
         await self.announce()
+
+    def _tell(self, job: Job) -> None:
+        """The job's waiters whose wait it settles, and the event stream."""
+        for w in list(self._waiters.get(job.id, ())):
+            if w.settled(job.state):
+                w.pending.discard(job.id)
+                if not w.pending:
+                    w.done.set()
+        if self._subscribers:
+            self.publish({"type": "job", "job": job.to_json()})
 
     async def announce(self) -> None:
         for wake in self._listeners:

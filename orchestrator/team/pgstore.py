@@ -38,14 +38,13 @@ from typing import Any, TypeVar
 import asyncpg
 
 from orchestrator import logging as olog
-from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Job, decode, encode
-from orchestrator.core.models import ACTIVE, Claim, Code, JobState
+from orchestrator.core.models import ACTIVE, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.git.remote import shown
 from orchestrator.jobs.retire import fresh_attempt
 from orchestrator.runners.process import Group
-from orchestrator.store import _COLUMNS, _LIVE, Store, StoreUnusable, Write, _check_fields
+from orchestrator.store import _COLUMNS, _LIVE, DuplicateTicket, Store, StoreUnusable, Write
 from orchestrator.team import clones
 from orchestrator.team.pgschema import MIGRATIONS
 
@@ -267,30 +266,12 @@ class PgStore(Store):
 
     # -- jobs: reads ----------------------------------------------------------------------------
 
-    async def add_job(
-        self,
-        *,
-        repo: str,
-        branch: str,
-        text: str,
-        runner: str,
-        priority: int = 0,
-        after: Sequence[int] = (),
-        declared: Sequence[str] = (),
-        claim: Claim | None = None,
-        ticket: tuple[str, str | None] | None = None,
-        argv: Sequence[str] | None = None,
-        land: str = "auto",
-        labels: Sequence[str] = (),
-    ) -> Job:
-        remote = await asyncio.to_thread(clones.remote_of, repo, branch)
-        await self.register_clone(remote.identity, repo, shown(remote.url))
-        now = time.time()
-        job = Job(
-            id=0, repo=repo, branch=branch, text=text, runner=runner, state=JobState.QUEUED, priority=priority,
-            after=tuple(after), declared=tuple(declared), claim=claim or Claim(), created_at=now,
-            argv=None if argv is None else tuple(argv), land=land, labels=tuple(sorted(set(labels))),
-        )  # fmt: skip
+    async def _insert(self, job: Job, ticket: tuple[str, str | None] | None) -> int:
+        """The new job, its `enqueued` event and its ticket in one transaction, with its shared repository (its
+        clone's remote: this node's clone of it is registered)."""
+        remote = await asyncio.to_thread(clones.remote_of, job.repo, job.branch)
+        await self.register_clone(remote.identity, job.repo, shown(remote.url))
+        now, repo = job.created_at, job.repo
         values = [encode(FIELDS[c], getattr(job, c)) for c in _COLUMNS]
 
         async def work(conn: asyncpg.Connection) -> int:
@@ -321,11 +302,9 @@ class PgStore(Store):
 
         wid = uuid.uuid4().hex
         try:
-            job_id = await self._run(work, again=again)
+            return await self._run(work, again=again)
         except asyncpg.UniqueViolationError:
-            raise ValueError(f"ticket key {ticket[0] if ticket else '?'} is queued already") from None
-        self._stale_json.add(job_id)
-        return replace(job, id=job_id)
+            raise DuplicateTicket(ticket[0] if ticket else "?") from None
 
     async def register_clone(self, key: str, path: str, url: str) -> None:
         """This node has a clone of shared repository `key` (`Remote.identity`) at `path`: it may claim that
@@ -612,16 +591,6 @@ class PgStore(Store):
                 olog.Event.ADMISSION_STALE, reason=f"another node started jobs {sorted(started)} in its repository"
             )
         return not started
-
-    async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> list[int]:
-        for w in writes:
-            _check_fields(w.fields)
-            if w.to is not None:
-                lifecycle.check(w.expect, w.to)
-            elif not w.expect:
-                raise ValueError("an update must expect at least one state")
-        rows = await self._write(writes, changed=changed)
-        return [w.job_id for w, row in zip(writes, rows, strict=True) if row is not None]
 
     async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
         async def work(conn: asyncpg.Connection) -> bool:
