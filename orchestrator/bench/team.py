@@ -10,7 +10,8 @@ measurements, side by side in one run so the machine's load weighs on both alike
    landing latency p50/p99 (finished → landed on the remote). Each run checks every job landed exactly once
    (one commit per job on the remote's main) and `git fsck`.
 2. Admission latency with 1, 2 and 3 nodes (`--probe` disjoint jobs that do nothing, queued one every
-   `--gap` s so a slot is always free: planned → admitted is the cost of admitting, not waiting).
+   `--gap` s so a slot is always free: planned → admitted is the cost of admitting, not waiting), `--repeat`
+   rounds interleaved, medians reported.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -140,6 +142,15 @@ def run_team(
     }
 
 
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over repeated runs of each figure, and whether every run landed every job once."""
+    out: dict[str, Any] = {"runs": len(runs), "landed_once": all(r["landed_once"] for r in runs)}
+    for key in ("admission_p50_s", "admission_p99_s", "landing_p50_s", "landing_p99_s"):
+        values = [r[key] for r in runs if r[key] is not None]
+        out[key] = round(statistics.median(values), 3) if values else None
+    return out
+
+
 def queue(n: int, sleep: float) -> list[tuple[str, str]]:
     """A third overlapping (appending to one of four shared files), the rest disjoint."""
     out = []
@@ -156,9 +167,10 @@ def queue(n: int, sleep: float) -> list[tuple[str, str]]:
 @click.option("--sleep", type=float, default=0.5, show_default=True, help="Seconds each job works.")
 @click.option("--probe", type=int, default=15, show_default=True, help="Jobs per admission-latency run.")
 @click.option("--gap", type=float, default=0.3, show_default=True, help="Seconds between probe enqueues.")
+@click.option("--repeat", type=int, default=3, show_default=True, help="Probe rounds (1, 2, 3 nodes each, interleaved).")
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures here (JSON).")
 @click.option("--keep", is_flag=True, help="Keep the temp dir (homes, logs, remotes).")
-def main(n_jobs: int, sleep: float, probe: int, gap: float, out: Path | None, keep: bool) -> None:
+def main(n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Path | None, keep: bool) -> None:
     """3 nodes × 2 slots vs 1 node × 6 slots on one queue; admission latency with 1, 2 and 3 nodes."""
     if find_bindir() is None:
         raise click.ClickException(f"bench team needs PostgreSQL's server programs: {INSTALL_HINT}")
@@ -172,9 +184,11 @@ def main(n_jobs: int, sleep: float, probe: int, gap: float, out: Path | None, ke
         t, s = report["team_3x2"], report["single_1x6"]
         report["makespan_ratio_team_over_single"] = round(t["makespan_s"] / s["makespan_s"], 3)
         probes = [(f"echo {i} > p{i}.txt", f"p{i}.txt") for i in range(probe)]
-        report["admission_by_nodes"] = {
-            str(n): run_team(pg, root, f"probe{n}", n, 2, probes, gap=gap) for n in (1, 2, 3)
-        }
+        runs: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 3: []}
+        for r in range(repeat):  # interleaved, so a change in the machine's load weighs on every count of nodes
+            for n in runs:
+                runs[n].append(run_team(pg, root, f"probe{n}r{r}", n, 2, probes, gap=gap))
+        report["admission_by_nodes"] = {str(n): _medians(rs) for n, rs in runs.items()}
         one = report["admission_by_nodes"]["1"]["admission_p50_s"] or 0
         for n in ("2", "3"):
             mine = report["admission_by_nodes"][n]["admission_p50_s"]
