@@ -167,7 +167,7 @@ def queue(n: int, sleep: float) -> list[tuple[str, str]]:
 @click.option("--sleep", type=float, default=0.5, show_default=True, help="Seconds each job works.")
 @click.option("--probe", type=int, default=15, show_default=True, help="Jobs per admission-latency run.")
 @click.option("--gap", type=float, default=0.3, show_default=True, help="Seconds between probe enqueues.")
-@click.option("--repeat", type=int, default=3, show_default=True, help="Probe rounds (1, 2, 3 nodes each, interleaved).")
+@click.option("--repeat", type=int, default=3, show_default=True, help="Probe rounds (1, 2, 3 nodes, interleaved).")
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures here (JSON).")
 @click.option("--keep", is_flag=True, help="Keep the temp dir (homes, logs, remotes).")
 def main(n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Path | None, keep: bool) -> None:
