@@ -23,6 +23,22 @@ pytestmark = pytest.mark.timeout(240)
 LEASE = 3
 
 
+class Node(Daemon):
+    """A daemon in a session (and process group) of its own, as a service manager starts one: it can be killed with
+    its whole process group."""
+
+    def start(self, *args: str, wait: bool = True) -> Node:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", "daemon", *args], env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        if wait:
+            self.wait_ready()
+        return self
+
+
 def _claim(*paths: str) -> Claim:
     return Claim(frozenset(paths), 1.0, ClaimSource.DECLARED)
 
@@ -62,7 +78,7 @@ def team(tmp_path: Path, pg_url: str):
         for name in "abc"[:n]:
             clone = tmp_path / f"clone-{name}"
             git(tmp_path, "clone", "-q", str(bare), clone.name)
-            d = Daemon(tmp_path / f"home-{name}", {"MAX_CONCURRENT_JOBS": "2", **env})
+            d = Node(tmp_path / f"home-{name}", {"MAX_CONCURRENT_JOBS": "2", **env})
             (d.home / "config").mkdir(parents=True)
             (d.home / "config" / "config.toml").write_text(
                 f'[store]\nurl = "{pg_url}"\n\n[team]\nnode = "{name}"\nlease = {LEASE}\n\n[repos."{clone}"]\n'
@@ -135,9 +151,10 @@ def test_three_nodes_land_every_job_once_never_overlapping_through_a_postgresql_
     assert len(table) == len(every) and all(f"@{jobs[i]['node']}" in line for i, line in zip(every, table, strict=True))
 
 
-def test_a_killed_node_s_job_lands_once_on_another_node_and_it_rejoins(team, tmp_path):
-    """kill -9 of a node's daemon mid-run: after its lease ends another node takes its job over and lands it once;
-    the restarted node ends the orphaned runner it left and rejoins the team."""
+@pytest.mark.parametrize("what", ["daemon", "group"])
+def test_a_killed_node_s_job_lands_once_on_another_node_and_it_rejoins(team, tmp_path, what):
+    """kill -9 of a node mid-run (its daemon alone, or with its process group): after its lease ends another node
+    takes its job over and lands it once; the restarted node ends the orphaned runner it left and rejoins."""
     bare, [(a, clone_a), (b, clone_b)] = team(2)
     gate, pidfile = tmp_path / "gate", tmp_path / "first.pid"
     script = f'if [ ! -e {gate} ]; then touch {gate}; echo $$ > {pidfile}; sleep 120; fi; echo done > out.txt'
@@ -146,8 +163,13 @@ def test_a_killed_node_s_job_lands_once_on_another_node_and_it_rejoins(team, tmp
     runner = int(pidfile.read_text())
     owner = _states(a)[pinned]["node"]
     first, other = (a, b) if owner == "a" else (b, a)
-    first.kill(signal.SIGKILL)  # the daemon alone: its runner lives on
-    assert _alive(runner)
+    assert first.proc is not None
+    if what == "group":
+        os.killpg(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(timeout=30)
+    else:
+        first.kill(signal.SIGKILL)
+    assert _alive(runner)  # the runner has a process group (and cgroup) of its own: it outlives the daemon
     until("taken over and landed", lambda: _states(other)[pinned]["state"] == "landed", timeout=LEASE * 6 + 30)
     job = _states(other)[pinned]
     assert job["node"] == ("b" if owner == "a" else "a") and _landed_once(bare) == [pinned]
