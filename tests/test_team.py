@@ -122,11 +122,14 @@ def _intervals(d: Daemon, ids: list[int]) -> dict[int, list[tuple[float, float]]
     return spans
 
 
-def test_three_nodes_land_every_job_once_never_overlapping_through_a_postgresql_restart(team, postgres):
+def test_three_nodes_land_every_job_once_never_overlapping_through_a_postgresql_restart(team, postgres, tmp_path):
     """Three daemons, jobs queued from all three (overlapping and disjoint): each lands on the remote exactly once,
     no two overlapping jobs are ever active at once on any pair of nodes, PostgreSQL restarted mid-run loses and
-    doubles nothing, `git fsck` is clean; `status` shows every node's jobs with the node that ran them."""
+    doubles nothing, `git fsck` is clean; `status` shows every node's jobs with the node that ran them; a cancel
+    from one node stops the runner of a job running on another."""
     bare, nodes = team(3)
+    pidfile = tmp_path / "long.pid"
+    long = nodes[2][0].enqueue(nodes[2][1], f"echo $$ > {pidfile}; sleep 120", "--path", "long.txt")
     shared, disjoint = [], []
     for i in range(12):
         d, clone = nodes[i % 3]
@@ -138,7 +141,13 @@ def test_three_nodes_land_every_job_once_never_overlapping_through_a_postgresql_
             postgres.restart()
     every = sorted(shared + disjoint)
     a = nodes[0][0]
-    until("every job landed", lambda: all(j["state"] == "landed" for j in _states(a).values()), timeout=150)
+    until("every job landed", lambda: all(_states(a)[i]["state"] == "landed" for i in every), timeout=150)
+    runner = int(until("the long job runs", lambda: pidfile.exists() and pidfile.read_text().strip()))
+    holder = _states(a)[long]["node"]
+    elsewhere = next(d for (d, _), name in zip(nodes, "abc", strict=True) if name != holder)
+    assert elsewhere.cli("cancel", str(long)).returncode == 0
+    until("the cancelled job's runner ended on its node", lambda: not _alive(runner), timeout=LEASE * 3)
+    assert _states(a)[long]["state"] == "cancelled"
     assert _landed_once(bare) == every
     jobs = _states(a)
     assert {jobs[i]["node"] for i in every} <= {"a", "b", "c"} and len({jobs[i]["node"] for i in every}) >= 2
@@ -148,7 +157,8 @@ def test_three_nodes_land_every_job_once_never_overlapping_through_a_postgresql_
         assert s2 >= e1, f"jobs {i1} and {i2} (both claim shared.txt) were active at once"
     assert git(bare, "fsck", "--no-progress") == ""
     table = a.cli("status").stdout.splitlines()
-    assert len(table) == len(every) and all(f"@{jobs[i]['node']}" in line for i, line in zip(every, table, strict=True))
+    assert len(table) == len(every) + 1  # and the cancelled one first
+    assert all(f"@{jobs[i]['node']}" in line for i, line in zip(every, table[1:], strict=True))
 
 
 @pytest.mark.parametrize("what", ["daemon", "group"])
