@@ -8,7 +8,8 @@ measurements, side by side in one run so the machine's load weighs on both alike
    of its own; every job sleeps `--sleep` s) through 3 nodes × 2 slots and through 1 node × 6 slots: makespan
    (first enqueue → last landing), admission wait p50/p99 (planned → admitted: capacity and overlap included),
    landing latency p50/p99 (finished → landed on the remote). Each run checks every job landed exactly once
-   (one commit per job on the remote's main) and `git fsck`.
+   (one commit per job on the remote's main), that no two jobs claiming one file were ever active at once on
+   any nodes (from the shared events), and `git fsck`.
 2. Admission latency with 1, 2 and 3 nodes (`--probe` disjoint jobs that do nothing, queued one every
    `--gap` s so a slot is always free: planned → admitted is the cost of admitting, not waiting), `--repeat`
    rounds interleaved, medians reported.
@@ -66,6 +67,29 @@ def _config(url: str, node: str, slots: int, clone: Path) -> str:
     )
 
 
+_ENDS = ("landed", "requeued", "failed", "conflicted", "cancelled", "interrupted", "check_failed")
+
+
+def _overlapping(events: dict[int, dict[str, list[float]]], path_of: dict[int, str]) -> int:
+    """Pairs of jobs claiming one path that were active (admitted → out of running and landing) at once, on any
+    nodes: the shared events' times, one clock (every node is on this machine)."""
+    spans: dict[str, list[tuple[float, float, int]]] = {}
+    for job, kinds in events.items():
+        ends = sorted(t for k in _ENDS for t in kinds.get(k, ()))
+        for start in kinds.get("admitted", ()):
+            end = next((t for t in ends if t >= start), float("inf"))
+            spans.setdefault(path_of.get(job, ""), []).append((start, end, job))
+    bad = 0
+    for runs in spans.values():
+        reach, holder = float("-inf"), None  # the latest end so far among earlier starts, and whose
+        for start, end, job in sorted(runs):
+            if start < reach and job != holder:
+                bad += 1
+            if end > reach:
+                reach, holder = end, job
+    return bad
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -111,9 +135,10 @@ def run_team(
             d = Node(work / f"home{n}", _config(url, f"n{n}", slots, clone), {"ORCHESTRATOR_SANDBOX": "none"})
             daemons.append((stack.enter_context(d), clone))
         started = time.time()
+        path_of: dict[int, str] = {}
         for i, (text, path) in enumerate(jobs):
             d, clone = daemons[i % nodes]
-            d.client.enqueue(repo=str(clone), text=text, paths=[path])
+            path_of[int(d.client.enqueue(repo=str(clone), text=text, paths=[path])["id"])] = path
             if gap:
                 time.sleep(gap)
         deadline = time.monotonic() + timeout
@@ -138,6 +163,7 @@ def run_team(
         "admission_p99_s": _pct(admit, 0.99),
         "landing_p50_s": _pct(land, 0.5),
         "landing_p99_s": _pct(land, 0.99),
+        "overlapping_at_once": _overlapping(events, path_of),
         "requeued": sum(len(k.get("requeued", ())) for k in events.values()),
     }
 
@@ -190,9 +216,9 @@ def main(n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Pa
                 runs[n].append(run_team(pg, root, f"probe{n}r{r}", n, 2, probes, gap=gap))
         report["admission_by_nodes"] = {str(n): _medians(rs) for n, rs in runs.items()}
         one = report["admission_by_nodes"]["1"]["admission_p50_s"] or 0
-        for n in ("2", "3"):
-            mine = report["admission_by_nodes"][n]["admission_p50_s"]
-            report["admission_by_nodes"][n]["p50_over_1_node"] = round(mine / one, 3) if one and mine else None
+        for key in ("2", "3"):
+            mine = report["admission_by_nodes"][key]["admission_p50_s"]
+            report["admission_by_nodes"][key]["p50_over_1_node"] = round(mine / one, 3) if one and mine else None
         report["load_1m_after"] = round(os.getloadavg()[0], 2)
     finally:
         pg.remove()
@@ -204,6 +230,11 @@ def main(n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Pa
         out.write_text(text + "\n")
     if keep:
         click.echo(f"kept: {root}", err=True)
-    bad = [k for k in ("team_3x2", "single_1x6") if not (report[k]["landed_once"] and report[k]["fsck_clean"])]
+    bad = [
+        k for k in ("team_3x2", "single_1x6")
+        if not (report[k]["landed_once"] and report[k]["fsck_clean"]) or report[k]["overlapping_at_once"]
+    ]  # fmt: skip
     if bad:
-        raise click.ClickException(f"{', '.join(bad)}: a job did not land exactly once, or git fsck failed")
+        raise click.ClickException(
+            f"{', '.join(bad)}: a job did not land exactly once, overlapping jobs ran at once, or git fsck failed"
+        )
