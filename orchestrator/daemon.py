@@ -58,9 +58,8 @@ from orchestrator.runners.sandbox import Sandbox
 from orchestrator.service import intake
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
-from orchestrator.store import EX_STATE, StoreUnusable
+from orchestrator.store import EX_STATE, EX_TEMPFAIL, StoreUnreachable, StoreUnusable
 from orchestrator.team import engine
-from orchestrator.team.pgstore import EX_TEMPFAIL, StoreUnreachable
 
 ROUND_GRACE = 10.0
 """Seconds the scheduler may take to finish the round under way at shutdown before it is cancelled."""

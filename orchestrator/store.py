@@ -32,7 +32,9 @@ from orchestrator.runners.process import Group
 from orchestrator.schema import MIGRATIONS
 from orchestrator.sqlite_thread import Connection, transaction
 
-__all__ = ["EX_STATE", "MIGRATIONS", "DuplicateTicket", "Store", "StoreUnusable", "Write"]
+__all__ = [
+    "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "Store", "StoreUnreachable", "StoreUnusable", "Write"
+]  # fmt: skip
 
 
 def _private(path: Path) -> None:
@@ -138,6 +140,15 @@ class DuplicateTicket(ValueError):
 
 class StoreUnusable(RuntimeError):
     """The database file cannot be used as it is; the message names the file and what to do."""
+
+
+class StoreUnreachable(RuntimeError):
+    """Team mode: PostgreSQL cannot be reached (down, wrong URL, refused); the message says which server and what
+    to do. Unlike an unusable store, trying again later may work."""
+
+
+EX_TEMPFAIL = 75
+"""Exit status of a daemon whose PostgreSQL cannot be reached at start (EX_TEMPFAIL: try again later)."""
 
 
 def _check_fields(fields: dict[str, Any]) -> None:

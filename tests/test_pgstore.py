@@ -168,7 +168,8 @@ async def test_a_write_survives_a_postgresql_restart(pg_url, postgres, clones):
 
 async def test_postgresql_down_is_a_clear_error(tmp_path):
     """No server at the URL: StoreUnreachable names it and says what to do."""
-    from orchestrator.team.pgstore import PgStore, StoreUnreachable
+    from orchestrator.store import StoreUnreachable
+    from orchestrator.team.pgstore import PgStore
 
     url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
     with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):

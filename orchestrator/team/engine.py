@@ -8,11 +8,12 @@ pushed to it (`team.landing`) and this daemon's lease kept (`team.node`).
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.paths import Paths
-from orchestrator.store import Store
+from orchestrator.store import Store, StoreUnusable
 from orchestrator.team import clones
 
 
@@ -20,7 +21,12 @@ async def open_store(cfg: Config, paths: Paths) -> Store:
     """The store `cfg` names: StoreUnusable / StoreUnreachable (with what to do) when it cannot be used."""
     if not cfg.store.url:
         return await Store.open(paths.db)
-    from orchestrator.team.pgstore import PgStore
+    try:
+        from orchestrator.team.pgstore import PgStore
+    except ImportError as e:
+        raise StoreUnusable(
+            f"[store] url names PostgreSQL, and its driver cannot be loaded ({e}): pip install 'orchestrator[team]'"
+        ) from None
 
     store = await PgStore.connect(
         cfg.store.url,
@@ -40,14 +46,18 @@ async def open_store(cfg: Config, paths: Paths) -> Store:
     return store
 
 
-def is_team(store: Store) -> bool:
-    from orchestrator.team.pgstore import PgStore
+def _pg_store() -> type[Store] | None:
+    """The PostgreSQL store's class if it was loaded (a store can only be one if it was): asyncpg is optional."""
+    module = sys.modules.get("orchestrator.team.pgstore")
+    return getattr(module, "PgStore", None)
 
-    return isinstance(store, PgStore)
+
+def is_team(store: Store) -> bool:
+    cls = _pg_store()
+    return cls is not None and isinstance(store, cls)
 
 
 def clone_paths(store: Store) -> list[str]:
     """The local clones of a team's repositories this node has (none on one machine)."""
-    from orchestrator.team.pgstore import PgStore
-
-    return store.clone_paths() if isinstance(store, PgStore) else []
+    paths: list[str] = store.clone_paths() if is_team(store) else []  # type: ignore[attr-defined]
+    return paths

@@ -20,8 +20,10 @@ What the team adds (this node is `node`):
   `beside` (those other nodes' active jobs that admission saw) takes the repository's admission lock
   (`pg_advisory_xact_lock`) and applies only if no other node started a job there since;
 - every write notifies the other nodes (`NOTIFY`), which re-read what changed and wake their schedulers;
-- a lost connection (PostgreSQL restarted) is retried until `RECONNECT_FOR`; a write whose answer was lost is
+- a lost connection (PostgreSQL restarted) is retried (`team.pgconn`); a write whose answer was lost is
   recognised by its write id, so nothing is applied twice.
+
+The tables a node keeps of its own, and the chat plane's, are read and written in `team.pgrecords`.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
@@ -43,34 +45,17 @@ from orchestrator.core.models import ACTIVE, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.git.remote import shown
 from orchestrator.jobs.retire import fresh_attempt
-from orchestrator.runners.process import Group
-from orchestrator.store import _COLUMNS, _LIVE, DuplicateTicket, Store, StoreUnusable, Write
+from orchestrator.store import _COLUMNS, _LIVE, DuplicateTicket, Store, StoreUnreachable, StoreUnusable, Write
 from orchestrator.team import clones
+from orchestrator.team.pgconn import CONNECTION_ERRORS, NOW, PgConnection
+from orchestrator.team.pgrecords import PgRecords, intent_of
 from orchestrator.team.pgschema import MIGRATIONS
 
-T = TypeVar("T")
-
-EX_TEMPFAIL = 75
-"""Exit status of a daemon whose PostgreSQL cannot be reached at start (EX_TEMPFAIL: try again later)."""
-RECONNECT_FOR = 120.0
-"""Seconds an operation keeps retrying a lost connection (PostgreSQL restarting) before it fails."""
 CHANNEL = "orchestrator_jobs"
 NODE_HELD = frozenset({JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY})
 """States a node works a job in: writes expecting them apply only while the writer holds the job."""
 _MIGRATE_LOCK = 7_300_021
-_CONNECTION_ERRORS = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-    asyncpg.InternalClientError,  # a connection broken mid-operation, met again when the pool resets it
-)
-_NOW = "extract(epoch from clock_timestamp())"
 
-
-class StoreUnreachable(RuntimeError):
-    """PostgreSQL cannot be reached (down, wrong URL, refused); the message says which server and what to do."""
 
 
 def _q(name: str) -> str:
@@ -81,18 +66,19 @@ _INSERT_COLS = ", ".join(_q(c) for c in (*_COLUMNS, "repo_key", "remote"))
 _INSERT_ARGS = ", ".join(f"${i}" for i in range(1, len(_COLUMNS) + 3))
 
 
-class PgStore(Store):
+class PgStore(PgRecords, Store):
     """A team's shared store, as node `node` sees it."""
 
     def __init__(self, pool: asyncpg.Pool, url: str, node: str, labels: Sequence[str], lease: float, hold: int) -> None:
-        super().__init__(None, None)  # type: ignore[arg-type]  # no SQLite connection: every method is overridden
+        db = PgConnection(pool, shown(url))
+        super().__init__(db, None)  # type: ignore[arg-type]  # its `_db`: every method using it is overridden
+        self._db: PgConnection = db  # type: ignore[assignment]
         self.path = shown(url)  # for messages
         self.url = url
         self.node = node
         self.labels = tuple(labels)
         self.lease = lease
         self.hold = hold
-        self._pool = pool
         self._paths: dict[str, str] = {}
         """This node's clone of each shared repository: repo key → local path."""
         self._listener: asyncpg.Connection | None = None
@@ -110,7 +96,7 @@ class PgStore(Store):
         try:
             pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
             await pool.fetchval("SELECT 1")  # min_size 0 connects on first use: ask now, for a clear error
-        except (*_CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
             raise StoreUnreachable(
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
                 "[store] url), then start the daemon again"
@@ -125,7 +111,7 @@ class PgStore(Store):
         return store
 
     async def _migrate(self) -> None:
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._db.pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATE_LOCK)
             await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             version = await conn.fetchval("SELECT max(version) FROM schema_version") or 0
@@ -142,16 +128,16 @@ class PgStore(Store):
         import os
         import socket
 
-        await self._run(
+        await self._db.run(
             lambda c: c.execute(
-                f"INSERT INTO nodes (name, labels, lease_until, started_at, host, pid) VALUES ($1, $2, {_NOW} + $3, "
-                f"{_NOW}, $4, $5) ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, "
+                f"INSERT INTO nodes (name, labels, lease_until, started_at, host, pid) VALUES ($1, $2, {NOW} + $3, "
+                f"{NOW}, $4, $5) ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, "
                 "lease_until = excluded.lease_until, started_at = excluded.started_at, host = excluded.host, "
                 "pid = excluded.pid",
                 self.node, json.dumps(sorted(self.labels)), self.lease, socket.gethostname(), os.getpid(),
             )
         )  # fmt: skip
-        rows = await self._fetch("SELECT key, path FROM node_repos WHERE node = $1", self.node)
+        rows = await self._db.fetch("SELECT key, path FROM node_repos WHERE node = $1", self.node)
         self._paths = {r["key"]: r["path"] for r in rows}
 
     async def listen(self, on_foreign: Callable[[set[int]], None]) -> None:
@@ -168,7 +154,7 @@ class PgStore(Store):
         await self._listener.add_listener(CHANNEL, self._notified)
         self._json = None  # what other nodes changed meanwhile is unknown: render everything again
         self.remote_moved = True
-        for job_id in await self._ids("SELECT id FROM jobs WHERE node = $1", self.node):
+        for job_id in await self._db.ids("SELECT id FROM jobs WHERE node = $1", self.node):
             self._changed.add(job_id)
         for cb in self._foreign:
             cb(set())
@@ -191,54 +177,9 @@ class PgStore(Store):
 
     async def close(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
-            with olog.best_effort("close the notification connection", *_CONNECTION_ERRORS):
+            with olog.best_effort("close the notification connection", *CONNECTION_ERRORS):
                 await self._listener.close()
-        await self._pool.close()
-
-    # -- running a unit of work, reconnecting ----------------------------------------------------
-
-    async def _run(
-        self,
-        work: Callable[[asyncpg.Connection], Awaitable[T]],
-        *,
-        again: Callable[[asyncpg.Connection], Awaitable[T | None]] | None = None,
-    ) -> T:
-        """`work(conn)` in one transaction; a lost connection is retried (after `again(conn)`, if given, says the
-        lost attempt did not commit) until `RECONNECT_FOR`."""
-        deadline = time.monotonic() + RECONNECT_FOR
-        delay, lost = 0.2, False
-        while True:
-            try:
-                async with self._pool.acquire() as conn:
-                    if lost and again is not None:
-                        done = await again(conn)
-                        if done is not None:
-                            return done
-                    async with conn.transaction():
-                        return await work(conn)
-            except _CONNECTION_ERRORS as e:
-                if time.monotonic() >= deadline:
-                    raise StoreUnreachable(
-                        f"lost the team's PostgreSQL at {self.path} for over {RECONNECT_FOR:.0f} s: "
-                        f"{type(e).__name__}: {e}"
-                    ) from None
-                if not lost:
-                    olog.get().warning(olog.Event.TEAM_STORE_LOST, error=f"{type(e).__name__}: {e}", retrying=True)
-                lost = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-
-    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        return await self._run(lambda c: c.fetch(sql, *args))
-
-    async def _fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        return await self._run(lambda c: c.fetchrow(sql, *args))
-
-    async def _execute(self, sql: str, *args: Any) -> None:
-        await self._run(lambda c: c.execute(sql, *args))
-
-    async def _ids(self, sql: str, *args: Any) -> list[int]:
-        return [int(r[0]) for r in await self._fetch(sql, *args)]
+        await self._db.pool.close()
 
     def _job(self, row: asyncpg.Record) -> Job:
         job = Job(id=int(row["id"]), **{name: decode(codec, row[name]) for name, codec in FIELDS.items()})
@@ -255,11 +196,11 @@ class PgStore(Store):
     # -- schema ---------------------------------------------------------------------------------
 
     async def schema_version(self) -> int:
-        return int(await self._run(lambda c: c.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")))
+        return int(await self._db.run(lambda c: c.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")))
 
     async def columns(self) -> list[str]:
         """The jobs table's job-field columns, in order (`repo_key` and `remote` are the team's, not job fields)."""
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' ORDER BY ordinal_position"
         )
         return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote")]
@@ -302,7 +243,7 @@ class PgStore(Store):
 
         wid = uuid.uuid4().hex
         try:
-            return await self._run(work, again=again)
+            return await self._db.run(work, again=again)
         except asyncpg.UniqueViolationError:
             raise DuplicateTicket(ticket[0] if ticket else "?") from None
 
@@ -311,7 +252,7 @@ class PgStore(Store):
         repository's jobs."""
         if self._paths.get(key) == path:
             return
-        await self._execute(
+        await self._db.execute(
             "INSERT INTO node_repos (node, key, path, url) VALUES ($1, $2, $3, $4) "
             "ON CONFLICT (node, key) DO UPDATE SET path = excluded.path, url = excluded.url",
             self.node, key, path, url,
@@ -323,25 +264,25 @@ class PgStore(Store):
         return sorted(set(self._paths.values()))
 
     async def ticket_job(self, key: str) -> int | None:
-        row = await self._fetchrow("SELECT job_id FROM tickets WHERE key = $1", key)
+        row = await self._db.fetchrow("SELECT job_id FROM tickets WHERE key = $1", key)
         return int(row[0]) if row else None
 
     async def ticket_jobs(self, repo: str, ticket: str) -> list[int]:
-        return await self._ids(
+        return await self._db.ids(
             "SELECT job_id FROM tickets WHERE repo = $1 AND ticket = $2 ORDER BY at, job_id", repo, ticket
         )
 
     async def get(self, job_id: int) -> Job | None:
-        row = await self._fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+        row = await self._db.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
         return self._job(row) if row else None
 
     async def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         """This node's jobs (in these states)."""
         if states is None:
-            rows = await self._fetch("SELECT * FROM jobs WHERE node = $1 ORDER BY id", self.node)
+            rows = await self._db.fetch("SELECT * FROM jobs WHERE node = $1 ORDER BY id", self.node)
         else:
             names = sorted(str(s) for s in states)
-            rows = await self._fetch(
+            rows = await self._db.fetch(
                 "SELECT * FROM jobs WHERE node = $1 AND state = ANY($2) ORDER BY id", self.node, names
             )
         return [self._job(r) for r in rows]
@@ -349,17 +290,17 @@ class PgStore(Store):
     async def team_jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         """Every node's jobs (in these states), for `watch` and `wait`."""
         if states is None:
-            rows = await self._fetch("SELECT * FROM jobs ORDER BY id")
+            rows = await self._db.fetch("SELECT * FROM jobs ORDER BY id")
         else:
             names = sorted(str(s) for s in states)
-            rows = await self._fetch("SELECT * FROM jobs WHERE state = ANY($1) ORDER BY id", names)
+            rows = await self._db.fetch("SELECT * FROM jobs WHERE state = ANY($1) ORDER BY id", names)
         return [self._job(r) for r in rows]
 
     async def count(self, states: Iterable[JobState]) -> int:
         """How many jobs in these states this node holds, or could take (queued and held by nobody)."""
         names = sorted(str(s) for s in states)
         return int(
-            await self._run(
+            await self._db.run(
                 lambda c: c.fetchval(
                     "SELECT count(*) FROM jobs WHERE state = ANY($2) "
                     "AND (node = $1 OR (node = '' AND state = 'queued'))",
@@ -371,9 +312,9 @@ class PgStore(Store):
     async def _render_json(self, ids: list[int] | None) -> list[tuple[int, str, str, str]]:
         """Every job of the team (or these) as `jobs_json` rows, rendered here from the one field list."""
         if ids is None:
-            rows = await self._fetch("SELECT * FROM jobs ORDER BY id")
+            rows = await self._db.fetch("SELECT * FROM jobs ORDER BY id")
         else:
-            rows = await self._fetch("SELECT * FROM jobs WHERE id = ANY($1) ORDER BY id", ids)
+            rows = await self._db.fetch("SELECT * FROM jobs WHERE id = ANY($1) ORDER BY id", ids)
         out = []
         for row in rows:
             shown_json = self._job(row).to_json()
@@ -382,11 +323,11 @@ class PgStore(Store):
         return out
 
     async def get_many(self, ids: Iterable[int]) -> list[Job]:
-        rows = await self._fetch("SELECT * FROM jobs WHERE id = ANY($1) ORDER BY id", sorted(set(ids)))
+        rows = await self._db.fetch("SELECT * FROM jobs WHERE id = ANY($1) ORDER BY id", sorted(set(ids)))
         return [self._job(r) for r in rows]
 
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
-        rows = await self._fetch("SELECT id, state FROM jobs WHERE id = ANY($1)", sorted(set(ids)))
+        rows = await self._db.fetch("SELECT id, state FROM jobs WHERE id = ANY($1)", sorted(set(ids)))
         return {int(r["id"]): JobState(r["state"]) for r in rows}
 
     # -- the team's queue -------------------------------------------------------------------------
@@ -402,7 +343,7 @@ class PgStore(Store):
                     SELECT j.id FROM jobs j
                     WHERE j.state = 'queued'
                       AND (j.node = '' OR NOT EXISTS (
-                          SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {_NOW}))
+                          SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}))
                       AND j.remote IN (SELECT key FROM node_repos WHERE node = $1)
                       AND j.labels::jsonb <@ $2::jsonb
                     ORDER BY j.priority DESC, j.id
@@ -423,7 +364,7 @@ class PgStore(Store):
                 await self._notify(conn, ids)
             return ids
 
-        ids = await self._run(work)
+        ids = await self._db.run(work)
         self._changed.update(ids)
         self._stale_json.update(ids)
         return ids
@@ -434,7 +375,7 @@ class PgStore(Store):
     async def elsewhere(self) -> list[Job]:
         """Other nodes' planned and active jobs of the repositories this node has clones of (in local paths)."""
         names = sorted(str(s) for s in (*ACTIVE, JobState.PLANNED))
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "SELECT * FROM jobs WHERE node <> $1 AND node <> '' AND state = ANY($2) "
             "AND remote IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY id",
             self.node, names,
@@ -443,14 +384,14 @@ class PgStore(Store):
 
     async def renew(self) -> None:
         """Extend this node's hold on its jobs by `lease` seconds (from the server's clock)."""
-        await self._execute(f"UPDATE nodes SET lease_until = {_NOW} + $2 WHERE name = $1", self.node, self.lease)
+        await self._db.execute(f"UPDATE nodes SET lease_until = {NOW} + $2 WHERE name = $1", self.node, self.lease)
 
     async def lapsed(self) -> list[Job]:
         """Jobs of this node's repositories held by nodes whose lease ended, in states another node can take over."""
         names = sorted(str(s) for s in (*NODE_HELD - {JobState.READY}, JobState.QUEUED))
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             f"SELECT * FROM jobs j WHERE j.node <> '' AND j.node <> $1 AND j.state = ANY($2) AND NOT EXISTS "
-            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {_NOW}) "
+            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}) "
             "AND j.remote IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY j.id",
             self.node, names,
         )  # fmt: skip
@@ -482,14 +423,14 @@ class PgStore(Store):
 
     async def remote_intents(self, job_id: int) -> list[Intent]:
         """A job's open landing intents on the shared remote (a push whose answer its node never recorded)."""
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "SELECT * FROM landing_journal WHERE job_id = $1 AND checkouts = '[]' ORDER BY id", job_id
         )
-        return [_intent(r) for r in rows]
+        return [intent_of(r) for r in rows]
 
     async def holds(self, job_id: int, state: JobState = JobState.LANDING) -> bool:
         """Whether this node still holds the job in `state` (the fence a push asks right before it)."""
-        row = await self._fetchrow(
+        row = await self._db.fetchrow(
             "SELECT 1 FROM jobs WHERE id = $1 AND node = $2 AND state = $3", job_id, self.node, str(state)
         )
         return row is not None
@@ -498,16 +439,16 @@ class PgStore(Store):
     async def landing_lock(self, key: str) -> AsyncIterator[None]:
         """One landing at a time per shared (remote, branch) across the team: a session advisory lock on a
         connection of its own, released when the landing ends or the node's connection dies."""
-        conn = await self._pool.acquire()
+        conn = await self._db.pool.acquire()
         try:
             await conn.execute("SELECT pg_advisory_lock(hashtext($1))", "land:" + key)
             try:
                 yield
             finally:
-                with olog.best_effort("release the landing lock", *_CONNECTION_ERRORS):
+                with olog.best_effort("release the landing lock", *CONNECTION_ERRORS):
                     await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", "land:" + key)
         finally:
-            await self._pool.release(conn)
+            await self._db.pool.release(conn)
 
     # -- jobs: guarded writes -----------------------------------------------------------------------
 
@@ -530,7 +471,7 @@ class PgStore(Store):
             return [await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", w.job_id) if w.job_id in done else None
                     for w in writes]  # fmt: skip
 
-        rows = await self._run(work, again=again)
+        rows = await self._db.run(work, again=again)
         for w, row in zip(writes, rows, strict=True):
             if row is not None:
                 self._stale_json.add(w.job_id)
@@ -606,7 +547,7 @@ class PgStore(Store):
             await self._notify(conn, [job_id])
             return True
 
-        done = await self._run(work)
+        done = await self._db.run(work)
         self._changed.add(job_id)
         self._stale_json.add(job_id)
         return done
@@ -633,145 +574,5 @@ class PgStore(Store):
         landing = [j.id for j in await self.jobs([JobState.LANDING])]
         return {"requeued": [j.id for j in (*running, *planning)], "landing": landing}
 
-    # -- controls, events, planning history ---------------------------------------------------------
 
-    async def controls(self) -> dict[str, tuple[bool, int | None]]:
-        rows = await self._fetch("SELECT scope, paused, slots FROM controls")
-        return {r["scope"]: (bool(r["paused"]), r["slots"]) for r in rows}
-
-    async def set_control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
-        async def work(conn: asyncpg.Connection) -> None:
-            await conn.execute("INSERT INTO controls (scope) VALUES ($1) ON CONFLICT DO NOTHING", scope)
-            if paused is not None:
-                await conn.execute("UPDATE controls SET paused = $1 WHERE scope = $2", int(paused), scope)
-            if slots is not False:
-                await conn.execute("UPDATE controls SET slots = $1 WHERE scope = $2", slots, scope)
-            await conn.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
-
-        await self._run(work)
-
-    async def events(self, job_id: int) -> list[dict[str, Any]]:
-        rows = await self._fetch("SELECT at, kind, data FROM job_events WHERE job_id = $1 ORDER BY id", job_id)
-        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
-
-    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
-        rows = await self._fetch("SELECT job_id, data FROM job_events WHERE kind = $1 ORDER BY id", kind)
-        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
-
-    async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
-        row = await self._fetchrow(
-            "SELECT head, changes FROM plan_history WHERE node = $1 AND repo = $2", self.node, repo
-        )
-        return (row["head"], json.loads(row["changes"])) if row else None
-
-    async def save_plan_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
-        await self._execute(
-            "INSERT INTO plan_history (node, repo, head, changes, at) VALUES ($1, $2, $3, $4, $5) "
-            "ON CONFLICT (node, repo) "
-            "DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
-            self.node, repo, head, json.dumps(changes), time.time(),
-        )  # fmt: skip
-
-    # -- this node's process groups and landing journal ------------------------------------------------
-
-    async def own_process(self, group: Group, job_id: int | None = None) -> None:
-        await self._execute(
-            "INSERT INTO processes (node, pgid, start_time, boot_id, job_id, what, started_at) VALUES "
-            "($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, pgid, start_time) "
-            "DO UPDATE SET boot_id = excluded.boot_id, "
-            "job_id = excluded.job_id, what = excluded.what, started_at = excluded.started_at",
-            self.node, group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time(),
-        )  # fmt: skip
-
-    async def disown_process(self, group: Group) -> None:
-        await self._execute(
-            "DELETE FROM processes WHERE node = $1 AND pgid = $2 AND start_time = $3",
-            self.node,
-            group.pgid,
-            group.start_time,
-        )
-
-    async def processes(self) -> list[tuple[Group, int | None]]:
-        rows = await self._fetch("SELECT * FROM processes WHERE node = $1 ORDER BY started_at", self.node)
-        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
-
-    async def journal_begin(self, intent: Intent) -> int:
-        row = await self._fetchrow(
-            "INSERT INTO landing_journal (node, job_id, repo, branch, old, new, checkouts, at) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-            self.node, intent.job_id, intent.repo, intent.branch, intent.old, intent.new,
-            json.dumps(list(intent.checkouts)), intent.at,
-        )  # fmt: skip
-        assert row is not None
-        return int(row[0])
-
-    async def journal_end(self, entry: int) -> None:
-        await self._execute("DELETE FROM landing_journal WHERE id = $1", entry)
-
-    async def journal_open(self) -> list[tuple[int, Intent]]:
-        """This node's landings into its own checkouts that were not level when it stopped (remote intents, with
-        no checkouts, are read by whoever takes their job over: `remote_intents`)."""
-        rows = await self._fetch(
-            "SELECT * FROM landing_journal WHERE node = $1 AND checkouts <> '[]' ORDER BY id", self.node
-        )
-        return [(int(r["id"]), _intent(r)) for r in rows]
-
-    # -- chat --------------------------------------------------------------------------------------
-
-    async def add_message(self, session: str, role: str, content: str) -> int:
-        return await self._run(lambda c: _add_message(c, session, role, content, time.time()))
-
-    async def open_turn(
-        self, session: str, text: str, history: int, memories: int = 50
-    ) -> tuple[list[dict[str, Any]], list[str]]:
-        async def work(conn: asyncpg.Connection) -> tuple[list[dict[str, Any]], list[str]]:
-            rows = await conn.fetch(_HISTORY, session, history)
-            mems = await conn.fetch(_MEMORIES, session, memories)
-            await _add_message(conn, session, "user", text, time.time())
-            return [dict(r) for r in reversed(rows)], [r["content"] for r in mems]
-
-        return await self._run(work)
-
-    async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
-        return [dict(r) for r in reversed(await self._fetch(_HISTORY, session, limit))]
-
-    async def unextracted(self, session: str) -> list[dict[str, Any]]:
-        rows = await self._fetch(
-            "SELECT id, role, content, at FROM messages WHERE session_id = $1 AND extracted = 0 ORDER BY id", session
-        )
-        return [dict(r) for r in rows]
-
-    async def unextracted_sessions(self) -> list[str]:
-        return [r[0] for r in await self._fetch("SELECT DISTINCT session_id FROM messages WHERE extracted = 0")]
-
-    async def remember(self, session: str, upto: int, memories: Sequence[str]) -> None:
-        async def work(conn: asyncpg.Connection) -> None:
-            now = time.time()
-            await conn.executemany(
-                "INSERT INTO memories (session_id, content, at) VALUES ($1, $2, $3)",
-                [(session, m, now) for m in memories],
-            )
-            await conn.execute("UPDATE messages SET extracted = 1 WHERE session_id = $1 AND id <= $2", session, upto)
-
-        await self._run(work)
-
-    async def memories(self, session: str, limit: int = 50) -> list[str]:
-        return [r["content"] for r in await self._fetch(_MEMORIES, session, limit)]
-
-
-_HISTORY = "SELECT id, role, content, at, extracted FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
-_MEMORIES = "SELECT content FROM memories WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
-
-
-async def _add_message(conn: asyncpg.Connection, session: str, role: str, content: str, now: float) -> int:
-    await conn.execute("INSERT INTO sessions (id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING", session, now)
-    return int(
-        await conn.fetchval(
-            "INSERT INTO messages (session_id, role, content, at) VALUES ($1, $2, $3, $4) RETURNING id",
-            session, role, content, now,
-        )
-    )  # fmt: skip
-
-
-def _intent(r: asyncpg.Record) -> Intent:
-    return Intent(r["repo"], r["branch"], r["old"], r["new"], tuple(json.loads(r["checkouts"])), r["job_id"], r["at"])
+__all__ = ["PgStore"]
