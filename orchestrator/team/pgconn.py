@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from orchestrator import logging as olog
+from orchestrator import testhook
 from orchestrator.store import StoreUnreachable
 
 T = TypeVar("T")
@@ -56,7 +57,9 @@ class PgConnection:
                         if done is not None:
                             return done
                     async with conn.transaction():
-                        return await work(conn)
+                        result = await work(conn)
+                    await testhook.reach("pg.committed")  # where a test loses the answer of a committed unit
+                    return result
             except CONNECTION_ERRORS as e:
                 if time.monotonic() >= deadline:
                     raise StoreUnreachable(
