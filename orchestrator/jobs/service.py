@@ -187,9 +187,11 @@ class Jobs:
                 if job.state in CANCELLABLE and job.state not in only:
                     raise JobError(f"job {job_id} is {job.state} now; not cancelled")
                 await testhook.reach("cancel", job_id)
-                how = on_cancel(
-                    job.state, task=job_id in self.scheduler.running, landing_now=self.lander.landing_now(job_id)
+                # Team mode: another node's landing may be pushing right now, which this node cannot see.
+                landing_now = self.lander.landing_now(job_id) or (
+                    job.state is JobState.LANDING and not self.store.mine(job)
                 )
+                how = on_cancel(job.state, task=job_id in self.scheduler.running, landing_now=landing_now)
                 if how is Cancel.ENDED:
                     raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
                 if how is Cancel.LANDING_NOW:
