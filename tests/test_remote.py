@@ -238,3 +238,20 @@ def test_identity_is_one_name_however_a_node_spells_the_url(tmp_path):
     assert rmt.identity("r.git") == rmt.identity(f"file://{tmp_path}/r.git") == str(tmp_path / "r.git")
     assert rmt.Remote("git@github.com:team/app.git", "main").key == "github.com/team/app#main"
     assert rmt.shown("https://robot:token@github.com/team/app") == "https://robot:***@github.com/team/app"
+
+
+def test_a_race_lost_inside_the_remote_is_a_lost_race_not_a_refusal():
+    """Another push landing between the remote's check of our lease and its ref update ("cannot lock ref … is at X
+    but expected Y", as git's receive-pack says it) is a lost race to fetch and retry, not a refusal that fails
+    the job; a hook's refusal stays a refusal."""
+    remote = rmt.Remote("/srv/remote.git", "main")
+    out = "To /srv/remote.git\n!\tabc:refs/heads/main\t[remote rejected] (failed to update ref)\nDone\n"
+    race = (
+        "remote: error: cannot lock ref 'refs/heads/main': is at c8e3fd9f2ccc6e0cae3df51f7b6fee6eb53bf27c but "
+        "expected 7fb888023d329964fa01abfba275e0afed176d69\n"
+    )
+    lost = rmt.push_outcome(remote, "a" * 40, 1, out, race)
+    assert lost is not None and lost.outcome is rmt.PushOutcome.STALE
+    hook = out.replace("(failed to update ref)", "(pre-receive hook declined)")
+    refused = rmt.push_outcome(remote, "a" * 40, 1, hook, "remote: main is protected\n")
+    assert refused is not None and refused.outcome is rmt.PushOutcome.REFUSED and "main is protected" in refused.message

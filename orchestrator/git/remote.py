@@ -206,17 +206,30 @@ def push(
     done = repos.run_git(
         repo_path, "push", "--porcelain", "--no-verify", lease, remote.url, f"{new}:{remote.refname}", timeout=timeout
     )
-    status = _porcelain_status(done.stdout, remote.refname)
-    said = _remote_lines(done.stderr)
-    if done.returncode == 0 and status is not None and status[0] in " +*=":
+    return push_outcome(remote, new, done.returncode, done.stdout, done.stderr) or Pushed(
+        PushOutcome.UNREACHABLE, _git_says(remote, "push", done)
+    )
+
+
+_LOST_RACE = re.compile(r"cannot lock ref '[^']+': is at [0-9a-f]+ but expected [0-9a-f]+")
+"""What the remote says when another push moved the branch between its own check of our lease and its update."""
+
+
+def push_outcome(remote: Remote, new: str, returncode: int, stdout: str, stderr: str) -> Pushed | None:
+    """What one `git push --porcelain` did, from its exit status and output; None when it could not be made."""
+    status = _porcelain_status(stdout, remote.refname)
+    said = _remote_lines(stderr)
+    if returncode == 0 and status is not None and status[0] in " +*=":
         return Pushed(PushOutcome.PUSHED, f"pushed {new[:12]} to {remote}")
     if status is not None and status[0] == "!":
         summary = status[1]
+        if lost := _LOST_RACE.search(stderr):
+            return Pushed(PushOutcome.STALE, f"{remote} moved while the push was made ({lost[0]}); fetch, merge again")
         if "remote rejected" in summary or said:
             why = "; ".join(said) or summary
             return Pushed(PushOutcome.REFUSED, f"the remote {remote} refused the push: {why} ({summary})")
         return Pushed(PushOutcome.STALE, f"{remote} moved since it was fetched ({summary}); fetch and merge again")
-    return Pushed(PushOutcome.UNREACHABLE, _git_says(remote, "push", done))
+    return None
 
 
 def landed(repo_path: Path, remote: Remote, sha: str, *, timeout: float = NETWORK_TIMEOUT) -> bool:

@@ -8,6 +8,7 @@ first whether the lost attempt committed after all (its answer was lost), so not
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -69,6 +70,28 @@ class PgConnection:
                 if not lost:
                     olog.get().warning(olog.Event.TEAM_STORE_LOST, error=f"{type(e).__name__}: {e}", retrying=True)
                 lost = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def run_outside(self, work: Callable[[asyncpg.Connection, str], Awaitable[None]], arg: str) -> Any:
+        """`work(conn, arg)` outside a transaction on a connection taken from the pool and kept: the caller owns it
+        (and gives it back with `pool.release`). A lost connection is retried as `run` does."""
+        deadline = time.monotonic() + RECONNECT_FOR
+        delay = 0.2
+        while True:
+            conn = None
+            try:
+                conn = await self.pool.acquire()
+                await work(conn, arg)
+                return conn
+            except CONNECTION_ERRORS as e:
+                if conn is not None:
+                    with contextlib.suppress(*CONNECTION_ERRORS):  # it is broken: the pool replaces it
+                        await self.pool.release(conn)
+                if time.monotonic() >= deadline:
+                    why = f"{type(e).__name__}: {e}"
+                    raise StoreUnreachable(f"lost the team's PostgreSQL at {self.shown}: {why}") from None
+                olog.get().warning(olog.Event.TEAM_STORE_LOST, error=f"{type(e).__name__}: {e}", retrying=True)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 

@@ -438,17 +438,21 @@ class PgStore(PgRecords, Store):
     @contextlib.asynccontextmanager
     async def landing_lock(self, key: str) -> AsyncIterator[None]:
         """One landing at a time per shared (remote, branch) across the team: a session advisory lock on a
-        connection of its own, released when the landing ends or the node's connection dies."""
-        conn = await self._db.pool.acquire()
+        connection of its own, released when the landing ends or the node's connection dies. Taking it rides out a
+        lost connection like every other unit of work; losing it part way (PostgreSQL restarted) lets another
+        node's landing begin beside this one, which the push's lease still orders (the loser fetches again)."""
+        conn = await self._db.run_outside(self._locked, "land:" + key)
         try:
-            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", "land:" + key)
-            try:
-                yield
-            finally:
-                with olog.best_effort("release the landing lock", *CONNECTION_ERRORS):
-                    await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", "land:" + key)
+            yield
         finally:
-            await self._db.pool.release(conn)
+            with olog.best_effort("release the landing lock", *CONNECTION_ERRORS):
+                try:
+                    await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", "land:" + key)
+                finally:
+                    await self._db.pool.release(conn)
+
+    async def _locked(self, conn: asyncpg.Connection, name: str) -> None:
+        await conn.execute("SELECT pg_advisory_lock(hashtext($1))", name)
 
     # -- jobs: guarded writes -----------------------------------------------------------------------
 
