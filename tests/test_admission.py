@@ -28,6 +28,7 @@ CHECK_NAMES = [
     "Ambiguous",
     "Barrier",
     "Overlap",
+    "Risk",
     "Priority",
     "Landing",
     "Concurrency",
