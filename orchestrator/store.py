@@ -442,12 +442,17 @@ class Store:
         """The writes in one transaction, in ONE call to the database thread (a call per statement cost each
         job's every state change a dozen thread hand-offs)."""
         rows = await self._db.call(_write_sync, writes, time.time())
+        self._written(writes, rows, changed)
+        return rows
+
+    def _written(self, writes: Sequence[Write], rows: Sequence[Any], changed: bool) -> None:
+        """Note the jobs these writes changed (a row back): `jobs_json` renders them again, and (when `changed`
+        or a state moved) the scheduler's next round re-reads them (`take_changed`)."""
         for w, row in zip(writes, rows, strict=True):
             if row is not None:
                 self._stale_json.add(w.job_id)
                 if changed or w.to is not None:
                     self._changed.add(w.job_id)
-        return rows
 
     # -- the team's queue (team mode: `team.pgstore`; one machine has no other node) ------------------
 

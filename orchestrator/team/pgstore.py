@@ -476,11 +476,7 @@ class PgStore(PgRecords, Store):
                     for w in writes]  # fmt: skip
 
         rows = await self._db.run(work, again=again)
-        for w, row in zip(writes, rows, strict=True):
-            if row is not None:
-                self._stale_json.add(w.job_id)
-                if changed or w.to is not None:
-                    self._changed.add(w.job_id)
+        self._written(writes, rows, changed)
         return rows
 
     async def _write_one(
