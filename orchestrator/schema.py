@@ -124,4 +124,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN usage TEXT;
     ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
     """,
+    # 7: team mode's fields, kept in the embedded file too so both engines hold one field list (always empty here).
+    """
+    ALTER TABLE jobs ADD COLUMN node TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '[]';
+    """,
 )
