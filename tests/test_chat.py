@@ -144,7 +144,8 @@ def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--json"],
+        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--ttfa-sessions", "0",
+         "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -178,7 +179,7 @@ def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
     env.pop("ORCHESTRATOR_LLAMA_SERVER", None)
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "2", "--llama-server", "--policy", "gate",
-         "--json"],
+         "--ttfa-sessions", "0", "--json"],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
