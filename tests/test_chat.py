@@ -56,6 +56,24 @@ async def test_memory_from_one_turn_reaches_a_later_turns_prompt(daemon_factory,
     assert "Rex" in json.dumps(reply_prompts[-1]["messages"][-1])  # the task instruction carries the memory
 
 
+async def test_extraction_reads_only_what_is_not_extracted_yet(daemon_factory, doubles, tmp_path: Path) -> None:
+    """The gate's extraction call carries the turns not yet extracted and the memories of the earlier ones,
+    never the earlier messages themselves, and begins as every session's does (one cached prefix)."""
+    ol = doubles()
+    d = chat_daemon(daemon_factory, tmp_path, ol.url, extract_every=1)
+    said = ["I'm Ann and my dog is called Rex.", "I live in Porto and I work on the billing service."]
+    for i, text in enumerate(said):
+        await turn(d.socket, "ann", text)
+        await wait_for(d.socket, lambda s, i=i: s["extraction"]["calls"] == i + 1 and s["extraction"]["pending"] == 0)
+    await turn(d.socket, "bob", "My cat is called Tom.")
+    await wait_for(d.socket, lambda s: s["extraction"]["calls"] == 3 and s["extraction"]["pending"] == 0)
+    extractions = [r["messages"] for r in ol.requests() if r["format"] and "intent" not in r["messages"][-1]["content"]]
+    assert len(extractions) == 3
+    assert [m["content"] for m in extractions[1] if m["role"] == "user"] == [said[1]]  # the first: extracted
+    assert "Rex" in extractions[1][2]["content"]  # ... and its memory is there instead
+    assert extractions[0][:2] == extractions[1][:2] == extractions[2][:2]
+
+
 async def test_turn_holds_its_slot_from_classification_through_reply(daemon_factory, doubles, tmp_path: Path) -> None:
     """With one gate slot, no other call reaches the server between a turn's classification and its reply."""
     ol = doubles("--parallel", "4")
@@ -139,18 +157,22 @@ async def test_down_server_fails_the_turn_with_a_clear_error(daemon_factory, tmp
 
 
 def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
-    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns, and ttfa."""
+    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns, and ttfa;
+    repeated, it runs the policies in the reverse order every other run."""
     import subprocess
     import sys
 
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--ttfa-sessions", "8",
-         "--json"],
+         "--repeat", "2", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    rows = {(r["policy"], r["n"]): r for r in data["rows"]}
+    order = [(r["run"], r["n"], r["policy"]) for r in data["rows"]]
+    assert order == [(0, 1, "gate"), (0, 1, "naive"), (0, 2, "gate"), (0, 2, "naive"),
+                     (1, 1, "naive"), (1, 1, "gate"), (1, 2, "naive"), (1, 2, "gate")]  # fmt: skip
+    rows = {(r["policy"], r["n"]): r for r in data["rows"] if r["run"] == 0}
     assert set(rows) == {("gate", 1), ("gate", 2), ("naive", 1), ("naive", 2)}
     keys = {"policy", "n", "ttfa_mean_s", "first_ollama_mean_s", "done_min_s", "done_mean_s", "done_max_s",
             "wall_done_s", "wall_drained_s", "cpu_max_pct", "min_free_ram_mb"}  # fmt: skip

@@ -102,7 +102,7 @@ async def test_memories_cut_by_a_kill_are_extracted_after_restart(daemon_factory
         status, events = await turn(d.socket, "ann", "remember that my dog is called Rex")
         assert status == 200 and events[-1]["event"] == "done"
         for _ in range(200):  # the extraction call has reached the server
-            if any(r["format"] and "extract" in json.dumps(r["messages"][-1]) for r in slow.requests()):
+            if any(r["format"] and "memories" in json.dumps(r["messages"][-1]) for r in slow.requests()):
                 break
             await asyncio.sleep(0.05)
         else:

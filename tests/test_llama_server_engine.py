@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, locate
+from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary, locate
 from tests.chatkit import turn, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -36,7 +36,8 @@ def _overlap(calls: list[dict[str, object]]) -> int:
 @pytest.mark.skipif(bool(MISSING), reason=f"needs a built llama-server: {MISSING}")
 async def test_gate_orders_and_bounds_the_calls_of_a_real_engine(daemon_factory, tmp_path: Path) -> None:
     """Three sessions at once on a 1-slot real engine: the engine never holds more calls than the gate's slot,
-    every turn's calls come before any extraction, and every extraction runs in the end."""
+    every turn's calls come before any extraction, every extraction runs in the end, and after the first the
+    engine serves each one's instruction from its cache."""
     server = LlamaServer(1, predict=12)
     async with server as url:
         home = tmp_path / "home"
@@ -58,3 +59,7 @@ async def test_gate_orders_and_bounds_the_calls_of_a_real_engine(daemon_factory,
     assert kinds == ["turn"] * 6 + ["extract"] * 3, kinds
     assert _overlap(calls) == 1
     assert all(c["prompt_n"] + c["cache_n"] > 0 for c in calls)  # the engine's own figures reached the client
+    extractions = [c for c, kind in zip(calls, kinds, strict=True) if kind == "extract"]
+    assert all(c["cache_n"] > 200 for c in extractions[1:]), extractions  # the shared instruction, ~290 tokens
+    work = engine_summary(server.trace, calls[0]["received"], calls[-1]["ended"])
+    assert 0 < work["cpu_replies_s"] < work["cpu_s"]

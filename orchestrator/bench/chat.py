@@ -520,16 +520,22 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
 
     real = args.ollama or args.llama_server
     slot_counts = args.slots or [1 if real else profile_named(args.double).num_parallel]
-    # Policies innermost: gate and naive of one (slots, N) run back to back, side by side.
-    plan: list[tuple[str, int, int]] = [(p, n, k) for k in slot_counts for n in args.n for p in policies]
-    for k in args.sweep_slots or []:
-        plan += [("gate", n, k) for n in args.n if k not in slot_counts or "gate" not in policies]
+
+    def plan(run: int) -> list[tuple[str, int, int]]:
+        """Policies innermost: gate and naive of one (slots, N) run back to back, side by side; every other run
+        in the reverse order, so a load that drifts during a run favours neither policy over the runs."""
+        order = policies if run % 2 == 0 else policies[::-1]
+        return [(p, n, k) for k in slot_counts for n in args.n for p in order]
+
+    sweep = [
+        ("gate", n, k) for k in args.sweep_slots or [] for n in args.n if k not in slot_counts or "gate" not in policies
+    ]
 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     steps: list[tuple[int, str, int | str, int]] = [
-        (run, *step) for run in range(args.repeat) for step in ([] if args.only_ttfa else plan)
+        (run, *step) for run in range(args.repeat) for step in ([] if args.only_ttfa else plan(run) + sweep)
     ]
     steps += [(0, "ttfa", m, 0) for m in (("typing", "burst") if args.ttfa_sessions > 0 else ())]
     rows: list[dict[str, Any]] = []

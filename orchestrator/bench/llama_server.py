@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 from aiohttp import web
 
 from orchestrator.bench.llama_model import VERSION
@@ -94,6 +95,7 @@ class LlamaServer:
         """Tokens a call without `num_predict` generates (a random model never ends a reply by itself)."""
         """More llama-server flags (after the ones set here)."""
         self._proc: asyncio.subprocess.Process | None = None
+        self._ps: psutil.Process | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.upstream = ""
@@ -114,6 +116,7 @@ class LlamaServer:
             stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True,
         )
+        self._ps = psutil.Process(self._proc.pid)
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
         try:
             await self._wait_healthy(60.0)
@@ -137,6 +140,14 @@ class LlamaServer:
             except TimeoutError:
                 self._proc.kill()
                 await self._proc.wait()
+
+    def cpu_s(self) -> float:
+        """CPU seconds the engine's process has used so far: its work, which a loaded machine stretches in
+        wall time but hardly changes (the engine's own `*_ms` timings are wall time)."""
+        if self._ps is None:
+            return 0.0
+        t = self._ps.cpu_times()
+        return float(t.user + t.system)
 
     async def _wait_healthy(self, timeout: float) -> None:
         assert self._session is not None and self._proc is not None
@@ -218,6 +229,7 @@ class LlamaServer:
         last = str(messages[-1].get("content", ""))[:200] if messages else ""
         call: dict[str, Any] = {
             "received": time.monotonic(), "format": bool(body.get("format")), "closed_early": True, "last": last,
+            "cpu_in": self.cpu_s(),
         }  # fmt: skip
         self.trace.append(call)
         stream = body.get("stream", True)
@@ -258,6 +270,7 @@ class LlamaServer:
             pass
         finally:
             call["ended"] = time.monotonic()
+            call["cpu_out"] = self.cpu_s()
             call["pieces"] = len(text)
         return resp or web.Response(status=499)
 
@@ -309,7 +322,8 @@ def _engine_figures(timings: dict[str, Any]) -> dict[str, Any]:
 
 def engine_summary(trace: list[dict[str, Any]], t0: float, end: float) -> dict[str, Any]:
     """What the engine did between `t0` and `end` (monotonic): calls, tokens read and served from its cache,
-    and how long no request was in it (`idle_s`: every slot empty while the bench still ran)."""
+    how long no request was in it (`idle_s`: every slot empty while the bench still ran), and the CPU seconds
+    it spent on the run (`cpu_s`) and until the last reply (a call without `format`) ended (`cpu_replies_s`)."""
     calls = [c for c in trace if c["received"] >= t0 and "ended" in c]
     spans = sorted((c["received"], c["ended"]) for c in calls)
     busy, last = 0.0, t0
@@ -328,6 +342,14 @@ def engine_summary(trace: list[dict[str, Any]], t0: float, end: float) -> dict[s
         "generated": sum(c["predicted_n"] for c in done),
         "decode_s": round(sum(c["predicted_s"] for c in done), 3),
         "idle_s": round(max(0.0, end - t0 - busy), 3),
+        "cpu_s": round(
+            max((c["cpu_out"] for c in calls), default=0.0) - min((c["cpu_in"] for c in calls), default=0.0), 3
+        ),
+        "cpu_replies_s": round(
+            max((c["cpu_out"] for c in calls if not c["format"]), default=0.0)
+            - min((c["cpu_in"] for c in calls), default=0.0),
+            3,
+        ),
     }
 
 

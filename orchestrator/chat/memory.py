@@ -73,6 +73,7 @@ class Extractor:
         quiet: Callable[[], bool] = lambda: True,
         coalesce: bool = True,
         limit: int | None = None,
+        window: bool = False,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -83,6 +84,9 @@ class Extractor:
         self.coalesce = coalesce
         self.limit = limit
         """Extraction calls out at once; None: no bound (the seed's pipeline)."""
+        self.window = window
+        """The seed's prompt: the session's whole history window. Else only the messages not yet extracted,
+        with the memories they may touch (`prompts.extract_new_messages`)."""
         self.pending: dict[str, Pending] = {}
         self.running: dict[str, asyncio.Task[None]] = {}
         self.stats = ExtractionStats()
@@ -210,12 +214,14 @@ class Extractor:
             await self.store.remember(session, upto, [])
             self.stats.skipped += 1
             return
-        history = await self.store.history(session, max(self.history, len(todo)))
+        if self.window:
+            messages = prompts.extract_messages(await self.store.history(session, max(self.history, len(todo))))
+        else:
+            said = " ".join(m["content"] for m in todo if m["role"] == "user")
+            messages = prompts.extract_new_messages(todo, prompts.relevant(await self.store.memories(session), said))
         self.stats.calls += 1
         self.stats.per_session[session] = self.stats.per_session.get(session, 0) + 1
-        result = await self.backend.chat(
-            prompts.extract_messages(history), priority=Priority.BACKGROUND, session=session, format="json"
-        )
+        result = await self.backend.chat(messages, priority=Priority.BACKGROUND, session=session, format="json")
         found = prompts.parse_memories(parse_json(result))
         await self.store.remember(session, upto, found)
         self.stats.memories += len(found)

@@ -76,6 +76,7 @@ class ChatPlane:
         self.extractor = Extractor(
             store, backend, every=cfg.extract_every, idle=cfg.extract_idle, history=cfg.history,
             quiet=self._quiet, coalesce=not self.naive, limit=None if self.naive else self.gate.policy.slots,
+            window=self.naive,
         )  # fmt: skip
         self._log = olog.get(plane="chat")
         # Extractions a killed daemon left undone run again (the plane owns the task: `close` ends it).

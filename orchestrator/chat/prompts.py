@@ -41,8 +41,8 @@ CLASSIFY = (
     + "}."
 )
 REPLY = "Reply to the user's last message in a few sentences."
-EXTRACT = (
-    "Task: extract long-term memories about the user from the conversation above. A memory is a short, "
+_MEMORY = (
+    "A memory is a short, "
     "self-contained fact in the third person that will still be true and useful in a later conversation: "
     "their name, family, pets, home town, job, projects, tools, preferences, plans with a date, and things "
     "they explicitly asked you to remember. Rules: use only what the user said, never what the assistant "
@@ -51,8 +51,12 @@ EXTRACT = (
     "as the user wrote them. Examples: the user says 'my sister Ana lives in Porto and I'm visiting her in "
     "May' gives ['The user has a sister named Ana', 'Ana lives in Porto', 'The user visits Ana in May']; "
     "the user says 'thanks, that helped' gives []. "
-    'Answer only JSON: {"memories": ["short fact", ...]}; an empty list when there is nothing.'
 )
+ANSWER = 'Answer only JSON: {"memories": ["short fact", ...]}; an empty list when there is nothing.'
+EXTRACT = "Task: extract long-term memories about the user from the conversation above. " + _MEMORY + ANSWER
+"""The seed's extraction instruction, after the session's whole history window (the `naive` policy)."""
+EXTRACT_NEW = "Task: extract long-term memories about the user from the new messages below. " + _MEMORY
+"""The gate's extraction instruction, first: the same for every session, so the server's cache holds it."""
 
 _SMALLTALK = re.compile(r"^\s*(hi|hello|hey|thanks|thank you|ok|okay|bye|good (morning|night|evening))\b[\s!.]*$", re.I)
 _REMEMBER = re.compile(r"^\s*(please\s+)?remember\b", re.I)
@@ -116,7 +120,18 @@ def reply_messages(
 
 
 def extract_messages(history: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """The seed's extraction prompt: the session's history window (extracted or not), the instruction last."""
     return [*_base(history), {"role": "system", "content": EXTRACT}]
+
+
+def extract_new_messages(new: Sequence[dict[str, Any]], known: Sequence[str]) -> list[dict[str, str]]:
+    """The gate's extraction prompt: only the messages not yet extracted (what came before them was, and its
+    memories are `known`), the long instruction first (a prefix shared by every session's extraction)."""
+    head = [{"role": "system", "content": SYSTEM}, {"role": "system", "content": EXTRACT_NEW}]
+    if known:
+        head.append({"role": "system", "content": f"What you remember about the user already: {'; '.join(known)}."})
+    body = [{"role": m["role"], "content": m["content"]} for m in new]
+    return [*head, *body, {"role": "system", "content": ANSWER}]
 
 
 def parse_memories(data: Any) -> list[str]:
