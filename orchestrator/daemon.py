@@ -122,7 +122,7 @@ class JobPlane:
         facts = GitFacts(cfg)
         watch = OverlapWatch(board, cfg, facts)
         lander = Lander(board, cfg, paths, pool, sandbox)
-        executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up)
+        executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held)
         scheduler: Scheduler | None = None
 
         def wake() -> None:

@@ -124,4 +124,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN usage TEXT;
     ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
     """,
+    # 7: paths a running job touched outside its claim (its claim grown); rounds of review feedback.
+    """
+    ALTER TABLE jobs ADD COLUMN grown TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN revisions INTEGER NOT NULL DEFAULT 0;
+    """,
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -142,6 +142,11 @@ class Job:
     """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
     land: str = field(default="auto", metadata=PLAIN)
     """`auto`: lands when it finishes; `review`: waits `ready` for `orchestrator land` or `reject`."""
+    grown: frozenset[str] = field(default=frozenset(), metadata=SET)
+    """Paths it touched outside its claim while it ran, added to what admission holds for it (`core.growth`);
+    `claim` stays the plan's prediction, which calibration measures."""
+    revisions: int = field(default=0, metadata=PLAIN)
+    """Rounds of review feedback it was sent back with (`orchestrator revise`)."""
 
     @property
     def subject(self) -> str:
@@ -168,7 +173,7 @@ class Job:
             id=self.id,
             repo=self.repo,
             branch=self.branch,
-            claim=self.claim,
+            claim=replace(self.claim, paths=self.claim.paths | self.grown) if self.grown else self.claim,
             actual=self.actual,
             priority=self.priority,
             after=self.after,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from orchestrator.runners import get as get_runner
 from orchestrator.runners.base import RunContext, RunResult
 
 OnChange = Callable[[int, frozenset[str]], Awaitable[None]]
+HeldBy = Callable[[int, str], Awaitable[str | None]]
 OnAcquired = Callable[[Path, str], None]
 """Told (repo, base) after each job takes its worktree: the warm pool's owner tops it up beside the job."""
 
@@ -82,7 +84,10 @@ class Executor:
         runners: dict[str, Runner],
         on_change: OnChange,
         on_acquired: OnAcquired | None = None,
+        held: HeldBy | None = None,
     ) -> None:
+        self.held = held
+        """(job id, path) → why the job should not write that path now (the overlap watch answers)."""
         self.board = board
         self.cfg = cfg
         self.paths = paths
@@ -161,6 +166,7 @@ class Executor:
                 private_dir=self.paths.job_private(job.id),
                 log_cap=self.cfg.jobs.log_max_bytes,
                 grace=self.cfg.jobs.kill_grace,
+                held=functools.partial(self.held, job.id) if self.held is not None else None,
             )
             await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job)
             # Without a sandbox, the user's checkout is compared before and after (see `escapes`).

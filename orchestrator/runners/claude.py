@@ -95,10 +95,18 @@ class ClaudeRunner:
             )
             return (None if result.timed_out else result.returncode), result.output_tail
 
+        async def held(path: str) -> str | None:
+            why = await ctx.held(path) if ctx.held is not None else None
+            if why is not None:
+                journal.line(f"[held] {path}: {why}")
+                log.info(olog.Event.AGENT_HELD, path=path, reason=why)
+            return why
+
         tools = Tools(
             ctx.worktree,
             run_command=run_command,
             on_refused=refused,
+            held=held,
             output_cap=self.cfg.output_cap,
             run_timeout=self.cfg.run_timeout,
         )
