@@ -290,6 +290,10 @@ class Code(StrEnum):
     """Its landing waits: a checkout of its branch lacks the free space the landing writes there."""
     REWRITTEN = "Rewritten"
     """Its target branch was rewritten (its base dropped): it was re-queued to be planned on the new head."""
+    REVISED = "Revised"
+    """A person sent it back to its agent with review feedback: it runs again in its worktree (`revise`)."""
+    RATE_LIMITED = "RateLimited"
+    """Its runner's model API said it is rate- or usage-limited: it waits, then goes on by itself (bounded)."""
 
 
 class Outcome(StrEnum):

@@ -28,6 +28,7 @@ from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import escapes, joblog
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
+from orchestrator.llm import pricing
 from orchestrator.paths import Paths
 from orchestrator.runners import Runner
 from orchestrator.runners import get as get_runner
@@ -134,8 +135,11 @@ class Executor:
         `running` already (None, nothing written, if it was not)."""
         return await self._stop_write(job_id, self.stops.pop(job_id, INTERRUPTED))
 
-    async def run(self, job: Job) -> Job:
-        """Carry an admitted job (already stored as running, with its base) to landing or an end state."""
+    async def run(self, job: Job, *, resume: str = "") -> Job:
+        """Carry an admitted job (already stored as running, with its base) to landing or an end state.
+
+        With `resume` (review feedback), the job goes on in the worktree it kept: its runner is told `resume`,
+        and what it changes goes on top of its earlier result."""
         structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
         log = olog.get()
         assert job.base is not None
@@ -144,10 +148,15 @@ class Executor:
         watcher: ChangeWatcher | None = None
         try:
             runner = get_runner(job.runner, self.runners)
-            worktree = await self.pool.acquire(repo, job.id, base)
-            if self.on_acquired is not None:
-                self.on_acquired(repo, base)
-            job = _still(await self.board.update(job.id, RUNNING, worktree=str(worktree)), job)
+            if resume:
+                worktree = Path(job.worktree or "")
+                if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
+                    raise RuntimeError(f"its worktree {job.worktree or ''} is gone; nothing to go on from")
+            else:
+                worktree = await self.pool.acquire(repo, job.id, base)
+                if self.on_acquired is not None:
+                    self.on_acquired(repo, base)
+                job = _still(await self.board.update(job.id, RUNNING, worktree=str(worktree)), job)
             log.info(
                 olog.Event.JOB_STARTED,
                 worktree=str(worktree),
@@ -167,15 +176,18 @@ class Executor:
                 log_cap=self.cfg.jobs.log_max_bytes,
                 grace=self.cfg.jobs.kill_grace,
                 held=functools.partial(self.held, job.id) if self.held is not None else None,
+                env={"ORCHESTRATOR_FEEDBACK": resume} if resume else {},
+                resume=resume,
             )
-            await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job)
+            await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, resume)
             # Without a sandbox, the user's checkout is compared before and after (see `escapes`).
             sandbox = getattr(runner, "sandbox", None)
             watch_checkout = not (sandbox is not None and sandbox.active)
             before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
             result = await runner.run(ctx)
             if result.usage is not None:
-                job = _still(await self.board.update(job.id, RUNNING, usage=result.usage), job)
+                usage = pricing.added(job.usage, result.usage) if resume else result.usage
+                job = _still(await self.board.update(job.id, RUNNING, usage=usage), job)
             if before is not None and result.ok:
                 wrote = await self._written(repo, before)
                 if wrote:
@@ -207,13 +219,29 @@ class Executor:
                 )
                 log.warning(olog.Event.JOB_FAILED, code=step.code, reason=job.reason, exit_code=result.exit_code)
                 return job
+            # A revision's change goes on top of its earlier result (the branch moves forward, nothing is kept aside).
             sha = await asyncio.to_thread(
-                commits.commit_worktree, worktree, message=job.commit_text, job_id=job.id, base=base, repo_path=repo
+                commits.commit_worktree,
+                worktree,
+                message=job.commit_text,
+                job_id=job.id,
+                base=base,
+                repo_path=repo,
+                stack=bool(resume),
             )
             actual = await asyncio.to_thread(actual_paths, worktree, base)
             step = lifecycle.after_run(
-                RunEnd(job.id, True, 0, summary=result.summary, changed=sha is not None, review=job.land == "review")
+                RunEnd(
+                    job.id,
+                    True,
+                    0,
+                    summary=result.summary,
+                    changed=sha is not None,
+                    review=job.land == "review",
+                    revised=bool(resume),
+                )
             )
+            sha = sha or (job.result if resume else None)
             if sha is None:
                 await self.pool.release(repo, job.id, keep=False, delete_branch=True)
                 job = await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())

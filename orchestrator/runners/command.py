@@ -1,7 +1,8 @@
 """`command` runners: an agent CLI (Claude Code, aider, codex, ...) from a profile or a config template.
 
 The template's argv is run as it is (exec, never through a shell). In each argument `{prompt}` (the job's
-text), `{plan}` (the pre-plan, if any), `{worktree}` and `{job_id}` are replaced, so the prompt reaches the
+text), `{plan}` (the pre-plan, if any), `{worktree}`, `{job_id}` and `{feedback}` (what a run that goes on from
+the last one is told: `resume_argv`) are replaced, so the prompt reaches the
 CLI as exactly one argument whatever quotes, newlines or `$(...)` it holds; an argument that is exactly
 `{paths}` becomes one argument per claimed file that exists at the base (for CLIs that take the files to
 edit as arguments; the whole claim is in `ORCHESTRATOR_CLAIM`, one path a line). The environment is the
@@ -165,6 +166,11 @@ def transcript_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.stem + ".transcript.jsonl")
 
 
+def resumed_prompt(text: str, resume: str) -> str:
+    """The job's text for a CLI that cannot resume its own session: the task, then what it is told now."""
+    return f"{text}\n\nYour earlier work on this task is already in the working tree; go on from there.\n\n{resume}"
+
+
 class CommandRunner:
     def __init__(self, name: str, template: RunnerTemplate, sandbox: Sandbox) -> None:
         self.name = name
@@ -180,9 +186,12 @@ class CommandRunner:
             "plan": str(getattr(ctx.job, "plan_text", "") or ""),
             "worktree": str(ctx.worktree),
             "job_id": str(ctx.job.id),
+            "feedback": ctx.resume,
         }
         files = await asyncio.to_thread(claimed_files, ctx.worktree, ctx.job.claim.paths)
-        argv = expand(t.argv, values, files)
+        if ctx.resume and not t.resume_argv:
+            values["prompt"] = resumed_prompt(ctx.job.text, ctx.resume)
+        argv = expand(t.resume_argv if ctx.resume and t.resume_argv else t.argv, values, files)
         extra = {
             **ctx.env,
             "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
