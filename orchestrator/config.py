@@ -482,8 +482,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("anthropic.timeout: must be positive")
     if cfg.anthropic.max_retries < 0:
         raise ConfigError("anthropic.max_retries: must be 0 or more")
-    if not (cfg.jobs.rate_limit_wait > 0 and cfg.jobs.rate_limit_max_wait >= cfg.jobs.rate_limit_wait):
-        raise ConfigError("jobs.rate_limit_wait: must be positive, and rate_limit_max_wait at least as long")
+    if not (cfg.jobs.rate_limit_wait > 0 and cfg.jobs.rate_limit_max_wait > 0):
+        raise ConfigError("jobs.rate_limit_wait, jobs.rate_limit_max_wait: must be positive (seconds)")
     if cfg.jobs.rate_limit_waits < 0:
         raise ConfigError("jobs.rate_limit_waits: must be 0 or more")
     if cfg.jobs.sandbox not in ("auto", "bwrap", "none"):

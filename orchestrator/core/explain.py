@@ -21,6 +21,8 @@ def next_step(job: Job, landing_now: bool = False) -> str:
         return str(job.decision.get("next") or "waits for admission")
     if st in (JobState.QUEUED, JobState.PLANNING):
         return "re-plans on the new head" if code == "BaseMoved" else "gets its claim and base, then waits to start"
+    if st is JobState.RUNNING and code == Code.RATE_LIMITED:
+        return f"waits for its model API's rate limit to end, then its runner goes on by itself: {job.reason}"
     if st is JobState.RUNNING:
         return "runs in its worktree; lands when its runner finishes"
     if st is JobState.LANDING:
@@ -34,7 +36,8 @@ def next_step(job: Job, landing_now: bool = False) -> str:
     if st is JobState.READY:
         return (
             f"waits for your review: `orchestrator diff {job.id}` shows its change, `orchestrator land {job.id}` "
-            f"lands it, `orchestrator reject {job.id}` drops it (its paths stay taken until then)"
+            f"lands it, `orchestrator revise {job.id} FEEDBACK` sends it back to its agent, `orchestrator reject "
+            f"{job.id}` drops it (its paths stay taken until then)"
         )
     if st is JobState.UNCHANGED:
         return f"nothing: it changed nothing, so nothing landed; `orchestrator retry {job.id}` runs it again"

@@ -178,6 +178,7 @@ class Job:
             priority=self.priority,
             after=self.after,
             mergeable=mergeable,
+            runner=self.runner,
         )
 
     def to_json(self) -> dict[str, Any]:

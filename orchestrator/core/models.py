@@ -159,6 +159,8 @@ class JobView:
     """Jobs that must land before this one may start (`--after`)."""
     mergeable: frozenset[str] = frozenset()
     """Extra union-mergeable paths for this job's repo (from its `.gitattributes` `merge=union`)."""
+    runner: str = ""
+    """The runner it runs with (a rate limit its model API met holds back the jobs of that runner)."""
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -194,6 +196,8 @@ class Snapshot:
     """Per-repo slot limits set at run time (`orchestrator limit`); they override `policy.per_repo`."""
     dead: frozenset[int] = frozenset()
     """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
+    limited: Mapping[str, float] = field(default_factory=dict)
+    """Runners whose model API is rate-limited, each with the UNIX time the limit ends (`jobs.limits`)."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -232,6 +236,9 @@ class Reason(StrEnum):
     """A job it must run after ended without landing: it cannot run."""
     PAUSED = "Paused"
     """Its repo (or the whole daemon) is paused: nothing new starts until `orchestrator resume`."""
+    RATE_LIMITED = "RateLimited"
+    """Its runner's model API is rate- or usage-limited (a job of that runner met the limit): it starts when the
+    limit ends."""
 
 
 class Code(StrEnum):

@@ -121,6 +121,7 @@ class Scheduler:
         self.controls: dict[str, tuple[bool, int | None]] = {}
         """Run-time controls by scope (a repo, or ALL_REPOS): (paused, slot limit). Mirrors the store."""
         board.on_change(self.wake)
+        executor.limits.on_over = self.wake  # a rate limit ran out: the jobs it held back may start
 
     def wake(self) -> None:
         self._last_wake = time.monotonic()
@@ -330,6 +331,7 @@ class Scheduler:
             landed=frozenset(i for i, st in states.items() if st in DONE),
             dead=frozenset(i for i, st in states.items() if st in DEAD),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
+            limited=self.executor.limits.active(),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
             policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )

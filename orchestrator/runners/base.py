@@ -34,7 +34,10 @@ class RunContext:
     """Asks whether a path outside the job's claim is held by another active job (the refusal, or None)."""
     resume: str = ""
     """Not "": the runner goes on from where its last run stopped, in the same worktree, told this (a person's
-    review feedback, or that a rate limit is over); a CLI with a `resume_argv` resumes its own session."""
+    review feedback, or that a rate limit is over)."""
+    session: bool = True
+    """With `resume`: a CLI with a `resume_argv` resumes its own session (review feedback); False after a rate
+    limit (its session may hold nothing), when it runs its `argv` again told the task and `resume`."""
 
     @property
     def plan(self) -> str:
@@ -63,6 +66,8 @@ class RunResult:
     """Model usage and cost of the run (`llm.pricing.Usage.to_json()`), for runners that call a model."""
     code: str | None = None
     """The failure's closed code (a `models.Code`) when it is more specific than RunnerFailed / TimedOut."""
+    retry_after: float | None = None
+    """With code RateLimited: seconds until the model API's limit lifts, when it said (None: unknown)."""
 
 
 def note(path: Path, line: str) -> None:

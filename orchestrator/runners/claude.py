@@ -206,6 +206,10 @@ class ClaudeRunner:
                 )
             except ModelUnavailable as e:
                 journal.line(f"[claude] {e}")
+                if e.rate_limited:
+                    after = e.retry_after or None
+                    why = str(e)
+                    return RunResult(False, None, why, usage.to_json(), Code.RATE_LIMITED, retry_after=after)
                 return RunResult(
                     False, None, f"Claude unavailable: {e}", usage=usage.to_json(), code=Code.MODEL_UNAVAILABLE
                 )

@@ -21,13 +21,14 @@ import fnmatch
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
 from orchestrator.paths import open_private
-from orchestrator.runners import process
+from orchestrator.runners import process, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
 from orchestrator.runners.sandbox import Sandbox, private_home
 
@@ -189,9 +190,10 @@ class CommandRunner:
             "feedback": ctx.resume,
         }
         files = await asyncio.to_thread(claimed_files, ctx.worktree, ctx.job.claim.paths)
-        if ctx.resume and not t.resume_argv:
+        session = bool(ctx.resume and ctx.session and t.resume_argv)
+        if ctx.resume and not session:
             values["prompt"] = resumed_prompt(ctx.job.text, ctx.resume)
-        argv = expand(t.resume_argv if ctx.resume and t.resume_argv else t.argv, values, files)
+        argv = expand(t.resume_argv if session else t.argv, values, files)
         extra = {
             **ctx.env,
             "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
@@ -205,12 +207,14 @@ class CommandRunner:
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
         env = self.sandbox.env(ctx, process.environment(t.pass_env, extra))
         timeout = t.timeout or ctx.timeout
+        watch = ratelimit.Watch()  # a CLI that would retry a rate limit on its own is stopped: the daemon waits
         result = await process.run(
             argv,
             prefix=self.sandbox.prefix(ctx, home=home),
             env=env,
             timeout=timeout,
             what=f"job {ctx.job.id} runner {self.name}",
+            stop_when=watch,
             **ctx.process_options(),
         )
         usage = await asyncio.to_thread(self._read_output, ctx, home)
@@ -219,6 +223,10 @@ class CommandRunner:
             gone = await asyncio.to_thread(remove_side_files, ctx.worktree, t.ignore, tracked)
             if gone:
                 await asyncio.to_thread(note, ctx.log_path, f"[left out, {self.name}'s own files: {', '.join(gone)}]")
+        said = watch.seen if result.stopped else "" if result.ok else result.output_tail
+        if limit := ratelimit.detect(said, time.time()):
+            why = f"{self.name} was rate-limited by its model API: {limit.message}"
+            return RunResult(False, result.returncode, why, usage, Code.RATE_LIMITED, limit.retry_after)
         if result.timed_out:
             return RunResult(False, None, f"{self.name} timed out after {timeout:g}s", usage=usage)
         if result.ok:
