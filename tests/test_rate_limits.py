@@ -3,6 +3,7 @@ jobs, and the built-in agent's job waiting a bounded number of times before it f
 
 from __future__ import annotations
 
+from orchestrator.commands import fit
 from orchestrator.core.admission import decide
 from orchestrator.core.models import Claim, ClaimSource, JobView, Policy, Reason, Snapshot
 from orchestrator.doubles.anthropic import error_reply
@@ -65,6 +66,13 @@ def test_a_limited_runners_jobs_wait_with_the_time_they_start_and_others_do_not(
     assert held.reason is Reason.RATE_LIMITED and "rate-limited until" in held.message
     assert held.next.startswith("starts by itself after")
     assert decide(sh, snap).admitted
+
+
+def test_the_status_summary_counts_running_jobs_that_wait_for_a_rate_limit():
+    """`status` and `watch` say how many running jobs are waiting for their model API's limit to end."""
+    jobs = [{"state": "running", "code": "RateLimited"}, {"state": "running", "code": "Admitted"},
+            {"state": "planned", "code": "RateLimited"}]  # fmt: skip
+    assert fit.summary(jobs) == "2 running (1 RateLimited), 1 waiting: 1 RateLimited"
 
 
 def test_the_built_in_agent_waits_for_a_long_rate_limit_then_fails_when_it_lasts(make_repo, daemon_factory):

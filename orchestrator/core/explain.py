@@ -23,6 +23,9 @@ def next_step(job: Job, landing_now: bool = False) -> str:
         return "re-plans on the new head" if code == "BaseMoved" else "gets its claim and base, then waits to start"
     if st is JobState.RUNNING and code == Code.RATE_LIMITED:
         return f"waits for its model API's rate limit to end, then its runner goes on by itself: {job.reason}"
+    if st is JobState.RUNNING and code == Code.REVISED:
+        then = "is ready for review again" if job.land == "review" else "lands"
+        return f"its runner goes on with your feedback in its worktree; {then} when it finishes"
     if st is JobState.RUNNING:
         return "runs in its worktree; lands when its runner finishes"
     if st is JobState.LANDING:

@@ -43,8 +43,3 @@ class Limits:
         self._timers.pop(runner, None)
         if self.on_over is not None:
             self.on_over()
-
-    def stop(self) -> None:
-        for t in self._timers.values():
-            t.cancel()
-        self._timers.clear()

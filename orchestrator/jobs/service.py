@@ -39,6 +39,8 @@ from orchestrator.plan import declared
 from orchestrator.runners import Runner
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
+MAX_FEEDBACK = 32_000
+"""Characters of review feedback (`revise`): it reaches a CLI as one argument and in its environment."""
 CANCEL_TRIES = 8
 """Reads a cancel makes at most: each one finds the job further along (started, landed, ended)."""
 
@@ -237,6 +239,8 @@ class Jobs:
         (its paths and slot stay taken throughout), goes on from its earlier result, and is ready (or lands) again."""
         if not feedback.strip():
             raise BadRequest("the feedback is empty: say what the agent should change")
+        if len(feedback) > MAX_FEEDBACK:
+            raise BadRequest(f"the feedback is {len(feedback)} characters; at most {MAX_FEEDBACK} reach an agent CLI")
         async with self._one_at_a_time(job_id):
             job = await self.get(job_id)
             if job.state is not JobState.READY:
