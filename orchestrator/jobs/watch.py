@@ -55,23 +55,32 @@ class OverlapWatch:
         async with self._growing:  # one growth decision at a time: two jobs growing into one path see each other
             await self._grow(job, actual)
 
-    async def views(self, job: Job) -> tuple[JobView, list[tuple[Job, JobView]]]:
-        """`job` and the other active jobs of its repository as admission sees them (live actual paths)."""
+    async def views(self, job: Job, touched: frozenset[str]) -> tuple[JobView, list[tuple[Job, JobView]]] | None:
+        """`job` and the other active jobs of its repository as admission sees them (live actual paths); None
+        when `touched` holds nothing outside its claim (then the others are not read)."""
         mergeable = await self.facts.mergeable(job.repo, job.base)
 
         def view(j: Job) -> JobView:
             return replace(j.view(mergeable), actual=self.actual.get(j.id, j.actual))
 
+        mine = view(job)
+        if not growth.outside(mine, touched, self.cfg.policy()):
+            return None
         others = [(o, view(o)) for o in await self.board.store.jobs(ACTIVE) if o.repo == job.repo and o.id != job.id]
-        return view(job), others
+        return mine, others
 
     async def held(self, job_id: int, path: str) -> str | None:
         """Why running job `job_id` should not write `path` now (another active job holds it), or None: what
         the built-in agent asks before it writes outside its claim, so it can wait or work elsewhere."""
+        try:
+            wanted = frozenset({claims.normalize(path)})
+        except claims.ClaimError:
+            return None  # no claim can name it (a literal `[`, a backslash): its write shows in the watch
         job = await self.board.store.get(job_id)
-        if job is None:
+        seen = None if job is None else await self.views(job, wanted)
+        if seen is None:
             return None
-        mine, others = await self.views(job)
+        mine, others = seen
         refused = growth.held(path, mine, [v for _, v in others], self.cfg.policy())
         if refused is None:
             return None
@@ -81,8 +90,15 @@ class OverlapWatch:
         )
 
     async def _grow(self, job: Job, actual: frozenset[str]) -> None:
-        mine, others = await self.views(job)
-        g = growth.decide(mine, actual, [v for _, v in others], self.cfg.policy())
+        seen = await self.views(job, actual)
+        if seen is None:
+            return
+        mine, others = seen
+        try:
+            g = growth.decide(mine, actual, [v for _, v in others], self.cfg.policy())
+        except claims.ClaimError as e:  # a file name no claim can hold (a literal `[`): landing order decides
+            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_CLAIM_GROWN, error=str(e))
+            return
         if not g.paths:
             return
         grown = sorted(g.paths)
