@@ -3,6 +3,7 @@ refused, a racing process cannot redirect a read or write, and reads and searche
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import subprocess
@@ -319,3 +320,26 @@ async def test_names_that_are_not_utf8_never_break_a_tool(tree, resolver):
     bad = await tools.call("read_file", {"path": "src/\udcff\ud800.txt"})
     assert bad.error and "not a valid file name" in bad.text
     bad.text.encode("utf-8")
+
+
+async def test_a_pattern_that_backtracks_without_end_is_stopped_and_never_stalls_the_loop(tree, monkeypatch):
+    """A search whose pattern backtracks exponentially on the job's own text stops at its time limit and
+    says so, and the daemon's event loop keeps running meanwhile (the match never holds the GIL)."""
+    wt, _ = tree
+    (wt / "src" / "trap.txt").write_text("a" * 64 + "b\n")
+    monkeypatch.setattr(agent_tools, "SEARCH_SECONDS", 1.0)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        found = await asyncio.wait_for(_tools(wt).call("search", {"pattern": "(a|aa)+$"}), 60)
+    finally:
+        task.cancel()
+    assert "search stopped after 1 s: the pattern is too slow" in found.text
+    assert ticks >= 5, ticks  # the loop ran while the pattern was matched

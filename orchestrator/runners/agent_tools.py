@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import re
 import stat
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import regex
 
 from orchestrator.beneath import Escape, Root, open_beneath, parts, regular, shown
 from orchestrator.runners.base import Held
@@ -38,6 +40,9 @@ SEARCH_ENTRIES = 50_000
 """Most directory entries one `search` looks at."""
 SEARCH_DEPTH = 64
 """Deepest directory `search` enters."""
+SEARCH_SECONDS = 10.0
+"""Longest a `search` matches for: a pattern that backtracks without end is stopped, and never holds the GIL
+(the `regex` engine releases it while it matches), so the daemon's loop goes on meanwhile."""
 LIST_LIMIT = 5_000
 """Most entries `list_dir` shows."""
 
@@ -207,9 +212,9 @@ class Tools:
     async def _t_search(self, args: dict[str, Any]) -> Outcome:
         pattern = str(args["pattern"])
         try:
-            rx = re.compile(pattern)
-        except re.error:
-            rx = re.compile(re.escape(pattern))
+            rx = regex.compile(pattern)
+        except regex.error:
+            rx = regex.compile(regex.escape(pattern))
         names = parts(args.get("path") or ".")
 
         def search() -> _Search:
@@ -391,14 +396,16 @@ class _Search:
     """One bounded search: every directory and file opened beneath the root, no link followed, at most
     SEARCH_ENTRIES entries, SEARCH_DEPTH levels, SEARCH_FILE_LIMIT per file and SEARCH_BYTES in all."""
 
-    def __init__(self, rx: re.Pattern[str]) -> None:
+    def __init__(self, rx: regex.Pattern[str]) -> None:
         self.rx = rx
+        self.deadline = time.monotonic() + SEARCH_SECONDS
         self.hits: list[str] = []
         self.notes: list[str] = []
         self.skipped: list[str] = []
         self.scanned = 0
         self.entries = 0
         self.stopped = False
+        self.slow = False
 
     def run(self, root: Root, names: tuple[str, ...]) -> None:
         fd = root.open(names, _READ)
@@ -413,7 +420,9 @@ class _Search:
         if self.skipped:
             more = f" and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
             self.notes.append(f"[not searched, over {SEARCH_FILE_LIMIT} bytes: {', '.join(self.skipped[:5])}{more}]")
-        if self.stopped:
+        if self.slow:
+            self.notes.append(f"[search stopped after {SEARCH_SECONDS:g} s: the pattern is too slow; make it simpler]")
+        elif self.stopped:
             self.notes.append(
                 f"[search stopped after {self.entries} entries and {self.scanned} bytes: name a directory or file]"
             )
@@ -477,7 +486,12 @@ class _Search:
             return
         where = shown(names)
         for n, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-            if self.rx.search(line):
+            try:
+                hit = self.rx.search(line, timeout=max(0.0, self.deadline - time.monotonic()))
+            except TimeoutError:
+                self.stopped = self.slow = True
+                return
+            if hit:
                 self.hits.append(f"{where}:{n}: {line[:300]}")
                 if len(self.hits) >= SEARCH_LIMIT:
                     return
