@@ -224,6 +224,9 @@ class PlanConfig:
     """Budget for the file list and snippets in a model's planning prompt."""
     calibrate_after: int = 5
     """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
+    risk: float = 0.03
+    """The highest estimated chance that two jobs touch a common path for them to run side by side (0: judge
+    local evidence by confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
     cli: str = "claude-code"
     """With `planner = "cli"`: the runner whose read-only `plan_argv` plans (an agent CLI's plan mode)."""
 
@@ -266,6 +269,7 @@ class Config:
             min_confidence=j.min_confidence,
             mergeable=j.mergeable,
             barriers=j.barriers,
+            risk=self.plan.risk,
         )
 
 
@@ -333,6 +337,7 @@ concurrency = 4           # plans at once
 deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
+risk = 0.03               # two jobs run side by side when the chance they touch a common path is at most this
 cli = "claude-code"       # planner = "cli": the runner whose read-only plan_argv plans (Claude Code's plan mode)
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
@@ -472,6 +477,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("plan.concurrency: must be at least 1")
     if cfg.plan.deadline <= 0:
         raise ConfigError("plan.deadline: must be positive")
+    if not 0 <= cfg.plan.risk < 1:
+        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.03)")
     if cfg.chat.policy not in ("gate", "naive"):
         raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.chat.classify not in ("model", "idle", "rules"):

@@ -41,6 +41,7 @@ class Event(StrEnum):
     PLAN_STARTED = "plan.started"
     PLAN_NOTE = "plan.note"
     PLAN_HISTORY = "plan.history"
+    PLAN_RECORD = "plan.record"
     PLAN_THRESHOLD = "plan.threshold"
     JOB_STARTED = "job.started"
     REPLAY_STARTED = "replay.started"

@@ -29,6 +29,7 @@ CHECK_NAMES = [
     "Ambiguous",
     "Barrier",
     "Overlap",
+    "Risk",
     "Priority",
     "Landing",
     "Concurrency",

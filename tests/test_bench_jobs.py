@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from orchestrator.bench import history as hist
+from orchestrator.bench import jobs as jobs_bench
 from orchestrator.bench import replayrepo
 from orchestrator.bench import schedule as sched
 from orchestrator.git.commits import commit_worktree
@@ -17,12 +18,17 @@ MERGEABLE = ("CHANGES*",)
 
 
 def test_ideal_schedule_never_overtakes_an_overlapping_earlier_job():
-    """List scheduling: disjoint jobs fill the slots; a later job waits behind an earlier one it overlaps."""
+    """List scheduling: disjoint jobs fill the slots; a later job waits behind an earlier one it overlaps or is
+    kept apart from on risk; each `--risk` value is a `local` row of its own."""
     a, b = frozenset({"a.py"}), frozenset({"b.py"})
     assert sched.ideal_makespan([2, 2, 2], [a, b, frozenset({"c.py"})], slots=2) == 4
     # Job 2 (b) must not start before job 1 (a, then b) although a slot is free: job 1 waits on job 0.
     assert sched.ideal_makespan([3, 1, 1], [a, a | b, b], slots=4) == 5
     assert sched.ideal_makespan([1, 1, 1], [a, None, b], slots=4) == 3, "a job that runs alone runs alone"
+    assert sched.ideal_makespan([2, 2], [a, b], slots=2, apart=[(0, 1)]) == 4, "kept apart on risk"
+    assert sched.over_serialized_pairs([a, b], [a, b], apart=[(0, 1)]) == 1
+    rows = jobs_bench._rows(["one-per-repo", "claims"], ["declared", "local"], [0.03, 0.1])
+    assert [r.name for r in rows] == ["one-per-repo", "claims/declared", "claims/local", "claims/local@0.1"]
 
 
 def test_over_serialised_pairs_count_claims_that_overlap_where_real_files_do_not():
@@ -97,3 +103,28 @@ def test_bench_jobs_replays_through_the_real_daemon(tmp_path):
     assert oracle["makespan_s"] >= oracle["ideal_s"] > 0
     assert (local["policy"], local["predictor"], local["jobs"], local["lost"]) == ("claims", "local", 6, 0)
     assert data["machine"]["cores"] >= 1
+
+
+def test_real_replay_counts_a_change_main_already_holds_as_not_lost(make_repo):
+    """On a real repository a change that ended unchanged (main already held its edit) is not lost; one that
+    did not land and whose edit main lacks is; the serial check agrees with main applied in landing order."""
+    repo = make_repo(files={"x.py": "a\nb\n", "y.py": "y\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    (repo / "x.py").write_text("A\nb\n")
+    git(repo, "commit", "-qam", "edit x")
+    first = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "side", start)
+    (repo / "x.py").write_text("A\nb\n")
+    git(repo, "commit", "-qam", "the same edit of x, made apart")
+    same = git(repo, "rev-parse", "HEAD")
+    (repo / "y.py").write_text("Y\n")
+    git(repo, "commit", "-qam", "edit y")
+    other = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    changes = [
+        hist.Change(0, first, "edit x", ("x.py",), 1),
+        hist.Change(1, same, "same", ("x.py",), 1),
+        hist.Change(2, other, "edit y", ("y.py",), 1),
+    ]
+    r = replayrepo.ReplayRepo(repo, (first, same, other), other, start)
+    assert replayrepo.serial(r, changes, [1.0, 0.0, 0.0]) == ([2], [], 0)

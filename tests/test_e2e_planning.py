@@ -114,7 +114,10 @@ def test_plan_command_shows_evidence_and_stats_predict_reports(make_repo, daemon
     repo = make_repo("r", {"src/api.py": "def serve():\n    pass\n", "tests/test_api.py": "x\n", "README.md": "r\n"})
     d = daemon_factory().start()
     shown = d.cli_json("plan", "--repo", str(repo), "refactor src/api.py")
-    assert {e["path"]: e["kind"] for e in shown["evidence"]} == {"src/api.py": "named", "tests/test_api.py": "test"}
+    assert {e["path"]: e["kind"] for e in shown["evidence"]}["src/api.py"] == "named"
+    ranked = {r["path"]: r for r in shown["ranking"]}
+    assert ranked["src/api.py"]["claimed"]
+    assert any("naming convention" in w for w in ranked["tests/test_api.py"]["why"])
     assert shown["claim"]["source"] == "evidence"
     vague = d.cli_json("plan", "--repo", str(repo), "make it faster")
     assert vague["claim"]["paths"] == [] and vague["notes"][0]["code"] == "NamesNothing"
@@ -128,4 +131,5 @@ def test_plan_command_shows_evidence_and_stats_predict_reports(make_repo, daemon
     assert [e["job_id"] for e in notes] == [nothing]
     stats = d.cli_json("stats", "predict", "--repo", str(repo))
     row = stats["repos"][str(repo.resolve())]["all"]
-    assert row["jobs"] == 1 and row["recall"] == 1.0
+    # Three commits are no record: the claim's risk is unknown, so it ran alone and counts as not confident.
+    assert row["jobs"] == 1 and row["confident"] == 0

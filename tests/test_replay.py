@@ -83,6 +83,25 @@ def test_conflict_theirs_keeps_the_recorded_side(make_repo, tmp_path):
     assert (ws / "a.txt").read_text() == "theirs\n" and (ws / "b.txt").read_text() == "b moved\n"
 
 
+def test_conflict_theirs_also_settles_a_file_the_base_lacks(make_repo, tmp_path):
+    """A recorded change to a file its replay base does not have yet (it came with a change that has not
+    landed) still applies with `conflict: theirs`: the file as the change left it."""
+    repo = make_repo(files={"a.txt": "a\n"})
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {"new.txt": "one\n"})
+    git(repo, "add", "new.txt")
+    git(repo, "commit", "-qm", "add new")
+    write(repo, {"new.txt": "one\ntwo\n"})
+    git(repo, "commit", "-qam", "extend new")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
+    with pytest.raises(replay.ReplayError, match=r"conflict in new\.txt"):
+        replay.apply_commit(ws, sha)
+    assert replay.apply_commit(ws, sha, theirs=True) == ["new.txt"]
+    assert (ws / "new.txt").read_text() == "one\ntwo\n"
+
+
 def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path):
     """A commit replay and a patch replay run as jobs and land; a change that does not apply fails with why."""
     repo = make_repo()

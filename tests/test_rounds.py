@@ -164,3 +164,22 @@ async def test_a_landing_stops_waiting_for_a_job_sent_back_to_the_queue(tmp_path
         assert await asyncio.wait_for(waiter, 5) is True
     finally:
         await store.close()
+
+
+async def test_a_job_sent_back_to_plan_again_keeps_its_place(tmp_path):
+    """A planned job that admission sends back (its base moved) keeps its place and claim while it plans
+    again, so a later overlapping job cannot start in between; a job never planned holds no place."""
+    store = await _store(tmp_path)
+    try:
+        a = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
+        b = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
+        await store.transition(a.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+        await store.transition(a.id, {JobState.PLANNING}, JobState.PLANNED, "planned")
+        planned = Planned(store)
+        assert [j.id for j in await planned.jobs()] == [a.id] and planned.held() == []
+        await store.transition(a.id, {JobState.PLANNED}, JobState.QUEUED, "replan", decision={"outcome": "replan"})
+        assert await planned.jobs() == []
+        assert [j.id for j in planned.held()] == [a.id]  # b, queued and never planned, holds nothing
+        assert b.id not in {j.id for j in planned.held()}
+    finally:
+        await store.close()

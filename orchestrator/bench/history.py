@@ -2,7 +2,7 @@
 
 A history is JSON lines, one change each: `{"sha", "subject", "files": [[path, added, deleted], ...]}`, oldest
 first (`orchestrator/data/flask-history.jsonl` ships with the package: 496 merged changes of a public
-project). `from_repo` reads the same from a range of a real repository's first-parent history.
+project). `from_repo` reads the same from a range of a real repository's authored changes.
 
 `replayrepo` builds the repository a benchmark row replays on, and the commit each job replays.
 """
@@ -33,6 +33,8 @@ class Change:
     subject: str
     files: tuple[str, ...]
     lines: int
+    message: str = ""
+    """The whole commit message, when the change comes from a real repository (else the subject says it all)."""
 
     def duration(self, scale: float) -> float:
         """Seconds its replay sleeps: grows with the log of its size, so a huge merge is not a whole run."""
@@ -57,7 +59,8 @@ def _changes(records: Iterable[dict]) -> list[Change]:
             continue
         lines = sum(int(f[1] or 0) + int(f[2] or 0) for f in files if len(f) >= 3)
         paths = tuple(dict.fromkeys(str(f[0]) for f in files))
-        out.append(Change(len(out), str(rec.get("sha", "")), str(rec.get("subject", "")), paths, lines))
+        subject, message = str(rec.get("subject", "")), str(rec.get("message", ""))
+        out.append(Change(len(out), str(rec.get("sha", "")), subject, paths, lines, message))
     return _no_file_dir_clash(out)
 
 
@@ -72,7 +75,7 @@ def _no_file_dir_clash(changes: list[Change]) -> list[Change]:
     for c in changes:
         files = tuple(p for p in c.files if p not in clash)
         if files:
-            kept.append(Change(len(kept), c.sha, c.subject, files, c.lines))
+            kept.append(Change(len(kept), c.sha, c.subject, files, c.lines, c.message))
     return kept
 
 
@@ -95,9 +98,12 @@ def from_file(path: Path) -> list[Change]:
     return changes
 
 
-def from_repo(repo: Path, rev_range: str) -> list[Change]:
-    """The touch pattern of a range (`A..B`) of a real repository's first-parent history, oldest first."""
-    argv = ["git", "-C", str(repo), "log", "--first-parent", "-m", "--reverse", "--numstat", "--format=@%H %s"]
+def from_repo(repo: Path, rev_range: str, merges: bool = False) -> list[Change]:
+    """The touch pattern of the authored changes (merge commits left out: the commits a merge brings are
+    each a change) in a range (`A..B`) of a real repository, oldest first, with their whole messages. With
+    `merges`, the first-parent line instead (each merge one change, against its first parent)."""
+    walk = ["--first-parent", "-m"] if merges else ["--no-merges"]
+    argv = ["git", "-C", str(repo), "log", *walk, "--reverse", "--numstat", "--format=@%H %s"]
     proc = subprocess.run([*argv, rev_range], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise HistoryError(f"`git log {rev_range}` in {repo} failed: {proc.stderr.strip()}; pass --range A..B")
@@ -111,6 +117,13 @@ def from_repo(repo: Path, rev_range: str) -> list[Change]:
             if " => " not in path:  # renames: the touch pattern keeps plain paths only
                 size = [int(n) if n.isdigit() else 1 for n in (added, deleted)]  # binary files: "-"
                 records[-1]["files"].append([path, *size])
+    bodies = subprocess.run(
+        ["git", "-C", str(repo), "log", *walk, "--reverse", "--format=%H%x00%B%x1e", rev_range],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    messages = dict(entry.strip("\n").split("\0", 1) for entry in bodies.stdout.split("\x1e") if "\0" in entry)
+    for rec in records:
+        rec["message"] = messages.get(rec["sha"], rec["subject"]).strip()
     changes = _changes(records)
     if not changes:
         raise HistoryError(f"{rev_range} in {repo} has no change with files")

@@ -21,6 +21,7 @@ exit → landed, and landing hold time (p50/p95).
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import sys
@@ -40,11 +41,15 @@ from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
 from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
 from orchestrator.core.models import ENDED as TERMINAL_STATES
+from orchestrator.core.models import Claim, Policy
+from orchestrator.core.risk import Escapes, pair_risk
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
+RISK = 0.03
+"""`plan.risk` of the rows' daemons (the default)."""
 TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
 """A row with no job ending for this long (beyond its longest job) is stuck: it fails with its log's path."""
@@ -57,17 +62,24 @@ MakeRepo = Callable[[Path], replayrepo.ReplayRepo]
 class Row:
     policy: str
     predictor: str
+    risk: float = RISK
+    """`plan.risk` of its daemon."""
+
+    @property
+    def label(self) -> str:
+        """The predictor, with its `plan.risk` when not the default (`local@0.1`)."""
+        return self.predictor if self.risk == RISK else f"{self.predictor}@{self.risk:g}"
 
     @property
     def name(self) -> str:
-        return self.policy if self.policy != "claims" else f"claims/{self.predictor}"
+        return self.policy if self.policy != "claims" else f"claims/{self.label}"
 
 
-def _rows(policies: list[str], predictors: list[str]) -> list[Row]:
+def _rows(policies: list[str], predictors: list[str], risks: Sequence[float] = (RISK,)) -> list[Row]:
     out: list[Row] = []
     for p in policies:
         if p == "claims":
-            out += [Row(p, pred) for pred in predictors]
+            out += [Row(p, pred, r) for pred in predictors for r in (risks if pred == "local" else (RISK,))]
         else:
             out.append(Row(p, "oracle" if p in ("oracle", "one-per-repo") else "none"))
     return out
@@ -88,7 +100,7 @@ def _config(slots: int, row: Row) -> str:
         f"min_confidence = {MIN_CONFIDENCE}\n"
         'sandbox = "none"\n'
         # Jobs without --path (the `local` predictor) are claimed by local evidence only: no model here.
-        '[plan]\nplanner = "local"\n'
+        f'[plan]\nplanner = "local"\nrisk = {row.risk}\n'
     )
 
 
@@ -98,12 +110,26 @@ def _claims_of(row: Row, changes: list[hist.Change], jobs: list[dict]) -> list[f
         return [None] * len(changes)  # per_repo = 1: every job runs alone in the repo
     if row.predictor == "local":
         out: list[frozenset[str] | None] = []
+        policy = Policy(min_confidence=MIN_CONFIDENCE, mergeable=MERGEABLE, risk=row.risk)
         for j in jobs:
             c = j["claim"]
-            ambiguous = not c["paths"] or claims.ROOT in c["paths"] or c["confidence"] < MIN_CONFIDENCE
+            ambiguous = claims.ambiguity(Claim.from_json(c), policy) is not None
             out.append(None if ambiguous else sched.counted(c["paths"], MERGEABLE))
         return out
     return [sched.counted(_declared(row, c), MERGEABLE) for c in changes]
+
+
+def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None]) -> list[tuple[int, int]]:
+    """The pairs of local-evidence jobs with disjoint claims that admission keeps apart on their risk."""
+    if row.predictor != "local":
+        return []
+    escapes = [Escapes.of(Claim.from_json(j["claim"]).risk) for j in jobs]
+    out = []
+    for i, j in itertools.combinations(range(len(jobs)), 2):
+        a, b = claims_[i], claims_[j]
+        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > row.risk:
+            out.append((i, j))
+    return out
 
 
 def run_row(
@@ -116,7 +142,10 @@ def run_row(
     durations = hist.durations(changes, scale)
     task = progress.add_task(row.name, total=len(changes)) if progress else None
     with BenchDaemon(root / "home", _config(slots, row)) as d:
-        t0 = time.time()
+        # The queue goes in paused and is released once every job is planned: the makespan is the schedule's,
+        # not the first plan's one-time cost in a repository (its history mined, its record replayed).
+        d.client.pause(str(replay.path))
+        t_plan = time.time()
         ids = [
             d.client.enqueue(
                 repo=str(replay.path),
@@ -126,6 +155,10 @@ def run_row(
             )["id"]
             for c in changes
         ]
+        _planned(d, ids, STALL_S + 600)
+        planning = time.time() - t_plan
+        t0 = time.time()
+        d.client.resume(str(replay.path))
         done, moved = 0, time.monotonic()
         while done < len(ids):
             time.sleep(1.0)  # the makespan comes from the daemon's clock; a slow poll spares its loop
@@ -138,7 +171,21 @@ def run_row(
                 raise BenchError(f"{row.name}: no job ended for {STALL_S:.0f} s ({done}/{len(ids)}); see {d.log_path}")
         jobs = [d.client.job(i) for i in ids]
         clock = _Clock.of(d)
-    return _figures(row, changes, jobs, clock, durations, slots, t0, replay)
+    out = _figures(row, changes, jobs, clock, durations, slots, t0, replay)
+    out["planning_s"] = round(planning, 2)
+    return out
+
+
+def _planned(d: BenchDaemon, ids: list[int], limit: float) -> None:
+    """Wait until every job has left queued and planning (they wait paused for admission)."""
+    deadline = time.monotonic() + limit
+    while True:
+        waiting = len(d.client.jobs("queued,planning"))
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"{waiting} of {len(ids)} jobs still planning after {limit:.0f} s; see {d.log_path}")
+        time.sleep(0.5)
 
 
 @dataclass
@@ -205,12 +252,17 @@ def _figures(
     slot_to_start = sched.start_latency(starts, created, releases)
     real = [sched.counted(c.files, MERGEABLE) for c in changes]
     claims_ = _claims_of(row, changes, jobs)
+    apart = _risky_pairs(row, jobs, claims_)
     makespan = max(landed_at) - t0 if any(landed_at) else 0.0
-    lost, reordered = replayrepo.lost(replay, changes, landed_at, MERGEABLE)
-    ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots)
+    if replay.start:  # a real repository: main must be the landed changes applied in landing order
+        lost, broken, reordered = replayrepo.serial(replay, changes, landed_at, MERGEABLE)
+    else:
+        (lost, reordered), broken = replayrepo.lost(replay, changes, landed_at, MERGEABLE), []
+    ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots, apart)
     out = {
         "policy": row.policy,
-        "predictor": row.predictor,
+        "predictor": row.label,
+        "plan_risk": row.risk,
         "slots": slots,
         "jobs": len(jobs),
         "makespan_s": round(makespan, 2),
@@ -223,8 +275,10 @@ def _figures(
         "conflicts": conflicts,
         "redone": sum(j["attempts"] for j in jobs),
         "lost": len(lost),
+        "broken": len(broken),
+        "broken_files": broken,
         "reordered_pairs": reordered,
-        "over_serialized_pairs": sched.over_serialized_pairs(claims_, real),
+        "over_serialized_pairs": sched.over_serialized_pairs(claims_, real, apart),
         **_claim_quality(row, claims_, real),
     }
     for key, values in (
@@ -271,6 +325,13 @@ def _ratios(rows: list[dict]) -> None:
 @click.option(
     "--scale", type=float, default=0.3, show_default=True, help="Seconds per unit of change size (1 + log2(1 + lines))."
 )
+@click.option(
+    "--risk",
+    "risks",
+    default=str(RISK),
+    show_default=True,
+    help="plan.risk for the claims/local rows (comma-separated: one row each).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")
@@ -283,6 +344,7 @@ def main(
     policy: str,
     predictor: str,
     scale: float,
+    risks: str,
     as_json: bool,
     plot_file: Path | None,
     keep: Path | None,
@@ -291,10 +353,15 @@ def main(
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     predictors = [p.strip() for p in predictor.split(",") if p.strip()]
     bad = [p for p in policies if p not in POLICIES] + [p for p in predictors if p not in PREDICTORS]
-    if bad or slots < 1 or last < 1 or scale <= 0:
+    try:
+        risk_values = [float(r) for r in risks.split(",") if r.strip()]
+    except ValueError:
+        risk_values = []
+    if bad or slots < 1 or last < 1 or scale <= 0 or not risk_values or not all(0 <= r < 1 for r in risk_values):
         raise click.UsageError(
             f"use --policy from {', '.join(POLICIES)}, --predictor from {', '.join(PREDICTORS)}, "
-            "--slots and --last of 1 or more, --scale above 0" + (f" (got {', '.join(bad)})" if bad else "")
+            "--slots and --last of 1 or more, --scale above 0, --risk probabilities from 0 up to 1 (0.03,0.1)"
+            + (f" (got {', '.join(bad)})" if bad else "")
         )
     if (repo is None) != (rev_range is None) or (repo is not None and history_file is not None):
         raise click.UsageError("pass --history FILE, or --repo PATH with --range A..B (or neither: the bundled one)")
@@ -334,7 +401,7 @@ def main(
             TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=as_json,
         ) as progress:  # fmt: skip
-            for row in _rows(policies, predictors):
+            for row in _rows(policies, predictors, risk_values):
                 rows.append(run_row(row, changes, make, slots, scale, work, progress))
     except (BenchError, hist.HistoryError) as e:
         click.echo(f"orchestrator bench jobs: {e} (repositories and logs kept in {work})", err=True)

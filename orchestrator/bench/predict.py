@@ -14,6 +14,7 @@ first-parent line as it is (each merge one change, the commits it brings none), 
 
     orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--merges] [--json]
     orchestrator bench predict --history [FILE.jsonl] [--limit N] [--json]
+    orchestrator bench predict --tickets FILE --repos DIR [--only R,..] [--risk 0.03] [--scope source|all] [--json]
 
 `--history` replays a touch-pattern file (`{"sha", "parent", "subject", "files": [[path, +, -], ...]}` per
 line, oldest first; without FILE the one that ships with the package, 496 changes of a public project) on
@@ -36,11 +37,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.bench import tickets
 from orchestrator.bench.history import bundled
 from orchestrator.core import claims
-from orchestrator.core.models import Policy
+from orchestrator.core.admission import decide
+from orchestrator.core.models import JobView, Policy, Snapshot
 from orchestrator.git import repos
-from orchestrator.plan import accuracy
+from orchestrator.plan import accuracy, record
 from orchestrator.plan.accuracy import Record
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import Change, History, mine
@@ -69,10 +72,14 @@ BUNDLED = "bundled"
 """`--history` without a file: the history that ships with the package."""
 WARMUP = 1000
 """Changes before the replayed range that seed the history (when the range leaves room)."""
+RISK = 0.03
+"""`plan.risk` for the `risk` rows: pairs admitted on their estimated risk, as the daemon does by default."""
 
 
 def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> list[Record]:
-    """Plan changes[start:] each on its parent, the history growing one change at a time."""
+    """Plan changes[start:] each on its parent, the history growing one change at a time; the record the
+    risk is estimated from is the changes before `start` (`plan.record`), nothing of the replayed range."""
+    calibration = record.fit(record.replay(repo, changes[:start], policy.mergeable), policy.mergeable)
     history = History(changes[:start])
     out = []
     commits = repos.open_repo(repo)
@@ -82,7 +89,7 @@ def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> lis
         message = getattr(commit, "message", change.subject)
         actual, _ = claims.split_mergeable(change.files, policy.mergeable)
         if parents and actual:
-            plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable)
+            plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable, calibration)
             out.append(Record(n, str(repo), plan.claim, plan.basis, actual))
         history.add(change)
     return out
@@ -98,9 +105,11 @@ def summarise(records: list[Record], window: int, policy: Policy) -> dict[str, A
     groups["all"] = records
     thresholds = calibrated(records, policy, window)
     confident = [r.confident(replace(policy, min_confidence=t)) for r, t in zip(records, thresholds, strict=True)]
+    risky = replace(policy, risk=RISK, max_concurrent=8, per_repo=8)
     return {
         "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
         "pairs": pairs(records, [r.confident(policy) for r in records], window),
+        "risk": {"plan_risk": RISK, **pairs(records, [], window, risky)},
         "calibrated": {
             "all": accuracy.summary(records, policy, confident),
             "pairs": pairs(records, confident, window),
@@ -116,18 +125,33 @@ def calibrated(records: list[Record], policy: Policy, lag: int) -> list[float]:
     return [accuracy.threshold([q for q in records if q.job_id <= r.job_id - lag], policy) for r in records]
 
 
-def pairs(records: list[Record], confident: list[bool], window: int) -> dict[str, int]:
-    """Of the pairs of changes within `window` of each other: how many the claims would have run
-    concurrently (both confident, claims disjoint), and how many of those really overlapped."""
-    n = concurrent = bad = 0
+def pairs(records: list[Record], confident: list[bool], window: int, policy: Policy | None = None) -> dict[str, int]:
+    """Of the pairs of changes within `window` of each other: how many admission would have run concurrently
+    (both claims confident under `confident`, and with `policy` the pure admission decision, risk included,
+    one active and the other waiting), how many of those really overlapped, and how many pairs that did not
+    overlap were held apart."""
+    n = concurrent = bad = apart = 0
+    views = [JobView(i + 1, "repo", "main", r.claim) for i, r in enumerate(records)]
     for i, a in enumerate(records):
         for j in range(i + 1, min(len(records), i + 1 + window)):
             b = records[j]
             n += 1
-            if confident[i] and confident[j] and not claims.PathIndex(a.claim.paths).meeting(b.claim.paths):
-                concurrent += 1
-                bad += bool(claims.PathIndex(a.actual).meeting(b.actual))
-    return {"window": window, "pairs": n, "concurrent": concurrent, "really_overlapped": bad}
+            real = bool(claims.PathIndex(a.actual).meeting(b.actual))
+            if policy is not None:
+                snap = Snapshot(active=(views[i],), waiting=(views[j],), policy=policy)
+                together = decide(views[j], snap).admitted
+            else:
+                together = confident[i] and confident[j] and not claims.PathIndex(a.claim.paths).meeting(b.claim.paths)
+            concurrent += together
+            bad += together and real
+            apart += not together and not real
+    return {
+        "window": window,
+        "pairs": n,
+        "concurrent": concurrent,
+        "really_overlapped": bad,
+        "disjoint_held_apart": apart,
+    }
 
 
 def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
@@ -154,9 +178,7 @@ def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
     return [r.get("sha", "") for r in rows]
 
 
-def run(
-    repo: Path, rev_range: str | None, limit: int | None, window: int = 8, merges: bool = False
-) -> dict[str, Any]:
+def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8, merges: bool = False) -> dict[str, Any]:
     head = rev_range.split("..", 1)[1] if rev_range and ".." in rev_range else (rev_range or "HEAD")
     since = rev_range.split("..", 1)[0] if rev_range and ".." in rev_range else None
     head_sha = repos.resolve_rev(repo, head or "HEAD")
@@ -167,6 +189,8 @@ def run(
     if since_sha and start < WARMUP:
         before, _ = mine(repo, since_sha, None, WARMUP - start, first_parent=merges)
         changes, start = before + changes, start + len(before)
+    if start < record.MIN_RECORD:  # nothing before the replayed changes: the first third is their record
+        start = len(changes) // 3
     t = time.perf_counter()
     policy = Policy()
     outcomes = replay(repo, changes, start, policy)
@@ -195,6 +219,11 @@ def _print(r: dict[str, Any]) -> None:
             f"  {label}pairs within {p['window']} changes: {p['pairs']}; the claims run {p['concurrent']} "
             f"concurrently, {p['really_overlapped']} of which really overlapped"
         )
+    k = r["risk"]
+    print(
+        f"  on risk (plan.risk {k['plan_risk']:.0%}): {k['concurrent']} of {k['pairs']} pairs run concurrently, "
+        f"{k['really_overlapped']} of which really overlapped; {k['disjoint_held_apart']} disjoint pairs held apart"
+    )
     print(f"  {r['changes']}")
 
 
@@ -215,11 +244,35 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="replay the first-parent line instead: each merge as one change, the commits it brings not at all",
     )
     parser.add_argument("--window", type=int, default=8, help="pairs of changes at most this far apart")
+    parser.add_argument(
+        "--tickets", type=Path, help="a ticket set (JSON lines with gold files) to plan at each ticket's base instead"
+    )
+    parser.add_argument("--repos", type=Path, default=Path("."), help="with --tickets: where the clones are")
+    parser.add_argument("--only", default="", help="with --tickets: only these repositories (comma-separated)")
+    parser.add_argument("--risk", type=float, default=RISK, help="with --tickets: plan.risk (default 0.03)")
+    parser.add_argument(
+        "--frontier", default="", help="with --tickets: other plan.risk values to admit the same plans at (0.01,0.05)"
+    )
+    parser.add_argument(
+        "--scope", choices=("source", "all"), default="source", help="with --tickets: leave tests and docs out"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
     args = parser.parse_args(argv)
-    if bool(args.repo) == bool(args.history):
-        parser.error("give either --repo PATH or --history [FILE.jsonl] (alone: the history that ships with it)")
+    if sum(map(bool, (args.repo, args.history, args.tickets))) != 1:
+        parser.error(
+            "give one of --repo PATH, --history [FILE.jsonl] (alone: the history that ships with it) "
+            "or --tickets FILE --repos DIR"
+        )
     try:
+        if args.tickets:
+            only = [o.strip() for o in args.only.split(",") if o.strip()]
+            frontier = [float(x) for x in args.frontier.split(",") if x.strip()]
+            r = tickets.run(args.tickets, args.repos, args.limit, args.risk, args.scope, only, frontier)
+            if args.json:
+                print(json.dumps(r, indent=2))
+            else:
+                tickets.print_report(r)
+            return
         if args.history:
             history = bundled() if args.history == BUNDLED else Path(args.history)
             if not history.is_file():
@@ -231,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 r["synthesised"] = SYNTHESISED_MEASURES
         else:
             r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window, args.merges)
-    except repos.RepoError as e:
+    except (repos.RepoError, tickets.TicketsError) as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         sys.exit(2)
     if args.json:

@@ -9,16 +9,20 @@ Two sources:
   with its own marker, so two changes to one file made side by side conflict (the touch pattern has no
   hunks, so the benchmark assumes the worst); in union-mergeable files (changelogs) it fills a slot of
   its own, which merges cleanly in any order.
-- `clone`: a real repository's range `A..B`, cloned (sharing its objects) with main at `A`; the jobs
-  replay the range's own first-parent commits.
+- `clone`: a real repository's range `A..B`, cloned (sharing its objects) with main at the first replayed
+  change's parent; the jobs replay the range's own authored commits, their messages as the job texts.
 
 Either way a job's text names its commit with `conflict: theirs`: a change recorded on top of one that
 has not landed yet still runs, and the daemon's own landing check sees the conflict. `lost` compares
-main at the end with the recorded end state, file by file.
+main at the end with the recorded end state, file by file; for a real repository `serial` compares it
+with the landed changes applied one after another in landing order (a broken landing is a file where
+they differ).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ import pygit2
 
 from orchestrator.bench.history import Change, HistoryError, git
 from orchestrator.core import claims
+from orchestrator.runners.replay import ReplayError, replayed_tree
 
 REPLAY_REF = "refs/bench/replay"
 
@@ -39,12 +44,20 @@ class ReplayRepo:
     """Per replayed change (by index), the commit its job replays."""
     final: str
     """The commit whose tree is the recorded end state (the last replayed commit)."""
+    start: str = ""
+    """For a real repository: the commit main starts at (the first replayed change's parent); "" when
+    synthesised."""
+
+
+_SPEC_LINE = re.compile(r"^(\s*)(commit|patch|after|conflict)(\s*:)", re.I | re.M)
 
 
 def job_text(change: Change, commit: str, after: float) -> str:
-    """The replay runner's spec for one change: its subject (what the planner reads), commit, wait."""
-    subject = change.subject.strip().splitlines()[0] if change.subject.strip() else f"change {change.index}"
-    return f"{subject}\ncommit: {commit}\nafter: {after:g}\nconflict: theirs"
+    """The replay runner's spec for one change: its message (what the planner reads: the whole message of a
+    real repository's commit, as a person's ticket would say it), then its commit and wait."""
+    text = change.message.strip() or change.subject.strip() or f"change {change.index}"
+    text = _SPEC_LINE.sub(r"\1> \2\3", text)  # a message's own `after: ...` line is not the spec's
+    return f"{text}\ncommit: {commit}\nafter: {after:g}\nconflict: theirs"
 
 
 class _Files:
@@ -158,7 +171,7 @@ def clone(source: Path, changes: Sequence[Change], root: Path) -> ReplayRepo:
     )  # fmt: skip
     git(root, "checkout", "-q", "-B", "main", proc.stdout.strip())
     git(root, "update-ref", REPLAY_REF, changes[-1].sha)
-    return ReplayRepo(root, tuple(c.sha for c in changes), changes[-1].sha)
+    return ReplayRepo(root, tuple(c.sha for c in changes), changes[-1].sha, proc.stdout.strip())
 
 
 def copy(template: ReplayRepo, root: Path) -> ReplayRepo:
@@ -200,6 +213,74 @@ def lost(
         elif have != expected and done:
             out.add(done[-1])
     return sorted(out), len(reordered)
+
+
+def serial(
+    replay: ReplayRepo, changes: Sequence[Change], landed_at: Sequence[float], mergeable: tuple[str, ...] = ()
+) -> tuple[list[int], list[str], int]:
+    """For a real repository's replay: the changes lost, the files a landing broke, the pairs reordered.
+
+    Main at the end must be what applying the landed changes one after another, in the order they landed,
+    gives (each applied like the replay runner applies it, three-way, its own side on a conflict): a file
+    where it is not was broken by running its changes side by side. A change is lost when it did not land,
+    or when main misses the edit of the last landed change to one of its files. Union-merged files
+    (changelogs) land in any order: every line the serial application gives must be there."""
+    repo = pygit2.Repository(str(replay.path))
+    main = repo.revparse_single("main").peel(pygit2.Commit).tree
+    order = sorted((t, c.index) for c, t in zip(changes, landed_at, strict=True) if t)
+    # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged).
+    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main)}
+    tree: pygit2.Tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
+    last: dict[str, int] = {}
+    for _, i in order:
+        commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
+        with contextlib.suppress(ReplayError):  # what the replay runner would not have landed either
+            tree = replayed_tree(repo, commit, tree, theirs=True)
+        for p in changes[i].files:
+            last[p] = i
+    broken = []
+    for p, i in sorted(last.items()):
+        have, want = _text(repo, main, p), _text(repo, tree, p)
+        if claims.matches(p, mergeable):  # merged line by line, in any order: every line must be there
+            present = set((have or "").splitlines())
+            if any(line.strip() and line not in present for line in (want or "").splitlines()):
+                lost.add(i)
+        elif have != want:
+            broken.append(p)
+            if not _has_edit(repo, changes[i].sha, p, main):
+                lost.add(i)
+    return sorted(lost), broken, _reordered(changes, landed_at, mergeable)
+
+
+def _reordered(changes: Sequence[Change], landed_at: Sequence[float], mergeable: tuple[str, ...]) -> int:
+    """Pairs of landed changes to one file (union-merged files aside) that landed in the other order."""
+    pairs: set[tuple[int, int]] = set()
+    touched: dict[str, list[int]] = {}
+    for c in changes:
+        for p in c.files:
+            if not claims.matches(p, mergeable):
+                touched.setdefault(p, []).append(c.index)
+    for ns in touched.values():
+        done = [n for n in ns if landed_at[n]]
+        pairs |= {(a, b) for i, a in enumerate(done) for b in done[i + 1 :] if landed_at[b] < landed_at[a]}
+    return len(pairs)
+
+
+def _on_main(repo: pygit2.Repository, change: Change, main: pygit2.Tree) -> bool:
+    """Main holds `change`'s edit of every file it touched."""
+    return bool(change.files) and all(_has_edit(repo, change.sha, p, main) for p in change.files)
+
+
+def _has_edit(repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree) -> bool:
+    """Applying the change to main again changes nothing at `path`: its edit is there."""
+    commit = repo.revparse_single(sha).peel(pygit2.Commit)
+    if not commit.parents:
+        return True
+    try:
+        tree = replayed_tree(repo, commit, main, theirs=True)
+    except ReplayError:
+        return False
+    return _text(repo, tree, path) == _text(repo, main, path)
 
 
 def _text(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> str | None:

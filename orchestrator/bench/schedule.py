@@ -1,7 +1,8 @@
 """Pure figures for the jobs benchmark: the ideal schedule of a queue, and what a replay measured. No I/O.
 
 The ideal makespan is list scheduling with the same durations, slots and claims as the replay, no job
-overtaking an earlier waiting job whose claim it overlaps, and zero overhead (a job starts the instant it
+overtaking an earlier waiting job whose claim it overlaps (or that admission kept it apart from on risk),
+and zero overhead (a job starts the instant it
 may and lands the instant it ends). The gap between it and the replay is the job plane's own overhead.
 """
 
@@ -16,6 +17,8 @@ from orchestrator.core import claims
 
 Claims = Sequence[frozenset[str] | None]
 """Per job: its counted claim (normalised, mergeable paths removed), or None when it must run alone."""
+Apart = Sequence[tuple[int, int]]
+"""Pairs of jobs kept apart beyond their claims (their estimated risk above `plan.risk`)."""
 
 
 def counted(paths: Sequence[str], mergeable: tuple[str, ...]) -> frozenset[str]:
@@ -24,10 +27,14 @@ def counted(paths: Sequence[str], mergeable: tuple[str, ...]) -> frozenset[str]:
     return kept
 
 
-def conflicts(claims_: Claims) -> list[set[int]]:
-    """For each job, the jobs whose claims overlap its own (a job that runs alone overlaps every other)."""
+def conflicts(claims_: Claims, apart: Apart = ()) -> list[set[int]]:
+    """For each job, the jobs whose claims overlap its own (a job that runs alone overlaps every other), and
+    those it is kept `apart` from."""
     n = len(claims_)
     out: list[set[int]] = [set() for _ in range(n)]
+    for i, j in apart:
+        out[i].add(j)
+        out[j].add(i)
     indexes = [claims.PathIndex(c) if c is not None else None for c in claims_]
     for i in range(n):
         for j in range(i + 1, n):
@@ -38,9 +45,10 @@ def conflicts(claims_: Claims) -> list[set[int]]:
     return out
 
 
-def ideal_makespan(durations: Sequence[float], claims_: Claims, slots: int) -> float:
-    """List scheduling in queue order on `slots` slots; a job waits for running and earlier waiting jobs it overlaps."""
-    conf = conflicts(claims_)
+def ideal_makespan(durations: Sequence[float], claims_: Claims, slots: int, apart: Apart = ()) -> float:
+    """List scheduling in queue order on `slots` slots; a job waits for running and earlier waiting jobs it
+    overlaps or is kept apart from."""
+    conf = conflicts(claims_, apart)
     waiting = list(range(len(durations)))
     running: list[tuple[float, int]] = []
     now = 0.0
@@ -63,9 +71,9 @@ def ideal_makespan(durations: Sequence[float], claims_: Claims, slots: int) -> f
     return now
 
 
-def over_serialized_pairs(policy_claims: Claims, real: Claims) -> int:
-    """Pairs of jobs the policy's claims keep apart although the files they really touch are disjoint."""
-    policy_conf = conflicts(policy_claims)
+def over_serialized_pairs(policy_claims: Claims, real: Claims, apart: Apart = ()) -> int:
+    """Pairs of jobs the policy's claims (and risk) keep apart although the files they really touch are disjoint."""
+    policy_conf = conflicts(policy_claims, apart)
     real_conf = conflicts(real)
     return sum(1 for i, js in enumerate(policy_conf) for j in js if j > i and j not in real_conf[i])
 

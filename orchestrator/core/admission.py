@@ -11,6 +11,8 @@ failing one, in this order, gives the reason and the outcome:
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
  6. Overlap                  its claim meets what an active job of its repo claims or has touched
+ 6b. Risk                    its claim is disjoint, but the estimated chance that it and an active job
+                             still touch a common path is above `Policy.risk` (`core.risk`)
  7. Priority                 an earlier waiting job of its repo that it conflicts with goes first (so
                              does an earlier job that keeps its place: interrupted, or planning again)
  8. Landing                  a landing into its target branch is in flight (transient, so reported
@@ -22,8 +24,9 @@ actual paths reach a barrier (`claims.reaches`). Union-mergeable paths (changelo
 overlap; those it shares with active jobs are reported in `Decision.shared`.
 
 Priority is what keeps the order fair: a later job never overtakes an earlier waiting job it conflicts
-with. Only *ready* waiting jobs (every job they run after has landed) hold a place in that order; a job
-still waiting for a dependency would otherwise block the very job it waits for.
+with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs). Only
+*ready* waiting jobs (every job they run after has landed) hold a place in that order; a job still
+waiting for a dependency would otherwise block the very job it waits for.
 
 Speed: per-job facts are cached on the (hashable, frozen) `JobView`, and per-snapshot indexes on the
 snapshot object, so many `decide` calls on one snapshot are cheap; `decide_all` builds its index
@@ -48,6 +51,7 @@ from orchestrator.core.admission_index import (
     order,
     plist,
     ready,
+    risk,
     state_of,
 )
 from orchestrator.core.models import (
@@ -151,6 +155,10 @@ class _Ask:
     in_repo: str
     shared: frozenset[str] = frozenset()
     """Union-mergeable paths it shares with active jobs (found by the overlap check)."""
+    owners: frozenset[int] = frozenset()
+    """Active jobs whose held paths its claim meets (found by the overlap check)."""
+    beside: tuple[float, Facts] | None = None
+    """The highest estimated risk beside an active job, with that job (found by the risk check)."""
 
     @property
     def job(self) -> JobView:
@@ -181,6 +189,9 @@ def _decide(f: Facts, snap: Snapshot, st: State) -> Decision:
         msg = f"admitted to run alone ({f.alone_reason})"
     elif repo_active:
         msg = f"admitted beside {ask.in_repo}, claim disjoint{_shared_note(ask.shared)}"
+        if ask.beside is not None:
+            r, a = ask.beside
+            msg += f"; risk {r:.1%} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}"
     else:
         msg = f"admitted: no active job in repo{_shared_note(ask.shared)}"
     return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
@@ -296,6 +307,7 @@ def _overlap(ask: _Ask, c: _Checks) -> None:
     f, active = ask.f, ask.active
     owners, met = active.meeting(f) if active is not None else (set(), set())
     ask.shared = active.merged.meeting(f.claim_merge) if active is not None and active.merged else frozenset()
+    ask.owners = frozenset(owners)
     if owners:
         ids = sorted(owners)
         shown = ", ".join(
@@ -308,6 +320,33 @@ def _overlap(ask: _Ask, c: _Checks) -> None:
     else:
         disjoint = f"claim is disjoint from {ask.in_repo}{_shared_note(ask.shared)}"
         c.ok("Overlap", disjoint if ask.repo_active else "no active job in repo")
+
+
+def _risk(ask: _Ask, c: _Checks) -> None:
+    """6b. Disjoint claims that may still meet: the estimated risk beside each active job (`core.risk`)."""
+    f = ask.f
+    if f.risk_limit <= 0:
+        c.ok("Risk", "risk not weighed (plan.risk = 0)")
+        return
+    others = [a for a in ask.repo_active if not a.exclusive and a.job.id not in ask.owners]
+    beside = [(risk(f, a, a.held), a) for a in others if f.escapes is not None or a.escapes is not None]
+    if not beside:
+        c.ok("Risk", "no estimate to weigh")
+        return
+    too_risky = [(r, a) for r, a in beside if r > f.risk_limit]
+    if too_risky:
+        r, a = max(too_risky, key=lambda t: t[0])
+        ids = sorted(a.job.id for _, a in too_risky)
+        more = f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
+        c.fail(
+            Reason.RISK,
+            f"risk {r:.1%} > {f.risk_limit:.1%} beside job {a.job.id}{more}",
+            f"waits for {_jobs(ids)} to land",
+            ids,
+        )
+        return
+    ask.beside = r, a = max(beside, key=lambda t: t[0])
+    c.ok("Risk", f"risk {r:.1%} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}")
 
 
 def _priority(ask: _Ask, c: _Checks) -> None:
@@ -372,6 +411,7 @@ CHECKS = (
     _exclusive,
     _runs_alone,
     _overlap,
+    _risk,
     _priority,
     _landing,
     _capacity,

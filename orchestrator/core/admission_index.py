@@ -12,18 +12,22 @@ from __future__ import annotations
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import itemgetter
 from typing import TypeVar
 
 from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
-from orchestrator.core.models import ROOT, Claim, JobView, Policy, Snapshot
+from orchestrator.core.models import ROOT, JobView, Policy, Snapshot
+from orchestrator.core.risk import Escapes, pair_risk
 
 OrderKey = tuple[int, int]
 BLOCKING_LIMIT = 20
 """At most this many earlier waiting jobs are listed as blocking a job (Priority): the first in order."""
+RISK_SCAN = 64
+"""Earlier waiting jobs with a risk estimate that the Priority check weighs a job's risk against (bounded, so
+a long queue of such jobs costs no more per job)."""
 _id = itemgetter(1)  # the job id of an order key
 K = TypeVar("K")
 
@@ -65,6 +69,10 @@ class Facts:
     """Its claim or actual paths that reach a barrier pattern, sorted."""
     exclusive: bool
     """It runs alone: ambiguous, or touching a barrier."""
+    escapes: Escapes | None
+    """Its risk estimate, indexed (None: none, its claim stands as given); used only when `Policy.risk` > 0."""
+    risk_limit: float
+    """`Policy.risk`: the highest pairwise risk it may run beside."""
 
     @property
     def alone_reason(self) -> str:
@@ -85,7 +93,7 @@ def derive_facts(job: JobView, policy: Policy) -> Facts:
     held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
     names = frozenset(name_of(p) for p in counted if not claims.is_glob(p))
     held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p))
-    ambiguous = claims.ambiguity(Claim(claim_paths, job.claim.confidence, job.claim.source), policy, job.repo)
+    ambiguous = claims.ambiguity(replace(job.claim, paths=claim_paths), policy, job.repo)
     barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
     return Facts(
         job=job,
@@ -103,6 +111,8 @@ def derive_facts(job: JobView, policy: Policy) -> Facts:
         ambiguous=ambiguous,
         barriers=barriers,
         exclusive=ambiguous is not None or bool(barriers),
+        escapes=Escapes.of(job.claim.risk) if policy.risk > 0 else None,
+        risk_limit=policy.risk,
     )
 
 
@@ -121,10 +131,12 @@ def clear_caches() -> None:
 class Waiting:
     """Ready waiting jobs of one repo, indexed for the Priority check. Jobs are added in `order_key` order."""
 
-    __slots__ = ("exclusive", "globs", "keys", "names", "under")
+    __slots__ = ("exclusive", "globs", "keys", "names", "risky", "under")
 
     def __init__(self) -> None:
         self.keys: list[OrderKey] = []
+        self.risky: list[Facts] = []
+        """Non-exclusive jobs with a risk estimate, in order (the Priority check weighs risk against them)."""
         self.exclusive: list[OrderKey] = []
         self.globs: list[tuple[str, OrderKey]] = []
         """Claimed patterns with their job's key: rare, so tested one by one."""
@@ -143,6 +155,8 @@ class Waiting:
         for a in f.under:
             self.under.setdefault(a, []).append(key)
         self.globs.extend((g, key) for g in f.globs)
+        if f.escapes is not None and not f.exclusive:
+            self.risky.append(f)
 
     def earlier(self, f: Facts) -> tuple[list[int], list[str], bool]:
         """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
@@ -173,10 +187,31 @@ class Waiting:
                         hit = True
             if hit:
                 hit_paths.append(p)
+        if f.escapes is not None or self.risky:
+            found.update(_risky_earlier(f, self.risky, key))
         first = sorted(found)
         if len(first) > BLOCKING_LIMIT:
             first, more = first[:BLOCKING_LIMIT], True
         return sorted(map(_id, first)), hit_paths, more
+
+
+def _risky_earlier(f: Facts, risky: list[Facts], key: OrderKey) -> list[OrderKey]:
+    """Keys of the earlier waiting jobs (the first RISK_SCAN with an estimate) whose risk beside `f` is above
+    the policy's (their claims only: they have touched nothing yet)."""
+    out = []
+    for w in risky[:RISK_SCAN]:
+        if w.job.order_key >= key:
+            break
+        if risk(f, w, w.counted) > f.risk_limit:
+            out.append(w.job.order_key)
+    return out
+
+
+def risk(f: Facts, other: Facts, held: frozenset[str]) -> float:
+    """The chance that `f` and `other` (holding `held`) touch a common path (`core.risk`)."""
+    if f.escapes is None and other.escapes is None:
+        return 0.0
+    return pair_risk(f.escapes, f.counted, other.escapes, held)
 
 
 class Active:

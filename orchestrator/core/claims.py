@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from orchestrator.core.models import ROOT, Claim, Policy
+from orchestrator.core.models import ROOT, Claim, ClaimSource, Policy
 
 __all__ = [
     "ROOT",
@@ -28,6 +28,7 @@ __all__ = [
     "ancestors",
     "glob_prefix",
     "is_glob",
+    "literal",
     "matches",
     "name_of",
     "normalize",
@@ -79,6 +80,13 @@ def normalize(path: str) -> str:
     if not segments:
         return ROOT
     return "/".join(segments) + ("/" if is_dir else "")
+
+
+def literal(path: str) -> str:
+    """A file's own name as a claim path: glob characters in it (`pages/[id].tsx`) quoted, so the claim
+    names that file and no pattern (`pages/[[]id].tsx`). Raises `ClaimError` like `normalize`."""
+    quoted = re.sub(r"([*?\[])", r"[\1]", path)
+    return normalize(quoted)
 
 
 def normalize_all(paths: Iterable[str]) -> frozenset[str]:
@@ -298,11 +306,16 @@ def split_mergeable(
 def ambiguity(claim: Claim, policy: Policy, repo: str = "") -> str | None:
     """None when the claim is specific and confident enough to run beside others; else a short reason.
 
-    The threshold is the repo's own when calibration raised it (`Policy.raised`)."""
+    The threshold is the repo's own when calibration raised it (`Policy.raised`). With `Policy.risk` above 0,
+    a local-evidence claim is judged by its estimated risk instead (admission compares it pairwise), and
+    one without an estimate is ambiguous."""
     if not claim.paths:
         return "empty claim"
     if ROOT in claim.paths:
         return "root-wide claim"
+    if policy.risk > 0 and claim.source is ClaimSource.EVIDENCE:
+        # Local evidence is judged pairwise by its estimated risk; without an estimate it runs alone.
+        return None if claim.risk is not None else "risk unknown: the repository's record cannot estimate it"
     threshold = policy.min_confidence_for(repo) if repo else policy.min_confidence
     if claim.confidence < threshold:
         raised = " (raised: this repo's confident claims kept missing)" if threshold > policy.min_confidence else ""

@@ -95,6 +95,42 @@ ROOT = ""
 
 
 @dataclass(frozen=True, slots=True)
+class Risk:
+    """How likely a job is to touch paths outside its claim, estimated from its repository's record.
+
+    `near` lists the paths evidence says it may touch beyond its claim, each with its probability; any
+    other path has probability `rest`. `area` is the directory the job works in, and `meets` gives, per
+    area of the repository (a directory, ROOT for any other), how often past changes in the job's area met
+    one in that area although their claims were disjoint. Admission reads both pairwise (`core.risk`).
+    """
+
+    near: tuple[tuple[str, float], ...] = ()
+    rest: float = 0.0
+    area: str = ""
+    meets: tuple[tuple[str, float], ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "near": [[p, round(v, 5)] for p, v in self.near],
+            "rest": round(self.rest, 6),
+            "area": self.area,
+            "meets": [[a, round(v, 5)] for a, v in self.meets],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Risk:
+        near, meets = data.get("near") or [], data.get("meets") or []
+        rest, area = data.get("rest", 0.0), data.get("area", "")
+        assert isinstance(near, list) and isinstance(meets, list) and isinstance(rest, int | float)
+        return cls(
+            tuple((str(p), float(v)) for p, v in near),
+            float(rest),
+            str(area),
+            tuple((str(a), float(v)) for a, v in meets),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """The paths a job expects to touch.
 
@@ -105,9 +141,18 @@ class Claim:
     paths: frozenset[str] = frozenset()
     confidence: float = 0.0
     source: ClaimSource = ClaimSource.NONE
+    risk: Risk | None = None
+    """Local evidence's estimate of what the job touches beyond `paths` (None: unknown)."""
 
     def to_json(self) -> dict[str, object]:
-        return {"paths": sorted(self.paths), "confidence": self.confidence, "source": str(self.source)}
+        out: dict[str, object] = {
+            "paths": sorted(self.paths),
+            "confidence": self.confidence,
+            "source": str(self.source),
+        }
+        if self.risk is not None:
+            out["risk"] = self.risk.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, object] | None) -> Claim:
@@ -115,8 +160,14 @@ class Claim:
             return cls()
         paths = data.get("paths") or []
         confidence = data.get("confidence", 0.0)
+        risk = data.get("risk")
         assert isinstance(paths, list) and isinstance(confidence, int | float)
-        return cls(frozenset(str(p) for p in paths), float(confidence), ClaimSource(str(data.get("source", "none"))))
+        return cls(
+            frozenset(str(p) for p in paths),
+            float(confidence),
+            ClaimSource(str(data.get("source", "none"))),
+            Risk.from_json(risk) if isinstance(risk, Mapping) else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +179,12 @@ class Policy:
     per_repo: int = 4
     """Limit on active jobs of one repository."""
     min_confidence: float = 0.5
-    """A claim below this confidence is ambiguous."""
+    """A claim below this confidence is ambiguous (claims judged by confidence: declared and model claims,
+    and every claim when `risk` is 0)."""
+    risk: float = 0.0
+    """The highest estimated chance that two jobs touch a common path for them to run side by side
+    (`plan.risk`); 0 judges local evidence by its confidence instead, and a claim without an estimate runs
+    alone."""
     mergeable: tuple[str, ...] = ("CHANGES*", "CHANGELOG*", "NEWS*")
     """Glob patterns (matched on the path and on its base name) of union-mergeable files: never an overlap."""
     barriers: tuple[str, ...] = ()
@@ -222,6 +278,9 @@ class Reason(StrEnum):
     """An active job of its repo runs alone (ambiguous or barrier): it waits for that job to end."""
     OVERLAP = "Overlap"
     """Its claim meets an active job's claim or actual paths."""
+    RISK = "Risk"
+    """Its claim is disjoint from an active job's, but the chance that they touch a common path is above
+    `plan.risk`."""
     BASE_MOVED = "BaseMoved"
     """Its target branch changed in paths it claims since it was planned: re-plan on the new head first."""
     LANDING = "Landing"

@@ -65,8 +65,9 @@ PLANNING = frozenset({JobState.QUEUED, JobState.PLANNING})
 
 
 def keeps_place(job: Job) -> bool:
-    """An interrupted job, or one retried or re-queued that plans again: it keeps its place and its claim."""
-    return job.state in HELD or (job.state in PLANNING and job.attempts > 0)
+    """An interrupted job, or one retried or re-queued that plans again (admission sent it back: its base moved,
+    or its branch could not be read, so it has a decision already): it keeps its place and its claim."""
+    return job.state in HELD or (job.state in PLANNING and (job.attempts > 0 or job.decision is not None))
 
 
 class Views:

@@ -25,6 +25,8 @@ class Kind(StrEnum):
     """A model's pre-plan named it."""
     NAMED = "named"
     """The text names the path, its file name, or its module."""
+    TRACEBACK = "traceback"
+    """A traceback in the text runs through this file."""
     SYMBOL = "symbol"
     """The text names an identifier this file defines."""
     TEST = "test"
@@ -33,6 +35,8 @@ class Kind(StrEnum):
     """It changed together with a claimed file in most of the repo's past commits that touched that file."""
     HISTORY = "history"
     """Past changes described in the same words touched it."""
+    CONTENT = "content"
+    """Its contents use the text's words more than other files do (BM25 retrieval over the tree)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,8 @@ class Note(StrEnum):
     """The plan took longer than its deadline: the job goes on with what local evidence gave."""
     WIDE = "Wide"
     """Past changes to the named files often reached beyond the claim: it is not confident."""
+    NO_RECORD = "NoRecord"
+    """The repository's record is too short to estimate how often such claims miss: the job runs alone."""
     NO_MODEL = "NoModel"
     """No model backend is configured or reachable: local evidence only."""
     FAILED = "Failed"
@@ -81,12 +87,15 @@ class Plan:
     basis: str = "none"
     """The strongest kind of evidence the confidence rests on (a `Kind` value, or "none")."""
     notes: tuple[tuple[Note, str], ...] = ()
+    ranking: tuple[Mapping[str, Any], ...] = ()
+    """Local evidence's most likely files, each with its probability and why (`plan --json`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "claim": self.claim.to_json(),
             "basis": self.basis,
             "evidence": [e.to_json() for e in self.evidence],
+            "ranking": [dict(r) for r in self.ranking],
             "plan_text": self.text,
             "notes": [{"code": str(c), "reason": r} for c, r in self.notes],
         }

@@ -18,7 +18,8 @@ from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.plan import declared as declared_mod
 from orchestrator.plan.base import Evidence, Kind, Note, Plan, Planner, merge_evidence
-from orchestrator.plan.local import Histories, LocalPlanner
+from orchestrator.plan.focus import CONVENTION_TEST
+from orchestrator.plan.local import Histories, LocalPlanner, Records
 from orchestrator.plan.text import front_matter
 from orchestrator.store import Store
 
@@ -43,10 +44,23 @@ def declared_plan(job: Job) -> Plan | None:
 
 def combine(model: Plan, local: Plan) -> Plan:
     """A model's claim widened by what local evidence names explicitly (its tests included): more recall."""
-    extra = [e for e in local.evidence if e.kind in (Kind.NAMED, Kind.SYMBOL, Kind.TEST)]
+    extra = [e for e in local.evidence if e.kind in (Kind.NAMED, Kind.TRACEBACK, Kind.SYMBOL, Kind.TEST)]
+    extra += _tests_of(model.claim.paths, local)
     paths = model.claim.paths | frozenset(e.path for e in extra)
     claim = Claim(paths, model.claim.confidence, ClaimSource.MODEL)
-    return Plan(claim, merge_evidence(model.evidence, extra), model.text, str(Kind.MODEL), model.notes + local.notes)
+    evidence = merge_evidence(model.evidence, extra)
+    return Plan(claim, evidence, model.text, str(Kind.MODEL), model.notes + local.notes, ranking=local.ranking)
+
+
+def _tests_of(paths: frozenset[str], local: Plan) -> list[Evidence]:
+    """The convention tests local evidence ranked for files of `paths` (the tests that go with them)."""
+    out = []
+    for r in local.ranking:
+        for p in paths:
+            why = CONVENTION_TEST.format(p)
+            if f"{Kind.TEST}: {why}" in r.get("why", ()):
+                out.append(Evidence(str(r["path"]), Kind.TEST, why))
+    return out
 
 
 class Composite:
@@ -84,7 +98,7 @@ class Composite:
         else:
             return combine(model, local)
         log.warning(olog.Event.PLAN_NOTE, code=str(code), reason=reason, fallback="local evidence")
-        return Plan(local.claim, local.evidence, "", local.basis, ((code, reason), *local.notes))
+        return Plan(local.claim, local.evidence, "", local.basis, ((code, reason), *local.notes), ranking=local.ranking)
 
 
 ModelFactory = Callable[
@@ -121,7 +135,7 @@ def build(
     import importlib
 
     histories = Histories(store)
-    local = LocalPlanner(histories)
+    local = LocalPlanner(histories, Records(cfg.jobs.mergeable))
     model: Planner | None = None
     for name in _wanted(cfg):
         try:

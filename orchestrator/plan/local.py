@@ -1,5 +1,6 @@
-"""The local planner: local evidence (`evidence.local_plan`) with each repository's mined change history,
-kept in the store and extended incrementally from the last head it was mined to."""
+"""The local planner: local evidence (`evidence.local_plan`) with each repository's mined change history
+(kept in the store and extended incrementally from the last head it was mined to) and its record (the
+planner replayed on its past changes, `plan.record`: refitted as the history grows)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ from pathlib import Path
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
+from orchestrator.plan import record
 from orchestrator.plan.base import Plan
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import KEEP, Change, History, mine
+from orchestrator.plan.score import Calibration
 from orchestrator.store import Store
+
+REFIT = 50
+"""New changes in a repository's history after which its record is replayed and fitted again."""
 
 
 class Histories:
@@ -58,20 +64,65 @@ class Histories:
             return history
 
 
+class Records:
+    """One calibration per repository, fitted on its record; replayed again once REFIT new changes arrived."""
+
+    def __init__(self, ignore: tuple[str, ...] = (), refit: int = REFIT) -> None:
+        self.ignore = ignore
+        self.refit = refit
+        self._fitted: dict[str, tuple[str, int, Calibration | None]] = {}
+        """repo → (the newest change fitted on, changes it had, calibration)."""
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def at(self, repo: str, history: History) -> Calibration | None:
+        """The repository's calibration (None: its record is too short to tell)."""
+        async with self._locks.setdefault(repo, asyncio.Lock()):
+            newest = history.changes[-1].sha if history.changes else ""
+            hit = self._fitted.get(repo)
+            if hit is not None and (hit[0] == newest or _since(history, hit[0]) < self.refit):
+                return hit[2]
+            changes = list(history.changes)
+            samples = await asyncio.to_thread(record.replay, Path(repo), changes, self.ignore)
+            calibration = await asyncio.to_thread(record.fit, samples, self.ignore)
+            self._fitted[repo] = (newest, len(changes), calibration)
+            olog.get(repo=repo).info(
+                olog.Event.PLAN_RECORD,
+                replayed=len(samples),
+                calibration=calibration.to_json() if calibration is not None else None,
+                reason="risk estimated from the replayed changes" if calibration else "record too short: risk unknown",
+            )
+            return calibration
+
+
+def _since(history: History, sha: str) -> int:
+    """How many of the history's changes come after `sha` (all of them when it is not there)."""
+    for n, c in enumerate(reversed(history.changes)):
+        if c.sha == sha:
+            return n
+    return len(history.changes)
+
+
 class LocalPlanner:
     """Local evidence only: no network, always there."""
 
     name = "local"
 
-    def __init__(self, histories: Histories) -> None:
+    def __init__(self, histories: Histories, records: Records | None = None) -> None:
         self.histories = histories
+        self.records = records if records is not None else Records()
 
     async def plan(self, job: Job, base: str) -> Plan:
+        log = olog.get(job_id=job.id, repo=job.repo)
+        calibration: Calibration | None = None
         try:
             history: History | None = await self.histories.at(job.repo, base)
         except Exception as e:  # noqa: BLE001 - co-change evidence is optional: plan without it
-            olog.get(job_id=job.id, repo=job.repo).warning(
-                olog.Event.PLAN_NOTE, code="Failed", reason=f"history not mined: {type(e).__name__}: {e}"
-            )
+            log.warning(olog.Event.PLAN_NOTE, code="Failed", reason=f"history not mined: {type(e).__name__}: {e}")
             history = None
-        return await asyncio.to_thread(local_plan, Path(job.repo), base, job.text, history)
+        if history is not None:
+            try:
+                calibration = await self.records.at(job.repo, history)
+            except Exception as e:  # noqa: BLE001 - without a record the risk is unknown: the job runs alone
+                log.warning(olog.Event.PLAN_NOTE, code="Failed", reason=f"record not replayed: {type(e).__name__}: {e}")
+        ignore = self.records.ignore
+        return await asyncio.to_thread(local_plan, Path(job.repo), base, job.text, history, ignore, calibration)

@@ -12,7 +12,9 @@ or with one `Paths:` line of its own. Those paths are declared: the strongest cl
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
 
 _PATHS_LINE = re.compile(r"^\s*paths\s*:\s*(.*)$", re.I)
 _SPLIT = re.compile(r"[,\s]+")
@@ -45,6 +47,37 @@ _STOP = frozenset(
 )
 
 
+class Where(StrEnum):
+    """Where in a ticket a name occurs: how much it says about the files the work is in."""
+
+    TITLE = "title"
+    """The first line: what the ticket is about."""
+    PROSE = "prose"
+    """The ticket's sentences."""
+    QUOTED = "quoted"
+    """Inside backticks."""
+    CODE = "code"
+    """A line of code the reporter ran (indented, fenced, or code-shaped)."""
+    IMPORT = "import"
+    """An import line: what the reporter's code uses, rarely what is broken."""
+    SESSION = "session"
+    """An interactive session (`>>>` lines and their output)."""
+    TRACE = "trace"
+    """A traceback."""
+
+
+WEAK_PLACES = frozenset({Where.IMPORT, Where.SESSION})
+"""Places whose names say little about where the fix goes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One traceback frame: the file as written (any absolute prefix kept), and the function."""
+
+    path: str
+    func: str
+
+
 @dataclass(frozen=True, slots=True)
 class Mentions:
     """What a text names, in order of appearance, without duplicates."""
@@ -52,15 +85,32 @@ class Mentions:
     declared: tuple[str, ...] = ()
     """Paths from `Paths:` front matter."""
     paths: tuple[str, ...] = ()
-    """Path-like tokens (`src/api.py`, `api.py`, `docs/`)."""
+    """Path-like tokens (`src/api.py`, `api.py`, `docs/`), literal (a `*` or `[` in one is part of a name)."""
     identifiers: tuple[str, ...] = ()
     """Code-like names (`send_file`, `BlueprintSetupState`, `app.run`, backticked words)."""
     words: tuple[str, ...] = ()
     """Other content words, lower-case (`blueprints`, `logging`): matched against module and file stems."""
+    frames: tuple[Frame, ...] = ()
+    """Traceback frames, outermost first (the order Python prints them)."""
+    links: tuple[str, ...] = ()
+    """The paths of URLs (`https://github.com/o/r/blob/main/src/x.py#L3` → `o/r/blob/main/src/x.py`)."""
+    where: Mapping[str, frozenset[Where]] = field(default_factory=dict)
+    """For each path, identifier and word: the places it occurs."""
+    phrases: tuple[str, ...] = ()
+    """Two or three adjacent words of the title or prose run together, lower-case (`LaTeX printer` →
+    `latexprinter`): a class written as words."""
+    messages: tuple[str, ...] = ()
+    """Runs of plain words from quoted strings and error lines (`is used by multiple models`): what a
+    program printed, to be found verbatim in the source that prints it."""
 
     @property
     def empty(self) -> bool:
-        return not (self.declared or self.paths or self.identifiers or self.words)
+        return not (self.declared or self.paths or self.identifiers or self.words or self.frames or self.links)
+
+    def weak(self, name: str) -> bool:
+        """The name occurs only in import lines or interactive sessions."""
+        places = self.where.get(name)
+        return places is not None and bool(places) and places <= WEAK_PLACES
 
 
 def _uniq(items: list[str]) -> tuple[str, ...]:
@@ -96,43 +146,161 @@ def front_matter(text: str) -> tuple[tuple[str, ...], str]:
     return _uniq(declared), "\n".join(lines[consumed + 1 :])
 
 
+_FENCE = re.compile(r"^\s*(```|~~~|\{\{\{|\}\}\})")
+_IMPORT_LINE = re.compile(r"^\s*(?:>>>\s*|\.\.\.\s*)?(?:from\s+[\w.]+\s+import\s|import\s+[\w.]+)")
+_SESSION_LINE = re.compile(r"^\s*(>>>|\.\.\.|In \[\d+\]:|Out\[\d+\]:)")
+_CODE_LINE = re.compile(
+    r"^(\s{4,}|\t)\S|^\s*(\w+(\.\w+)*(\[[^\]]*\])?\s*[-+*/]?=[^=]|print\(|return\b|def |class |@\w|#)"
+    r"|^\s*[\w.]+\(.*\)\s*$"
+)
+_TRACE_START = re.compile(r"^\s*Traceback \(most recent call last\)")
+_FRAME = re.compile(r'File "([^"\n]+)", line \d+(?:, in ([\w<>.]+))?')
+_PYTEST_FRAME = re.compile(r"^\s*([\w./\\:~-]+\.\w{1,5}):\d+:(?: in ([\w<>.]+))?")
+_PHRASE_WORD = re.compile(r"(?<![\w.])[A-Za-z]+(?![\w(])")
+_URL_PATH = re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s]+/([^\s#?)\]>\"'`]+)")
+
+
+def _place(line: str, title: bool, fenced: bool, trace: bool) -> Where:
+    if title:
+        return Where.TITLE
+    if trace:
+        return Where.TRACE
+    if _IMPORT_LINE.match(line):
+        return Where.IMPORT
+    if _SESSION_LINE.match(line):
+        return Where.SESSION
+    if fenced or _CODE_LINE.match(line):
+        return Where.CODE
+    return Where.PROSE
+
+
 def mentions(text: str) -> Mentions:
-    """Everything `text` names (see `Mentions`)."""
+    """Everything `text` names (see `Mentions`), and where."""
     declared, body = front_matter(text)
-    body = _URL.sub(" ", _TRAILER.sub("", body))
-    quoted = _BACKTICK.findall(body)
+    body = _TRAILER.sub("", body)
+    where: dict[str, set[Where]] = {}
     paths: list[str] = []
     idents: list[str] = []
-    for chunk in [*quoted, body]:
-        for m in _PATHLIKE.finditer(chunk):
-            tok = m.group(1).strip(".")
-            if tok and not _VERSION.fullmatch(tok):
-                paths.append(tok if not m.group(1).endswith("/") else m.group(1))
-                if "/" not in tok and _WORD.fullmatch(tok) and tok.rsplit(".", 1)[1].lower() not in _FILE_EXT:
-                    idents += [tok, *(p for p in tok.split(".") if _CODELIKE.match(p) or p[:1].isupper())]
-        paths += [m.group(1) for m in _SLASHED.finditer(chunk)]
-    for q in quoted:
-        q = q.strip().rstrip("()")
-        if _WORD.fullmatch(q):
-            idents += [q, *q.split(".")] if "." in q else [q]
-        else:
-            idents += [w for w in _WORD.findall(q) if _CODELIKE.match(w)]
-    idents += _CALL.findall(body)
     words: list[str] = []
-    path_set = set(paths)
-    for w in _WORD.findall(body):
-        if "." in w:
-            if not any(p.endswith(w) for p in path_set) and _CODELIKE.match(w):
-                idents += [w, *(p for p in w.split(".") if _CODELIKE.match(p) or p[:1].isupper())]
-        elif _CODELIKE.match(w):
-            idents.append(w)
-        elif w.lower() not in _STOP and len(w) > 2:
-            words.append(w.lower())
-    for q in quoted:  # backticked words that are not identifiers (`flask run`, `exclude-patterns`)
-        words += [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", q) if w.lower() not in _STOP]
+    frames: list[Frame] = []
+    links: list[str] = []
+    phrases: list[str] = []
+    messages: list[str] = []
+
+    def seen(name: str, place: Where) -> None:
+        where.setdefault(name, set()).add(place)
+
+    fenced = trace = False
+    session = False  # the output lines after a `>>>` line belong to the session
+    first = True
+    for line in body.splitlines():
+        if not line.strip():
+            session = trace = False
+            continue
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if _TRACE_START.match(line):
+            trace, session = True, False
+        for m in _URL_PATH.finditer(line):
+            links.append(m.group(1))
+        frame = _FRAME.search(line) or (_PYTEST_FRAME.match(line) if not _URL_PATH.search(line) else None)
+        if frame:
+            frames.append(Frame(frame.group(1).replace("\\", "/"), frame.group(2) or ""))
+        plain = _URL.sub(" ", line)
+        place = _place(plain, first, fenced, trace or bool(frame))
+        if _SESSION_LINE.match(plain):
+            session = True
+        elif session and place is not Where.TITLE:
+            place = Where.SESSION
+        first = False
+        _line_mentions(plain, place, paths, idents, words, seen)
+        messages += _messages(line)
+        if place in (Where.TITLE, Where.PROSE):
+            run = [w.lower() for w in _PHRASE_WORD.findall(plain)]
+            phrases += ["".join(run[i : i + n]) for n in (2, 3) for i in range(len(run) - n + 1)]
     return Mentions(
         declared=declared,
         paths=_uniq(paths),
         identifiers=_uniq([i for i in idents if i.lower() not in _STOP]),
         words=_uniq(words),
+        frames=tuple(frames),
+        links=_uniq(links),
+        phrases=_uniq(phrases),
+        messages=_uniq(messages)[:MAX_MESSAGES],
+        where={k: frozenset(v) for k, v in where.items()},
     )
+
+
+MAX_MESSAGES = 12
+_QUOTED = re.compile(r"\"([^\"\n]{12,200})\"|'([^'\n]{12,200})'")
+_ERROR_LINE = re.compile(r"(?:Error|Exception|Warning|error|warning|\([a-z_.]+\.[EWC]\d+\))\s*:?\s+(.{12,300})$")
+_FRAGMENT = re.compile(r"[A-Za-z][A-Za-z ,\-]*[A-Za-z]")
+
+
+def _messages(line: str) -> list[str]:
+    """Word runs of four or more words from the line's quoted strings and its error message, if any."""
+    found = [a or b for a, b in _QUOTED.findall(line)]
+    if m := _ERROR_LINE.search(line):
+        found.append(m.group(1))
+    out = []
+    for text in found:
+        for frag in _FRAGMENT.findall(text):
+            frag = re.sub(r"\s+", " ", frag).strip(" ,-")
+            if frag.count(" ") >= 3 and len(frag) >= 16:
+                out.append(frag)
+    return out
+
+
+def _sentence_start(line: str, at: int) -> bool:
+    before = line[:at].rstrip()
+    return not before or before[-1] in ".!?:;"
+
+
+def _line_mentions(
+    line: str, place: Where, paths: list[str], idents: list[str], words: list[str], seen: Callable[[str, Where], None]
+) -> None:
+    """The paths, identifiers and words of one line, each noted with its place."""
+    quoted = _BACKTICK.findall(line)
+    found_paths: list[str] = []
+    found_idents: list[str] = []
+    for chunk in [*quoted, line]:
+        for m in _PATHLIKE.finditer(chunk):
+            tok = m.group(1).strip(".")
+            if tok and not _VERSION.fullmatch(tok):
+                found_paths.append(tok if not m.group(1).endswith("/") else m.group(1))
+                if "/" not in tok and _WORD.fullmatch(tok) and tok.rsplit(".", 1)[1].lower() not in _FILE_EXT:
+                    found_idents += [tok, *(p for p in tok.split(".") if _CODELIKE.match(p) or p[:1].isupper())]
+        found_paths += [m.group(1) for m in _SLASHED.finditer(chunk)]
+    for q in quoted:
+        q = q.strip().rstrip("()")
+        if _WORD.fullmatch(q):
+            found_idents += [q, *q.split(".")] if "." in q else [q]
+        else:
+            found_idents += [w for w in _WORD.findall(q) if _CODELIKE.match(w)]
+    found_idents += _CALL.findall(line)
+    path_set = set(found_paths)
+    found_words: list[str] = []
+    for wm in _WORD.finditer(line):
+        w = wm.group(0)
+        if "." in w:
+            if not any(p.endswith(w) for p in path_set) and _CODELIKE.match(w):
+                found_idents += [w, *(p for p in w.split(".") if _CODELIKE.match(p) or p[:1].isupper())]
+        elif _CODELIKE.match(w) or (place is not Where.PROSE and place is not Where.TITLE and w[:1].isupper()):
+            found_idents.append(w)
+        elif w.lower() not in _STOP and len(w) > 2:
+            found_words.append(w.lower())
+            if w[:1].isupper() and len(w) > 3 and not _sentence_start(line, wm.start()):
+                found_idents.append(w)  # `Subquery`, `Paginator`: a class name written in prose
+    for q in quoted:  # backticked words that are not identifiers (`flask run`, `exclude-patterns`)
+        found_words += [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", q) if w.lower() not in _STOP]
+    qplace = Where.QUOTED if place in (Where.PROSE, Where.TITLE) else place
+    for p in found_paths:
+        seen(p, place)
+    for i in found_idents:
+        seen(i, qplace if any(i in q for q in quoted) and place is not Where.TITLE else place)
+    for w in found_words:
+        seen(w, place)
+    paths += found_paths
+    idents += found_idents
+    words += found_words

@@ -108,20 +108,36 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
     head = repo[ws.head()].peel(pygit2.Commit)
-    base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
-    assert isinstance(base_tree, pygit2.Tree)
-    favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
-    index = repo.merge_trees(base_tree, head.tree, commit.tree, favor=favor)
-    if index.conflicts:
-        paths = sorted({(e.path) for entries in index.conflicts for e in entries if e is not None})
-        raise ReplayError(f"commit {rev} does not apply on this base: conflict in {', '.join(paths)}")
-    tree = repo.get(index.write_tree(repo))
-    assert isinstance(tree, pygit2.Tree)
+    tree = replayed_tree(repo, commit, head.tree, theirs)
     changed = sorted(_paths(head.tree.diff_to_tree(tree)))
     # Write the merged tree into the workspace (its admin index follows), leaving HEAD where it is: the
     # daemon commits the result like any runner's.
     repo.checkout_tree(tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
     return changed
+
+
+def replayed_tree(repo: pygit2.Repository, commit: pygit2.Commit, onto: pygit2.Tree, theirs: bool) -> pygit2.Tree:
+    """`onto` with `commit`'s change (against its first parent) merged in, three-way; with `theirs`, each
+    conflict settled with the recorded side (a file it deleted, deleted). ReplayError on a conflict left."""
+    base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
+    assert isinstance(base_tree, pygit2.Tree)
+    favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
+    index = repo.merge_trees(base_tree, onto, commit.tree, favor=favor)
+    if index.conflicts and theirs:  # what favouring a side leaves (a file one side deleted): the recorded side
+        for _, _, recorded in list(index.conflicts):
+            if recorded is not None:
+                del index.conflicts[recorded.path]
+                index.add(pygit2.IndexEntry(recorded.path, recorded.id, recorded.mode))
+        for ancestor, ours, _ in list(index.conflicts or ()):
+            path = (ancestor or ours).path
+            del index.conflicts[path]
+            index.remove(path)  # the recorded change deleted it
+    if index.conflicts:
+        paths = sorted({(e.path) for entries in index.conflicts for e in entries if e is not None})
+        raise ReplayError(f"commit {commit.id} does not apply on this base: conflict in {', '.join(paths)}")
+    tree = repo.get(index.write_tree(repo))
+    assert isinstance(tree, pygit2.Tree)
+    return tree
 
 
 def apply_patch(worktree: Path, patch_file: Path) -> list[str]:

@@ -22,10 +22,12 @@ COLUMNS = (
     ("conflicts", "confl"),
     ("redone", "redone"),
     ("lost", "lost"),
+    ("broken", "broken"),
     ("over_serialized_pairs", "over-ser"),
     ("reordered_pairs", "reord"),
     ("confident_claims", "conf"),
     ("missed_claims", "missed"),
+    ("planning_s", "plan s"),
 )
 OVERHEAD = (
     ("slot_to_start", "slot free → start"),

@@ -1,0 +1,173 @@
+"""A repository's record: the planner replayed on the repository's own past changes, and the calibration
+(`score.Calibration`) that makes its probabilities say what happened there.
+
+`replay` plans each of the last `REPLAY` authored changes from its own message at its own parent, with the
+history of the changes before it only (nothing from its future), and keeps what the plan's probabilities
+are computed from (`focus.Spread`) beside the files the change really touched (union-mergeable files left
+out). `fit` (pure) then learns, from the plans that named something (the others run alone anyway):
+- `a`, `b`: Platt scaling of the shipped model's log-odds, candidates touched or not;
+- `escape`: per kind of claim and kind of path (source, tests, docs, config), a factor on the estimated
+  chance of touching such paths outside such a claim, so that over the record it adds up to how many its
+  changes really touched (a docs change rarely reaches the code: its factor there is small);
+- `rest`: how often they touched a file nothing pointed at, per file;
+- `areas`: of the pairs of changes near each other whose claims were disjoint and whose estimate by files
+  was small (`AREA_CUT`), per pair of areas (directories of their most likely files), how many touched a
+  common path anyway: the risk no file-level evidence accounts for.
+With fewer than `MIN_RECORD` such plans there is no calibration: the risk is unknown and those jobs run
+alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from orchestrator.core import claims
+from orchestrator.core.risk import Escapes, by_files
+from orchestrator.git import repos
+from orchestrator.plan import focus as focus_mod
+from orchestrator.plan import index as index_mod
+from orchestrator.plan.history import MAX_FILES, Change, History
+from orchestrator.plan.rank import rank
+from orchestrator.plan.score import CLASSES, Calibration, area_pairs, path_class, platt
+from orchestrator.plan.text import mentions
+
+REPLAY = 150
+"""Most recent past changes replayed."""
+MIN_RECORD = 20
+"""Replayed plans naming something needed before the risk can be estimated."""
+SCALE_RANGE = (0.02, 20.0)
+"""The range the escape factors are fitted in."""
+WINDOW = 8
+"""Replayed changes at most this far apart count as a pair queued together."""
+AREA_CUT = 0.03
+"""The pairs an area's rate is learned from: those whose estimate by files is at most this (the default
+`plan.risk`: the pairs admission would let run side by side on their files alone)."""
+SHRINK = 2.0
+"""Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
+
+
+@dataclass
+class Sample:
+    """One replayed change: what its plan was computed from, and what it really touched."""
+
+    sha: str
+    spread: focus_mod.Spread
+    touched: frozenset[str]
+    files: int
+    """Files in the tree at its parent."""
+
+
+def replay(repo: Path, changes: Sequence[Change], ignore: Sequence[str] = (), limit: int = REPLAY) -> list[Sample]:
+    """Plan the last `limit` of `changes` (oldest first) each at its parent (blocking: run it in a thread)."""
+    git = repos.open_repo(repo)
+    start = max(0, len(changes) - limit)
+    history = History(changes[:start])
+    index = index_mod.for_repo(repo)  # moved back to each change's parent, change by change, under its lock
+    out: list[Sample] = []
+    for change in changes[start:]:
+        try:
+            commit = git.revparse_single(change.sha).peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError):
+            continue
+        touched = frozenset(f for f in change.files if not (ignore and claims.matches(f, tuple(ignore))))
+        if commit.parents and touched and len(change.files) <= MAX_FILES:
+            text = commit.message
+            with index.lock:
+                index.move(str(commit.parents[0].id))
+                ranking = rank(mentions(text), text, index, history)
+                spread = focus_mod.spread(ranking, history, index)
+                files = len(index.blobs)
+            out.append(Sample(change.sha, spread, touched, files))
+        history.add(change)
+    return out
+
+
+def fit(samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all") -> Calibration | None:
+    """The calibration the record supports (pure), or None when too few of its plans named anything.
+
+    `scope` "source" counts only source files as touched (tests, docs and configuration left out): for
+    judging against what touches source files only, as a ticket set's fixing patches do."""
+    known = [s for s in samples if s.spread.names and s.spread.logits]
+    if len(known) < MIN_RECORD:
+        return None
+    touched = [_scoped(s.touched, scope) for s in known]
+    points = [(z, f in t) for s, t in zip(known, touched, strict=True) for f, z in s.spread.logits.items()]
+    a, b = platt(points)
+    base = Calibration(a=a, b=b)
+    foci = [focus_mod.focus(s.spread, base, ignore) for s in known]
+    predicted: dict[tuple[str, str], list[float]] = {(c, t): [] for c in CLASSES for t in CLASSES}
+    observed = dict.fromkeys(predicted, 0)
+    unlisted = slots = escapes = 0
+    for s, f, t in zip(known, foci, touched, strict=True):
+        listed = dict(f.risk.near)
+        for path, q in listed.items():
+            predicted[f.kind, path_class(path)].append(q)
+        escaped = [x for x in t if not any(claims.overlaps(x, c) for c in f.claim)]
+        escapes += len(escaped)
+        for x in escaped:
+            if x in listed:
+                observed[f.kind, path_class(x)] += 1
+            else:
+                unlisted += 1
+        slots += max(1, s.files - len(listed) - len(f.claim))
+    escape: list[tuple[str, str, float]] = []
+    for kind in CLASSES:  # per kind of path, then per kind of claim, shrunk towards the former on little data
+        pooled = [(c, kind) for c in CLASSES]
+        k_t = _scale([q for cell in pooled for q in predicted[cell]], sum(observed[cell] for cell in pooled))
+        for c in CLASSES:
+            mass = sum(predicted[c, kind])
+            w = mass / (mass + SHRINK)
+            k = math.exp(w * math.log(_scale(predicted[c, kind], observed[c, kind])) + (1 - w) * math.log(k_t))
+            escape.append((c, kind, k))
+    return Calibration(
+        a=a,
+        b=b,
+        escape=tuple(escape),
+        rest=(unlisted + 1) / (slots + 1),
+        changes=len(known),
+        escapes=escapes,
+        areas=_areas(foci, touched),
+    )
+
+
+def _scoped(touched: frozenset[str], scope: str) -> frozenset[str]:
+    return touched if scope == "all" else frozenset(t for t in touched if path_class(t) == "source")
+
+
+def _areas(foci: Sequence[focus_mod.Focus], touched: Sequence[frozenset[str]]) -> tuple[tuple[str, str, int, int], ...]:
+    """Of the pairs of replayed changes at most `WINDOW` apart whose claims were disjoint and whose estimate
+    by files was at most `AREA_CUT`: per pair of areas (`score.area_pairs`), how many, and how many touched
+    a common path anyway."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    escapes = [Escapes.of(f.risk) for f in foci]
+    for i, f in enumerate(foci):
+        index = claims.PathIndex(f.claim)
+        for j in range(i + 1, min(len(foci), i + 1 + WINDOW)):
+            g = foci[j]
+            if index.meeting(g.claim) or not touched[i] or not touched[j]:
+                continue  # overlapping claims never run side by side: they say nothing of the risk
+            if by_files(escapes[j], g.claim, escapes[i], f.claim) > AREA_CUT:
+                continue  # kept apart by their files already
+            met = bool(claims.PathIndex(touched[i]).meeting(touched[j]))
+            for cell in area_pairs(f.risk.area, g.risk.area):
+                c = counts.setdefault(cell, [0, 0])
+                c[0] += 1
+                c[1] += met
+    return tuple((x, y, n, k) for (x, y), (n, k) in sorted(counts.items()))
+
+
+def _scale(predicted: Sequence[float], observed: int) -> float:
+    """The factor k at which the estimates, each k-fold (at most 1), add up to what was observed."""
+    lo, hi = math.log(SCALE_RANGE[0]), math.log(SCALE_RANGE[1])
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if sum(min(1.0, math.exp(mid) * q) for q in predicted) < observed:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp((lo + hi) / 2)

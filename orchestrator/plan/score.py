@@ -1,0 +1,278 @@
+"""From a candidate's features to the probability that the job touches it. Pure.
+
+`logit` is a logistic model over the features `plan.rank` computes; its weights were fitted once, offline,
+on a tuning set (half of a public ticket set with its fixing patches, and older authored changes of a
+few public repositories: never the changes or tickets the benchmarks report), and ship here. Each
+repository then recalibrates the model on its own record (`plan.record`): `Calibration.a`/`b` rescale
+the logit (Platt scaling), `spill` scales how much of a job's weight on a directory reaches that
+directory's often-changed files, `rest` is the chance of touching any one file nothing points at.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+CAPS: Mapping[str, float] = {
+    "trace": 3.0,
+    "trace_func": 3.0,
+    "symbol": 4.0,
+    "member": 3.0,
+    "stem": 3.0,
+    "history": 2.0,
+    "literal": 2.0,
+    "phrase": 2.0,
+    "module": 2.0,
+    "module_weak": 2.0,
+    "path": 2.0,
+    "name": 2.0,
+}
+"""Counts that say no more past these values."""
+WEIGHTS: dict[str, float] = {
+    "code_unasked": -1.5,
+    "cochange": 1.716,
+    "content": -1.765,
+    "content_rank": 2.259,
+    "content_top": 0.988,
+    "doc": 0.113,
+    "doc_asked": 1.0,
+    "history": 1.554,
+    "hot": 1.297,
+    "link": 1.0,
+    "literal": 0.804,
+    "member": 1.309,
+    "module": 0.5,
+    "module_weak": 0.05,
+    "name": 3.007,
+    "path": 2.268,
+    "phrase": 1.992,
+    "stem": 0.776,
+    "symbol": 1.765,
+    "test": 0.2,
+    "trace": 0.698,
+    "trace_func": -2.352,
+    "trace_inner": 3.303,
+}
+"""Log-odds per unit of each feature, for a short text (a commit message, a one-line job). `doc_asked` and
+`code_unasked` (a title asking for documentation: docs gain, code loses) are set by hand."""
+for _kind in ("doc", "config"):  # docs and settings found by their words: as source files in a short text,
+    for _f in ("content", "content_rank", "content_top"):  # not at all in a ticket (it names its code)
+        WEIGHTS[f"{_kind}_{_f}"] = WEIGHTS[_f]
+LONG_WEIGHTS: dict[str, float] = {
+    "cochange": -1.264,
+    "content": 2.418,
+    "content_rank": 0.123,
+    "content_top": 0.249,
+    "doc": 0.508,
+    "history": 0.888,
+    "hot": -1.123,
+    "link": 0.0,
+    "literal": 0.992,
+    "member": -1.31,
+    "module": -0.3,
+    "module_weak": 0.0,
+    "name": -2.243,
+    "path": -0.194,
+    "phrase": 0.016,
+    "stem": -0.396,
+    "symbol": -1.215,
+    "test": 0.17,
+    "trace": 1.962,
+    "trace_func": -1.447,
+    "trace_inner": 2.944,
+}
+"""What each feature's weight gains (or loses) for a long text (a ticket with prose, code, tracebacks), in
+proportion to `long` (0 for 20 words or fewer, 1 for 200 or more): a path named in a ticket is the fix's
+file less often than a path named in a commit message, a traceback's frames more often."""
+for _kind in ("doc", "config"):
+    for _f in ("content", "content_rank", "content_top"):
+        LONG_WEIGHTS[f"{_kind}_{_f}"] = -WEIGHTS[_f]
+BIAS = -4.229
+LONG_BIAS = -1.879
+"""The log-odds of a file with no feature at all (and what a long text changes in it). Fitted once, offline,
+on half of a public ticket set and on older authored changes of a few public repositories; `link` and
+`module`, too rare there to fit, are set by hand to small positive weights."""
+
+
+def logit(features: Mapping[str, float]) -> float:
+    """The log-odds that the job touches a file with these features (`long`: how long the text is, 0 to 1)."""
+    long = features.get("long", 0.0)
+    z = BIAS + LONG_BIAS * long
+    for name, value in features.items():
+        w = WEIGHTS.get(name)
+        if w is not None and value:
+            z += (w + LONG_WEIGHTS.get(name, 0.0) * long) * min(value, CAPS.get(name, 1.0))
+    return z
+
+
+def sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+AREA_DEPTH = 3
+"""Directory levels the record's area table goes down to."""
+AREA_PRIOR = 10.0
+"""Pseudo-pairs by which an area's rate is pulled towards its parent area's."""
+CLASSES = ("source", "test", "doc", "config")
+"""Kinds of path the record learns escapes for apart (`path_class`)."""
+_CONFIG = re.compile(
+    r"(^|/)(\.github|\.circleci|\.gitlab|requirements)/|(^|/)[^/]*(requirements[^/]*\.(txt|in)|\.toml|\.cfg|\.ini|"
+    r"\.ya?ml|\.lock|Makefile|Dockerfile|setup\.py|noxfile\.py|tox\.ini|\.pre-commit-config\.yaml)$"
+)
+
+
+def _prefixes(area: str) -> list[str]:
+    """ROOT, then the area's directories down to `AREA_DEPTH` (`a`, `a/b`, `a/b/c`)."""
+    parts = [p for p in area.split("/") if p][:AREA_DEPTH]
+    return ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
+
+
+def _up(area: str) -> str:
+    return area.rsplit("/", 1)[0] if "/" in area else ""
+
+
+def area_pairs(a: str, b: str) -> list[tuple[str, str]]:
+    """The (area, area) cells a pair of changes in areas `a` and `b` counts in: ROOT with ROOT, then each
+    level of `a` with the same level of `b`, both ways."""
+    pa, pb = _prefixes(a), _prefixes(b)
+    out = [("", "")]
+    for depth in range(1, max(len(pa), len(pb))):
+        x = pa[depth] if depth < len(pa) else None
+        y = pb[depth] if depth < len(pb) else None
+        if x is not None and y is not None:
+            out += [(x, y), (y, x)] if x != y else [(x, y)]
+    return out
+
+
+def path_class(path: str) -> str:
+    """`test`, `doc`, `config` (CI, manifests, tool settings) or `source`."""
+    from orchestrator.plan.rank import is_doc, is_test  # the one definition of tests and docs
+
+    if is_test(path):
+        return "test"
+    if is_doc(path):
+        return "doc"
+    return "config" if _CONFIG.search(path) else "source"
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """One repository's recalibration of the shipped model, fitted on its own record (`plan.record`)."""
+
+    a: float = 1.0
+    b: float = 0.0
+    escape: tuple[tuple[str, str, float], ...] = ()
+    """(kind of claim, kind of path, factor) for the kinds of `CLASSES`: what the estimated chance of
+    touching such a path outside such a claim (its most likely file's kind) is multiplied by, so that over
+    the record it adds up to what happened (1 when not fitted). A docs change rarely touches the code."""
+    rest: float = 0.0
+    """The chance of touching one given file that no evidence, co-change or spill points at."""
+    changes: int = 0
+    """Replayed changes it was fitted on."""
+    escapes: int = 0
+    """Files those changes touched outside their claims."""
+    areas: tuple[tuple[str, str, int, int], ...] = ()
+    """(area, area, pairs, met): of the pairs of replayed changes near each other in the record whose
+    claims were disjoint, with their areas (most likely files' directories) under these two directories
+    (as deep as `AREA_DEPTH`; ROOT for all): how many, and how many touched a common path anyway."""
+
+    def probability(self, z: float) -> float:
+        return sigmoid(self.a * z + self.b)
+
+    def toward_shipped(self, long: float) -> Calibration:
+        """This calibration applied to a text `long` (0 to 1) long: a record of commit messages says less of a
+        ticket's probabilities the longer the ticket, and nothing at 1 (the shipped model, fitted on tickets)."""
+        if long <= 0:
+            return self
+        w = 1.0 - min(1.0, long)
+        escape = tuple((c, t, k**w) for c, t, k in self.escape)
+        return replace(self, a=1.0 + (self.a - 1.0) * w, b=self.b * w, escape=escape)
+
+    def meets(self, area: str) -> tuple[tuple[str, float], ...]:
+        """For a job in `area`: per area of the record, the estimated chance it meets a job there (ROOT:
+        anywhere). Each level's rate is pulled towards its parent's by `AREA_PRIOR` pseudo-pairs."""
+        if not self.areas:
+            return ()
+        table = {(x, y): (n, k) for x, y, n, k in self.areas}
+        mine = _prefixes(area)
+        out: dict[str, float] = {}
+        n0, k0 = table.get(("", ""), (0, 0))
+        parent = {"": (k0 + 0.5) / (n0 + 1.0)}
+        out[""] = parent[""]
+        for depth in range(1, len(mine)):
+            a = mine[depth]
+            level: dict[str, float] = {}
+            for (x, y), (n, k) in table.items():
+                if x == a and y.count("/") == depth - 1 and y:
+                    up = parent.get(_up(y), out[""])
+                    level[y] = (k + AREA_PRIOR * up) / (n + AREA_PRIOR)
+            out.update(level)
+            parent = level
+        return tuple(sorted(out.items()))
+
+    def escaping(self, claim_class: str, path: str, p: float) -> float:
+        """The calibrated chance that a job whose claim is of `claim_class` touches `path` beyond it, estimated `p`."""
+        k = next((f for c, t, f in self.escape if c == claim_class and t == path_class(path)), 1.0)
+        return min(1.0, k * p)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "a": round(self.a, 4),
+            "b": round(self.b, 4),
+            "areas": len(self.areas),
+            "escape": {f"{c}->{t}": round(k, 4) for c, t, k in self.escape},
+            "rest": round(self.rest, 6),
+            "changes": self.changes,
+            "escapes": self.escapes,
+        }
+
+
+def _loss(points: list[tuple[float, bool]], a: float, b: float, prior: float) -> float:
+    out = prior * ((a - 1.0) ** 2 + b * b) / 2
+    for z, y in points:
+        t = a * z + b
+        out += math.log1p(math.exp(-abs(t))) + max(t, 0.0) - (t if y else 0.0)
+    return out
+
+
+def platt(points: list[tuple[float, bool]], prior: float = 25.0, steps: int = 40) -> tuple[float, float]:
+    """Fit p = sigmoid(a z + b) to (z, touched) points: Newton's method with backtracking, pulled towards
+    a = 1, b = 0 by a Gaussian prior of weight `prior` (a short record moves the model little)."""
+    a, b = 1.0, 0.0
+    loss = _loss(points, a, b, prior)
+    for _ in range(steps):
+        ga, gb = prior * (a - 1.0), prior * b
+        haa, hab, hbb = prior, 0.0, prior
+        for z, y in points:
+            p = sigmoid(a * z + b)
+            d = p - (1.0 if y else 0.0)
+            w = max(p * (1 - p), 1e-9)
+            ga += d * z
+            gb += d
+            haa += w * z * z
+            hab += w * z
+            hbb += w
+        det = haa * hbb - hab * hab
+        if det <= 0:
+            break
+        da = (hbb * ga - hab * gb) / det
+        db = (haa * gb - hab * ga) / det
+        step = 1.0
+        while step > 1e-4:
+            na, nb = a - step * da, b - step * db
+            new = _loss(points, na, nb, prior)
+            if new <= loss:
+                break
+            step /= 2
+        else:
+            break
+        if loss - new < 1e-7:
+            a, b = na, nb
+            break
+        a, b, loss = na, nb, new
+    return a, b

@@ -1,0 +1,141 @@
+"""Admission on measured risk: disjoint claims run side by side only when their estimated risk is small."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.core.admission import decide, decide_all
+from orchestrator.core.claims import overlaps
+from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Risk, Snapshot
+from orchestrator.core.risk import Escapes, pair_risk
+from tests.test_admission_properties import BRANCHES, CLAIMABLE, FILES, REPOS, World, held
+
+RISKY = Policy(max_concurrent=8, per_repo=8, risk=0.03)
+
+
+def evidence(i: int, paths: set[str], near: dict[str, float] | None, rest: float = 0.0, repo: str = "r") -> JobView:
+    risk = None if near is None else Risk(tuple(sorted(near.items())), rest)
+    return JobView(i, repo, "main", Claim(frozenset(paths), 0.3, ClaimSource.EVIDENCE, risk))
+
+
+def test_pair_risk_sums_what_each_may_touch_of_the_other() -> None:
+    """A's chance of touching what B holds, B's of touching what A claims, and both touching one path combine."""
+    a = Escapes.of(Risk((("src/b.py", 0.02), ("lib/", 0.01)), 0.001))
+    b = Escapes.of(Risk((("src/a.py", 0.01), ("lib/x.py", 0.1)), 0.0))
+    assert a is not None and b is not None
+    assert a.at("src/b.py") == 0.02 and a.at("lib/y.py") == 0.01 and a.at("docs/x.md") == 0.001
+    assert a.at("src/") == 0.02  # a directory holds what is listed under it
+    r = pair_risk(a, ["src/a.py"], b, ["src/b.py"])
+    expected = 1 - (1 - 0.02) * (1 - 0.01) * (1 - 0.0)
+    assert abs(r - expected) < 1e-9
+    assert pair_risk(None, ["src/a.py"], None, ["src/b.py"]) == 0.0
+
+
+def test_pair_risk_is_the_larger_of_files_and_areas() -> None:
+    """Disjoint files with small chances still wait when the record says their areas often met; a job without
+    an estimate is weighed by the other's record of meeting the areas of its paths."""
+    meets = (("", 0.01), ("docs", 0.02), ("src", 0.08))
+    a = Escapes.of(Risk((("src/b.py", 0.001),), 0.0, "src", meets))
+    b = Escapes.of(Risk((), 0.0, "docs", (("", 0.01), ("src", 0.02))))
+    assert a is not None and b is not None
+    assert abs(pair_risk(a, ["src/a.py"], b, ["docs/x.md"]) - 0.02) < 1e-9  # a's record of docs, b's of src
+    c = Escapes.of(Risk((), 0.0, "src", meets))
+    assert abs(pair_risk(a, ["src/a.py"], c, ["src/c.py"]) - 0.08) < 1e-9
+    assert abs(pair_risk(None, ["src/d.py"], a, ["src/a.py"]) - 0.08) < 1e-9  # a declared claim's area: src
+
+
+def test_low_risk_runs_beside_high_risk_waits_unknown_runs_alone() -> None:
+    """Risk 1.2% ≤ 3% is admitted beside the active job, with the figure; 5% waits with code Risk; a local
+    claim without an estimate runs alone; plan.risk = 0 judges the same claims by confidence."""
+    active = evidence(4, {"src/a.py"}, {"src/b.py": 0.002}, 0.001)
+    low = evidence(5, {"src/b.py"}, {"src/a.py": 0.01}, 0.001)
+    d = decide(low, Snapshot(active=(active,), waiting=(low,), policy=RISKY))
+    assert d.admitted and "risk 1.2% \u2264 3.0%: beside job 4" in d.message
+    high = evidence(6, {"src/b.py"}, {"src/a.py": 0.05}, 0.001)
+    d = decide(high, Snapshot(active=(active,), waiting=(high,), policy=RISKY))
+    assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.RISK, (4,))
+    assert d.message.startswith("risk 5.") and "> 3.0% beside job 4" in d.message
+    unknown = evidence(7, {"lib/x.py"}, None)
+    d = decide(unknown, Snapshot(active=(active,), waiting=(unknown,), policy=RISKY))
+    assert d.reason is Reason.AMBIGUOUS and "risk unknown" in d.message
+    d = decide(unknown, Snapshot(waiting=(unknown,), policy=RISKY))
+    assert d.admitted and "admitted to run alone (risk unknown" in d.message
+    strict = Policy(max_concurrent=8, per_repo=8, risk=0.0)  # confidence 0.3 < 0.5: ambiguous, as before
+    d = decide(low, Snapshot(active=(active,), waiting=(low,), policy=strict))
+    assert not d.admitted and any("confidence 0.30 below 0.50" in c.detail for c in d.checks)
+
+
+def test_a_later_job_does_not_overtake_an_earlier_one_it_is_risky_beside() -> None:
+    """Two waiting jobs, disjoint but risky together: the later one waits for the earlier one (Priority)."""
+    first = evidence(1, {"src/a.py"}, {"src/b.py": 0.2}, 0.001)
+    second = evidence(2, {"src/b.py"}, {}, 0.001)
+    blocker = evidence(3, {"src/a.py"}, {}, 0.0)
+    decisions = {d.job_id: d for d in decide_all(Snapshot(active=(blocker,), waiting=(first, second), policy=RISKY))}
+    assert decisions[1].reason is Reason.OVERLAP
+    assert decisions[2].reason is Reason.PRIORITY and decisions[2].blocking == (1,)
+
+
+@st.composite
+def risky_jobs(draw: st.DrawFn) -> list[JobView]:
+    """Local-evidence jobs with random claims and random estimates (some unknown)."""
+    jobs = []
+    for i in range(1, draw(st.integers(1, 8)) + 1):
+        paths = draw(
+            st.frozensets(st.sampled_from(CLAIMABLE), min_size=draw(st.sampled_from((0, 1, 1, 1))), max_size=3)
+        )
+        risk = None
+        if draw(st.sampled_from((True, True, True, False))):
+            near = draw(
+                st.dictionaries(st.sampled_from(FILES), st.sampled_from((0.001, 0.01, 0.02, 0.05, 0.3)), max_size=3)
+            )
+            risk = Risk(tuple(sorted(near.items())), draw(st.sampled_from((0.0, 0.001, 0.01))))
+        jobs.append(
+            JobView(
+                id=i,
+                repo=draw(st.sampled_from(REPOS)),
+                branch=draw(st.sampled_from(BRANCHES)),
+                claim=Claim(paths, 0.3, ClaimSource.EVIDENCE, risk),
+                priority=draw(st.integers(0, 2)),
+            )
+        )
+    return jobs
+
+
+def _risk(x: JobView, y: JobView, policy: Policy) -> float:
+    """Oracle: the pair risk, from the counted paths of each."""
+    return pair_risk(Escapes.of(x.claim.risk), held(x, policy), Escapes.of(y.claim.risk), held(y, policy))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    jobs=risky_jobs(), events=st.lists(st.tuples(st.sampled_from(("admit", "finish", "escape")), st.integers(0, 63)))
+)
+def test_risk_admission_never_runs_overlapping_claims_or_unknown_risk_together(
+    jobs: list[JobView], events: list[tuple[str, int]]
+) -> None:
+    """Under any events: no two active jobs of a repo overlap, a claim with unknown risk is never active beside
+    another job of its repo, every job admitted beside others was within plan.risk of each, and all run."""
+    world = World(jobs, RISKY)
+    for kind, k in [*events, *[("admit", 0), ("finish", 0)] * (len(jobs) + 1)]:
+        if kind == "admit":
+            before = dict(world.active)
+            decisions = world.admit()
+            started = [world.active[d.job_id] for d in decisions if d.admitted]
+            for j in started:  # each was within the risk of every job active when it was decided
+                others = [o for o in (*before.values(), *started) if o.repo == j.repo and o.id != j.id]
+                others = [o for o in others if o.id in before or o.id < j.id]
+                assert all(_risk(j, o, RISKY) <= RISKY.risk + 1e-12 for o in others), (j, others)
+            for repo in REPOS:
+                mine = [j for j in world.active.values() if j.repo == repo]
+                if len(mine) > 1:
+                    assert all(j.claim.risk is not None and j.claim.paths for j in mine), mine
+                for x, y in itertools.combinations(mine, 2):
+                    assert not any(overlaps(p, q) for p in held(x, RISKY) for q in held(y, RISKY))
+        elif kind == "finish":
+            world.finish(k)
+        else:
+            world.touch(k, escape=True)
+    assert not world.waiting and not world.active

@@ -1,0 +1,187 @@
+"""Focused claims on a crafted repository with a history: ranked by evidence, each path with its probability."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core import claims
+from orchestrator.core.models import ClaimSource
+from orchestrator.plan import record
+from orchestrator.plan.base import Plan
+from orchestrator.plan.evidence import local_plan
+from orchestrator.plan.focus import CLAIM_P
+from orchestrator.plan.history import History, mine
+from orchestrator.plan.score import Calibration
+from orchestrator.plan.text import Where, mentions
+from tests.conftest import git, write
+
+MODULES = {
+    "cart": "class Cart:\n    def total(self):\n        return sum(self.items)\n\n"
+    "    def add_item(self, item):\n        pass\n",
+    "pricing": "class PriceRule:\n    pass\n\n\ndef apply_discount(price, pct):\n    return price\n",
+    "money": "ROUNDING = 2\n\n\ndef round_money(value):\n    return round(value, ROUNDING)\n",
+    "inventory": "class Stock:\n    def reserve(self, sku, n):\n        raise ValueError('not enough stock left')\n",
+    "shipping": "def shipping_cost(weight):\n    return weight * 2\n",
+    "orders": "class Order:\n    def place(self):\n        pass\n",
+    "users": "class Customer:\n    def rename(self, name):\n        pass\n",
+    "reports": "def monthly_report(month):\n    return []\n",
+    "search": "def find_products(query):\n    return []\n",
+    "mail": "def send_receipt(order):\n    pass\n",
+}
+NAMES = {
+    "cart": "Cart.total",
+    "pricing": "apply_discount",
+    "money": "round_money",
+    "inventory": "Stock.reserve",
+    "shipping": "shipping_cost",
+    "orders": "Order.place",
+    "users": "Customer.rename",
+    "reports": "monthly_report",
+    "search": "find_products",
+    "mail": "send_receipt",
+}
+"""Past changes: four to each module (and its test), in the module's own words; one in four also names
+another module's identifier, which that change does not touch."""
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shop with ten modules, their tests and 40 past changes, each to one module and its test."""
+    repo = tmp_path_factory.mktemp("focus") / "shop"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    files = {f"src/shop/{m}.py": body for m, body in MODULES.items()}
+    files |= {f"tests/test_{m}.py": f"from shop.{m} import *\n" for m in MODULES}
+    files |= {"README.md": "shop\n", "CHANGES.md": "# changes\n", "src/shop/__init__.py": ""}
+    files |= {"src/shop/audit.py": "def audit_trail():\n    pass\n"}  # never changed since
+    files |= {"src/shop/[legacy].py": "OLD = 1\n"}  # a file whose name has glob characters
+    files |= {"tests/fakes.py": "class Stock:\n    def reserve(self, sku, n):\n        pass\n"}  # a test double
+    write(repo, files)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "initial shop")
+    modules = list(MODULES)
+    for k, words in enumerate(("fix", "speed up", "document", "tidy")):
+        for i, m in enumerate(modules):
+            other = NAMES[modules[(i + 3) % len(modules)]]
+            subject = f"{m}: {words} {NAMES[m]}" + (f" for {other}" if k == 3 else "")
+            write(repo, {f"src/shop/{m}.py": files[f"src/shop/{m}.py"] + f"# {k}\n"})
+            write(repo, {f"tests/test_{m}.py": files[f"tests/test_{m}.py"] + f"# {k}\n"})
+            git(repo, "commit", "-qam", subject)
+    return repo
+
+
+_RECORDS: dict[Path, tuple[str, History, Calibration | None]] = {}
+
+
+def plan(repo: Path, text: str, calibrated: bool = True) -> Plan:
+    """Local evidence's plan at the head, with the repository's record (replayed once per repository)."""
+    if repo not in _RECORDS:
+        head = git(repo, "rev-parse", "HEAD")
+        history = History(mine(repo, head)[0])
+        _RECORDS[repo] = (head, history, record.fit(record.replay(repo, history.changes)))
+    head, history, calibration = _RECORDS[repo]
+    return local_plan(repo, head, text, history, ("CHANGES*",), calibration if calibrated else None)
+
+
+def test_focused_claim_is_the_likely_file_and_its_test_each_with_a_probability(shop: Path) -> None:
+    """A ticket about `Cart.total` claims cart.py and its test, not the whole package; every file of the
+    ranking has its probability and why; the record (40 replayed changes) gives the claim a risk."""
+    p = plan(shop, "Cart.total is wrong for a cart with a single item\n\nThe total comes out as zero.")
+    assert p.claim.source is ClaimSource.EVIDENCE and p.claim.risk is not None
+    assert "src/shop/cart.py" in p.claim.paths and "tests/test_cart.py" in p.claim.paths
+    assert not p.claim.paths & {"src/shop/pricing.py", "src/shop/inventory.py", "src/shop/", "src/"}
+    top = p.ranking[0]
+    assert top["path"] == "src/shop/cart.py" and top["p"] >= CLAIM_P and top["claimed"]
+    assert any("Cart.total" in w for w in top["why"])
+    claimed = {r["path"] for r in p.ranking if r["claimed"]}
+    assert claimed <= p.claim.paths and all(r["p"] < CLAIM_P for r in p.ranking if not r["claimed"])
+    near = dict(p.claim.risk.near)
+    assert all(q < CLAIM_P for q in near.values()) and not set(near) & p.claim.paths
+    assert p.claim.risk.area == "src/shop" and dict(p.claim.risk.meets)["src/shop"] >= 0.0
+    assert p.to_json()["ranking"][0]["path"] == "src/shop/cart.py"
+
+
+def test_a_short_record_leaves_the_risk_unknown(shop: Path) -> None:
+    """Without a calibration (a record too short), the claim is made but its risk is unknown (runs alone)."""
+    p = plan(shop, "Cart.total is wrong for a cart with a single item", calibrated=False)
+    assert "src/shop/cart.py" in p.claim.paths and p.claim.risk is None
+    assert [c for c, _ in p.notes] == ["NoRecord"]
+    assert record.fit([]) is None and Calibration().probability(0.0) == 0.5
+
+
+def test_traceback_frames_and_links_lead_to_the_innermost_repository_file(shop: Path) -> None:
+    """Absolute frame paths match by their longest suffix in the tree, the innermost in-repo frame ranks
+    first; a GitHub blob link names its file."""
+    text = (
+        "Crash when reserving\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/me/app/views.py", line 3, in order\n'
+        '  File "/usr/lib/python3/site-packages/shop/cart.py", line 2, in total\n'
+        '  File "/usr/lib/python3/site-packages/shop/inventory.py", line 3, in reserve\n'
+        "ValueError: not enough stock left\n"
+        "See https://github.com/acme/shop/blob/main/src/shop/shipping.py#L1 too.\n"
+    )
+    p = plan(shop, text)
+    ranked = [r["path"] for r in p.ranking]
+    assert ranked[0] == "src/shop/inventory.py"
+    assert ranked.index("src/shop/inventory.py") < ranked.index("src/shop/cart.py")
+    assert "src/shop/shipping.py" in ranked
+    why = " ".join(p.ranking[0]["why"])
+    assert "innermost traceback frame" in why and "not enough stock left" in why
+
+
+def test_glob_characters_in_prose_never_become_claim_paths(shop: Path) -> None:
+    """`[dim.id for dim in qs]`, `**/***/x.py` and `[django.db.backends` in a ticket plan fine: every claim
+    path is a real file of the tree, none a pattern."""
+    text = "Stock.reserve fails on [dim.id for dim in qs] and **/***/x.py or [django.db.backends\n`src/shop/[a].py`"
+    p = plan(shop, text)
+    assert p.claim.paths and not any(claims.is_glob(c) for c in p.claim.paths)
+    assert all(claims.normalize(c) == c for c in p.claim.paths)
+    assert "src/shop/inventory.py" in p.claim.paths
+    named = plan(shop, "remove OLD from src/shop/[legacy].py")  # a real file with brackets: quoted, exact
+    assert "src/shop/[[]legacy].py" in named.claim.paths
+    assert claims.overlaps("src/shop/[[]legacy].py", "src/shop/[legacy].py")
+    assert not claims.overlaps("src/shop/[[]legacy].py", "src/shop/l.py")
+
+
+def test_imports_and_sessions_count_little_tests_and_docs_definitions_not_at_all(shop: Path) -> None:
+    """Names on import lines and in `>>>` sessions are what the reporter used, not what is broken: the
+    file the prose names ranks first."""
+    m = mentions("Stock.reserve double counts\nfrom shop.money import round_money\n>>> round_money(2)\n")
+    assert m.weak("round_money") and Where.TITLE in m.where["Stock.reserve"]
+    weak = plan(shop, "Stock.reserve double counts\nfrom shop.money import round_money\n>>> round_money(2)\n2")
+    said = plan(shop, "Stock.reserve double counts\nand round_money rounds it down")
+    assert weak.ranking[0]["path"] == said.ranking[0]["path"] == "src/shop/inventory.py"
+    p_weak = next(r["p"] for r in weak.ranking if r["path"] == "src/shop/money.py")
+    p_said = next(r["p"] for r in said.ranking if r["path"] == "src/shop/money.py")
+    assert p_weak < 0.6 * p_said
+    # A test double defining `Stock.reserve` too is no definition of what the ticket means.
+    assert not any("defines" in w for r in said.ranking if r["path"] == "tests/fakes.py" for w in r["why"])
+
+
+def test_confident_needs_two_independent_kinds_of_evidence(shop: Path) -> None:
+    """A bare word matching a file's name is one kind of evidence: not confident. Its name and the past
+    changes that said that word and touched it are two."""
+    one = plan(shop, "an audit log for refunds")
+    two = plan(shop, "shipping zones")
+    assert one.ranking[0]["path"] == "src/shop/audit.py" and one.claim.confidence <= 0.3
+    assert two.ranking[0]["path"] == "src/shop/shipping.py" and two.claim.confidence > 0.3
+    assert {w.split(":")[0] for w in two.ranking[0]["why"]} >= {"named", "history"}
+
+
+def test_area_rates_learn_from_the_pairs_their_files_would_let_run_together() -> None:
+    """The record's area table counts the pairs of nearby changes with disjoint claims whose estimate by files
+    was small, and how many still touched a common path; pairs their files keep apart say nothing of it."""
+    from orchestrator.core.models import Risk
+    from orchestrator.plan.focus import Focus
+
+    def f(claim: str, near: dict[str, float], area: str) -> Focus:
+        return Focus([], frozenset({claim}), Risk(tuple(near.items()), 0.0, area), 1.0, True)
+
+    foci = [f("src/a.py", {"src/b.py": 0.5}, "src"), f("src/b.py", {}, "src"), f("docs/x.md", {}, "docs")]
+    touched = [frozenset({"src/a.py", "docs/x.md"}), frozenset({"src/b.py"}), frozenset({"docs/x.md"})]
+    table = {(x, y): (n, k) for x, y, n, k in record._areas(foci, touched)}
+    assert table[("", "")] == (2, 1)  # a-b kept apart by files; a-c met in docs/x.md; b-c did not meet
+    assert table[("src", "docs")] == (2, 1) and ("src", "src") not in table
