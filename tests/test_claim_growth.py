@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from orchestrator.core import admission, claims, growth
 from orchestrator.core.job import Job
-from orchestrator.core.models import Claim, ClaimSource, JobState, JobView, Policy, Reason, Snapshot
+from orchestrator.core.models import Claim, ClaimSource, JobState, JobView, Policy, Reason, Risk, Snapshot
 from orchestrator.doubles.anthropic import tool_use_message
 from tests.conftest import git
 from tests.doubles import anthropic_double
@@ -47,6 +47,19 @@ def test_growth_into_a_barrier_beside_other_jobs_is_refused():
     policy = Policy(max_concurrent=4, barriers=("uv.lock",))
     g = growth.decide(_view(1, "src/a.py"), {"uv.lock"}, [_view(2, "src/b.py")], policy)
     assert not g.grows and g.decision is not None and g.decision.reason is Reason.BARRIER and g.held_by == (2,)
+
+
+def test_a_risk_estimate_of_what_another_job_might_touch_is_no_holding():
+    """Growth beside a job whose estimate says it may touch the path (risk over `plan.risk`) is still admitted:
+    only what the others claim or touched holds a path."""
+    risky = Risk(near=(("docs/x.md", 0.9),), rest=0.01, area="docs/")
+    other = JobView(2, "/r", "main", Claim(frozenset({"docs/y.md"}), 0.8, ClaimSource.EVIDENCE, risky))
+    policy = Policy(max_concurrent=4, risk=0.03)
+    probe = JobView(3, "/r", "main", Claim(frozenset({"docs/x.md"}), 1.0, ClaimSource.DECLARED))
+    assert admission.decide(probe, Snapshot(active=(other,), policy=policy)).reason is Reason.RISK
+    g = growth.decide(_view(1, "src/a.py"), {"docs/x.md"}, [other], policy)
+    assert g.grows and g.held_by == ()
+    assert growth.held("docs/x.md", _view(1, "src/a.py"), [other], policy) is None
 
 
 def test_a_grown_claim_is_what_admission_holds_for_the_next_job():

@@ -2,7 +2,8 @@
 
 A job that writes outside what it claimed asks admission again, for those paths only, as if they were a new
 declared claim beside the other active jobs of its repository (`admission.decide` on a snapshot of them, with
-no limit of slots: the job holds its slot already, and waiting jobs come after a running one). Admitted, the
+no limit of slots: the job holds its slot already, and waiting jobs come after a running one; what they hold
+decides, not the estimated risk of what they might touch yet). Admitted, the
 paths join its claim (`Job.grown`), so the next job's admission keeps away from them. Refused (another
 active job claims or touched them, runs alone, or they reach a barrier), they join it too — the job did touch
 them — and the job is serialised with the jobs that hold them: the later started lands after the earlier
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from orchestrator.core import admission, claims
-from orchestrator.core.models import Claim, ClaimSource, Decision, JobView, Policy, Snapshot
+from orchestrator.core.models import Claim, ClaimSource, Decision, JobView, Policy, Reason, Snapshot
 
 UNLIMITED = 1 << 30
 """Slots for the growth question: a running job has its slot; only paths decide."""
@@ -32,13 +33,16 @@ class Growth:
 
     @property
     def grows(self) -> bool:
-        """The paths join its claim and nothing else holds them."""
-        return bool(self.paths) and self.decision is not None and self.decision.admitted
+        """The paths join its claim and nothing else holds them. A pair risk over `Policy.risk` (checked after
+        every check on what the others hold) is no holding: the paths are written already, and the agent's check
+        must not refuse a path nobody holds."""
+        d = self.decision
+        return bool(self.paths) and d is not None and (d.admitted or d.reason is Reason.RISK)
 
     @property
     def held_by(self) -> tuple[int, ...]:
         """The active jobs that hold what it touched (their landings and its are ordered)."""
-        return () if self.decision is None or self.decision.admitted else self.decision.blocking
+        return () if self.decision is None or self.grows else self.decision.blocking
 
 
 def outside(job: JobView, touched: Iterable[str], policy: Policy) -> frozenset[str]:
