@@ -205,7 +205,7 @@ class Api:
         if timeout is not None and not 0 <= timeout < 1e9:  # also NaN and Infinity, which json.loads accepts
             raise BadRequest("field 'timeout' must be a number of seconds, 0 or more")
         if not ids:
-            ids = [j.id for j in await self.store.jobs(OPEN)]
+            ids = [j.id for j in await self.store.team_jobs(OPEN)]
         jobs = await self.jobs.wait(ids, timeout)
         return web.json_response({"jobs": [j.to_json() for j in jobs], "done": all(j.state.terminal for j in jobs)})
 
@@ -322,7 +322,7 @@ class Api:
         try:
             resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
             await resp.prepare(request)
-            jobs = await self.store.jobs()
+            jobs = await self.store.team_jobs()
             await _send(resp, {"type": "snapshot", "jobs": [self.scheduler.live(j).to_json() for j in jobs]})
             state = self._state_json()
             await _send(resp, state)

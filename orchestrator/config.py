@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
+from urllib.parse import urlsplit
 
 from orchestrator.core.models import LAND_STYLES, Policy
 
@@ -242,6 +244,40 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    url: str = ""
+    """Empty: the embedded SQLite file in the state dir. `postgresql://user@host/db`: a PostgreSQL database that
+    several daemons (a team's nodes) share; its password comes from PGPASSWORD or ~/.pgpass, never this file."""
+
+
+@dataclass(frozen=True)
+class TeamConfig:
+    """This daemon as a node of a team sharing one PostgreSQL store (see `orchestrator.team`)."""
+
+    node: str = ""
+    """The node's name in the team (empty: the host name). Unique per daemon sharing the store."""
+    labels: tuple[str, ...] = ()
+    """What this node offers; a job pinned with `--label X` runs only on a node that has label X."""
+    lease: float = 30.0
+    """Seconds the node's hold on its jobs lasts without a renewal; after it another node takes them over."""
+    publish: str = "push"
+    """How a landing reaches the shared remote (`push`: a push with --force-with-lease as the compare-and-swap)."""
+    follow: bool = False
+    """After a landing, fast-forward this node's own clone's branch too (its checkout, when that is clean)."""
+    git_timeout: float = 120.0
+    """Seconds one fetch or push to the shared remote may take."""
+
+    def node_name(self) -> str:
+        return self.node or _host_name()
+
+
+def _host_name() -> str:
+    import socket
+
+    return socket.gethostname().split(".")[0] or "node"
+
+
+@dataclass(frozen=True)
 class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     ollama: OllamaConfig = field(default_factory=OllamaConfig)
@@ -253,6 +289,8 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     runners: Mapping[str, RunnerTemplate] = field(default_factory=lambda: dict(PROFILES))
     """Command runners by name: the shipped `PROFILES`, changed or joined by `[runners.NAME]`."""
+    store: StoreConfig = field(default_factory=StoreConfig)
+    team: TeamConfig = field(default_factory=TeamConfig)
 
     def repo(self, path: str) -> RepoConfig:
         return self.repos.get(path, RepoConfig())
@@ -347,6 +385,18 @@ max_seconds = 1800
 response_tokens = 8192
 run_timeout = 300         # its `run` tool, per command
 output_cap = 20000        # characters of tool output the model sees
+
+[store]
+url = ""                  # "": SQLite in the state dir; "postgresql://user@host/db": shared by a team's daemons
+                          # (pip install 'orchestrator[team]'; the password from PGPASSWORD or ~/.pgpass)
+
+[team]                    # with a PostgreSQL store: this daemon as one node of the team
+node = ""                 # its name (default: the host name)
+labels = []               # what it offers; `enqueue --label X` runs a job only on nodes with label X
+lease = 30                # seconds its hold on its jobs lasts unrenewed; then other nodes take them over
+publish = "push"          # landing onto the shared remote: a push with --force-with-lease as the compare-and-swap
+follow = false            # also fast-forward this node's own clone (and its clean checkout) after a landing
+git_timeout = 120         # seconds one fetch or push may take
 
 # Agent CLIs as `command` runners (`--runner NAME`). Three profiles are shipped and work as they are:
 # `claude-code`, `aider` and `codex` (`orchestrator runners` lists them and what each still lacks here).
@@ -498,6 +548,7 @@ def _validate(cfg: Config) -> None:
     for key, land in [("jobs.land", cfg.jobs.land), *((f'repos."{p}".land', r.land) for p, r in cfg.repos.items())]:
         if land not in ("auto", "review") and not (land == "" and key != "jobs.land"):
             raise ConfigError(f"{key}: {land!r}; use auto or review")
+    _validate_team(cfg.store, cfg.team)
     for name, t in cfg.runners.items():
         if not t.argv or not t.argv[0]:
             raise ConfigError(f'runners.{name}.argv: name the command, e.g. ["claude", "-p", "{{prompt}}"]')
@@ -520,11 +571,42 @@ def _runner(name: str, data: Any) -> RunnerTemplate:
     return dataclasses.replace(base, **changed)
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _validate_team(store: StoreConfig, team: TeamConfig) -> None:
+    if store.url:
+        parts = urlsplit(store.url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ConfigError(
+                f"store.url: {parts.scheme or store.url!r} is not a database this store knows; use "
+                '"postgresql://user@host/db" (or "" for the embedded SQLite file)'
+            )
+        if parts.password:
+            raise ConfigError(
+                "store.url: keep the password out of the config file; put PGPASSWORD in the env file beside it, "
+                "or use ~/.pgpass, and write the URL without it"
+            )
+    if not _NAME.fullmatch(team.node_name()):
+        raise ConfigError(f"team.node: {team.node_name()!r}: a node's name is 1–63 letters, digits, '.', '_' or '-'")
+    for label in team.labels:
+        if not _NAME.fullmatch(label):
+            raise ConfigError(f"team.labels: {label!r}: a label is 1–63 letters, digits, '.', '_' or '-'")
+    if team.lease < 2:
+        raise ConfigError("team.lease: must be at least 2 seconds (nodes renew it every third of it)")
+    if team.git_timeout <= 0:
+        raise ConfigError("team.git_timeout: must be positive")
+    from orchestrator.git.remote import PUBLISHERS
+
+    if team.publish not in PUBLISHERS:
+        raise ConfigError(f"team.publish: {team.publish!r}; use one of {', '.join(PUBLISHERS)}")
+
+
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     """Build a `Config` from parsed TOML and environment overrides."""
     sections = {
         "jobs": JobsConfig, "ollama": OllamaConfig, "anthropic": AnthropicConfig, "daemon": DaemonConfig,
-        "chat": ChatConfig, "plan": PlanConfig, "agent": AgentConfig,
+        "chat": ChatConfig, "plan": PlanConfig, "agent": AgentConfig, "store": StoreConfig, "team": TeamConfig,
     }  # fmt: skip
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

@@ -20,7 +20,7 @@ import gc
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,7 +32,7 @@ from orchestrator.api import Api
 from orchestrator.chat.api import ChatApi
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import EX_CONFIG, Config
-from orchestrator.core.models import OPEN, JobState
+from orchestrator.core.models import ACTIVE, OPEN, JobState
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
@@ -58,7 +58,8 @@ from orchestrator.runners.sandbox import Sandbox
 from orchestrator.service import intake
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
-from orchestrator.store import EX_STATE, Store, StoreUnusable
+from orchestrator.store import EX_STATE, EX_TEMPFAIL, StoreUnreachable, StoreUnusable
+from orchestrator.team import engine
 
 ROUND_GRACE = 10.0
 """Seconds the scheduler may take to finish the round under way at shutdown before it is cancelled."""
@@ -119,9 +120,18 @@ class JobPlane:
         sandbox: Sandbox | None = None,
     ) -> JobPlane:
         store = board.store
-        facts = GitFacts(cfg)
+        facts: GitFacts
+        if engine.is_team(store):  # the heads and landings of the team's shared remote
+            from orchestrator.team.facts import Fetches, TeamFacts
+            from orchestrator.team.landing import TeamLander
+
+            fetches = Fetches()
+            facts = TeamFacts(cfg, fetches)
+            lander: Lander = TeamLander(board, cfg, paths, pool, sandbox, fetches=fetches)
+        else:
+            facts = GitFacts(cfg)
+            lander = Lander(board, cfg, paths, pool, sandbox)
         watch = OverlapWatch(board, cfg, facts)
-        lander = Lander(board, cfg, paths, pool, sandbox)
         executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held)
         scheduler: Scheduler | None = None
 
@@ -205,7 +215,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        store = await Store.open(self.paths.db)
+        store = await engine.open_store(self.cfg, self.paths)
         parts.push_async_callback(store.close)
         notifier = Notifier()
         parts.push_async_callback(notifier.close)
@@ -226,14 +236,16 @@ class Daemon:
         await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
-        for repo in sorted({j.repo for j in await store.jobs()}):
+        # Team mode: this node's clones too (jobs it ran may all have been taken over while it was down).
+        workspaces: dict[str, frozenset[int]] = {}
+        for repo in sorted({j.repo for j in await store.jobs()} | set(engine.clone_paths(store))):
             # Half-made worktrees first: they make every `git worktree list` in the repo fail.
             with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
                 await asyncio.to_thread(
                     git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
                 )
             with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
-                await pool.recover(Path(repo))
+                workspaces[repo] = await pool.recover(Path(repo))
         board = Board(store)
         # Interrupted landings next: the user's checkouts are level before anything lands again.
         await settle_landings(board, pool)
@@ -250,6 +262,8 @@ class Daemon:
         parts.push_async_callback(self._stop_jobs, plane.scheduler)
         if self.cfg.jobs.requeue_interrupted:
             await requeue_interrupted(plane.jobs, runners)
+        if engine.is_team(store):
+            await self._join_team(parts, plane, workspaces, pool)
         # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
         chat = ChatPlane(
             store,
@@ -289,6 +303,31 @@ class Daemon:
         notifier.start(open_jobs, lambda: plane.scheduler.heartbeat)
         spool.start()
         return plane, notifier
+
+    async def _join_team(
+        self,
+        parts: contextlib.AsyncExitStack,
+        plane: JobPlane,
+        workspaces: dict[str, frozenset[int]],
+        pool: WorktreePool,
+    ) -> None:
+        """Team mode: this node's workspaces of jobs it no longer holds are retired (their work kept on a branch),
+        so it can claim them afresh; then its lease loop starts (stopped first at shutdown, after the API)."""
+        from orchestrator.jobs.retire import retire_attempt
+        from orchestrator.team.node import TeamNode
+        from orchestrator.team.pgstore import PgStore
+
+        store = plane.board.store
+        assert isinstance(store, PgStore)
+        mine = {j.id for j in await store.jobs(ACTIVE)}
+        for repo, ids in workspaces.items():
+            for job in await store.get_many(ids - mine):
+                if job.state in OPEN:
+                    with olog.best_effort("retire a workspace of a job taken over", *CLEANUP_ERRORS, job_id=job.id):
+                        await retire_attempt(pool, replace(job, repo=repo))
+        node = TeamNode(store, plane.board, plane.scheduler, self.cfg.team.git_timeout)
+        await node.start()
+        parts.push_async_callback(node.stop)
 
     async def main_loop(self, scheduler: Scheduler) -> str:
         """The scheduler until it returns (burst: idle) or a signal asks to stop; why it ended."""
@@ -385,6 +424,10 @@ def run(
         olog.get().error(olog.Event.DAEMON_REFUSED, reason=str(e), exit_code=EX_STATE)
         print(f"orchestrator: {e}", file=sys.stderr)
         return EX_STATE
+    except StoreUnreachable as e:
+        olog.get().error(olog.Event.DAEMON_REFUSED, reason=str(e), exit_code=EX_TEMPFAIL)
+        print(f"orchestrator: {e}", file=sys.stderr)
+        return EX_TEMPFAIL
     except PathError as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         return EX_CONFIG

@@ -124,7 +124,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN usage TEXT;
     ALTER TABLE jobs ADD COLUMN land TEXT NOT NULL DEFAULT 'auto';
     """,
-    # 7: paths a running job touched outside its claim (its claim grown); rounds of review feedback.
+    # 7: team mode's fields, kept in the embedded file too so both engines hold one field list (always empty here).
+    """
+    ALTER TABLE jobs ADD COLUMN node TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '[]';
+    """,
+    # 8: paths a running job touched outside its claim (its claim grown); rounds of review feedback.
     """
     ALTER TABLE jobs ADD COLUMN grown TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE jobs ADD COLUMN revisions INTEGER NOT NULL DEFAULT 0;

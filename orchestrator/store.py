@@ -32,7 +32,9 @@ from orchestrator.runners.process import Group
 from orchestrator.schema import MIGRATIONS
 from orchestrator.sqlite_thread import Connection, transaction
 
-__all__ = ["EX_STATE", "MIGRATIONS", "Store", "StoreUnusable", "Write"]
+__all__ = [
+    "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "Store", "StoreUnreachable", "StoreUnusable", "Write"
+]  # fmt: skip
 
 
 def _private(path: Path) -> None:
@@ -115,6 +117,9 @@ class Write:
     data: dict[str, Any] | None = None
     expect: frozenset[JobState] = frozenset()
     to: JobState | None = None
+    beside: frozenset[int] | None = None
+    """A move to `running` in team mode: the other nodes' active jobs of its repository that admission saw (the
+    move applies only if no other node started one there since). The embedded store has no other nodes."""
 
 
 _EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
@@ -129,8 +134,21 @@ EX_STATE = 65
 Restarting cannot fix it, so the systemd unit lists it in RestartPreventExitStatus."""
 
 
+class DuplicateTicket(ValueError):
+    """A job was queued under this ticket key already (idempotent intake: the earlier job stands)."""
+
+
 class StoreUnusable(RuntimeError):
     """The database file cannot be used as it is; the message names the file and what to do."""
+
+
+class StoreUnreachable(RuntimeError):
+    """Team mode: PostgreSQL cannot be reached (down, wrong URL, refused); the message says which server and what
+    to do. Unlike an unusable store, trying again later may work."""
+
+
+EX_TEMPFAIL = 75
+"""Exit status of a daemon whose PostgreSQL cannot be reached at start (EX_TEMPFAIL: try again later)."""
 
 
 def _check_fields(fields: dict[str, Any]) -> None:
@@ -218,6 +236,10 @@ class Store:
     async def close(self) -> None:
         await self._db.close()
 
+    def _job(self, row: Any) -> Job:
+        """A job from its row, as this engine reads it (the guarded writes return what `_write` gave back)."""
+        return _row_to_job(row)
+
     async def _migrate(self) -> None:
         version = await self.schema_version()
         if version > len(MIGRATIONS):
@@ -253,8 +275,10 @@ class Store:
         ticket: tuple[str, str | None] | None = None,
         argv: Sequence[str] | None = None,
         land: str = "auto",
+        labels: Sequence[str] = (),
     ) -> Job:
-        """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises)."""
+        """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises).
+        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too)."""
         now = time.time()
         job = Job(
             id=0,
@@ -270,12 +294,17 @@ class Store:
             created_at=now,
             argv=None if argv is None else tuple(argv),
             land=land,
+            labels=tuple(sorted(set(labels))),
         )
-        values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
-        job_id = await self._db.call(_add_job_sync, values, ticket, repo, now)
+        job_id = await self._insert(job, ticket)
         self._changed.add(job_id)
         self._stale_json.add(job_id)
         return replace(job, id=job_id)
+
+    async def _insert(self, job: Job, ticket: tuple[str, str | None] | None) -> int:
+        """Store a new job, its `enqueued` event and its ticket in one transaction; its id."""
+        values = [_encode(c, getattr(job, c)) for c in _COLUMNS]
+        return await self._db.call(_add_job_sync, values, ticket, job.repo, job.created_at)
 
     async def ticket_job(self, key: str) -> int | None:
         """The job a ticket key already queued, if any."""
@@ -365,15 +394,17 @@ class Store:
         event: str,
         *,
         data: dict[str, Any] | None = None,
+        beside: Collection[int] | None = None,
         **fields: Any,
     ) -> Job | None:
         """Move a job from one of `expect` to `to`, with `fields` and one event, in one transaction: the only
         writer of a job's state. None (nothing written) when the job is no longer in `expect`: the caller acted
-        on a read that is stale, and backs off."""
+        on a read that is stale, and backs off. `beside`: see `Write.beside`."""
         sources = lifecycle.check(expect, to)
         _check_fields(fields)
-        rows = await self._write([Write(job_id, fields, event, data, sources, to)])
-        return _row_to_job(rows[0]) if rows[0] is not None else None
+        fence = None if beside is None else frozenset(beside)
+        rows = await self._write([Write(job_id, fields, event, data, sources, to, fence)])
+        return self._job(rows[0]) if rows[0] is not None else None
 
     async def update(
         self,
@@ -390,7 +421,7 @@ class Store:
             raise ValueError("an update must expect at least one state")
         _check_fields(fields)
         rows = await self._write([Write(job_id, fields, event, data, frozenset(expect))])
-        return _row_to_job(rows[0]) if rows[0] is not None else None
+        return self._job(rows[0]) if rows[0] is not None else None
 
     async def update_many(self, writes: Sequence[Write], *, changed: bool = True) -> list[int]:
         """Several jobs' guarded writes in one transaction (a scheduler round's batch): the ids written.
@@ -411,12 +442,35 @@ class Store:
         """The writes in one transaction, in ONE call to the database thread (a call per statement cost each
         job's every state change a dozen thread hand-offs)."""
         rows = await self._db.call(_write_sync, writes, time.time())
+        self._written(writes, rows, changed)
+        return rows
+
+    def _written(self, writes: Sequence[Write], rows: Sequence[Any], changed: bool) -> None:
+        """Note the jobs these writes changed (a row back): `jobs_json` renders them again, and (when `changed`
+        or a state moved) the scheduler's next round re-reads them (`take_changed`)."""
         for w, row in zip(writes, rows, strict=True):
             if row is not None:
                 self._stale_json.add(w.job_id)
                 if changed or w.to is not None:
                     self._changed.add(w.job_id)
-        return rows
+
+    # -- the team's queue (team mode: `team.pgstore`; one machine has no other node) ------------------
+
+    async def claim(self) -> list[int]:
+        """Take queued jobs from a team's queue for this node: on one machine every job is this node's."""
+        return []
+
+    async def team_jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """Every node's jobs (in these states): on one machine, `jobs`."""
+        return await self.jobs(states)
+
+    def mine(self, job: Job) -> bool:
+        """Whether this node holds `job` (on one machine, every job)."""
+        return True
+
+    async def elsewhere(self) -> list[Job]:
+        """Other nodes' planned and active jobs of this node's repositories: none on one machine."""
+        return []
 
     async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
         """Forget an ended job (`orchestrator clean`): its record and its history, if it is in one of `expect`."""
@@ -595,10 +649,13 @@ def _add_job_sync(
         assert job_id is not None
         conn.execute(_EVENT_SQL, (job_id, now, "enqueued", json.dumps({"state": "queued"})))
         if ticket is not None:
-            conn.execute(
-                "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
-                (ticket[0], repo, ticket[1], job_id, now),
-            )
+            try:
+                conn.execute(
+                    "INSERT INTO tickets (key, repo, ticket, job_id, at) VALUES (?, ?, ?, ?, ?)",
+                    (ticket[0], repo, ticket[1], job_id, now),
+                )
+            except sqlite3.IntegrityError:
+                raise DuplicateTicket(ticket[0]) from None
     return job_id
 
 

@@ -88,6 +88,30 @@ def started(make_repo, daemon_factory):
     return repo, d
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server for the session (initdb + pg_ctl in a temp dir, as an unprivileged user when root
+    runs the tests); skipped, saying what to install, where the server programs or the driver are missing."""
+    from orchestrator.team.localpg import INSTALL_HINT, LocalPostgres, find_bindir
+
+    if find_bindir() is None:
+        pytest.skip(f"PostgreSQL tests need the server: {INSTALL_HINT}")
+    pytest.importorskip("asyncpg", reason="PostgreSQL tests need the driver: pip install -e '.[team]'")
+    server = LocalPostgres(port=55432).start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def pg_url(postgres, request) -> str:
+    """The URL of a new, empty database on the session's PostgreSQL server."""
+    import re
+    import uuid
+
+    name = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:8]
+    return postgres.create_database(name)
+
+
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     """`small_fs("2m")`: a fresh tmpfs of that size under `tmp_path` for tests of a full disk, unmounted at the end

@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from orchestrator.client import Client, Unreachable
 
@@ -27,6 +27,11 @@ class BenchError(RuntimeError):
 
 
 class BenchDaemon:
+    ARGS: tuple[str, ...] = ("--burst", "--grace", "3")
+    """How the daemon runs: burst mode, it exits once its queue is drained."""
+    READY = 30.0
+    """Seconds it has to answer on its socket."""
+
     def __init__(self, home: Path, config: str, env: dict[str, str] | None = None) -> None:
         self.home = home
         self.log_path = home / "daemon.log"
@@ -39,16 +44,16 @@ class BenchDaemon:
         self.proc: subprocess.Popen[bytes] | None = None
         self.client = Client(self.socket, timeout=60)
 
-    def __enter__(self) -> BenchDaemon:
+    def __enter__(self) -> Self:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator", "daemon", "--burst", "--grace", "3"],
+                [sys.executable, "-m", "orchestrator", "daemon", *self.ARGS],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.READY
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BenchError(f"the daemon exited {self.proc.returncode}: see {self.log_path}")
@@ -57,7 +62,7 @@ class BenchDaemon:
                 return self
             except (Unreachable, OSError):
                 time.sleep(0.05)
-        raise BenchError(f"the daemon did not answer within 30 s: see {self.log_path}")
+        raise BenchError(f"the daemon did not answer within {self.READY:.0f} s: see {self.log_path}")
 
     def __exit__(self, *_exc: object) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -64,6 +64,7 @@ def job_words(ctx: click.Context, text: tuple[str, ...], *, join: bool = False) 
 @click.option("--runner", help="Runner name (default from config: shell).")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--after", type=int, multiple=True, help="Start only after this job has landed.")
+@click.option("--label", "labels", multiple=True, help="Team mode: run only on a node that has this label.")
 @click.option(
     "--land",
     type=click.Choice(["auto", "review"]),
@@ -81,6 +82,7 @@ def enqueue(
     runner: str | None,
     priority: int,
     after: tuple[int, ...],
+    labels: tuple[str, ...],
     land: str | None,
     as_json: bool,
     text: tuple[str, ...],
@@ -103,6 +105,8 @@ def enqueue(
         body["runner"] = runner
     if land:
         body["land"] = land
+    if labels:
+        body["labels"] = list(labels)
     job = client().enqueue(**body)
     if as_json:
         emit(job)
@@ -129,6 +133,7 @@ def show(job_id: int, as_json: bool) -> None:
         "repo",
         "branch",
         "runner",
+        "node",
         "text",
         "argv",
         "base",
@@ -174,7 +179,8 @@ def why(job_id: int, as_json: bool) -> None:
         emit(data)
         return
     code = f" ({data['code']})" if data.get("code") else ""
-    click.echo(f"job {data['id']} is {data['state']}{code}: {data['reason']}")
+    where = f" on node {data['node']}" if data.get("node") else ""
+    click.echo(f"job {data['id']} is {data['state']}{where}{code}: {data['reason']}")
     click.echo(f"next: {data['next']}")
     d = data.get("decision")
     if d:

@@ -40,9 +40,12 @@ STATE_STYLE = {
 }
 
 
-def job_line(j: dict[str, Any], width: int, *, wide: bool = False, now: float | None = None) -> list[tuple[str, str]]:
+def job_line(
+    j: dict[str, Any], width: int, *, wide: bool = False, now: float | None = None, nodes: bool | None = None
+) -> list[tuple[str, str]]:
     """One job as (text, style) cells on one line of `width` columns; the reason takes what is left, cut from
-    the middle so its end (what to do) stays. `wide` keeps every field whole."""
+    the middle so its end (what to do) stays. `wide` keeps every field whole. `nodes` (team mode; default: when
+    the job names one): a column with the node that holds or ran the job (`@-` while none has it)."""
     now = time.time() if now is None else now
     started = fit.ts(j.get("started_at")) or fit.ts(j.get("created_at")) or now
     ended = fit.ts(j.get("finished_at"))
@@ -54,6 +57,8 @@ def job_line(j: dict[str, Any], width: int, *, wide: bool = False, now: float | 
         (fit.cut_end(j["text"], 24) if not wide else j["text"], ""),
         (j.get("code") or "-", "magenta"),
     ]
+    if nodes or (nodes is None and j.get("node")):
+        cells.insert(2, (f"@{fit.cut_end(j.get('node') or '-', 9):<9}", "cyan"))
     used = sum(len(t) for t, _ in cells) + len(cells)
     reason = fit.reason(j) if wide else fit.cut_middle(fit.reason(j), max(width - used, 0))
     return [*cells, (reason, "")]
@@ -67,9 +72,10 @@ def print_jobs(jobs: list[dict[str, Any]], wide: bool) -> None:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=wide, width=100)  # piped: a line a job, 100 columns
     width = console.width
+    nodes = any(j.get("node") for j in jobs)
     for j in jobs:
         line = Text()
-        for n, (text, style) in enumerate(job_line(j, width - 1, wide=wide)):
+        for n, (text, style) in enumerate(job_line(j, width - 1, wide=wide, nodes=nodes)):
             if n:
                 line.append(" ")
             line.append(text, style=style)

@@ -156,6 +156,7 @@ def render(view: View, width: int, repo: str | None) -> Any:
         controls, landing, note = dict(view.controls), list(view.landing), view.note
         selected, message = view.selected, view.message
     open_ = [j for j in jobs if j["state"] in OPEN]
+    team = any(j.get("node") for j in jobs)  # team mode: a column with each job's node
     head = Text()
     head.append("orchestrator watch", style="bold")
     head.append(f"  {fit.summary(open_)}", style="")
@@ -188,7 +189,7 @@ def render(view: View, width: int, repo: str | None) -> Any:
         parts.append(title)
         for j in rows:
             line = Text("› " if j["id"] == selected else "  ", style="bold magenta")
-            for n, (text, style) in enumerate(job_line(j, width - 3)):
+            for n, (text, style) in enumerate(job_line(j, width - 3, nodes=team)):
                 if n:
                     line.append(" ")
                 line.append(text, style=style)

@@ -21,7 +21,8 @@ failing one, in this order, gives the reason and the outcome:
 
 A job "runs alone" (is exclusive) when its claim is ambiguous (`claims.ambiguity`) or its claim or
 actual paths reach a barrier (`claims.reaches`). Union-mergeable paths (changelogs) never count as an
-overlap; those it shares with active jobs are reported in `Decision.shared`.
+overlap; those it shares with active jobs are reported in `Decision.shared`. In team mode the other nodes'
+active jobs of its repo (`Snapshot.elsewhere`) are active jobs for 4-6 and take none of this node's slots (9).
 
 Priority is what keeps the order fair: a later job never overtakes an earlier waiting job it conflicts
 with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs). Only
@@ -389,7 +390,8 @@ def _landing(ask: _Ask, c: _Checks) -> None:
 
 def _capacity(ask: _Ask, c: _Checks) -> None:
     """9. Capacity: the global and the per-repo limit of active jobs."""
-    policy, st, n_repo = ask.snap.policy, ask.st, len(ask.repo_active)
+    policy, st = ask.snap.policy, ask.st
+    n_repo = sum(a.job.id not in st.elsewhere for a in ask.repo_active)
     limit, per_repo = policy.max_concurrent, ask.snap.slots.get(ask.job.repo, policy.per_repo)
     if st.count >= limit:
         msg = (

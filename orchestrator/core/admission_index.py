@@ -272,22 +272,26 @@ def _glob_buckets(path: str, names: dict[str, list[K]], globs: list[tuple[str, K
 class State:
     """Active jobs by repo and ready waiting jobs by repo. Holds no reference to the snapshot."""
 
-    __slots__ = ("active", "count", "held", "waiting")
+    __slots__ = ("active", "count", "elsewhere", "held", "waiting")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.active: dict[str, Active] = {}
         self.waiting: dict[str, Waiting] = {}
         self.held = frozenset(j.id for j in snapshot.held)
+        self.elsewhere = frozenset(j.id for j in snapshot.elsewhere)
+        """Other nodes' active jobs: in `active` (they hold paths), not in `count` (they take no slot here)."""
         self.count = 0
         for job in snapshot.active:
             self.add_active(facts(job, snapshot.policy))
+        for job in snapshot.elsewhere:
+            self.add_active(facts(job, snapshot.policy), slot=False)
 
-    def add_active(self, f: Facts) -> None:
+    def add_active(self, f: Facts, *, slot: bool = True) -> None:
         a = self.active.get(f.job.repo)
         if a is None:
             a = self.active[f.job.repo] = Active()
         a.add(f)
-        self.count += 1
+        self.count += slot
 
     def add_waiting(self, f: Facts) -> None:
         w = self.waiting.get(f.job.repo)

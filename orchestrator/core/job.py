@@ -142,6 +142,10 @@ class Job:
     """Model usage and cost of its runner (tokens, calls, `cost_usd`), for runners that call a model."""
     land: str = field(default="auto", metadata=PLAIN)
     """`auto`: lands when it finishes; `review`: waits `ready` for `orchestrator land` or `reject`."""
+    node: str = field(default="", metadata=PLAIN)
+    """Team mode: the node that holds the job (claimed it from the shared queue), "" while no node does."""
+    labels: tuple[str, ...] = field(default=(), metadata=LIST)
+    """Team mode: the job runs only on a node that has every one of these labels (`enqueue --label`)."""
     grown: frozenset[str] = field(default=frozenset(), metadata=SET)
     """Paths it touched outside its claim while it ran, added to what admission holds for it (`core.growth`);
     `claim` stays the plan's prediction, which calibration measures."""

@@ -131,6 +131,8 @@ class Landed(StrEnum):
     NO_SPACE = "no-space"
     """A checkout's file system has too little room for the landing: nothing moved; it waits."""
     CHECK_FAILED = "check-failed"
+    UNREACHABLE = "unreachable"
+    """Team mode: the shared remote could not be reached: nothing moved; it waits."""
     FAULT = "fault"
     """An error (disk full, an unwritable ref or checkout): everything was put back, nothing landed."""
 
@@ -161,7 +163,7 @@ def after_landing(outcome: Landed, attempts: int, policy: LandingPolicy) -> tupl
     """
     if outcome in (Landed.LANDED, Landed.NOOP):
         return Then.END, LANDED
-    if outcome in (Landed.USER_DIRTY, Landed.NO_SPACE):
+    if outcome in (Landed.USER_DIRTY, Landed.NO_SPACE, Landed.UNREACHABLE):
         return Then.WAIT, None
     if outcome is Landed.HEAD_MOVED:
         return Then.AGAIN, None

@@ -233,6 +233,9 @@ class Snapshot:
 
     active: tuple[JobView, ...] = ()
     """Running and landing jobs, all repos."""
+    elsewhere: tuple[JobView, ...] = ()
+    """Team mode: other nodes' running and landing jobs of this node's repositories. They hold what they claim and
+    touched, and run alone, as active jobs do (Exclusive, Overlap), but take none of this node's slots."""
     waiting: tuple[JobView, ...] = ()
     """Planned jobs, all repos (any order; admission sorts them by `order_key`)."""
     held: tuple[JobView, ...] = ()
@@ -356,6 +359,8 @@ class Code(StrEnum):
     """Its landing waits: a checkout of its branch lacks the free space the landing writes there."""
     REWRITTEN = "Rewritten"
     """Its target branch was rewritten (its base dropped): it was re-queued to be planned on the new head."""
+    REMOTE_UNREACHABLE = "RemoteUnreachable"
+    """Team mode: the shared remote could not be reached to land it; the landing waits and tries again."""
     REVISED = "Revised"
     """A person sent it back to its agent with review feedback: it runs again in its worktree (`revise`)."""
     RATE_LIMITED = "RateLimited"

@@ -70,6 +70,8 @@ class LandOutcome(StrEnum):
     """The branch no longer contains the job's base (force-pushed, reset): nothing moved; plan it again."""
     NO_SPACE = "no-space"
     """A checkout's file system has less free space than the landing writes there; nothing moved."""
+    UNREACHABLE = "unreachable"
+    """Team mode: the shared remote could not be reached; nothing is known to have moved (it waits, then tries)."""
     FAULT = "fault"
     """An error moving the ref or updating a checkout (a full disk, an unwritable file or ref): everything put
     back, nothing moved (`message` says what failed, and what could not be put back if anything)."""

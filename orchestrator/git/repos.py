@@ -167,10 +167,12 @@ def gitattributes_union(repo_path: Path | str, rev: str) -> frozenset[str]:
 GIT_ENV: tuple[str, ...] = (
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "XDG_CONFIG_HOME",
     "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "SSH_AUTH_SOCK", "GIT_SSH", "GIT_SSH_COMMAND",
+    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
 )  # fmt: skip
 """What of the daemon's environment a git process it starts may see (patterns allowed): where to find
-programs and the user's git config, the locale, an ssh agent for pushes. Never an API key, a job's variables
-or git's location variables: git runs hooks, filters and fsmonitor commands of the user's config with it."""
+programs and the user's git config, the locale, an ssh agent, proxies and CA certificates for fetches and
+pushes to a team's remote. Never an API key, a job's variables or git's location variables: git runs hooks,
+filters and fsmonitor commands of the user's config with it."""
 
 GIT_TIMEOUT = 600.0
 """Seconds one git command of the daemon may take (a checkout through an LFS smudge filter can be slow)."""

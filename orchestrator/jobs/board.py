@@ -94,10 +94,11 @@ class Board:
         event: str,
         *,
         data: dict[str, Any] | None = None,
+        beside: Collection[int] | None = None,
         **fields: Any,
     ) -> Job | None:
         """`Store.transition`, then announced: None (nothing written, nobody told) when the job had moved on."""
-        job = await self.store.transition(job_id, expect, to, event, data=data, **fields)
+        job = await self.store.transition(job_id, expect, to, event, data=data, beside=beside, **fields)
         if job is not None:
             await self._announce_job(job, moved=True)
         return job
@@ -118,17 +119,27 @@ class Board:
         return job
 
     async def _announce_job(self, job: Job, *, moved: bool) -> None:
-        for w in self._waiters.get(job.id, ()):
+        self._tell(job)
+        if moved and job.state.terminal:
+            for ended in self._ended:
+                ended(job)
+        await self.announce()
+
+    async def foreign(self, ids: set[int]) -> None:
+        """Other nodes of a team changed these jobs (none: unknown which): tell waiters, watchers, the scheduler."""
+        for job in await self.store.get_many(ids) if ids else ():
+            self._tell(job)
+        await self.announce()
+
+    def _tell(self, job: Job) -> None:
+        """The job's waiters whose wait it settles, and the event stream."""
+        for w in list(self._waiters.get(job.id, ())):
             if w.settled(job.state):
                 w.pending.discard(job.id)
                 if not w.pending:
                     w.done.set()
         if self._subscribers:
             self.publish({"type": "job", "job": job.to_json()})
-        if moved and job.state.terminal:
-            for ended in self._ended:
-                ended(job)
-        await self.announce()
 
     async def announce(self) -> None:
         for wake in self._listeners:

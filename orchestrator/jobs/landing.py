@@ -203,14 +203,17 @@ class Lander:
     def policy(self) -> lifecycle.LandingPolicy:
         return lifecycle.LandingPolicy(self.cfg.jobs.retry_on_conflict, self.cfg.jobs.max_attempts)
 
+    def _message(self, job: Job) -> str:
+        """The landing commit's message: a squash is the job's one commit (trailer kept), else a merge commit
+        named for the ticket's first line."""
+        if self.cfg.repo(job.repo).land_style == "squash":
+            return commits.job_message(job.commit_text, job.id)
+        return f"Merge orchestrator job {job.id}: {job.subject}"
+
     async def _git_land(self, job: Job) -> git_landing.LandResult:
         assert job.result is not None
         repo_cfg = self.cfg.repo(job.repo)
-        # Subjects come from the ticket's first line; a squash is the job's one commit, trailer kept.
-        if repo_cfg.land_style == "squash":
-            message = commits.job_message(job.commit_text, job.id)
-        else:
-            message = f"Merge orchestrator job {job.id}: {job.subject}"
+        message = self._message(job)
         check = None
         if repo_cfg.check:
             check = git_landing.Check(
@@ -260,7 +263,8 @@ class Lander:
         """The landing waits on a person (their change in the way, a full disk); said once per reason."""
         if outcome is Landed.HEAD_MOVED:
             return
-        code = Code.NO_SPACE if outcome is Landed.NO_SPACE else Code.USER_DIRTY
+        waits = {Landed.NO_SPACE: Code.NO_SPACE, Landed.UNREACHABLE: Code.REMOTE_UNREACHABLE}
+        code = waits.get(outcome, Code.USER_DIRTY)
         if result.user_paths:
             reason = (
                 f"waits: your uncommitted changes to {', '.join(result.user_paths)} in {job.repo} are in the "

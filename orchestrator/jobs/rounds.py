@@ -46,6 +46,8 @@ class Planned:
                 self._jobs.pop(i, None)
                 self._held.pop(i, None)
             for job in await self.store.get_many(changed):
+                if not self.store.mine(job):
+                    continue  # team mode: another node's job (it changed there)
                 if job.state is JobState.PLANNED:
                     self._jobs[job.id] = job
                 elif keeps_place(job):
@@ -119,6 +121,7 @@ class RepoFacts:
             deps = {i for j in jobs for i in j.after}
             facts = (
                 tuple(active.get(repo, ())),
+                tuple(v for v in snapshot.elsewhere if v.repo == repo),
                 tuple(jobs),
                 tuple(held.get(repo, ())),
                 frozenset(k for k in snapshot.landing if k[0] == repo),

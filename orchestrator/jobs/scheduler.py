@@ -215,6 +215,7 @@ class Scheduler:
 
     async def _decide_round(self) -> None:
         store = self.board.store
+        await store.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
         for job in await store.jobs([JobState.QUEUED]):
             await self.planning.submit(job)
         # A job whose task is starting (admitted, its move to `running` not stored yet) is active already: it is
@@ -241,9 +242,12 @@ class Scheduler:
             # dependency waits for that pass, or for the slot or the landing that lets a job start.
             self._cut = time.monotonic()
             return
-        held = self._planned.held()
-        self._views.keep((*by_id, *(j.id for j in active), *(j.id for j in held)))
-        snapshot, heads = await self._snapshot(planned, active, held)
+        # Team mode: the other nodes' jobs of these repositories (active: they hold paths; planned: their place).
+        others = await store.elsewhere()
+        elsewhere = [j for j in others if j.state in ACTIVE]
+        held = [*self._planned.held(), *(j for j in others if j.state is JobState.PLANNED)]
+        self._views.keep((*by_id, *(j.id for j in (*active, *held, *elsewhere))))
+        snapshot, heads = await self._snapshot(planned, active, held, elsewhere)
         # Repositories whose facts did not change since the last round are not decided again.
         snapshot = self._repo_facts.narrow(snapshot, self._seen.live)
         writes: list[Write] = []
@@ -259,7 +263,8 @@ class Scheduler:
             else:
                 busy += decision.admitted
                 self._seen.forget(job.id)
-                await self._act(job, decision, head)
+                beside = frozenset(v.id for v in snapshot.elsewhere if (v.repo, v.branch) == (job.repo, job.branch))
+                await self._act(job, decision, head, beside)
             if busy >= cap and not explain:
                 complete = False
                 break
@@ -297,7 +302,7 @@ class Scheduler:
         return bool(inflight) and all((j.repo, j.branch) in inflight for j in planned)
 
     async def _snapshot(
-        self, planned: list[Job], active: list[Job], held: list[Job]
+        self, planned: list[Job], active: list[Job], held: list[Job], elsewhere: list[Job]
     ) -> tuple[Snapshot, dict[tuple[str, str], str | None]]:
         heads = await self.facts.heads((j.repo, j.branch) for j in (*planned, *active))
         # Only what moved since each job was last checked (earlier moves were checked already); one diff
@@ -324,6 +329,7 @@ class Scheduler:
 
         snapshot = Snapshot(
             active=tuple(view(j) for j in active),
+            elsewhere=tuple(view(j) for j in elsewhere),
             waiting=tuple(view(j) for j in planned),
             held=tuple(view(j) for j in held),
             moved=moved,
@@ -381,7 +387,7 @@ class Scheduler:
             )
         return hit[1]
 
-    async def _act(self, job: Job, decision: Decision, head: str | None) -> None:
+    async def _act(self, job: Job, decision: Decision, head: str | None, beside: frozenset[int]) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)
         fields = _decision_fields(decision)
         outcome = decision.outcome
@@ -390,7 +396,7 @@ class Scheduler:
             outcome, fields["message"] = Outcome.REPLAN, f"{job.branch} could not be read; plans again"
         if outcome is Outcome.ADMIT:
             assert head is not None
-            self._start(job, decision, head)
+            self._start(job, decision, head, beside)
         elif outcome is Outcome.REPLAN:
             log.info(olog.Event.ADMISSION_REPLAN, **fields)
             await self.board.transition(
@@ -416,12 +422,13 @@ class Scheduler:
                 data={"code": str(decision.reason)},
             )
 
-    def _start(self, job: Job, decision: Decision, head: str) -> None:
+    def _start(self, job: Job, decision: Decision, head: str, beside: frozenset[int]) -> None:
         """The job's task, registered at once: it moves the job to `running` on `head` (the head admission
-        checked) if the job is still planned, then runs it."""
-        self.running[job.id] = asyncio.create_task(self._execute(job, decision, head), name=f"job-{job.id}")
+        checked) if the job is still planned and (team mode) no other node started a job `beside` it, then runs
+        it."""
+        self.running[job.id] = asyncio.create_task(self._execute(job, decision, head, beside), name=f"job-{job.id}")
 
-    async def _execute(self, job: Job, decision: Decision, head: str) -> Job:
+    async def _execute(self, job: Job, decision: Decision, head: str, beside: frozenset[int]) -> Job:
         log = olog.get(job_id=job.id, repo=job.repo)
         try:
             await testhook.reach("admit", job.id)
@@ -431,6 +438,7 @@ class Scheduler:
                     PLANNED,
                     JobState.RUNNING,
                     "admitted",
+                    beside=beside,
                     started_at=time.time(),
                     base=head,
                     decision=decision.to_json(),
@@ -441,7 +449,7 @@ class Scheduler:
                 await asyncio.shield(self.executor.stopped(job.id))  # if the move went through, undo it
                 raise
             if started is None:
-                log.info(olog.Event.ADMISSION_STALE, reason="it left `planned` before it could start")
+                log.info(olog.Event.ADMISSION_STALE, reason="it left `planned`, or another node started beside it")
                 return job
             log.info(olog.Event.ADMISSION_ADMITTED, **_decision_fields(decision))
             job = await self.executor.run(started)

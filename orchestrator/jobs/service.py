@@ -37,6 +37,7 @@ from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.runners import Runner
+from orchestrator.team.clones import NotShared
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
 MAX_FEEDBACK = 32_000
@@ -138,19 +139,24 @@ class Jobs:
         for dep in after:
             if dep not in known:
                 raise BadRequest(f"--after {dep}: no such job (`orchestrator status` lists the jobs)")
-        job = await self.store.add_job(
-            repo=str(repo),
-            branch=branch,
-            text=text,
-            runner=runner,
-            priority=priority,
-            after=after,
-            declared=sorted(claim.paths),
-            claim=claim,
-            argv=argv,
-            land=land,
-            ticket=ticket,
-        )
+        labels = str_list(data, "labels")
+        try:
+            job = await self.store.add_job(
+                repo=str(repo),
+                branch=branch,
+                text=text,
+                runner=runner,
+                priority=priority,
+                after=after,
+                declared=sorted(claim.paths),
+                claim=claim,
+                argv=argv,
+                land=land,
+                ticket=ticket,
+                labels=labels,
+            )
+        except NotShared as e:  # team mode: a clone with no shared remote
+            raise BadRequest(str(e)) from None
         olog.get(job_id=job.id, repo=job.repo).info(
             olog.Event.JOB_ENQUEUED,
             branch=branch,
@@ -183,9 +189,11 @@ class Jobs:
                 if job.state in CANCELLABLE and job.state not in only:
                     raise JobError(f"job {job_id} is {job.state} now; not cancelled")
                 await testhook.reach("cancel", job_id)
-                how = on_cancel(
-                    job.state, task=job_id in self.scheduler.running, landing_now=self.lander.landing_now(job_id)
+                # Team mode: another node's landing may be pushing right now, which this node cannot see.
+                landing_now = self.lander.landing_now(job_id) or (
+                    job.state is JobState.LANDING and not self.store.mine(job)
                 )
+                how = on_cancel(job.state, task=job_id in self.scheduler.running, landing_now=landing_now)
                 if how is Cancel.ENDED:
                     raise JobError(f"job {job_id} already ended ({job.state}); nothing to cancel")
                 if how is Cancel.LANDING_NOW:

@@ -13,7 +13,6 @@ A request is `{"repo", "branch", "commit", "tickets": [Ticket.to_json(), ...]}`,
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from orchestrator.core.models import WAITING, Code
 from orchestrator.git import repos
 from orchestrator.jobs.service import JobError, Jobs
 from orchestrator.service.spool import Spool
+from orchestrator.store import DuplicateTicket
 from orchestrator.validate import BadRequest
 
 
@@ -76,7 +76,7 @@ async def _one(jobs: Jobs, request: dict[str, Any], t: dict[str, Any]) -> dict[s
     ticket_id = t.get("id") if isinstance(t.get("id"), str) and t.get("id") else None
     try:
         job = await jobs.submit(data, ticket=(key, ticket_id))
-    except sqlite3.IntegrityError:
+    except DuplicateTicket:
         # The same key arrived twice at once (a spooled copy and a late answer): the first one won.
         return {"key": t["key"], "status": "duplicate", "job_id": await store.ticket_job(key)}
     superseded = await _supersede(jobs, repo, ticket_id, job.id, request.get("commit")) if ticket_id else []

@@ -1,0 +1,215 @@
+"""The PostgreSQL store behind the same seam as SQLite: a real server (initdb + pg_ctl in a temp dir), two node
+stores on one database standing in for two machines' daemons, each with its own clone of one bare remote."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.job import FIELDS
+from orchestrator.core.lifecycle import MoveError
+from orchestrator.core.models import Claim, JobState
+from orchestrator.store import Store
+from orchestrator.team.pgschema import MIGRATIONS as PG_MIGRATIONS
+from tests.conftest import git, write
+
+pytestmark = pytest.mark.timeout(120)
+
+Q, PLANNED, RUNNING = JobState.QUEUED, JobState.PLANNED, JobState.RUNNING
+
+
+@pytest.fixture
+def clones(tmp_path: Path) -> tuple[Path, Path]:
+    """A bare remote and two clones of it (nodes a and b)."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    git(seed, "init", "-q", "-b", "main")
+    write(seed, {"README.md": "hi\n", "src/a.py": "a = 1\n"})
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "initial")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(tmp_path / "remote.git"))
+    for name in ("a", "b"):
+        git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), name)
+    return tmp_path / "a", tmp_path / "b"
+
+
+async def _node(url: str, name: str, **kw):
+    from orchestrator.team.pgstore import PgStore
+
+    return await PgStore.connect(url, node=name, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw)
+
+
+def test_every_store_method_is_postgresql_s_own():
+    """The PostgreSQL store overrides every public method of the SQLite store (none falls through to SQLite)."""
+    from orchestrator.team.pgstore import PgStore
+
+    public = {n for n, v in vars(Store).items() if not n.startswith("_") and inspect.isfunction(v)}
+    # Engine-free: the caches over `_render_json`, the guarded writes over `_write`, enqueue over `_insert`.
+    public -= {"take_changed", "jobs_json", "transition", "update", "update_many", "add_job"}
+    engine = public | {"_write", "_render_json", "_migrate", "_insert", "_job"}
+    assert sorted(n for n in engine if getattr(PgStore, n) is getattr(Store, n)) == []
+
+
+async def test_same_columns_migrations_and_guarded_transitions(pg_url, clones):
+    """Migrations make the job field list's columns; a transition is a compare-and-set that returns the row, a
+    stale expectation writes nothing, and a move the table forbids is refused."""
+    a = await _node(pg_url, "a")
+    try:
+        assert await a.columns() == ["id", *FIELDS]
+        claim = Claim(frozenset({"x"}))
+        job = await a.add_job(repo=str(clones[0]), branch="main", text="t", runner="shell", claim=claim)
+        assert job.id > 0 and (await a.get(job.id)).claim.paths == frozenset({"x"})
+        assert await a.claim() == [job.id]
+        moved = await a.transition(job.id, {Q}, JobState.PLANNING, "planning")
+        assert moved is not None and moved.state is JobState.PLANNING and moved.node == "a"
+        assert await a.transition(job.id, {Q}, JobState.PLANNING, "planning") is None  # stale: it moved on
+        with pytest.raises(MoveError):
+            await a.transition(job.id, {JobState.PLANNING}, JobState.LANDED, "landed")
+        assert await a.update(job.id, {JobState.PLANNING}, reason="r") is not None
+        assert await a.update(job.id, {Q}, reason="no") is None
+        assert [e["kind"] for e in await a.events(job.id)] == ["enqueued", "claimed", "planning"]
+        assert [j.id for j in await a.jobs([JobState.PLANNING])] == [job.id]
+        again = await _node(pg_url, "a")  # a restart: migrations are not applied twice
+        assert await again.schema_version() == len(PG_MIGRATIONS)
+        await again.close()
+    finally:
+        await a.close()
+
+
+async def test_two_nodes_share_one_queue_each_job_claimed_once(pg_url, clones):
+    """Two nodes claiming at once from one queue (FOR UPDATE SKIP LOCKED) take each job once, each up to its hold,
+    and see each job's repository as their own clone."""
+    a, b = await _node(pg_url, "a", hold=3), await _node(pg_url, "b", hold=3)
+    try:
+        ids = [(await a.add_job(repo=str(clones[0]), branch="main", text=f"j{i}", runner="shell")).id for i in range(6)]
+        await _join(b, clones[1])
+        got_a, got_b = await asyncio.gather(a.claim(), b.claim())
+        assert sorted(got_a + got_b) == ids and len(got_a) == len(got_b) == 3
+        seen_by_b = await b.get(got_a[0])
+        assert seen_by_b.repo == str(clones[1]) and seen_by_b.node == "a"
+        assert {j.id for j in await b.jobs([Q])} == set(got_b)
+        assert await a.claim() == []  # holds 3 waiting already
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def _join(store, clone: Path) -> None:
+    """The node `store` has a clone of the shared repository at `clone` (as enqueuing from it would record)."""
+    from orchestrator.team import clones as cl
+
+    key, url = await asyncio.to_thread(cl.identity_of, str(clone))
+    await store.register_clone(key, str(clone), url)
+
+
+async def test_lapsed_lease_is_taken_over_and_the_old_holder_backs_off(pg_url, clones):
+    """A node whose lease ended loses its running job to another node (re-queued for a fresh attempt), and its own
+    late write expecting `running` changes nothing; labels keep a job off a node without them."""
+    a = await _node(pg_url, "a", lease=2.0, labels=("cuda",))
+    b = await _node(pg_url, "b", labels=("gpu",))
+    try:
+        await _join(b, clones[1])
+        job = await a.add_job(repo=str(clones[0]), branch="main", text="t", runner="shell")
+        pinned = await a.add_job(repo=str(clones[0]), branch="main", text="p", runner="shell", labels=("cuda",))
+        assert await a.claim() == [job.id, pinned.id]
+        for src, to in ((Q, JobState.PLANNING), (JobState.PLANNING, PLANNED), (PLANNED, RUNNING)):
+            assert await a.transition(job.id, {src}, to, str(to)) is not None
+        assert await b.lapsed() == []  # a's lease holds
+        await asyncio.sleep(2.3)
+        lapsed = {j.id: j for j in await b.lapsed()}
+        assert set(lapsed) == {job.id, pinned.id}
+        taken = await b.take_over(lapsed[job.id])
+        assert taken is not None and taken.state is Q and taken.node == "" and taken.attempts == 1
+        assert await a.transition(job.id, {RUNNING}, JobState.LANDING, "finished") is None
+        await b.take_over(lapsed[pinned.id])
+        assert await b.claim() == [job.id]  # not the job pinned to `cuda`
+        assert [e["kind"] for e in await b.events(job.id)][-3:] == ["interrupted", "requeued", "claimed"]
+        # A landing whose push reached the remote before its node died is recorded as landed, once, by the taker.
+        for src, to in ((Q, JobState.PLANNING), (JobState.PLANNING, PLANNED), (PLANNED, RUNNING)):
+            await b.transition(job.id, {src}, to, str(to))
+        await b.transition(job.id, {RUNNING}, JobState.LANDING, "finished", result="f" * 40)
+        c = await _node(pg_url, "c")
+        await _join(c, clones[1])
+        await c._db.execute("UPDATE nodes SET lease_until = 0 WHERE name = 'b'")  # b died: its lease is over
+        landing = next(j for j in await c.lapsed() if j.id == job.id)
+        done = await c.take_over(landing, landed="e" * 40)
+        assert done is not None and done.state is JobState.LANDED and done.node == "c" and done.landed_sha == "e" * 40
+        await c.close()
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_admission_commit_backs_off_when_another_node_started_beside_it(pg_url, clones):
+    """A move to running that names the other nodes' active jobs it was decided beside applies only if no other
+    node started a job in that repository since (under the repository's advisory lock)."""
+    a, b = await _node(pg_url, "a", hold=1), await _node(pg_url, "b", hold=1)
+    try:
+        await _join(b, clones[1])
+        ja = await a.add_job(repo=str(clones[0]), branch="main", text="a", runner="shell")
+        jb = await b.add_job(repo=str(clones[1]), branch="main", text="b", runner="shell")
+        await a.claim()
+        await b.claim()
+        for store, j in ((a, ja), (b, jb)):
+            await store.transition(j.id, {Q}, JobState.PLANNING, "planning")
+            await store.transition(j.id, {JobState.PLANNING}, PLANNED, "planned")
+        assert [j.id for j in await b.elsewhere()] == [ja.id]
+        assert await a.transition(ja.id, {PLANNED}, RUNNING, "admitted", beside=set()) is not None
+        assert await b.transition(jb.id, {PLANNED}, RUNNING, "admitted", beside=set()) is None  # a's started
+        assert await b.transition(jb.id, {PLANNED}, RUNNING, "admitted", beside={ja.id}) is not None
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_write_whose_answer_was_lost_is_applied_once(pg_url, clones):
+    """The connection lost after a transition committed: the retry finds the write by its id and returns the job,
+    rather than failing its compare-and-set on its own earlier write (or writing its event twice)."""
+    import asyncpg
+
+    from orchestrator import testhook
+
+    a = await _node(pg_url, "a")
+    lost = []
+
+    async def lose_once(_name: str, _job: int | None) -> None:
+        if not lost:
+            lost.append(True)
+            raise asyncpg.ConnectionDoesNotExistError("the answer was lost")
+
+    try:
+        job = await a.add_job(repo=str(clones[0]), branch="main", text="t", runner="shell")
+        await a.claim()
+        testhook.install("pg.committed", lose_once)
+        moved = await a.transition(job.id, {Q}, JobState.PLANNING, "planning")
+        assert lost and moved is not None and moved.state is JobState.PLANNING
+        assert [e["kind"] for e in await a.events(job.id)] == ["enqueued", "claimed", "planning"]
+    finally:
+        testhook.clear()
+        await a.close()
+
+
+async def test_a_write_survives_a_postgresql_restart(pg_url, postgres, clones):
+    """PostgreSQL restarted under a node: its next write reconnects and applies once."""
+    a = await _node(pg_url, "a")
+    try:
+        job = await a.add_job(repo=str(clones[0]), branch="main", text="t", runner="shell")
+        await asyncio.to_thread(postgres.restart)
+        await a.claim()
+        assert await a.transition(job.id, {Q}, JobState.PLANNING, "planning") is not None
+        assert [e["kind"] for e in await a.events(job.id)] == ["enqueued", "claimed", "planning"]
+    finally:
+        await a.close()
+
+
+async def test_postgresql_down_is_a_clear_error(tmp_path):
+    """No server at the URL: StoreUnreachable names it and says what to do."""
+    from orchestrator.store import StoreUnreachable
+    from orchestrator.team.pgstore import PgStore
+
+    url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
+    with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
+        await PgStore.connect(url, node="a")
