@@ -139,12 +139,13 @@ async def test_down_server_fails_the_turn_with_a_clear_error(daemon_factory, tmp
 
 
 def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
-    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns."""
+    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns, and ttfa."""
     import subprocess
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--json"],
+        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--ttfa-sessions", "8",
+         "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -156,6 +157,9 @@ def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
     assert all(keys <= set(r) and not r["errors"] for r in rows.values())
     assert all(r["wall_drained_s"] >= r["wall_done_s"] >= r["done_max_s"] for r in rows.values())
     assert data["machine"]["cores"] >= 1
+    ttfa = {r["mode"]: r for r in data["ttfa"]}  # 8 sessions open at once: the benchmark itself opens 64
+    assert set(ttfa) == {"typing", "burst"} and all(r["sessions"] == 8 and not r["errors"] for r in ttfa.values())
+    assert all(0 < r["ttfa_p50_s"] <= r["ttfa_p99_s"] <= r["ttfa_max_s"] for r in ttfa.values())
 
 
 def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
@@ -178,7 +182,7 @@ def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
     env.pop("ORCHESTRATOR_LLAMA_SERVER", None)
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "2", "--llama-server", "--policy", "gate",
-         "--json"],
+         "--ttfa-sessions", "0", "--json"],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
