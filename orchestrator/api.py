@@ -99,6 +99,7 @@ class Api:
                 web.post("/jobs/{id}/cancel", self.cancel),
                 web.post("/jobs/{id}/land", self.land),
                 web.post("/jobs/{id}/reject", self.reject),
+                web.post("/jobs/{id}/revise", self.revise),
                 web.get("/jobs/{id}/diff", self.diff),
                 web.post("/jobs/{id}/retry", self.retry),
                 web.get("/jobs/{id}/log", self.log),
@@ -175,6 +176,11 @@ class Api:
 
     async def reject(self, request: web.Request) -> web.Response:
         job = await self.jobs.reject(_job_id(request))
+        return web.json_response(job.to_json())
+
+    async def revise(self, request: web.Request) -> web.Response:
+        feedback = field(await _body(request), "feedback", str, required=True)
+        job = await self.jobs.revise(_job_id(request), feedback)
         return web.json_response(job.to_json())
 
     async def diff(self, request: web.Request) -> web.Response:

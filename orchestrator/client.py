@@ -163,6 +163,9 @@ class Client:
     def reject(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/reject", {})
 
+    def revise(self, job_id: int, feedback: str) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/revise", {"feedback": feedback})
+
     def diff(self, job_id: int, against: str = "base") -> dict[str, Any]:
         return self.request("GET", f"/jobs/{job_id}/diff?against={against}")
 

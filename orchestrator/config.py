@@ -56,6 +56,12 @@ class JobsConfig:
     """`auto` | `bwrap` | `none`: confine shell and command jobs with bubblewrap (env ORCHESTRATOR_SANDBOX)."""
     land: str = "auto"
     """`auto` lands a finished job at once; `review` holds it `ready` until `orchestrator land` or `reject`."""
+    rate_limit_wait: float = 60.0
+    """Seconds a rate-limited job first waits when its model API (or CLI) names no time; doubles each time."""
+    rate_limit_max_wait: float = 3600.0
+    """The longest one wait, whatever the API asks for."""
+    rate_limit_waits: int = 5
+    """Waits one job may make; rate-limited once more, it fails with code RateLimited."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,9 @@ class RunnerTemplate:
     """How to read the CLI's output: "claude-json" (Claude Code's `--output-format json`: cost, session)."""
     plan_argv: tuple[str, ...] = ()
     """A read-only plan command (`plan.planner = "cli"`): given the planning prompt as `{prompt}`."""
+    resume_argv: tuple[str, ...] = ()
+    """How the CLI goes on with its last session in the same worktree, told `{feedback}` (review feedback, or
+    that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
 
@@ -130,6 +139,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         home_files=(".claude/.credentials.json",),
         output="claude-json",
         plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
+        resume_argv=_words("claude -p {feedback} --continue --permission-mode acceptEdits --output-format json"),
     ),
     "aider": RunnerTemplate(
         argv=_words(
@@ -326,6 +336,9 @@ kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on tim
 requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
 sandbox = "auto"          # auto | bwrap | none: bubblewrap for shell and command jobs (env ORCHESTRATOR_SANDBOX)
 land = "auto"             # auto | review: review holds finished jobs `ready` for `orchestrator land ID`
+rate_limit_wait = 60      # a rate-limited job's first wait when the API names no time (doubles each time)
+rate_limit_max_wait = 3600  # the longest one wait, whatever the API asks
+rate_limit_waits = 5      # waits per job; limited once more, it fails (code RateLimited)
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -403,6 +416,7 @@ git_timeout = 120         # seconds one fetch or push may take
 # scratch_home = true                      # a HOME of its own per job ...
 # home_files = [".my-cli/auth.json"]       # ... with copies of these (what it needs to sign in)
 # ignore = [".my-cli-cache*"]              # its side files: new ones never land
+# resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
 
 # Per repository (its absolute path):
@@ -435,7 +449,7 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
         return typ(value)
     if origin is Mapping:
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise ConfigError(f"{key}: expected a table of strings, e.g. {{ NAME = \"value\" }}, got {value!r}")
+            raise ConfigError(f'{key}: expected a table of strings, e.g. {{ NAME = "value" }}, got {value!r}')
         return dict(value)
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -525,6 +539,10 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("anthropic.timeout: must be positive")
     if cfg.anthropic.max_retries < 0:
         raise ConfigError("anthropic.max_retries: must be 0 or more")
+    if not (cfg.jobs.rate_limit_wait > 0 and cfg.jobs.rate_limit_max_wait > 0):
+        raise ConfigError("jobs.rate_limit_wait, jobs.rate_limit_max_wait: must be positive (seconds)")
+    if cfg.jobs.rate_limit_waits < 0:
+        raise ConfigError("jobs.rate_limit_waits: must be 0 or more")
     if cfg.jobs.sandbox not in ("auto", "bwrap", "none"):
         raise ConfigError(f"jobs.sandbox: {cfg.jobs.sandbox!r}; use auto, bwrap or none")
     for key, land in [("jobs.land", cfg.jobs.land), *((f'repos."{p}".land', r.land) for p, r in cfg.repos.items())]:

@@ -132,7 +132,7 @@ class JobPlane:
             facts = GitFacts(cfg)
             lander = Lander(board, cfg, paths, pool, sandbox)
         watch = OverlapWatch(board, cfg, facts)
-        executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up)
+        executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held)
         scheduler: Scheduler | None = None
 
         def wake() -> None:

@@ -129,4 +129,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN node TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '[]';
     """,
+    # 8: paths a running job touched outside its claim (its claim grown); rounds of review feedback.
+    """
+    ALTER TABLE jobs ADD COLUMN grown TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN revisions INTEGER NOT NULL DEFAULT 0;
+    """,
 )

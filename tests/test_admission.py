@@ -23,6 +23,7 @@ CHECK_NAMES = [
     "DependencyFailed",
     "Dependency",
     "Paused",
+    "RateLimited",
     "BaseMoved",
     "Exclusive",
     "Ambiguous",
@@ -62,7 +63,7 @@ def failing(d: Decision) -> list[str]:
 
 
 def test_admits_disjoint_job_and_reports_every_check() -> None:
-    """A disjoint, confident job is admitted; all ten checks are listed, in order, and pass."""
+    """A disjoint, confident job is admitted; all eleven checks are listed, in order, and pass."""
     a = job(10, "src/b.py")
     d = decide(a, snap(active=(job(1, "src/a.py"),), waiting=(a,)))
     assert (d.outcome, d.reason, d.next) == (Outcome.ADMIT, Reason.ADMITTED, "starts now")

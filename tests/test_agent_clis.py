@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.doubles.anthropic import Reply, text_message, tool_use_message
+from orchestrator.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
 from orchestrator.doubles.openai import chat_message
+from orchestrator.doubles.openai import error_reply as openai_error
 from orchestrator.doubles.script import Conversations, Turn, text_of
 from tests import clis
 from tests.conftest import git
@@ -192,3 +194,110 @@ def test_aider_lands_exactly_its_change_under_bwrap(make_repo, daemon_factory, t
     assert 1 <= len(asked) <= 2
     sent = "\n".join(text_of(m.get("content")) for m in asked[0]["messages"])
     assert "src/a.py" in sent and "a = 1" in sent, "{paths}: the claimed file that exists was in aider's chat"
+
+
+@needs_bwrap
+def test_claude_code_revise_resumes_its_session_and_lands_a_second_round(make_repo, daemon_factory, tmp_path):
+    """`revise` on a ready Claude Code job: real Claude Code goes on with its own session (`--continue`) in the
+    job's worktree, told the feedback; the second round lands on top of the first, on the same job."""
+    clis.need("claude")
+    repo = make_repo()
+    conv = Conversations(
+        {"greet the world": [_write("hello.txt", "hello\n"), text_message("Wrote hello.txt."),
+                             _edit("hello.txt", "hello", "hello, world"), text_message("Greeted the world.")]},
+        side=text_message("ok"),
+        tools_only=True,
+    )  # fmt: skip
+    with anthropic_double(conv) as double:
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url})
+        job = d.enqueue(repo, "Please greet the world in hello.txt", "--runner", "claude-code",
+                        "--path", "hello.txt", "--land", "review")  # fmt: skip
+        until("ready", lambda: d.cli_json("show", str(job))["state"] == "ready", timeout=90)
+        first = d.cli_json("show", str(job))
+        assert d.cli("revise", str(job), "Say hello to the whole world, please").returncode == 0
+        until("ready again", lambda: (s := d.cli_json("show", str(job)))["state"] == "ready" and s["revisions"], 90)
+        assert d.cli("land", str(job)).returncode == 0
+        (shown,) = _finish(d, job)
+    assert _landed(repo, shown) == {"hello.txt": "hello, world"}
+    turns = conv.requests("greet the world")
+    assert len(turns) == 4, "the resumed session went on with the next steps of the same conversation"
+    said = [text_of(m.get("content")) for m in turns[2]["messages"] if m.get("role") == "user"]
+    assert "Say hello to the whole world, please" in said[-1] and "greet the world" in said[0]
+    assert first["usage"]["session_id"] and shown["usage"]["runs"] == 2 and shown["usage"]["calls"] >= 4
+
+
+def _limited_first(conv: Conversations, limited: int, reply: Any) -> Any:
+    """A script that answers the first `limited` requests of a scripted conversation with `reply` (a 429), then
+    goes on with the conversation."""
+    seen = [0]
+
+    def script(body: dict[str, Any]) -> Any:
+        name, _ = conv.route(body)
+        if name is not None and seen[0] < limited:
+            seen[0] += 1
+            return reply
+        return conv(body)
+
+    return script
+
+
+@needs_bwrap
+def test_aider_rate_limited_is_stopped_waits_and_goes_on(make_repo, daemon_factory, tmp_path):
+    """Real aider meets a 429 ("try again in 20s"): the daemon stops it at its first RateLimitError line instead
+    of letting it retry on its own, the job waits (capped by `rate_limit_max_wait`, code RateLimited meanwhile),
+    runs aider again in the same worktree, and lands exactly the change."""
+    clis.need("aider")
+    repo = make_repo()
+    conv = Conversations({"greet the world": [_aider_turn, _aider_turn]}, side=chat_message("ok"))
+    # Its retry-after header only paces the OpenAI client's own quick retries; the message names the real wait.
+    limit = openai_error(
+        429, "Rate limit reached for gpt-double on tokens per min (TPM). Please try again in 20s.", retry_after=0.05
+    )
+    (tmp_path / "userhome").mkdir()
+    (tmp_path / "userhome" / ".aider.model.metadata.json").write_text(json.dumps({"openai/gpt-double": {
+        "max_input_tokens": 128000, "max_output_tokens": 4096, "input_cost_per_token": 1e-6,
+        "output_cost_per_token": 2e-6, "litellm_provider": "openai", "mode": "chat"}}))  # fmt: skip
+    # Three: the OpenAI client under aider retries a 429 twice by itself first (a short limit it rides out).
+    with openai_double(_limited_first(conv, 3, limit)) as double:
+        env = {
+            "OPENAI_API_KEY": "sk-test-openai", "OPENAI_API_BASE": double.url + "/v1",
+            "AIDER_MODEL": "openai/gpt-double", "AIDER_EDIT_FORMAT": "diff",
+        }  # fmt: skip
+        d = _daemon(daemon_factory, tmp_path, "aider", env, "[jobs]\nrate_limit_max_wait = 1\n")
+        job = d.enqueue(repo, "Please greet the world in hello.txt and set a to 2", "--runner", "aider",
+                        "--path", "hello.txt", "--path", "src/a.py")  # fmt: skip
+        until("it waits", lambda: d.cli_json("show", str(job))["code"] == "RateLimited", timeout=30)
+        assert "rate-limited by its model API" in d.cli("why", str(job)).stdout
+        (shown,) = _finish(d, job)
+    assert _landed(repo, shown) == {"hello.txt": "hello", "src/a.py": "a = 2"}
+    waited = [e for e in shown["events"] if e["kind"] == "rate_limited"]
+    assert [e["seconds"] for e in waited] == [1], "the 20 s asked for, capped by rate_limit_max_wait"
+    log = d.cli("logs", str(job)).stdout
+    assert "[stopped: its output says" in log and "Retrying in 0.5 seconds" not in log, "aider did not retry itself"
+
+
+@needs_bwrap
+def test_claude_code_rate_limited_waits_and_holds_back_its_runners_new_jobs(make_repo, daemon_factory, tmp_path):
+    """Real Claude Code gives up on a 429 with an hour's retry-after: its job is not failed but waits (code
+    RateLimited); a new claude-code job waits too, with the time it starts; both then land by themselves."""
+    clis.need("claude")
+    repo = make_repo()
+    conv = Conversations(
+        {"first job": [_write("src/one.py", "one = 1\n"), text_message("done")],
+         "second job": [_write("docs/two.md", "two\n"), text_message("done")]},
+        side=text_message("ok"),
+        tools_only=True,
+    )  # fmt: skip
+    limit = error_reply(429, "Number of request tokens has exceeded your per-minute rate limit", retry_after=3600)
+    with anthropic_double(_limited_first(conv, 1, limit)) as double:
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url},
+                    "[jobs]\nrate_limit_wait = 4\n")  # fmt: skip
+        a = d.enqueue(repo, "The first job: add src/one.py", "--runner", "claude-code", "--path", "src/one.py")
+        until("a waits", lambda: d.cli_json("show", str(a))["code"] == "RateLimited", timeout=60)
+        b = d.enqueue(repo, "The second job: add docs/two.md", "--runner", "claude-code", "--path", "docs/two.md")
+        until("b held back", lambda: d.cli_json("show", str(b))["code"] == "RateLimited", timeout=10)
+        assert "rate-limited until" in d.cli_json("why", str(b))["decision"]["message"]
+        ja, jb = _finish(d, a, b)
+    assert _landed(repo, ja) == {"src/one.py": "one = 1"} and _landed(repo, jb) == {"docs/two.md": "two"}
+    [waited] = [e for e in ja["events"] if e["kind"] == "rate_limited"]
+    assert datetime.fromisoformat(jb["started_at"]).timestamp() >= waited["until"] - 0.5, "b started once it ended"

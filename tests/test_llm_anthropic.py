@@ -62,13 +62,15 @@ async def test_transient_errors_are_retried_honouring_retry_after() -> None:
     assert time.monotonic() - started >= 0.15  # the retry-after wait was honoured
 
 
-async def test_retry_after_is_capped() -> None:
-    """A retry-after of an hour waits at most max_retry_wait."""
+async def test_a_rate_limit_longer_than_one_wait_is_not_ridden_out_in_the_call() -> None:
+    """A 429 whose retry-after (an hour) is longer than max_retry_wait raises at once with that wait: the job
+    waits for the limit (code RateLimited), the call does not retry against it."""
     async with AnthropicDouble([error_reply(429, retry_after=3600), text_message("ok")]) as double:
         claude = _claude(double.url)
-        msg = await asyncio.wait_for(claude.create(**PARAMS), 10)
+        with pytest.raises(ModelUnavailable, match="rate-limited") as err:
+            await asyncio.wait_for(claude.create(**PARAMS), 10)
         await claude.close()
-    assert msg.content[0].text == "ok"  # type: ignore[union-attr]
+    assert err.value.rate_limited and err.value.retry_after == 3600 and len(double.requests) == 1
 
 
 async def test_budget_spent_raises_model_unavailable() -> None:

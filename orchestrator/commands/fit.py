@@ -52,7 +52,7 @@ def cut_end(text: str, width: int) -> str:
 
 
 def summary(jobs: Iterable[dict[str, Any]]) -> str:
-    """"3 running, 5 waiting: 3 Overlap, 2 Concurrency, 1 landing, 1 ready, 4 landed" (waiting by code;
+    """ "3 running, 5 waiting: 3 Overlap, 2 Concurrency, 1 landing, 1 ready, 4 landed" (waiting by code;
     `ready`: finished in review mode, waiting for a person's `land` or `reject`)."""
     jobs = list(jobs)
     by_state = Counter("waiting" if j["state"] in WAITING else j["state"] for j in jobs)
@@ -65,8 +65,13 @@ def summary(jobs: Iterable[dict[str, Any]]) -> str:
         part = f"{n} {state}"
         if state == "waiting" and codes:
             part += ": " + ", ".join(f"{c} {code}" for code, c in codes.most_common())
+        if state == "running" and (limited := sum(1 for j in jobs if j["state"] == state and j.get("code") == LIMITED)):
+            part += f" ({limited} {LIMITED})"  # running, but waiting for its model API's rate limit to end
         parts.append(part)
     return ", ".join(parts) if parts else "no jobs"
+
+
+LIMITED = str(models.Code.RATE_LIMITED)
 
 
 def review_hint(ready: list[int]) -> str:
@@ -75,7 +80,8 @@ def review_hint(ready: list[int]) -> str:
     ids = f" ({', '.join(map(str, ready))})" if len(ready) > 1 else f" (job {first})"
     return (
         f"{len(ready)} ready for review{ids}: `orchestrator diff {first}` shows it, "
-        f"`orchestrator land {first}` lands it, `orchestrator reject {first}` drops it"
+        f"`orchestrator land {first}` lands it, `orchestrator revise {first} FEEDBACK` sends it back to its agent, "
+        f"`orchestrator reject {first}` drops it"
     )
 
 

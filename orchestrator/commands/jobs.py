@@ -152,6 +152,8 @@ def show(job_id: int, as_json: bool) -> None:
         f"{'claim':12} {', '.join(job['claim']['paths']) or '-'} "
         f"(confidence {job['claim']['confidence']}, {job['claim']['source']})"
     )
+    if job.get("grown"):
+        click.echo(f"{'grown':12} {', '.join(job['grown'])} (touched while it ran, outside its claim)")
     click.echo(f"{'actual':12} {', '.join(job['actual']) or '-'}")
     if u := job.get("usage"):
         cost = "unknown cost" if u.get("cost_usd") is None else f"${u['cost_usd']:.4f}"
@@ -191,6 +193,8 @@ def why(job_id: int, as_json: bool) -> None:
         click.echo(f"lands after: {', '.join(map(str, data['land_after']))}")
     if data.get("outside_claim"):
         click.echo(f"outside its claim: {', '.join(data['outside_claim'])} (touched, though its claim named them not)")
+    if data.get("grown"):
+        click.echo(f"claim grown by: {', '.join(data['grown'])} (admission keeps other jobs away from them)")
 
 
 @click.command()
@@ -293,7 +297,12 @@ def transcript_lines(entry: dict[str, Any], width: int = 200) -> list[str]:
 @api_call
 def plan(
     ctx: click.Context,
-    repo: Path, branch: str | None, base: str | None, paths_: tuple[str, ...], as_json: bool, text: tuple[str, ...]
+    repo: Path,
+    branch: str | None,
+    base: str | None,
+    paths_: tuple[str, ...],
+    as_json: bool,
+    text: tuple[str, ...],
 ) -> None:
     """Print the claim the daemon would make for a job, without queueing it (`plan pytest -q` is fine)."""
     words = job_words(ctx, text, join=True) if text or ctx.meta.get("argv") else {"text": ""}

@@ -1,4 +1,5 @@
-"""Review before landing: `diff` shows a job's change, `land` lands ready jobs, `reject` drops them.
+"""Review before landing: `diff` shows a job's change, `land` lands ready jobs, `reject` drops them, `revise`
+sends one back to its agent with feedback.
 
 A job enqueued with `--land review` (or in a repo with `land = "review"`) stops in `ready` when it
 finishes; its paths stay taken until a person lands or rejects it.
@@ -51,3 +52,19 @@ def reject(job_ids: tuple[int, ...], as_json: bool) -> None:
     """Drop ready jobs (review mode): not landed, their paths freed, their branches kept for inspection."""
     c = client()
     each(list(job_ids), c.reject, lambda j: f"job {j['id']}: {j['reason']}", as_json)
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.argument("feedback")
+@json_option
+@api_call
+def revise(job_id: int, feedback: str, as_json: bool) -> None:
+    """Send a ready job back to its agent with FEEDBACK (`-` reads it from stdin): the agent goes on in the job's
+    worktree from where it stopped (Claude Code resumes its session), and the job is ready again (or lands)."""
+    text = sys.stdin.read() if feedback == "-" else feedback
+    job = client().revise(job_id, text)
+    if as_json:
+        emit(job)
+        return
+    err(f"job {job['id']}: {job['reason']}; `orchestrator watch` shows it ready again once its runner is done")

@@ -6,6 +6,7 @@ failing one, in this order, gives the reason and the outcome:
  1. DependencyFailed (fail)  a job it runs after ended without landing
  2. Dependency               a job it runs after has not landed yet
  2b. Paused                  its repo, or the whole daemon, is paused (`orchestrator pause`)
+ 2c. RateLimited             its runner's model API is rate-limited (a job of that runner met the limit)
  3. BaseMoved (re-plan)      its branch moved in claimed paths (or unknown paths) since it was planned
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
@@ -35,6 +36,7 @@ incrementally as it walks the queue.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -228,6 +230,18 @@ def _paused(ask: _Ask, c: _Checks) -> None:
         c.ok("Paused", "not paused")
 
 
+def _rate_limited(ask: _Ask, c: _Checks) -> None:
+    """2c. RateLimited: a job of its runner met a rate limit of their model API; it starts when the limit ends."""
+    runner = ask.job.runner
+    until = ask.snap.limited.get(runner) if runner else None
+    if until is None:
+        c.ok("RateLimited", f"{runner or 'its runner'}'s model API is not known to be rate-limited")
+        return
+    at = time.strftime("%H:%M:%S", time.localtime(until))
+    msg = f"{runner}'s model API is rate-limited until {at} (a job of {runner} met the limit)"
+    c.fail(Reason.RATE_LIMITED, msg, f"starts by itself after {at}")
+
+
 def _base_moved(ask: _Ask, c: _Checks) -> None:
     """3. Base moved. A job that runs alone starts on the current head anyway."""
     job, f, policy = ask.job, ask.f, ask.snap.policy
@@ -391,7 +405,19 @@ def _capacity(ask: _Ask, c: _Checks) -> None:
         c.ok("Concurrency", f"{limit - st.count}/{limit} slots free, {per_repo - n_repo}/{per_repo} in repo")
 
 
-CHECKS = (_dependencies, _paused, _base_moved, _exclusive, _runs_alone, _overlap, _risk, _priority, _landing, _capacity)
+CHECKS = (
+    _dependencies,
+    _paused,
+    _rate_limited,
+    _base_moved,
+    _exclusive,
+    _runs_alone,
+    _overlap,
+    _risk,
+    _priority,
+    _landing,
+    _capacity,
+)
 """The checks in order: the first that fails gives the reason (see the module docstring); all are kept for `why`."""
 
 

@@ -21,6 +21,11 @@ def next_step(job: Job, landing_now: bool = False) -> str:
         return str(job.decision.get("next") or "waits for admission")
     if st in (JobState.QUEUED, JobState.PLANNING):
         return "re-plans on the new head" if code == "BaseMoved" else "gets its claim and base, then waits to start"
+    if st is JobState.RUNNING and code == Code.RATE_LIMITED:
+        return f"waits for its model API's rate limit to end, then its runner goes on by itself: {job.reason}"
+    if st is JobState.RUNNING and code == Code.REVISED:
+        then = "is ready for review again" if job.land == "review" else "lands"
+        return f"its runner goes on with your feedback in its worktree; {then} when it finishes"
     if st is JobState.RUNNING:
         return "runs in its worktree; lands when its runner finishes"
     if st is JobState.LANDING:
@@ -34,7 +39,8 @@ def next_step(job: Job, landing_now: bool = False) -> str:
     if st is JobState.READY:
         return (
             f"waits for your review: `orchestrator diff {job.id}` shows its change, `orchestrator land {job.id}` "
-            f"lands it, `orchestrator reject {job.id}` drops it (its paths stay taken until then)"
+            f"lands it, `orchestrator revise {job.id} FEEDBACK` sends it back to its agent, `orchestrator reject "
+            f"{job.id}` drops it (its paths stay taken until then)"
         )
     if st is JobState.UNCHANGED:
         return f"nothing: it changed nothing, so nothing landed; `orchestrator retry {job.id}` runs it again"
@@ -56,4 +62,5 @@ def explain(job: Job, landing_now: bool = False) -> dict[str, Any]:
         "last_decision": None if waiting else job.decision,
         "land_after": list(job.land_after),
         "outside_claim": sorted(claims.outside(job.actual, job.claim.paths)) if job.claim.paths else [],
+        "grown": sorted(job.grown),
     }

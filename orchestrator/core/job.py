@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -146,6 +146,11 @@ class Job:
     """Team mode: the node that holds the job (claimed it from the shared queue), "" while no node does."""
     labels: tuple[str, ...] = field(default=(), metadata=LIST)
     """Team mode: the job runs only on a node that has every one of these labels (`enqueue --label`)."""
+    grown: frozenset[str] = field(default=frozenset(), metadata=SET)
+    """Paths it touched outside its claim while it ran, added to what admission holds for it (`core.growth`);
+    `claim` stays the plan's prediction, which calibration measures."""
+    revisions: int = field(default=0, metadata=PLAIN)
+    """Rounds of review feedback it was sent back with (`orchestrator revise`)."""
 
     @property
     def subject(self) -> str:
@@ -172,11 +177,12 @@ class Job:
             id=self.id,
             repo=self.repo,
             branch=self.branch,
-            claim=self.claim,
+            claim=replace(self.claim, paths=self.claim.paths | self.grown) if self.grown else self.claim,
             actual=self.actual,
             priority=self.priority,
             after=self.after,
             mergeable=mergeable,
+            runner=self.runner,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ meanwhile, the caller backs off (a cancel reads again and decides again).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from orchestrator.core.models import CANCELLABLE, Code, JobState
@@ -33,7 +33,7 @@ MOVES: Mapping[JobState, frozenset[JobState]] = {
     P: frozenset({RUNNING, Q, FAILED, CANCELLED}),  # Q: its base moved, re-plan; FAILED: a dependency failed
     RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED}),
     LANDING: frozenset({LANDED, FAILED, CONFLICTED, Q, CANCELLED}),  # Q: re-queued on a new head
-    READY: frozenset({LANDING, CANCELLED}),
+    READY: frozenset({LANDING, CANCELLED, RUNNING}),  # RUNNING: sent back to its agent with feedback (`revise`)
     INTERRUPTED: frozenset({Q, CANCELLED}),
     FAILED: frozenset({Q}),
     CANCELLED: frozenset({Q}),
@@ -92,6 +92,8 @@ class RunEnd:
     review: bool = False
     """Its landing mode is review: it stops `ready`."""
     worktree: str = ""
+    revised: bool = False
+    """A round of review feedback: its earlier result stands even when this round changed nothing more."""
 
 
 def after_run(end: RunEnd) -> Step:
@@ -101,13 +103,19 @@ def after_run(end: RunEnd) -> Step:
         code = end.code or (Code.RUNNER_FAILED if end.exit_code is not None else Code.TIMED_OUT)
         reason = f"{end.summary}; worktree kept at {end.worktree} (see `orchestrator logs {i}`)"
         return Step(FAILED, frozenset({RUNNING}), "failed", str(code), reason)
-    if not end.changed:
+    if not end.changed and not end.revised:
         reason = f"{end.summary} but changed nothing: nothing landed (`orchestrator logs {i}` says what it did)"
         return Step(UNCHANGED, frozenset({RUNNING}), "finished", Code.NO_CHANGES, reason)
+    if not end.changed:
+        end = replace(end, summary=f"{end.summary}; this round changed nothing more")
     if end.review:
-        reason = f"ready for review: `orchestrator diff {i}`, then `orchestrator land {i}` or `orchestrator reject {i}`"
+        reason = (
+            f"{end.summary + '; ' if end.revised else ''}ready for review: `orchestrator diff {i}`, then "
+            f"`orchestrator land {i}`, `orchestrator revise {i} FEEDBACK` or `orchestrator reject {i}`"
+        )
         return Step(READY, frozenset({RUNNING}), "finished", Code.READY, reason)
-    return Step(LANDING, frozenset({RUNNING}), "finished", Code.FINISHED, "finished; waits for its landing")
+    done = f"{end.summary}; waits for its landing" if end.revised else "finished; waits for its landing"
+    return Step(LANDING, frozenset({RUNNING}), "finished", Code.FINISHED, done)
 
 
 class Landed(StrEnum):

@@ -215,6 +215,8 @@ class JobView:
     """Jobs that must land before this one may start (`--after`)."""
     mergeable: frozenset[str] = frozenset()
     """Extra union-mergeable paths for this job's repo (from its `.gitattributes` `merge=union`)."""
+    runner: str = ""
+    """The runner it runs with (a rate limit its model API met holds back the jobs of that runner)."""
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -253,6 +255,8 @@ class Snapshot:
     """Per-repo slot limits set at run time (`orchestrator limit`); they override `policy.per_repo`."""
     dead: frozenset[int] = frozenset()
     """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
+    limited: Mapping[str, float] = field(default_factory=dict)
+    """Runners whose model API is rate-limited, each with the UNIX time the limit ends (`jobs.limits`)."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -294,6 +298,9 @@ class Reason(StrEnum):
     """A job it must run after ended without landing: it cannot run."""
     PAUSED = "Paused"
     """Its repo (or the whole daemon) is paused: nothing new starts until `orchestrator resume`."""
+    RATE_LIMITED = "RateLimited"
+    """Its runner's model API is rate- or usage-limited (a job of that runner met the limit): it starts when the
+    limit ends."""
 
 
 class Code(StrEnum):
@@ -354,6 +361,10 @@ class Code(StrEnum):
     """Its target branch was rewritten (its base dropped): it was re-queued to be planned on the new head."""
     REMOTE_UNREACHABLE = "RemoteUnreachable"
     """Team mode: the shared remote could not be reached to land it; the landing waits and tries again."""
+    REVISED = "Revised"
+    """A person sent it back to its agent with review feedback: it runs again in its worktree (`revise`)."""
+    RATE_LIMITED = "RateLimited"
+    """Its runner's model API said it is rate- or usage-limited: it waits, then goes on by itself (bounded)."""
 
 
 class Outcome(StrEnum):

@@ -101,7 +101,11 @@ def commit_worktree(
     sha = repo.create_commit(
         None, signature(repo, "author"), signature(repo, "committer"), job_message(message, job_id), tree, [parent.id]
     )
-    place_branch(repo, name, sha)
+    tip = repo.branches.local.get(name)
+    if stack and tip is not None and tip.target == parent.id:
+        tip.set_target(sha)  # goes on top of its own tip: the branch moves forward, nothing to keep aside
+    else:
+        place_branch(repo, name, sha)
     return str(sha)
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,24 @@ from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import escapes, joblog
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
+from orchestrator.llm import pricing
 from orchestrator.paths import Paths
-from orchestrator.runners import Runner
+from orchestrator.runners import Runner, ratelimit
 from orchestrator.runners import get as get_runner
 from orchestrator.runners.base import RunContext, RunResult
 
 OnChange = Callable[[int, frozenset[str]], Awaitable[None]]
+HeldBy = Callable[[int, str], Awaitable[str | None]]
 OnAcquired = Callable[[Path, str], None]
 """Told (repo, base) after each job takes its worktree: the warm pool's owner tops it up beside the job."""
 
 
+RATE_LIMIT_OVER = (
+    "The model API's rate limit that stopped your last run is over: go on with the task from where it stopped."
+)
+"""What a runner is told when it runs again after a rate limit."""
 ESCAPE_RECHECK = 0.5
 """Seconds before a checkout that looked written by a job is looked at again (a landing may be under way)."""
 
@@ -82,7 +90,12 @@ class Executor:
         runners: dict[str, Runner],
         on_change: OnChange,
         on_acquired: OnAcquired | None = None,
+        held: HeldBy | None = None,
     ) -> None:
+        self.held = held
+        """(job id, path) → why the job should not write that path now (the overlap watch answers)."""
+        self.limits = Limits()
+        """Rate limits the runners met (a fact of the scheduler's snapshots)."""
         self.board = board
         self.cfg = cfg
         self.paths = paths
@@ -129,8 +142,54 @@ class Executor:
         `running` already (None, nothing written, if it was not)."""
         return await self._stop_write(job_id, self.stops.pop(job_id, INTERRUPTED))
 
-    async def run(self, job: Job) -> Job:
-        """Carry an admitted job (already stored as running, with its base) to landing or an end state."""
+    async def _runs(self, job: Job, runner: Runner, ctx: RunContext) -> tuple[Job, RunResult]:
+        """The runner's run, and its runs again after each rate limit its model API reports (bounded): meanwhile the
+        job waits, still running (its worktree and paths kept), and jobs of its runner not started yet wait too
+        (`limits`). Each run after a wait goes on from the last one, in the same worktree."""
+        log = olog.get()
+        usage = job.usage if ctx.resume else None
+        code, waits, j = job.code, 0, self.cfg.jobs
+        while True:
+            result = await runner.run(ctx)
+            if result.usage is not None:
+                usage = pricing.added(usage, result.usage)
+                job = _still(await self.board.update(job.id, RUNNING, usage=usage), job)
+            if result.code != Code.RATE_LIMITED:
+                return job, result
+            if waits >= j.rate_limit_waits:
+                return job, replace(result, summary=f"{result.summary}; still limited after {waits} waits")
+            seconds = ratelimit.wait(result.retry_after, waits, j.rate_limit_wait, j.rate_limit_max_wait)
+            until = time.time() + seconds
+            self.limits.hit(job.runner, until)
+            waits += 1
+            reason = (
+                f"{result.summary}; waits until {time.strftime('%H:%M:%S', time.localtime(until))} ({seconds:g}s, "
+                f"wait {waits} of {j.rate_limit_waits}), then goes on by itself"
+            )
+            job = _still(
+                await self.board.update(
+                    job.id,
+                    RUNNING,
+                    code=Code.RATE_LIMITED,
+                    reason=reason,
+                    event="rate_limited",
+                    data={"code": Code.RATE_LIMITED, "until": until, "seconds": seconds, "wait": waits},
+                ),
+                job,
+            )
+            log.warning(olog.Event.JOB_RATE_LIMITED, code=Code.RATE_LIMITED, reason=reason, seconds=seconds)
+            await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, reason)
+            await asyncio.sleep(seconds)
+            job = _still(await self.board.update(job.id, RUNNING, code=code, reason="goes on after a rate limit"), job)
+            resume = f"{ctx.resume}\n\n{RATE_LIMIT_OVER}" if ctx.resume else RATE_LIMIT_OVER
+            ctx = replace(ctx, job=job, resume=resume, session=False)
+            await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, RATE_LIMIT_OVER)
+
+    async def run(self, job: Job, *, resume: str = "") -> Job:
+        """Carry an admitted job (already stored as running, with its base) to landing or an end state.
+
+        With `resume` (review feedback), the job goes on in the worktree it kept: its runner is told `resume`,
+        and what it changes goes on top of its earlier result."""
         structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
         log = olog.get()
         assert job.base is not None
@@ -139,10 +198,15 @@ class Executor:
         watcher: ChangeWatcher | None = None
         try:
             runner = get_runner(job.runner, self.runners)
-            worktree = await self.pool.acquire(repo, job.id, base)
-            if self.on_acquired is not None:
-                self.on_acquired(repo, base)
-            job = _still(await self.board.update(job.id, RUNNING, worktree=str(worktree)), job)
+            if resume:
+                worktree = Path(job.worktree or "")
+                if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
+                    raise RuntimeError(f"its worktree {job.worktree or ''} is gone; nothing to go on from")
+            else:
+                worktree = await self.pool.acquire(repo, job.id, base)
+                if self.on_acquired is not None:
+                    self.on_acquired(repo, base)
+                job = _still(await self.board.update(job.id, RUNNING, worktree=str(worktree)), job)
             log.info(
                 olog.Event.JOB_STARTED,
                 worktree=str(worktree),
@@ -161,15 +225,16 @@ class Executor:
                 private_dir=self.paths.job_private(job.id),
                 log_cap=self.cfg.jobs.log_max_bytes,
                 grace=self.cfg.jobs.kill_grace,
+                held=functools.partial(self.held, job.id) if self.held is not None else None,
+                env={"ORCHESTRATOR_FEEDBACK": resume} if resume else {},
+                resume=resume,
             )
-            await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job)
+            await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, resume)
             # Without a sandbox, the user's checkout is compared before and after (see `escapes`).
             sandbox = getattr(runner, "sandbox", None)
             watch_checkout = not (sandbox is not None and sandbox.active)
             before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
-            result = await runner.run(ctx)
-            if result.usage is not None:
-                job = _still(await self.board.update(job.id, RUNNING, usage=result.usage), job)
+            job, result = await self._runs(job, runner, ctx)
             if before is not None and result.ok:
                 wrote = await self._written(repo, before)
                 if wrote:
@@ -201,13 +266,29 @@ class Executor:
                 )
                 log.warning(olog.Event.JOB_FAILED, code=step.code, reason=job.reason, exit_code=result.exit_code)
                 return job
+            # A revision's change goes on top of its earlier result (the branch moves forward, nothing is kept aside).
             sha = await asyncio.to_thread(
-                commits.commit_worktree, worktree, message=job.commit_text, job_id=job.id, base=base, repo_path=repo
+                commits.commit_worktree,
+                worktree,
+                message=job.commit_text,
+                job_id=job.id,
+                base=base,
+                repo_path=repo,
+                stack=bool(resume),
             )
             actual = await asyncio.to_thread(actual_paths, worktree, base)
             step = lifecycle.after_run(
-                RunEnd(job.id, True, 0, summary=result.summary, changed=sha is not None, review=job.land == "review")
+                RunEnd(
+                    job.id,
+                    True,
+                    0,
+                    summary=result.summary,
+                    changed=sha is not None,
+                    review=job.land == "review",
+                    revised=bool(resume),
+                )
             )
+            sha = sha or (job.result if resume else None)
             if sha is None:
                 await self.pool.release(repo, job.id, keep=False, delete_branch=True)
                 job = await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())

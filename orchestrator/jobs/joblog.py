@@ -22,12 +22,14 @@ def _open_private(path: Path, flags: int, mode: str) -> BinaryIO:
     return os.fdopen(open_private(path, flags), mode)  # type: ignore[return-value]  # a binary mode
 
 
-def attempt_header(path: Path, job: Job) -> None:
-    """Append the header of the job's current attempt (a retried job's log holds every attempt)."""
+def attempt_header(path: Path, job: Job, resume: str = "") -> None:
+    """Append the header of the job's current attempt (a retried job's log holds every attempt); a run that goes
+    on from the last one (review feedback, a rate limit over) says so, with the first line of what it was told."""
     path.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    told = f" (goes on: {resume.strip().splitlines()[0][:100]})" if resume.strip() else ""
     with _open_private(path, os.O_WRONLY | os.O_APPEND, "ab") as f:
-        f.write(f"{HEADER}attempt {job.attempts + 1} of job {job.id}, {stamp}: {job.subject}\n".encode())
+        f.write(f"{HEADER}attempt {job.attempts + 1} of job {job.id}, {stamp}: {job.subject}{told}\n".encode())
 
 
 def exit_line(path: Path, exit_code: int | None, summary: str) -> None:

@@ -51,4 +51,3 @@ class PrivateDirs:
     async def close(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-

@@ -130,6 +130,7 @@ class RepoFacts:
                 frozenset(deps & snapshot.dead),
                 len(snapshot.active),
                 snapshot.paused,
+                tuple(sorted(snapshot.limited.items())),
                 tuple(sorted(snapshot.slots.items())),
                 snapshot.policy,
             )

@@ -121,6 +121,7 @@ class Scheduler:
         self.controls: dict[str, tuple[bool, int | None]] = {}
         """Run-time controls by scope (a repo, or ALL_REPOS): (paused, slot limit). Mirrors the store."""
         board.on_change(self.wake)
+        executor.limits.on_over = self.wake  # a rate limit ran out: the jobs it held back may start
 
     def wake(self) -> None:
         self._last_wake = time.monotonic()
@@ -336,6 +337,7 @@ class Scheduler:
             landed=frozenset(i for i, st in states.items() if st in DONE),
             dead=frozenset(i for i, st in states.items() if st in DEAD),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
+            limited=self.executor.limits.active(),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
             policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )
@@ -452,13 +454,31 @@ class Scheduler:
             log.info(olog.Event.ADMISSION_ADMITTED, **_decision_fields(decision))
             job = await self.executor.run(started)
         finally:
-            self.running.pop(job.id, None)
-            self.executor.stops.pop(job.id, None)
-            self.watch.forget(job.id)
-            self.wake()
+            self._ran(job.id)
         if job.state is JobState.LANDING:
             self.lander.submit(job)
         return job
+
+    def resume(self, job: Job, feedback: str) -> None:
+        """Run a job that was moved to `running` again (a `revise` of a ready job) in its kept worktree, told
+        `feedback`: its task, registered at once (a cancel finds it), carries it to ready, landing or an end."""
+        self.running[job.id] = asyncio.create_task(self._resumed(job, feedback), name=f"job-{job.id}")
+
+    async def _resumed(self, job: Job, feedback: str) -> Job:
+        try:
+            job = await self.executor.run(job, resume=feedback)
+        finally:
+            self._ran(job.id)
+        if job.state is JobState.LANDING:
+            self.lander.submit(job)
+        return job
+
+    def _ran(self, job_id: int) -> None:
+        """A job's task is over: forget it, and decide again."""
+        self.running.pop(job_id, None)
+        self.executor.stops.pop(job_id, None)
+        self.watch.forget(job_id)
+        self.wake()
 
 
 def _decision_fields(d: Decision) -> dict[str, Any]:

@@ -40,6 +40,8 @@ from orchestrator.runners import Runner
 from orchestrator.team.clones import NotShared
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
+MAX_FEEDBACK = 32_000
+"""Characters of review feedback (`revise`): it reaches a CLI as one argument and in its environment."""
 CANCEL_TRIES = 8
 """Reads a cancel makes at most: each one finds the job further along (started, landed, ended)."""
 
@@ -239,6 +241,43 @@ class Jobs:
                 return await review.reject(self.board, self.pool, await self.get(job_id))
             except review.ReviewError as e:
                 raise JobError(str(e)) from None
+
+    async def revise(self, job_id: int, feedback: str) -> Job:
+        """Review mode: send a ready job back to its agent with `feedback`. It runs again in the worktree it kept
+        (its paths and slot stay taken throughout), goes on from its earlier result, and is ready (or lands) again."""
+        if not feedback.strip():
+            raise BadRequest("the feedback is empty: say what the agent should change")
+        if len(feedback) > MAX_FEEDBACK:
+            raise BadRequest(f"the feedback is {len(feedback)} characters; at most {MAX_FEEDBACK} reach an agent CLI")
+        async with self._one_at_a_time(job_id):
+            job = await self.get(job_id)
+            if job.state is not JobState.READY:
+                hint = (
+                    f"`orchestrator retry {job_id}` runs it again from the start"
+                    if job.state in RETRYABLE
+                    else f"`orchestrator why {job_id}` says when it will be"
+                )
+                raise JobError(f"job {job_id} is {job.state}; only a ready job (review mode) can be revised: {hint}")
+            if job.runner not in self.runners:
+                raise JobError(f"job {job_id}'s runner {job.runner!r} is not configured any more; `orchestrator land` "
+                               f"or `orchestrator reject` it")  # fmt: skip
+            round_ = job.revisions + 1
+            await testhook.reach("revise", job_id)
+            started = await self.board.transition(
+                job_id,
+                {JobState.READY},
+                JobState.RUNNING,
+                "revised",
+                revisions=round_,
+                reason=f"revision {round_}: runs again in its worktree with your feedback",
+                code=Code.REVISED,
+                data={"code": Code.REVISED, "round": round_, "feedback": feedback[:2000]},
+            )
+            if started is None:
+                raise JobError(f"job {job_id} changed while it was being revised; `orchestrator show {job_id}`")
+            self.scheduler.resume(started, feedback)
+            olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_REVISED, round=round_, chars=len(feedback))
+            return started
 
     async def retry(self, job_id: int) -> Job:
         async with self._one_at_a_time(job_id):

@@ -1,23 +1,26 @@
 """The overlap watch: a running job's actual paths as they change, and what to do when they meet another's.
 
 The executor's change watcher reports each running job's actual paths here. They are stored (guarded: only
-while the job runs), kept in memory for the next round's snapshot, and compared with every other active job of
-the repository: a write outside the claim that meets what another job claims or touched orders their landings
-at once (the later one lands after the earlier one, `land_after`) and starts an advisory in-memory merge of both
-worktrees (same file, or a real conflict?).
+while the job runs) and kept in memory for the next round's snapshot. Paths outside the job's claim ask
+admission whether they may join it (`core.growth`): they join its claim either way (`grown`, an event
+`claim_grown`), and when another active job of the repository claims or touched them, their landings are
+ordered at once (the later started lands after the earlier, `land_after`) and an advisory in-memory merge of
+both worktrees starts (same file, or a real conflict?).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
-from orchestrator.core import claims
+from orchestrator.core import claims, growth
+from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job
-from orchestrator.core.models import ACTIVE, ANY, JobState
+from orchestrator.core.models import ACTIVE, ANY, JobState, JobView
 from orchestrator.git import merging
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.facts import GitFacts
@@ -31,6 +34,7 @@ class OverlapWatch:
         self.actual: dict[int, frozenset[str]] = {}
         """Running jobs' latest actual paths (fresher than the store's between rounds)."""
         self._overlaps: set[tuple[int, int]] = set()
+        self._growing = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def forget(self, job_id: int) -> None:
@@ -42,28 +46,93 @@ class OverlapWatch:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def changed(self, job_id: int, actual: frozenset[str]) -> None:
-        """A running job's actual paths changed: store them, and flag it at once if they meet another's."""
+        """A running job's actual paths changed: store them; paths outside its claim ask admission to join it."""
         job = await self.board.store.update(job_id, {JobState.RUNNING}, actual=actual)
         if job is None:
             return  # it stopped running meanwhile: its end state has its paths
         self.actual[job_id] = actual
         olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual))
-        shared = await self.facts.mergeable(job.repo, job.base)
-        escaped, _ = claims.split_mergeable(
-            actual - claims.overlapping(actual, job.claim.paths), self.cfg.jobs.mergeable, shared
+        async with self._growing:  # one growth decision at a time: two jobs growing into one path see each other
+            await self._grow(job, actual)
+
+    async def views(self, job: Job, touched: frozenset[str]) -> tuple[JobView, list[tuple[Job, JobView]]] | None:
+        """`job` and the other active jobs of its repository as admission sees them (live actual paths); None
+        when `touched` holds nothing outside its claim (then the others are not read)."""
+        mergeable = await self.facts.mergeable(job.repo, job.base)
+
+        def view(j: Job) -> JobView:
+            return replace(j.view(mergeable), actual=self.actual.get(j.id, j.actual))
+
+        mine = view(job)
+        if not growth.outside(mine, touched, self.cfg.policy()):
+            return None
+        others = [(o, view(o)) for o in await self.board.store.jobs(ACTIVE) if o.repo == job.repo and o.id != job.id]
+        return mine, others
+
+    async def held(self, job_id: int, path: str) -> str | None:
+        """Why running job `job_id` should not write `path` now (another active job holds it), or None: what
+        the built-in agent asks before it writes outside its claim, so it can wait or work elsewhere."""
+        try:
+            wanted = frozenset({claims.normalize(path)})
+        except claims.ClaimError:
+            return None  # no claim can name it (a literal `[`, a backslash): its write shows in the watch
+        job = await self.board.store.get(job_id)
+        seen = None if job is None else await self.views(job, wanted)
+        if seen is None:
+            return None
+        mine, others = seen
+        refused = growth.held(path, mine, [v for _, v in others], self.cfg.policy())
+        if refused is None:
+            return None
+        return (
+            f"{path} is outside your claim and {refused.message}. Do not write it now: work on your own files "
+            "first; it is free once that job has landed"
         )
-        if not escaped:
+
+    async def _grow(self, job: Job, actual: frozenset[str]) -> None:
+        seen = await self.views(job, actual)
+        if seen is None:
             return
-        for other in await self.board.store.jobs(ACTIVE):
-            if other.id == job_id or other.repo != job.repo:
+        mine, others = seen
+        try:
+            g = growth.decide(mine, actual, [v for _, v in others], self.cfg.policy())
+        except claims.ClaimError as e:  # a file name no claim can hold (a literal `[`): landing order decides
+            olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_CLAIM_GROWN, error=str(e))
+            return
+        if not g.paths:
+            return
+        grown = sorted(g.paths)
+        held_by = list(g.held_by)
+        written = await self.board.update(
+            job.id,
+            {JobState.RUNNING},
+            grown=job.grown | g.paths,
+            event="claim_grown",
+            data={"paths": grown[:50], "held_by": held_by},
+        )
+        if written is None:
+            return
+        log = olog.get(job_id=job.id, repo=job.repo)
+        if not held_by:
+            log.info(olog.Event.JOB_CLAIM_GROWN, paths=grown[:50], message=f"its claim grew by {plist(grown)}")
+            return
+        assert g.decision is not None
+        log.warning(
+            olog.Event.JOB_CLAIM_GROWN,
+            paths=grown[:50],
+            held_by=held_by,
+            reason=str(g.decision.reason),
+            message=f"it touched {plist(grown)} outside its claim: {g.decision.message}; their landings are ordered",
+        )
+        for other, view in others:
+            if other.id not in held_by:
                 continue
-            theirs = other.claim.paths | self.actual.get(other.id, other.actual)
-            meet = claims.overlapping(escaped, theirs)
-            pair = (min(job_id, other.id), max(job_id, other.id))
-            if not meet or pair in self._overlaps:
+            meet = claims.overlapping(g.paths, view.claim.paths | view.actual) or g.paths
+            pair = (min(job.id, other.id), max(job.id, other.id))
+            if pair in self._overlaps:
                 continue
             self._overlaps.add(pair)
-            await self._record(job, other, meet)
+            await self._record(written, other, meet)
 
     async def _record(self, job: Job, other: Job, meet: frozenset[str]) -> None:
         later, earlier = (

@@ -36,10 +36,16 @@ OVERLOADED = 529
 class ModelUnavailable(RuntimeError):
     """No Claude answer can be had for this call; the message says why and what to do."""
 
-    def __init__(self, message: str, *, transient: bool) -> None:
+    def __init__(self, message: str, *, transient: bool, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.transient = transient
         """True when waiting longer might have helped (rate limits, overload, outages)."""
+        self.retry_after = retry_after
+        """Rate-limited (429): the seconds the server asked to wait (0.0 when it named none); else None."""
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.retry_after is not None
 
 
 @dataclass
@@ -104,10 +110,14 @@ class Claude:
             except (anthropic.APIError, ValueError) as e:
                 # ValueError: a body that is not JSON (the SDK lets json's error through as it is).
                 transient, wait, why = _classify(e, attempt, self.cfg.max_retry_wait)
-                if not transient or attempt >= self.cfg.max_retries:
+                limited = _rate_limited(e)
+                # A limit the server says lasts longer than one of our waits is not ridden out here: the job
+                # waits for it (code RateLimited) without holding a model slot or a retry loop.
+                long_limit = limited is not None and limited > self.cfg.max_retry_wait
+                if not transient or attempt >= self.cfg.max_retries or long_limit:
                     self.stats.failures += 1
-                    tail = f" after {attempt + 1} attempts" if transient else ""
-                    raise ModelUnavailable(f"Claude API {why}{tail}", transient=transient) from e
+                    tail = f" after {attempt + 1} attempts" if transient and not long_limit else ""
+                    raise ModelUnavailable(f"Claude API {why}{tail}", transient=transient, retry_after=limited) from e
                 attempt += 1
                 self.stats.retries += 1
                 log.warning(olog.Event.CLAUDE_RETRY, reason=why, attempt=attempt, wait_s=round(wait, 3))
@@ -163,6 +173,14 @@ def _classify(e: Exception, attempt: int, cap: float) -> tuple[bool, float, str]
         return False, 0.0, f"refused the request ({status}: {detail}); {hint}"
     # A reply the SDK could not read (malformed JSON, wrong shape): another try may get a good one.
     return True, backoff, f"sent a reply that could not be read ({type(e).__name__}: {e})"
+
+
+def _rate_limited(e: Exception) -> float | None:
+    """For a 429: the seconds its `retry-after` asks for (0.0 when it names none); None for anything else."""
+    if isinstance(e, anthropic.APIStatusError) and e.status_code == 429:
+        wait = _retry_after(e)
+        return 0.0 if wait is None else wait
+    return None
 
 
 def _retry_after(e: anthropic.APIStatusError) -> float | None:

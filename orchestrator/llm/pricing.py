@@ -62,3 +62,21 @@ class Usage:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "tokens": self.tokens, "cost_usd": self.cost_usd}
+
+
+COUNTED = ("calls", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "tokens")
+
+
+def added(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
+    """A job's usage over its runs (a revision, a run after a rate limit): counts and cost summed; the rest
+    (model, session, transcript) from the latest run. A cost either run could not price stays unknown."""
+    if not before:
+        return now
+    out = {**before, **now}
+    for key in COUNTED:
+        if key in before or key in now:
+            out[key] = int(before.get(key) or 0) + int(now.get(key) or 0)
+    costs = (before.get("cost_usd"), now.get("cost_usd"))
+    out["cost_usd"] = None if None in costs else round(float(costs[0] or 0) + float(costs[1] or 0), 6)
+    out["runs"] = int(before.get("runs") or 1) + 1
+    return out

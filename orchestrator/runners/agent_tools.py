@@ -24,6 +24,7 @@ from typing import Any
 import regex
 
 from orchestrator.beneath import Escape, Root, open_beneath, parts, regular, shown
+from orchestrator.runners.base import Held
 
 SEARCH_LIMIT = 200
 """Most matching lines `search` returns."""
@@ -142,7 +143,10 @@ class Tools:
         on_refused: OnRefused,
         output_cap: int = 20_000,
         run_timeout: float = 300.0,
+        held: Held | None = None,
     ) -> None:
+        self.held = held
+        """Asked before each write: another active job may hold the path (then the write is refused)."""
         self.worktree = worktree
         self.run_command = run_command
         self.on_refused = on_refused
@@ -225,9 +229,17 @@ class Tools:
         more = [f"[first {SEARCH_LIMIT} matches only]"] if len(found.hits) >= SEARCH_LIMIT else []
         return Outcome(self._cap("\n".join([*found.hits, *more, *found.notes]) or "no matches"))
 
+    async def _held(self, names: tuple[str, ...]) -> Outcome | None:
+        if self.held is None:
+            return None
+        why = await self.held("/".join(names))
+        return None if why is None else Outcome(why, error=True)
+
     async def _t_write_file(self, args: dict[str, Any]) -> Outcome:
         names = _file(args["path"])
         data = str(args["content"]).encode()
+        if (refused := await self._held(names)) is not None:
+            return refused
 
         def write() -> None:
             with Root(self.worktree) as root:
@@ -248,6 +260,8 @@ class Tools:
     async def _t_edit_file(self, args: dict[str, Any]) -> Outcome:
         names = _file(args["path"])
         old, new = str(args["old"]), str(args["new"])
+        if (refused := await self._held(names)) is not None:
+            return refused
 
         def edit() -> int:
             with Root(self.worktree) as root:

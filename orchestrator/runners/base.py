@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -10,6 +11,9 @@ from typing import Any, Protocol
 from orchestrator.core.job import Job
 from orchestrator.paths import open_private
 from orchestrator.runners.process import KILL_GRACE, LOG_CAP, Owner
+
+Held = Callable[[str], Awaitable[str | None]]
+"""(repo-relative path) → why the job should not write it now, or None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,14 @@ class RunContext:
     log_cap: int = LOG_CAP
     grace: float = KILL_GRACE
     """Seconds between SIGTERM and SIGKILL when the job times out or the daemon stops."""
+    held: Held | None = None
+    """Asks whether a path outside the job's claim is held by another active job (the refusal, or None)."""
+    resume: str = ""
+    """Not "": the runner goes on from where its last run stopped, in the same worktree, told this (a person's
+    review feedback, or that a rate limit is over)."""
+    session: bool = True
+    """With `resume`: a CLI with a `resume_argv` resumes its own session (review feedback); False after a rate
+    limit (its session may hold nothing), when it runs its `argv` again told the task and `resume`."""
 
     @property
     def plan(self) -> str:
@@ -54,6 +66,8 @@ class RunResult:
     """Model usage and cost of the run (`llm.pricing.Usage.to_json()`), for runners that call a model."""
     code: str | None = None
     """The failure's closed code (a `models.Code`) when it is more specific than RunnerFailed / TimedOut."""
+    retry_after: float | None = None
+    """With code RateLimited: seconds until the model API's limit lifts, when it said (None: unknown)."""
 
 
 def note(path: Path, line: str) -> None:

@@ -5,14 +5,19 @@ the job's worktree. It starts from the job's text and, when the pre-plan made on
 has budgets (turns, tokens, wall time); running out fails the job with a reason that names the budget.
 A Claude outage the shared client could not ride out (`ModelUnavailable`) fails it with that reason.
 Usage and cost go on the job. The stable part of the prompt (system text and tool definitions) is
-marked for prompt caching, so every turn after the first reads it from the cache.
+marked for prompt caching, so every turn after the first reads it from the cache. The conversation is kept in
+the job's private dir, so a run that goes on from the last one (review feedback: `orchestrator revise`) carries
+on with it, the feedback as the next user turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from orchestrator import logging as olog
@@ -20,6 +25,7 @@ from orchestrator.config import AgentConfig
 from orchestrator.core.models import Code
 from orchestrator.llm.pricing import Usage
 from orchestrator.llm.shared import SharedClaude
+from orchestrator.paths import open_private, private_dir
 from orchestrator.runners import process
 from orchestrator.runners.agent_tools import TOOLS, Outcome, Tools
 from orchestrator.runners.base import RunContext, RunResult, note
@@ -33,6 +39,8 @@ not touch unrelated files. Do not commit: when the task is done, call `done` wit
 the orchestrator commits and lands your changes. If the task cannot be done, call `done` and say why."""
 
 CACHED = {"type": "ephemeral"}
+CONVERSATION = "agent-conversation.json"
+"""The agent's conversation, in the job's private dir (out of the job's sight under the sandbox)."""
 
 
 def _tools() -> list[dict[str, Any]]:
@@ -47,6 +55,42 @@ def first_message(text: str, plan: str) -> str:
     if plan.strip():
         task += f"\n\nA pre-plan for it (a starting point, not a constraint):\n{plan.strip()}"
     return task
+
+
+def resumed(saved: list[dict[str, Any]] | None, text: str, plan: str, resume: str) -> list[dict[str, Any]]:
+    """The conversation to go on with: the saved one with `resume` as the next user turn (answering any tool
+    calls it ended on), or, with none saved, the task with `resume` after it."""
+    if not saved:
+        return [{"role": "user", "content": f"{first_message(text, plan)}\n\n{resume}"}]
+    messages = list(saved)
+    last = messages[-1]
+    said = {"type": "text", "text": resume}
+    if last.get("role") == "assistant":
+        calls = [b for b in last.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
+        answers = [{"type": "tool_result", "tool_use_id": b["id"], "content": "noted"} for b in calls]
+        messages.append({"role": "user", "content": [*answers, said]})
+    else:  # tool results the model has not answered yet
+        content = last.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+        messages[-1] = {"role": "user", "content": [*blocks, said]}
+    return messages
+
+
+def _load(path: Path | None) -> list[dict[str, Any]] | None:
+    try:
+        data = json.loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, list) and data and all(isinstance(m, dict) for m in data) else None
+
+
+def _save(path: Path | None, messages: list[dict[str, Any]]) -> None:
+    if path is None:
+        return
+    private_dir(path.parent)
+    fd = open_private(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    with os.fdopen(fd, "w") as f:
+        json.dump(messages, f)
 
 
 @dataclass
@@ -95,33 +139,58 @@ class ClaudeRunner:
             )
             return (None if result.timed_out else result.returncode), result.output_tail
 
+        async def held(path: str) -> str | None:
+            why = await ctx.held(path) if ctx.held is not None else None
+            if why is not None:
+                journal.line(f"[held] {path}: {why}")
+                log.info(olog.Event.AGENT_HELD, path=path, reason=why)
+            return why
+
         tools = Tools(
             ctx.worktree,
             run_command=run_command,
             on_refused=refused,
+            held=held,
             output_cap=self.cfg.output_cap,
             run_timeout=self.cfg.run_timeout,
         )
         seconds = min(self.cfg.max_seconds, ctx.timeout)
         budget = _Budget(self.cfg.max_turns, self.cfg.max_tokens, time.monotonic() + seconds)
+        kept = ctx.private_dir / CONVERSATION if ctx.private_dir is not None else None
+        plan = str(getattr(ctx.job, "plan_text", "") or "")
+        if ctx.resume:
+            messages = resumed(await asyncio.to_thread(_load, kept), ctx.job.text, plan, ctx.resume)
+        else:
+            messages = [{"role": "user", "content": first_message(ctx.job.text, plan)}]
         try:
             # The wall-time budget is hard: a slow model call or tool command is cut (its process group too).
-            return await asyncio.wait_for(self._loop(ctx, tools, budget, usage, journal), seconds)
+            return await asyncio.wait_for(self._loop(ctx, tools, budget, usage, journal, messages), seconds)
         except TimeoutError:
             return self._spent(f"time budget spent: {seconds:g}s (agent.max_seconds or jobs.timeout)", usage, journal)
+        finally:
+            with olog.best_effort("keep the agent's conversation", OSError):
+                await asyncio.shield(asyncio.to_thread(_save, kept, messages))
 
     def _spent(self, why: str, usage: Usage, journal: _Journal) -> RunResult:
         journal.line(f"[claude] {why}")
         olog.get().warning(olog.Event.AGENT_BUDGET, reason=why, usage_total=usage.tokens)
         return RunResult(False, None, why, usage=usage.to_json(), code=Code.BUDGET_SPENT)
 
-    async def _loop(self, ctx: RunContext, tools: Tools, budget: _Budget, usage: Usage, journal: _Journal) -> RunResult:
+    async def _loop(
+        self,
+        ctx: RunContext,
+        tools: Tools,
+        budget: _Budget,
+        usage: Usage,
+        journal: _Journal,
+        messages: list[dict[str, Any]],
+    ) -> RunResult:
         from orchestrator.llm.anthropic import ModelUnavailable  # the SDK loads with the first agent job
 
         log = olog.get()
         plan = str(getattr(ctx.job, "plan_text", "") or "")
-        messages: list[dict[str, Any]] = [{"role": "user", "content": first_message(ctx.job.text, plan)}]
-        journal.line(f"[claude] {self.model}; {'starts from the pre-plan' if plan else 'no pre-plan'}")
+        start = "goes on from its last run" if ctx.resume else "starts from the pre-plan" if plan else "no pre-plan"
+        journal.line(f"[claude] {self.model}; {start}")
         turn = 0
         while True:
             if why := budget.exceeded(turn, usage):
@@ -137,6 +206,10 @@ class ClaudeRunner:
                 )
             except ModelUnavailable as e:
                 journal.line(f"[claude] {e}")
+                if e.rate_limited:
+                    after = e.retry_after or None
+                    why = str(e)
+                    return RunResult(False, None, why, usage.to_json(), Code.RATE_LIMITED, retry_after=after)
                 return RunResult(
                     False, None, f"Claude unavailable: {e}", usage=usage.to_json(), code=Code.MODEL_UNAVAILABLE
                 )

@@ -1,7 +1,8 @@
 """`command` runners: an agent CLI (Claude Code, aider, codex, ...) from a profile or a config template.
 
 The template's argv is run as it is (exec, never through a shell). In each argument `{prompt}` (the job's
-text), `{plan}` (the pre-plan, if any), `{worktree}` and `{job_id}` are replaced, so the prompt reaches the
+text), `{plan}` (the pre-plan, if any), `{worktree}`, `{job_id}` and `{feedback}` (what a run that goes on from
+the last one is told: `resume_argv`) are replaced, so the prompt reaches the
 CLI as exactly one argument whatever quotes, newlines or `$(...)` it holds; an argument that is exactly
 `{paths}` becomes one argument per claimed file that exists at the base (for CLIs that take the files to
 edit as arguments; the whole claim is in `ORCHESTRATOR_CLAIM`, one path a line). The environment is the
@@ -20,13 +21,14 @@ import fnmatch
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
 from orchestrator.paths import open_private
-from orchestrator.runners import process
+from orchestrator.runners import process, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
 from orchestrator.runners.sandbox import Sandbox, private_home
 
@@ -165,6 +167,11 @@ def transcript_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.stem + ".transcript.jsonl")
 
 
+def resumed_prompt(text: str, resume: str) -> str:
+    """The job's text for a CLI that cannot resume its own session: the task, then what it is told now."""
+    return f"{text}\n\nYour earlier work on this task is already in the working tree; go on from there.\n\n{resume}"
+
+
 class CommandRunner:
     def __init__(self, name: str, template: RunnerTemplate, sandbox: Sandbox) -> None:
         self.name = name
@@ -180,9 +187,13 @@ class CommandRunner:
             "plan": str(getattr(ctx.job, "plan_text", "") or ""),
             "worktree": str(ctx.worktree),
             "job_id": str(ctx.job.id),
+            "feedback": ctx.resume,
         }
         files = await asyncio.to_thread(claimed_files, ctx.worktree, ctx.job.claim.paths)
-        argv = expand(t.argv, values, files)
+        session = bool(ctx.resume and ctx.session and t.resume_argv)
+        if ctx.resume and not session:
+            values["prompt"] = resumed_prompt(ctx.job.text, ctx.resume)
+        argv = expand(t.resume_argv if session else t.argv, values, files)
         extra = {
             **ctx.env,
             "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
@@ -196,12 +207,14 @@ class CommandRunner:
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
         env = self.sandbox.env(ctx, process.environment(t.pass_env, extra))
         timeout = t.timeout or ctx.timeout
+        watch = ratelimit.Watch()  # a CLI that would retry a rate limit on its own is stopped: the daemon waits
         result = await process.run(
             argv,
             prefix=self.sandbox.prefix(ctx, home=home),
             env=env,
             timeout=timeout,
             what=f"job {ctx.job.id} runner {self.name}",
+            stop_when=watch,
             **ctx.process_options(),
         )
         usage = await asyncio.to_thread(self._read_output, ctx, home)
@@ -210,6 +223,10 @@ class CommandRunner:
             gone = await asyncio.to_thread(remove_side_files, ctx.worktree, t.ignore, tracked)
             if gone:
                 await asyncio.to_thread(note, ctx.log_path, f"[left out, {self.name}'s own files: {', '.join(gone)}]")
+        said = watch.seen if result.stopped else "" if result.ok else result.output_tail
+        if limit := ratelimit.detect(said, time.time()):
+            why = f"{self.name} was rate-limited by its model API: {limit.message}"
+            return RunResult(False, result.returncode, why, usage, Code.RATE_LIMITED, limit.retry_after)
         if result.timed_out:
             return RunResult(False, None, f"{self.name} timed out after {timeout:g}s", usage=usage)
         if result.ok:

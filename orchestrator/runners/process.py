@@ -133,6 +133,8 @@ class ProcessResult:
     timed_out: bool = False
     capped: bool = False
     """The log file reached its cap; later output is only in `output_tail`."""
+    stopped: bool = False
+    """`stop_when` saw what it watches for in the output: the command was ended early (SIGTERM, then SIGKILL)."""
 
     @property
     def ok(self) -> bool:
@@ -239,10 +241,12 @@ async def run(
     what: str = "",
     script_dir: Path | None = None,
     prefix: Sequence[str] = (),
+    stop_when: Callable[[bytes], bool] | None = None,
 ) -> ProcessResult:
     """Run `command` (argv, or a shell text for `/bin/sh`) in `cwd` as described in the module docstring.
 
-    `prefix` goes before the command's argv (a sandbox such as `bwrap ... --`)."""
+    `prefix` goes before the command's argv (a sandbox such as `bwrap ... --`). `stop_when` is given each chunk
+    of output: once it answers True the command is ended as on a timeout (`ProcessResult.stopped`)."""
     owner = owner or Owner()
     mark = f"{owner.tag}.{uuid.uuid4().hex}"
     env = {**env, RUN_MARK: mark}
@@ -283,7 +287,7 @@ async def run(
             pass  # the gate is already gone (killed from outside): its exit status says so
         finally:
             proc.stdin.close()
-        return await _supervise(proc, group, owner, log, timeout, grace, spare_leader=bool(prefix))
+        return await _supervise(proc, group, owner, log, timeout, grace, spare_leader=bool(prefix), stop_when=stop_when)
     finally:
         await asyncio.to_thread(log.close)
         if script is not None:
@@ -300,20 +304,36 @@ async def _supervise(
     grace: float,
     *,
     spare_leader: bool = False,
+    stop_when: Callable[[bytes], bool] | None = None,
 ) -> ProcessResult:
+    seen = asyncio.Event()
+
     async def pump() -> None:
         assert proc.stdout is not None
         while chunk := await proc.stdout.read(65536):
             log.write(chunk)  # small appends to a local file: cheaper than a thread hop per chunk
+            if stop_when is not None and not seen.is_set() and stop_when(chunk):
+                seen.set()
 
     reader = asyncio.create_task(pump(), name=f"output-{proc.pid}")
-    timed_out = False
+    timed_out = stopped = False
     try:
+        exited = asyncio.ensure_future(_exited(proc))
+        watched = asyncio.ensure_future(seen.wait())
         try:
-            await asyncio.wait_for(_exited(proc), timeout)
-        except TimeoutError:
+            done, _ = await asyncio.wait({exited, watched}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watched.cancel()
+            if not exited.done():
+                exited.cancel()
+            await asyncio.gather(exited, watched, return_exceptions=True)
+        if not done:
             timed_out = True
             log.note(f"\n[timed out after {timeout:g}s: SIGTERM, then SIGKILL after {grace:g}s]\n")
+            await _terminate(proc, grace, spare_leader=spare_leader)
+        elif exited not in done:
+            stopped = True
+            log.note(f"\n[stopped: its output says what it waited for; SIGTERM, then SIGKILL after {grace:g}s]\n")
             await _terminate(proc, grace, spare_leader=spare_leader)
     except asyncio.CancelledError:
         # A graceful stop or a cancel: the command gets SIGTERM and its grace, shielded from a second cancel.
@@ -336,6 +356,7 @@ async def _supervise(
         output_tail=log.tail.decode(errors="replace"),
         timed_out=timed_out,
         capped=log.capped,
+        stopped=stopped,
     )
 
 

@@ -199,9 +199,13 @@ def resolve(mode: str, hide: Iterable[Path | str] = ()) -> Sandbox:
 
 
 def private_home(ctx: RunContext, copy: Sequence[str], source: Path | None = None) -> Path:
-    """A scratch HOME for one job, with copies of the named entries (files or dirs) of the real HOME."""
+    """A scratch HOME for one job, with copies of the named entries (files or dirs) of the real HOME. A run that
+    goes on from the last one (`ctx.resume`) keeps the HOME that run left (the CLI's session is in it)."""
     base = ctx.private_dir or ctx.log_path.parent / f"{ctx.job.id}.private"
     home = base / "home"
+    if ctx.resume and home.is_dir() and not home.is_symlink():
+        # Nothing is copied into it again: the job wrote it, and a copy could follow a link it left.
+        return home
     if home.exists():
         shutil.rmtree(home)
     private_dir(home)

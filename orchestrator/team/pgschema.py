@@ -133,4 +133,9 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (node, key)
     );
     """,
+    # 2: paths a running job touched outside its claim (its claim grown); rounds of review feedback.
+    """
+    ALTER TABLE jobs ADD COLUMN grown TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN revisions BIGINT NOT NULL DEFAULT 0;
+    """,
 )

@@ -1,0 +1,94 @@
+"""Rate limits: what an agent CLI's output says about a limit (pure), admission holding back a limited runner's
+jobs, and the built-in agent's job waiting a bounded number of times before it fails with RateLimited."""
+
+from __future__ import annotations
+
+from orchestrator.commands import fit
+from orchestrator.core.admission import decide
+from orchestrator.core.models import Claim, ClaimSource, JobView, Policy, Reason, Snapshot
+from orchestrator.doubles.anthropic import error_reply
+from orchestrator.runners import ratelimit
+from tests.doubles import anthropic_double
+
+CLAUDE_CODE_429 = (
+    '{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"api_error_type":"rate_limit_error",'
+    '"result":"API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit",'
+    '"session_id":"c6d3c798"}'
+)
+AIDER_429 = """litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached for
+gpt-double in organization org-x on tokens per min (TPM): Limit 10000, Used 10000, Requested 500. Please
+try again in 20s.
+The API provider has rate limited you. Try again later or check your quotas.
+Retrying in 0.2 seconds...
+"""
+
+
+def test_the_agent_clis_own_rate_limit_messages_are_recognised_with_their_wait():
+    """Claude Code's JSON 429 result, aider's litellm error (with OpenAI's "try again in 20s"), a subscription's
+    "usage limit reached|<reset>", codex's 429 and a retry-after are limits; ordinary output is not."""
+    cc = ratelimit.detect(CLAUDE_CODE_429, now=0)
+    assert cc is not None and cc.message.startswith("API Error: Request rejected (429)") and cc.retry_after is None
+    aider = ratelimit.detect(AIDER_429, now=0)
+    assert aider is not None and aider.message.startswith("litellm.RateLimitError") and aider.retry_after == 20
+    usage = ratelimit.detect("Claude AI usage limit reached|1700003600", now=1700000000)
+    assert usage is not None and usage.retry_after == 3600
+    codex = ratelimit.detect("stream error: 429 Too Many Requests; retry-after: 30", now=0)
+    assert codex is not None and codex.retry_after == 30
+    assert ratelimit.detect("you've hit your usage limit. try again in 2 hours", now=0).retry_after == 7200
+    assert ratelimit.detect("wrote src/rate.py\n429 files checked\nall tests passed\n", now=0) is None
+    assert ratelimit.detect('{"type":"result","is_error":false,"result":"Done."}', now=0) is None
+
+
+def test_waits_follow_the_api_else_double_and_stay_bounded():
+    """The wait is what the API named, else the first wait doubled per earlier wait; capped, at least 1 s."""
+    assert ratelimit.wait(20, 0, first=60, cap=3600) == 20
+    assert [ratelimit.wait(None, n, first=60, cap=300) for n in range(4)] == [60, 120, 240, 300]
+    assert ratelimit.wait(7200, 0, first=60, cap=3600) == 3600 and ratelimit.wait(0.01, 0, 60, 3600) == 1
+
+
+def test_the_output_watch_reads_whole_lines_across_chunks():
+    """A limit message cut between two output chunks is seen once its line is complete."""
+    watch = ratelimit.Watch()
+    assert not watch(b"working...\nlitellm.RateLimi")
+    assert watch(b"tError: slow down\n") and "RateLimitError" in watch.seen
+
+
+def _view(job_id: int, path: str, runner: str) -> JobView:
+    claim = Claim(frozenset({path}), 0.9, ClaimSource.DECLARED)
+    return JobView(job_id, "/r", "main", claim, runner=runner)
+
+
+def test_a_limited_runners_jobs_wait_with_the_time_they_start_and_others_do_not():
+    """While claude-code's API is limited its new jobs wait (RateLimited, with the time); a shell job starts."""
+    cc, sh = _view(1, "a.py", "claude-code"), _view(2, "b.py", "shell")
+    snap = Snapshot(waiting=(cc, sh), limited={"claude-code": 1_700_000_000.0}, policy=Policy(max_concurrent=4))
+    held = decide(cc, snap)
+    assert held.reason is Reason.RATE_LIMITED and "rate-limited until" in held.message
+    assert held.next.startswith("starts by itself after")
+    assert decide(sh, snap).admitted
+
+
+def test_the_status_summary_counts_running_jobs_that_wait_for_a_rate_limit():
+    """`status` and `watch` say how many running jobs are waiting for their model API's limit to end."""
+    jobs = [{"state": "running", "code": "RateLimited"}, {"state": "running", "code": "Admitted"},
+            {"state": "planned", "code": "RateLimited"}]  # fmt: skip
+    assert fit.summary(jobs) == "2 running (1 RateLimited), 1 waiting: 1 RateLimited"
+
+
+def test_the_built_in_agent_waits_for_a_long_rate_limit_then_fails_when_it_lasts(make_repo, daemon_factory):
+    """A 429 with an hour's retry-after: the job waits (capped, still running, event rate_limited), runs again,
+    and once its waits are spent it fails with code RateLimited, not ModelUnavailable."""
+    repo = make_repo()
+    with anthropic_double(lambda _: error_reply(429, "rate limit exceeded", retry_after=3600)) as double:
+        d = daemon_factory(env={"ANTHROPIC_BASE_URL": double.url, "ANTHROPIC_API_KEY": ""})
+        (d.home / "config").mkdir(parents=True)
+        (d.home / "config" / "config.toml").write_text("[jobs]\nrate_limit_waits = 1\nrate_limit_max_wait = 1\n")
+        d.start()
+        job = d.enqueue(repo, "Set a to 2", "--runner", "claude", "--path", "src/a.py")
+        assert d.cli("wait", str(job), "--timeout", "60").returncode == 1
+    shown = d.cli_json("show", str(job))
+    assert shown["state"] == "failed" and shown["code"] == "RateLimited", shown["reason"]
+    assert "still limited after 1 waits" in shown["reason"]
+    waited = [e for e in shown["events"] if e["kind"] == "rate_limited"]
+    assert [(e["seconds"], e["wait"]) for e in waited] == [(1, 1)], "the hour asked for was capped"
+    assert len(double.requests) == 2, "one call per run: the client did not retry against the limit"

@@ -1,0 +1,58 @@
+"""`orchestrator revise`: a ready job goes back to its agent with review feedback, in the same worktree and on the
+same branch, holding its paths throughout, and comes back ready (or lands) with both rounds' work."""
+
+from __future__ import annotations
+
+from orchestrator.doubles.anthropic import tool_use_message
+from tests.conftest import git
+from tests.doubles import anthropic_double
+from tests.harness import until
+
+
+def _state(d, job: int) -> str:
+    return d.cli_json("show", str(job))["state"]
+
+
+def test_revise_sends_a_ready_agent_job_back_with_feedback_and_it_goes_on(make_repo, daemon_factory):
+    """The built-in agent resumes its conversation with the feedback as the next turn; the second round's change
+    goes on top of the first on its branch; the job is ready again, keeps its paths, and lands both rounds;
+    an empty feedback or a job that is not ready is refused, saying why."""
+    repo = make_repo()
+    script = [
+        tool_use_message("edit_file", {"path": "src/a.py", "old": "a = 1", "new": "a = 2"}),
+        tool_use_message("done", {"summary": "set a to 2"}),
+        tool_use_message("write_file", {"path": "src/c.py", "content": "c = 3\n"}),
+        tool_use_message("done", {"summary": "added c too"}),
+    ]
+    with anthropic_double(script) as double:
+        d = daemon_factory(env={"ANTHROPIC_BASE_URL": double.url, "ANTHROPIC_API_KEY": "", "MAX_CONCURRENT_JOBS": "4"})
+        d.start()
+        job = d.enqueue(repo, "Set a to 2", "--runner", "claude", "--path", "src/", "--land", "review")
+        until("ready", lambda: _state(d, job) == "ready")
+        first = d.cli_json("show", str(job))["result"]
+        refused = d.cli("revise", str(job), "")
+        assert refused.returncode == 2 and "feedback is empty" in refused.stderr
+        out = d.cli("revise", str(job), "Also add src/c.py with c = 3")
+        assert out.returncode == 0, out.stderr
+        assert "revision 1" in out.stderr
+        waiter = d.enqueue(repo, "echo 9 > src/b.py", "--path", "src/b.py")
+        until("ready again", lambda: _state(d, job) == "ready" and d.cli_json("show", str(job))["revisions"] == 1)
+        assert _state(d, waiter) == "planned", "its paths stayed taken while it was revised"
+        assert d.cli_json("why", str(waiter))["decision"]["blocking"] == [job]
+    shown = d.cli_json("show", str(job))
+    assert git(repo, "rev-parse", f"{shown['result']}^") == first, "round two goes on top of round one"
+    diff = d.cli("diff", str(job)).stdout
+    assert "+a = 2" in diff and "+c = 3" in diff
+    assert [e["feedback"] for e in shown["events"] if e["kind"] == "revised"] == ["Also add src/c.py with c = 3"]
+    assert shown["usage"]["calls"] == 4 and shown["usage"]["runs"] == 2, "usage of both rounds"
+    # The conversation went on: round two's first request holds round one and then the feedback.
+    resumed = double.requests[2]["messages"]
+    assert resumed[0]["content"].startswith("Task:\nSet a to 2") and len(resumed) == 5
+    assert resumed[-1]["content"][-1] == {"type": "text", "text": "Also add src/c.py with c = 3"}
+    assert resumed[-1]["content"][0]["type"] == "tool_result", "the `done` call it ended on is answered"
+    assert d.cli("land", str(job)).returncode == 0
+    assert d.cli("wait", str(job), str(waiter), "--timeout", "60").returncode == 0
+    assert git(repo, "show", "main:src/a.py") == "a = 2" and git(repo, "show", "main:src/c.py") == "c = 3"
+    assert not git(repo, "branch", "--list", f"orchestrator/{job}-kept-*"), "nothing set aside"
+    out = d.cli("revise", str(job), "more please")
+    assert out.returncode == 2 and f"job {job} is landed; only a ready job (review mode) can be revised" in out.stderr
