@@ -17,7 +17,9 @@ needs_cgroups = pytest.mark.skipif(AVAILABLE is None, reason=f"no cgroup for the
 
 
 def running(tag: str) -> bool:
-    return subprocess.run(["pgrep", "-f", f"sleep {tag}"], capture_output=True).returncode == 0
+    """A process whose whole command line is `sleep <tag>`: the escapee itself, not the job's shell, whose
+    `sh -c '... sleep <tag> ...'` would match a substring before it has started the escapee."""
+    return subprocess.run(["pgrep", "-f", "-x", f"sleep {tag}"], capture_output=True).returncode == 0
 
 
 def a_tag() -> str:
