@@ -178,6 +178,8 @@ def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
             "wall_done_s", "wall_drained_s", "cpu_max_pct", "min_free_ram_mb"}  # fmt: skip
     assert all(keys <= set(r) and not r["errors"] for r in rows.values())
     assert all(r["wall_drained_s"] >= r["wall_done_s"] >= r["done_max_s"] for r in rows.values())
+    # each session's own connection saw its ack, then the first model answer, then its last line
+    assert all(0 < r["ttfa_p99_s"] < r["first_ollama_mean_s"] <= r["done_max_s"] for r in rows.values()), rows
     assert data["machine"]["cores"] >= 1
     ttfa = {r["mode"]: r for r in data["ttfa"]}  # 8 sessions open at once: the benchmark itself opens 64
     assert set(ttfa) == {"typing", "burst"} and all(r["sessions"] == 8 and not r["errors"] for r in ttfa.values())
@@ -185,7 +187,8 @@ def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
 
 
 def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
-    """`bench chat --llama-server` drives the same pipeline through the llama-server shim (a stand-in engine here)."""
+    """`bench chat --llama-server` drives the same pipeline through the llama-server shim (a stand-in engine here),
+    started with the flags `--llama-args` gives."""
     import os
     import stat
     import subprocess
@@ -200,14 +203,17 @@ def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
     from orchestrator.bench.llama_server import MODEL_FILE
 
     (cache / MODEL_FILE).write_bytes(b"GGUF")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    argv = tmp_path / "argv"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FAKE_LLAMA_ARGV": str(argv)}
     env.pop("ORCHESTRATOR_LLAMA_SERVER", None)
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "2", "--llama-server", "--policy", "gate",
-         "--ttfa-sessions", "0", "--json"],
+         "--ttfa-sessions", "0", "--llama-args", "--cache-ram 0", "--json"],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["source"] == "llama-server"
+    assert data["source"] == "llama-server --cache-ram 0"
     assert [(r["policy"], r["n"], r["errors"]) for r in data["rows"]] == [("gate", 2, [])]
+    started = [json.loads(line) for line in argv.read_text().splitlines()]
+    assert len(started) == 1 and started[0][-2:] == ["--cache-ram", "0"], started

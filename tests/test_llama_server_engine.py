@@ -36,8 +36,8 @@ def _overlap(calls: list[dict[str, object]]) -> int:
 @pytest.mark.skipif(bool(MISSING), reason=f"needs a built llama-server: {MISSING}")
 async def test_gate_orders_and_bounds_the_calls_of_a_real_engine(daemon_factory, tmp_path: Path) -> None:
     """Three sessions at once on a 1-slot real engine: the engine never holds more calls than the gate's slot,
-    every turn's calls come before any extraction, every extraction runs in the end, and after the first the
-    engine serves each one's instruction from its cache."""
+    every turn's calls come before any extraction, each reply finds its classification's prefix in the cache,
+    every extraction runs in the end, and after the first the engine serves each one's instruction from its cache."""
     server = LlamaServer(1, predict=12)
     async with server as url:
         home = tmp_path / "home"
@@ -59,6 +59,10 @@ async def test_gate_orders_and_bounds_the_calls_of_a_real_engine(daemon_factory,
     assert kinds == ["turn"] * 6 + ["extract"] * 3, kinds
     assert _overlap(calls) == 1
     assert all(c["prompt_n"] + c["cache_n"] > 0 for c in calls)  # the engine's own figures reached the client
+    # Each turn's reply follows its classification on the slot and finds its prefix there (system, the
+    # session's messages): it reads only its own instruction (~19 tokens), not the conversation again.
+    replies = [c for c, kind in zip(calls, kinds, strict=True) if kind == "turn" and not c["format"]]
+    assert len(replies) == 3 and all(c["prompt_n"] < 30 < c["cache_n"] for c in replies), replies
     extractions = [c for c, kind in zip(calls, kinds, strict=True) if kind == "extract"]
     assert all(c["cache_n"] > 200 for c in extractions[1:]), extractions  # the shared instruction, ~290 tokens
     work = engine_summary(server.trace, calls[0]["received"], calls[-1]["ended"])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 
 from aiohttp import web
 
@@ -40,7 +42,11 @@ def main() -> None:
     for flag in ("-np", "-c", "-t", "--chat-template", "-a"):
         parser.add_argument(flag)
     parser.add_argument("--no-webui", action="store_true")
+    parser.add_argument("--cache-ram")
     args = parser.parse_args()
+    if os.environ.get("FAKE_LLAMA_ARGV"):  # where a test reads the flags it was started with
+        with open(os.environ["FAKE_LLAMA_ARGV"], "a") as f:
+            f.write(json.dumps(sys.argv[1:]) + "\n")
     app = web.Application()
     app.add_routes([web.get("/health", health), web.post("/v1/chat/completions", completions)])
     web.run_app(app, host=args.host, port=args.port, print=None)
