@@ -275,9 +275,9 @@ class RawSession:
     The bench's sessions use it instead of a client library: N people's terminals are N processes, and one
     process building N requests through a library would add its own queue to the figure. What it adds is a
     connect and one write, as each `orchestrator chat` process does (measured at N=4 on 2 cores: connect
-    0.2-0.8 ms, the ack's way back 0.1-2 ms); the rest of the client-side ttfa (0.6-4.5 ms) passes in the
-    daemon between the connection and the handler, behind the other sessions' work, where the daemon's own
-    `ttfa_s` (from the handler's start) does not see it.
+    0.2-0.8 ms, the ack's way back 0.1-2 ms); most of the rest (0.6-4.5 ms) passes in the daemon between the
+    connection and the handler's start, behind the other sessions' work, where the daemon's own `ttfa_s`
+    (from the handler's start) does not see it.
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
