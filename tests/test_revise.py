@@ -55,4 +55,4 @@ def test_revise_sends_a_ready_agent_job_back_with_feedback_and_it_goes_on(make_r
     assert git(repo, "show", "main:src/a.py") == "a = 2" and git(repo, "show", "main:src/c.py") == "c = 3"
     assert not git(repo, "branch", "--list", f"orchestrator/{job}-kept-*"), "nothing set aside"
     out = d.cli("revise", str(job), "more please")
-    assert out.returncode == 2 and f"job {job} is landed; only a ready job (review mode) can be revised" in out.stderr
+    assert out.returncode == 2 and f"job {job} is landed; only a ready job, or a failed or interrupted" in out.stderr

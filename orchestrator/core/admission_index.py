@@ -281,8 +281,9 @@ class State:
         self.elsewhere = frozenset(j.id for j in snapshot.elsewhere)
         """Other nodes' active jobs: in `active` (they hold paths), not in `count` (they take no slot here)."""
         self.count = 0
+        """Active jobs that take one of this node's slots (not the other nodes' jobs, nor resting ones)."""
         for job in snapshot.active:
-            self.add_active(facts(job, snapshot.policy))
+            self.add_active(facts(job, snapshot.policy), slot=not job.resting)
         for job in snapshot.elsewhere:
             self.add_active(facts(job, snapshot.policy), slot=False)
 
@@ -300,7 +301,11 @@ class State:
         w.add(f)
 
     def active_ids(self) -> list[int]:
-        return sorted(a.job.id for r in self.active.values() for a in r.jobs)
+        """The jobs that take this node's slots."""
+        return sorted(a.job.id for r in self.active.values() for a in r.jobs if self.takes_slot(a.job))
+
+    def takes_slot(self, job: JobView) -> bool:
+        return job.id not in self.elsewhere and not job.resting
 
 
 _STATES: dict[int, tuple[weakref.ref[Snapshot], State]] = {}

@@ -117,9 +117,10 @@ class Executor:
         return await asyncio.to_thread(escapes.written, repo, before, after)
 
     async def _end(self, job: Job, step: lifecycle.Step, **fields: Any) -> Job:
-        """Write `step` (from `running`); the job as stored, whoever moved it last."""
+        """Write `step` (from `running`), which ends the round (and any revision's feedback with it); the job as
+        stored, whoever moved it last."""
         done = await self.board.transition(
-            job.id, step.expect, step.to, step.event, code=step.code, reason=step.reason, **fields
+            job.id, step.expect, step.to, step.event, code=step.code, reason=step.reason, feedback="", **fields
         )
         if done is not None:
             return done
@@ -285,7 +286,7 @@ class Executor:
                     summary=result.summary,
                     changed=sha is not None,
                     review=job.land == "review",
-                    revised=bool(resume),
+                    revised=bool(resume) and job.result is not None,  # a failed job's revision may have none yet
                 )
             )
             sha = sha or (job.result if resume else None)
