@@ -94,7 +94,7 @@ class Executor:
     ) -> None:
         self.held = held
         """(job id, path) → why the job should not write that path now (the overlap watch answers)."""
-        self.limits = Limits()
+        self.limits = Limits(board.store)
         """Rate limits the runners met (a fact of the scheduler's snapshots)."""
         self.board = board
         self.cfg = cfg
@@ -161,7 +161,7 @@ class Executor:
                 return job, replace(result, summary=f"{result.summary}; still limited after {waits} waits")
             seconds = ratelimit.wait(result.retry_after, waits, j.rate_limit_wait, j.rate_limit_max_wait)
             until = time.time() + seconds
-            self.limits.hit(job.runner, until)
+            await self.limits.hit(job.runner, until)
             waits += 1
             reason = (
                 f"{result.summary}; waits until {time.strftime('%H:%M:%S', time.localtime(until))} ({seconds:g}s, "

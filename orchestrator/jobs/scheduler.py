@@ -133,6 +133,7 @@ class Scheduler:
         """Decide, act, sleep until woken. In burst mode, return once nothing is open."""
         self._last_wake = time.monotonic()
         self.controls = await self.board.store.controls()
+        await self.executor.limits.load()  # the rate limits a stopped daemon met, still in force
         for job in await self.board.store.jobs([JobState.LANDING]):
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
@@ -435,7 +436,7 @@ class Scheduler:
             await testhook.reach("admit", job.id)
             # A revision goes on in the worktree it kept, on the base it was made from (its landing merges from
             # there); any other job starts on the head admission checked.
-            fresh = {} if job.feedback else {"started_at": time.time(), "base": head}
+            fresh: dict[str, Any] = {} if job.feedback else {"started_at": time.time(), "base": head}
             try:
                 started = await self.board.transition(
                     job.id,

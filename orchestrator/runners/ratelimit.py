@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 SIGNS = (
@@ -122,3 +123,14 @@ class Watch:
             self.seen = text[-4000:]
             return True
         return False
+
+
+def extends(known: Mapping[str, float], runner: str, until: float) -> bool:
+    """A limit of `runner` until `until` says more than what is known of it: it lasts longer (an earlier end known
+    already stands, whichever job met the limit first)."""
+    return until > known.get(runner, 0.0)
+
+
+def standing(limits: Mapping[str, float], now: float) -> dict[str, float]:
+    """The limits still in force at `now` (a UNIX time): runner → the time its limit ends."""
+    return {runner: until for runner, until in limits.items() if until > now}
