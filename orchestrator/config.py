@@ -157,7 +157,11 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         ignore=(".aider*",),
     ),
     "codex": RunnerTemplate(
-        argv=("codex", "exec", "--full-auto", "--skip-git-repo-check", "{prompt}"),
+        # Its own sandbox (bubblewrap) cannot start inside the daemon's: the daemon's confines it (`jobs.sandbox`).
+        argv=_words("codex exec -c sandbox_mode=danger-full-access --skip-git-repo-check {prompt}"),
+        resume_argv=_words(
+            "codex exec resume --last -c sandbox_mode=danger-full-access --skip-git-repo-check {feedback}"
+        ),
         pass_env=("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"),
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
