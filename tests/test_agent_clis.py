@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
 from orchestrator.doubles.openai import chat_message
 from orchestrator.doubles.openai import error_reply as openai_error
+from orchestrator.doubles.responses import error_reply as responses_error
 from orchestrator.doubles.responses import exec_command, output_message
 from orchestrator.doubles.script import Conversations, Turn, text_of
 from tests import clis
@@ -350,3 +351,24 @@ def test_codex_lands_exactly_its_change_and_a_revised_second_round_under_bwrap(m
     said = [m["content"] for m in turns[3]["messages"] if m["role"] == "user"]
     assert "Please say bye in bye.txt as well" in said[-1]
     assert {h["authorization"] for h in double.headers} == {"Bearer sk-test-openai"}, "the key came through pass_env"
+
+
+@needs_bwrap
+def test_codex_rate_limited_is_stopped_at_its_retry_warning_waits_and_goes_on(make_repo, daemon_factory, tmp_path):
+    """Real codex meets a 429 with an hour's retry-after, which it would sleep out by itself: the daemon stops it at
+    its retry warning, the job waits (capped by `rate_limit_max_wait`), runs codex again, and lands its change."""
+    clis.need("codex")
+    repo = make_repo()
+    conv = Conversations({"greet the world": [exec_command("printf 'hello\\n' > hello.txt"), output_message("done")]},
+                         side=output_message("ok"))  # fmt: skip
+    limit = responses_error(429, "Rate limit reached for gpt-double on tokens per min (TPM).", retry_after=3600)
+    with responses_double(_limited_first(conv, 1, limit)) as double:
+        _codex_home(tmp_path / "userhome", double.url)
+        d = _daemon(daemon_factory, tmp_path, "codex", {"OPENAI_API_KEY": "sk-test-openai"},
+                    "[jobs]\nrate_limit_max_wait = 1\n")  # fmt: skip
+        job = d.enqueue(repo, "Please greet the world in hello.txt", "--runner", "codex", "--path", "hello.txt")
+        (shown,) = _finish(d, job)
+    assert _landed(repo, shown) == {"hello.txt": "hello"}
+    [waited] = [e for e in shown["events"] if e["kind"] == "rate_limited"]
+    assert waited["seconds"] == 1, "the hour its retry warning named, capped by rate_limit_max_wait"
+    assert "429 Too Many Requests" in d.cli("logs", str(job)).stdout

@@ -28,9 +28,18 @@ Retrying in 0.2 seconds...
 """
 
 
+CODEX_RETRY = (
+    "2026-12-02T03:13:53.616584Z  WARN codex_core::responses_retry: stream disconnected - retrying sampling request "
+    "(1/5 in 3599.999734074s)... turn_id=01a234be retries=1 max_retries=5 sampling_error=exceeded retry limit, last "
+    "status: 429 Too Many Requests\n"
+)
+"""What codex 0.171 prints (with the profile's RUST_LOG) on a 429 with `retry-after: 3600`, before it would sleep."""
+
+
 def test_the_agent_clis_own_rate_limit_messages_are_recognised_with_their_wait():
     """Claude Code's JSON 429 result, aider's litellm error (with OpenAI's "try again in 20s"), a subscription's
-    "usage limit reached|<reset>", codex's 429 and a retry-after are limits; ordinary output is not."""
+    "usage limit reached|<reset>", codex's 429 (and the wait in its retry warning) and a retry-after are limits;
+    ordinary output is not."""
     cc = ratelimit.detect(CLAUDE_CODE_429, now=0)
     assert cc is not None and cc.message.startswith("API Error: Request rejected (429)") and cc.retry_after is None
     aider = ratelimit.detect(AIDER_429, now=0)
@@ -40,6 +49,8 @@ def test_the_agent_clis_own_rate_limit_messages_are_recognised_with_their_wait()
     codex = ratelimit.detect("stream error: 429 Too Many Requests; retry-after: 30", now=0)
     assert codex is not None and codex.retry_after == 30
     assert ratelimit.detect("you've hit your usage limit. try again in 2 hours", now=0).retry_after == 7200
+    codex_retry = ratelimit.detect(CODEX_RETRY, now=0)
+    assert codex_retry is not None and codex_retry.retry_after == 3599.999734074
     assert ratelimit.detect("wrote src/rate.py\n429 files checked\nall tests passed\n", now=0) is None
     assert ratelimit.detect('{"type":"result","is_error":false,"result":"Done."}', now=0) is None
 

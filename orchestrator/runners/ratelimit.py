@@ -2,7 +2,8 @@
 
 Agent CLIs report a limit in their own words: Claude Code's JSON result (`"api_error_status": 429`, or its
 subscription's "usage limit reached|<reset time>"), aider's `litellm.RateLimitError: ...` lines (it would retry
-on its own for a minute and more), codex's "429 Too Many Requests" or "You've hit your usage limit". `detect`
+on its own for a minute and more), codex's "429 Too Many Requests" (in the retry warning it prints before it
+would wait out the API's retry-after, up to an hour per retry, by itself) or "You've hit your usage limit". `detect`
 reads a run's output for those; the time to wait is what the message names (a reset time, "try again in 20s",
 "retry-after: 30"), else None and the daemon's own backoff decides (`wait`).
 """
@@ -31,6 +32,8 @@ _IN = re.compile(
     re.IGNORECASE,
 )
 _AFTER = re.compile(r"\bretry[-_ ]after\W{0,3}(\d+(?:\.\d+)?)", re.IGNORECASE)
+_RETRYING = re.compile(r"\bretrying\b[^\n]*?\(\d+/\d+ in (\d+(?:\.\d+)?)s\)")
+"""codex (its `codex_core::responses_retry` warning): "retrying sampling request (1/5 in 3599.9s)..."."""
 
 
 def _unit(name: str) -> float:
@@ -87,6 +90,8 @@ def _retry_after(text: str, now: float) -> float | None:
     if m := _IN.search(text):
         return float(m.group(1)) * _unit(m.group(2))
     if m := _AFTER.search(text):
+        return float(m.group(1))
+    if m := _RETRYING.search(text):
         return float(m.group(1))
     return None
 
