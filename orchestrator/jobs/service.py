@@ -254,6 +254,8 @@ class Jobs:
             raise BadRequest(f"the feedback is {len(feedback)} characters; at most {MAX_FEEDBACK} reach an agent CLI")
         async with self._one_at_a_time(job_id):
             job = await self.get(job_id)
+            if job.node and not self.store.mine(job):  # team mode: its worktree is on the node that ran it
+                raise JobError(f"job {job_id} ran on node {job.node!r}: revise it there, where its worktree is")
             kept = job.state in (JobState.FAILED, JobState.INTERRUPTED) and await self._worktree_kept(job)
             how = on_revise(job.state, worktree_kept=kept)
             if how is Revise.NOT_NOW:
