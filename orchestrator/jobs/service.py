@@ -258,59 +258,27 @@ class Jobs:
                 raise JobError(f"job {job_id} ran on node {job.node!r}: revise it there, where its worktree is")
             kept = job.state in (JobState.FAILED, JobState.INTERRUPTED) and await self._worktree_kept(job)
             how = on_revise(job.state, worktree_kept=kept)
-            if how is Revise.NOT_NOW:
-                if job.state in RETRYABLE:
-                    hint = f"`orchestrator retry {job_id}` runs it again from the start"
-                elif job.state is JobState.LANDED:
-                    hint = "its work is on its branch; enqueue a new job for more"
-                else:
-                    hint = f"`orchestrator why {job_id}` says when it will be"
-                raise JobError(
-                    f"job {job_id} is {job.state}; only a ready job, or a failed or interrupted one whose worktree "
-                    f"is kept, can be revised: {hint}"
-                )
-            if how is Revise.NO_WORKTREE:
-                raise JobError(
-                    f"job {job_id} is {job.state} with no worktree kept ({_no_worktree(job)}), so its agent has "
-                    f"nothing to go on from: `orchestrator retry {job_id}` runs it again from the start"
-                )
+            if how in (Revise.NOT_NOW, Revise.NO_WORKTREE):
+                raise JobError(_not_revised(job, how))
             if job.runner not in self.runners:
-                raise JobError(f"job {job_id}'s runner {job.runner!r} is not configured any more; `orchestrator land` "
-                               f"or `orchestrator reject` it")  # fmt: skip
+                instead = "`orchestrator land` or `orchestrator reject` it" if how is Revise.NOW else "configure it"
+                raise JobError(f"job {job_id}'s runner {job.runner!r} is not configured any more; {instead}")
             round_ = job.revisions + 1
             data = {"code": Code.REVISED, "round": round_, "feedback": feedback[:2000], "from": str(job.state)}
             await testhook.reach("revise", job_id)
+            extra: dict[str, Any] = {}
             if how is Revise.NOW:
-                moved = await self.board.transition(
-                    job_id,
-                    {JobState.READY},
-                    JobState.RUNNING,
-                    "revised",
-                    revisions=round_,
-                    feedback=feedback,
-                    reason=f"revision {round_}: runs again in its worktree with your feedback",
-                    code=Code.REVISED,
-                    data=data,
-                )
+                to, reason = JobState.RUNNING, f"revision {round_}: runs again in its worktree with your feedback"
             else:
                 # Its paths are free since it ended: it asks for them again, with all its kept worktree touched.
+                to = JobState.PLANNED
+                reason = f"revision {round_}: waits for admission, then goes on in its kept worktree with your feedback"
                 grown = job.grown | claims.outside(job.actual, job.view().claim.paths)
-                moved = await self.board.transition(
-                    job_id,
-                    {job.state},
-                    JobState.PLANNED,
-                    "revised",
-                    revisions=round_,
-                    feedback=feedback,
-                    grown=grown,
-                    finished_at=None,
-                    exit_code=None,
-                    decision=None,
-                    reason=f"revision {round_}: waits for admission, then goes on in its kept worktree with your "
-                    "feedback",
-                    code=Code.REVISED,
-                    data=data,
-                )
+                extra = {"grown": grown, "finished_at": None, "exit_code": None, "decision": None}
+            moved = await self.board.transition(
+                job_id, {job.state}, to, "revised", revisions=round_, feedback=feedback, reason=reason,
+                code=Code.REVISED, data=data, **extra,
+            )  # fmt: skip
             if moved is None:
                 raise JobError(f"job {job_id} changed while it was being revised; `orchestrator show {job_id}`")
             if how is Revise.NOW:
@@ -392,8 +360,25 @@ class Jobs:
         await self.board.announce()
 
 
-def _no_worktree(job: Job) -> str:
-    return f"{job.worktree} is gone" if job.worktree else "it ended before it had one"
+def _not_revised(job: Job, how: Revise) -> str:
+    """Why `job` cannot be revised (`how`: NOT_NOW or NO_WORKTREE), and what to do instead."""
+    i = job.id
+    if how is Revise.NO_WORKTREE:
+        gone = f"{job.worktree} is gone" if job.worktree else "it ended before it had one"
+        return (
+            f"job {i} is {job.state} with no worktree kept ({gone}), so its agent has nothing to go on from: "
+            f"`orchestrator retry {i}` runs it again from the start"
+        )
+    if job.state in RETRYABLE:
+        hint = f"`orchestrator retry {i}` runs it again from the start"
+    elif job.state is JobState.LANDED:
+        hint = "its work is on its branch; enqueue a new job for more"
+    else:
+        hint = f"`orchestrator why {i}` says when it will be"
+    return (
+        f"job {i} is {job.state}; only a ready job, or a failed or interrupted one whose worktree is kept, can be "
+        f"revised: {hint}"
+    )
 
 
 async def resolve(data: dict[str, Any]) -> tuple[Path, str, str]:
