@@ -358,7 +358,7 @@ def _priority(ask: _Ask, c: _Checks) -> None:
     early_paths: list[str] = []
     beyond = False
     if waiting is not None:
-        early, early_paths, beyond = waiting.earlier(f)
+        early, early_paths, beyond = waiting.earlier(f, ask.repo_active)
     if not early:
         c.ok("Priority", "no earlier waiting job in repo conflicts with it")
         return

@@ -202,14 +202,19 @@ class Calibration:
         mine = _prefixes(area)
         out: dict[str, float] = {}
         n0, k0 = table.get(("", ""), (0, 0))
-        parent = {"": (k0 + 0.5) / (n0 + 1.0)}
+        root = (k0 + 0.5) / (n0 + 1.0)
+        # Two changes in different top-level areas meet far less often than two in one: any area the table
+        # does not list beside this one's is judged by the pairs that were apart, not by all of them.
+        apart = [(n, k) for (x, y), (n, k) in table.items() if x and y and x != y and "/" not in x + y]
+        n1, k1 = sum(n for n, _ in apart), sum(k for _, k in apart)
+        parent = {"": (k1 + AREA_PRIOR * root) / (n1 + AREA_PRIOR) if len(mine) > 1 else root}
         out[""] = parent[""]
         for depth in range(1, len(mine)):
             a = mine[depth]
             level: dict[str, float] = {}
             for (x, y), (n, k) in table.items():
                 if x == a and y.count("/") == depth - 1 and y:
-                    up = parent.get(_up(y), out[""])
+                    up = parent.get(_up(y), out[""]) if depth > 1 or y != a else root
                     level[y] = (k + AREA_PRIOR * up) / (n + AREA_PRIOR)
             out.update(level)
             parent = level
