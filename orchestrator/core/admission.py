@@ -25,7 +25,10 @@ overlap; those it shares with active jobs are reported in `Decision.shared`. In 
 active jobs of its repo (`Snapshot.elsewhere`) are active jobs for 4-6 and take none of this node's slots (9).
 
 Priority is what keeps the order fair: a later job never overtakes an earlier waiting job it conflicts
-with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs). Only
+with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs), except
+that one only at risk beside it (claims disjoint) may fill a slot while an active job queued before that
+earlier one holds it back anyway (`admission_index.held_back`): never while only jobs that started after
+it do, so it waits at most for the jobs that started while it could not. Only
 *ready* waiting jobs (every job they run after has landed) hold a place in that order; a job still
 waiting for a dependency would otherwise block the very job it waits for.
 
@@ -356,11 +359,15 @@ def _priority(ask: _Ask, c: _Checks) -> None:
     waiting = ask.st.waiting.get(ask.job.repo)
     early: list[int] = []
     early_paths: list[str] = []
+    passed: list[int] = []
     beyond = False
     if waiting is not None:
-        early, early_paths, beyond = waiting.earlier(f, ask.repo_active)
+        early, early_paths, beyond, passed = waiting.earlier(f, ask.repo_active)
     if not early:
-        c.ok("Priority", "no earlier waiting job in repo conflicts with it")
+        if passed:
+            c.ok("Priority", f"starts before {_jobs(passed)} (at risk beside it), held back by an earlier job anyway")
+        else:
+            c.ok("Priority", "no earlier waiting job in repo conflicts with it")
         return
     count = ("at least " if beyond else "") + _n(len(early), "earlier waiting job")
     if f.exclusive:

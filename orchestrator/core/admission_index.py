@@ -158,9 +158,10 @@ class Waiting:
         if f.escapes is not None and not f.exclusive:
             self.risky.append(f)
 
-    def earlier(self, f: Facts, active: Sequence[Facts] = ()) -> tuple[list[int], list[str], bool]:
+    def earlier(self, f: Facts, active: Sequence[Facts] = ()) -> tuple[list[int], list[str], bool, list[int]]:
         """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
-        meet them, and whether more block it than are listed. Bounded, so a long queue costs no more per job.
+        meet them, whether more block it than are listed, and the ids of the earlier jobs it may start
+        before although at risk beside them. Bounded, so a long queue costs no more per job.
 
         An earlier job `f` is only at risk beside (claims disjoint) does not block it while an earlier
         job of the repo among `active` holds that one back anyway (`held_back`): `f` fills a slot that
@@ -170,7 +171,7 @@ class Waiting:
         key = f.job.order_key
         if f.exclusive:
             cut = bisect_left(self.keys, key)
-            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT
+            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT, []
         cut = bisect_left(self.exclusive, key)
         found = set(self.exclusive[: min(cut, BLOCKING_LIMIT)])
         more = cut > BLOCKING_LIMIT
@@ -192,12 +193,17 @@ class Waiting:
                         hit = True
             if hit:
                 hit_paths.append(p)
+        passed: list[int] = []
         if f.escapes is not None or self.risky:
-            found.update(w.job.order_key for w in _risky_earlier(f, self.risky, key) if not held_back(w, active))
+            for w in _risky_earlier(f, self.risky, key):
+                if held_back(w, active):
+                    passed.append(w.job.id)
+                else:
+                    found.add(w.job.order_key)
         first = sorted(found)
         if len(first) > BLOCKING_LIMIT:
             first, more = first[:BLOCKING_LIMIT], True
-        return sorted(map(_id, first)), hit_paths, more
+        return sorted(map(_id, first)), hit_paths, more, passed
 
 
 def _risky_earlier(f: Facts, risky: list[Facts], key: OrderKey) -> list[Facts]:

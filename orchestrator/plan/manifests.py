@@ -160,10 +160,7 @@ def _common(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore:
     return sorted(
         f
         for f, k in count.items()
-        if f in present
-        and k >= 2
-        and k >= SUPPORT * len(changes)
-        and not (ignore and claims.matches(f, tuple(ignore)))
+        if f in present and k >= 2 and k >= SUPPORT * len(changes) and not (ignore and claims.matches(f, tuple(ignore)))
     )
 
 
