@@ -115,8 +115,9 @@ def test_a_recurring_title_claims_what_its_past_instances_touched(make_repo) -> 
 
 
 def test_a_kinds_risk_is_what_its_past_changes_touched_beyond_the_claim() -> None:
-    """Each file past changes of the kind touched outside the claim has the share that did (add-one-half); a
-    file none touched has the chance of an unseen one, spread over the tree."""
-    near, rest = manifests.escapes([("a", "b"), ("a",), ("a", "c"), ("a", "b")], {"a"}, 100)
-    assert dict(near) == {"b": 2.5 / 5, "c": 1.5 / 5}
-    assert abs(rest - (1 + 1) / 6 / 100) < 1e-12
+    """Each file of the tree past changes of the kind touched outside the claim has the share that did
+    (add-one-half); a file none touched has the chance of an unseen one, spread over the tree."""
+    tree = frozenset({"a", "b", "c", *(f"f{i}" for i in range(97))})
+    near, rest = manifests.escapes([("a", "b"), ("a",), ("a", "c"), ("a", "b"), ("a", "gone")], {"a"}, tree)
+    assert dict(near) == {"b": 2.5 / 6, "c": 1.5 / 6}  # a file no longer in the tree is not listed
+    assert abs(rest - (2 + 1) / 7 / 100) < 1e-12

@@ -225,7 +225,7 @@ def _kind_plan(
     held = claims.PathIndex(paths)
     risk = plan.claim.risk  # too few past changes of the kind: the text's evidence says what the risk is
     if n >= manifests.MIN_SEEN and calibration is not None:
-        near, rest = manifests.escapes(record, paths, len(files.paths))
+        near, rest = manifests.escapes(record, paths, files.paths)
         risk = Risk(tuple((claims.literal(p), q) for p, q in near if _valid(p)), rest, claim_area(paths))
     if risk is not None:
         risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not held.meets(p)))

@@ -55,6 +55,9 @@ MIN_SEEN = 3
 """Past changes of the kind needed before their record can make a claim confident."""
 CLOSED = 0.8
 """The share of them that must have stayed inside such a claim."""
+RECENT = 10
+"""The most recent past changes of a kind that say what such a change touches now (a project that moved
+from `requirements/*.txt` to `uv.lock` updates its dependencies in the new files)."""
 
 _DEPENDENCY = re.compile(
     r"^(?:\w+\(deps[\w-]*\):\s*)?(?:bump|update|upgrade)\s+(?!the\b|to\b|all\b|dev\b|min\b)"
@@ -148,11 +151,11 @@ def shape(title: str) -> tuple[str, ...]:
 
 def recurring(history: History, title: str, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
     """The files (still in the tree) that at least SUPPORT of the past changes with `title`'s shape
-    touched, when there are MIN_SEEN of them; else none."""
+    touched (of the `RECENT` last), when there are MIN_SEEN of them; else none."""
     alike = past(history, Kind.RECURRING, title)
     if len(alike) < MIN_SEEN:
         return []
-    return _common(alike, present, ignore)
+    return _common(alike[-RECENT:], present, ignore)
 
 
 def _common(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore: Sequence[str]) -> list[str]:
@@ -174,7 +177,7 @@ def record(
 ) -> list[tuple[str, ...]]:
     """The past changes of this kind such a change is judged by (their files, union-mergeable ones left
     out): a dependency update, past updates that touched a file of `claim` (where this dependency is
-    declared); a release or a recurring change, all past ones of its kind."""
+    declared); a release or a recurring change, all past ones of its kind. The `RECENT` last of them."""
     if history is None:
         return []
     index = claims.PathIndex(claim)
@@ -183,7 +186,7 @@ def record(
         rest = tuple(f for f in files if not (ignore and claims.matches(f, tuple(ignore))))
         if rest and not (kind is Kind.DEPENDENCY and not index.meeting(rest)):
             out.append(rest)
-    return out
+    return out[-RECENT:]
 
 
 def trusted(changes: Sequence[tuple[str, ...]], kind: Kind, claim: Iterable[str]) -> tuple[int, int]:
@@ -201,18 +204,18 @@ def trusted(changes: Sequence[tuple[str, ...]], kind: Kind, claim: Iterable[str]
 
 
 def escapes(
-    changes: Sequence[tuple[str, ...]], claim: Iterable[str], files: int
+    changes: Sequence[tuple[str, ...]], claim: Iterable[str], present: frozenset[str]
 ) -> tuple[list[tuple[str, float]], float]:
-    """The risk beyond `claim` that the past changes of the kind (`record`) measure: each file some of
-    them touched outside it, with the share that did (add-one-half: seen once in 9 is 15%, not 11%); and
-    for any other file of the tree's `files`, the chance of a file never seen there (as many as were seen
-    only once, plus one, in n + 2), spread over the tree."""
+    """The risk beyond `claim` that the past changes of the kind (`record`) measure: each file of the tree
+    (`present`) some of them touched outside it, with the share that did (add-one-half: seen once in 9 is
+    15%, not 11%); and for any other file, the chance of a file never seen there (as many as were seen only
+    once, plus one, in n + 2), spread over the tree."""
     index = claims.PathIndex(claim)
     n = len(changes)
     count: Counter[str] = Counter(f for rest in changes for f in set(rest) if not index.meets(f))
-    near = sorted(((f, (k + 0.5) / (n + 1)) for f, k in count.items()), key=lambda t: (-t[1], t[0]))
     once = sum(1 for k in count.values() if k == 1)
-    return near, (once + 1) / (n + 2) / max(1, files)
+    near = sorted(((f, (k + 0.5) / (n + 1)) for f, k in count.items() if f in present), key=lambda t: (-t[1], t[0]))
+    return near, (once + 1) / (n + 2) / max(1, len(present))
 
 
 def version_files(found: Iterable[str], history: History | None) -> list[str]:
