@@ -204,14 +204,28 @@ def test_a_change_of_a_known_kind_counts_in_its_kinds_area_not_its_rankings() ->
 
 
 def test_an_area_apart_from_the_jobs_is_judged_by_pairs_that_were_apart() -> None:
-    """Two changes in different top-level areas meet less often than two in one: an area the record does not
-    list beside the job's gets the rate of the pairs that were apart, not the rate of all pairs."""
+    """Two changes in sibling areas meet less often than two in one: an area the record does not list
+    beside the job's gets the rate of the sibling pairs there (`*`, `src/*`), not the rate of all pairs."""
+    from orchestrator.core.models import Risk
+    from orchestrator.core.risk import Escapes
     from orchestrator.plan.score import Calibration
 
-    areas = (("", "", 100, 10), ("src", "src", 40, 10), ("src", "docs", 30, 0), ("docs", "src", 30, 0))
-    meets = dict(Calibration(areas=areas).meets("src/pkg"))
+    areas = (
+        ("", "", 100, 10),
+        ("src", "src", 40, 10),
+        ("src", "docs", 30, 0),
+        ("docs", "src", 30, 0),
+        ("src/a", "src/b", 20, 0),
+        ("src/b", "src/a", 20, 0),
+    )
+    meets = dict(Calibration(areas=areas).meets("src/a"))
     root = 10.5 / 101
-    assert meets[""] < root / 3  # any other area: by the 60 apart pairs, none of which met
+    assert meets[""] == root and meets["*"] < root / 3  # 60 pairs apart at the top, none of which met
     assert meets["src"] > root  # its own area: by its own pairs, pulled towards all pairs
-    assert meets["docs"] < meets[""]
-    assert dict(Calibration(areas=areas).meets(""))[""] == root  # a job in no area: all pairs
+    assert meets["docs"] < meets["*"] and meets["src/*"] < meets["src"]
+    job = Escapes.of(Risk((), 0.0, "src/a", tuple(meets.items())))
+    assert job is not None
+    assert job.meeting("lib/x") == meets["*"]  # unlisted, apart at the top
+    assert job.meeting("src/c") == meets["src/*"]  # unlisted sibling under src
+    assert job.meeting("src/a/deep") == meets["src"]  # inside its own area: its own area's rate
+    assert dict(Calibration(areas=areas).meets("")) == {"": root}  # a job in no area: all pairs
