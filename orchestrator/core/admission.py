@@ -27,7 +27,10 @@ does an active job that rests, waiting for its model API's rate limit to end (`J
 paths, but its slot goes to a job that can run meanwhile.
 
 Priority is what keeps the order fair: a later job never overtakes an earlier waiting job it conflicts
-with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs). Only
+with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs), except
+that one only at risk beside it (claims disjoint) may fill a slot while an active job queued before that
+earlier one holds it back anyway (`admission_index.held_back`): never while only jobs that started after
+it do, so it waits at most for the jobs that started while it could not. Only
 *ready* waiting jobs (every job they run after has landed) hold a place in that order; a job still
 waiting for a dependency would otherwise block the very job it waits for.
 
@@ -361,11 +364,15 @@ def _priority(ask: _Ask, c: _Checks) -> None:
     waiting = ask.st.waiting.get(ask.job.repo)
     early: list[int] = []
     early_paths: list[str] = []
+    passed: list[int] = []
     beyond = False
     if waiting is not None:
-        early, early_paths, beyond = waiting.earlier(f)
+        early, early_paths, beyond, passed = waiting.earlier(f, ask.repo_active)
     if not early:
-        c.ok("Priority", "no earlier waiting job in repo conflicts with it")
+        if passed:
+            c.ok("Priority", f"starts before {_jobs(passed)} (at risk beside it), held back by an earlier job anyway")
+        else:
+            c.ok("Priority", "no earlier waiting job in repo conflicts with it")
         return
     count = ("at least " if beyond else "") + _n(len(early), "earlier waiting job")
     if f.exclusive:
