@@ -157,8 +157,18 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         ignore=(".aider*",),
     ),
     "codex": RunnerTemplate(
-        argv=("codex", "exec", "--full-auto", "--skip-git-repo-check", "{prompt}"),
-        pass_env=("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"),
+        # Its own sandbox (bubblewrap) cannot start inside the daemon's: the daemon's confines it (`jobs.sandbox`).
+        # No plugin or app sync with the network; its retry warnings on (a 429's wait is in them: `ratelimit`).
+        argv=_words(
+            "codex exec -c sandbox_mode=danger-full-access --disable plugins --disable apps --skip-git-repo-check "
+            "{prompt}"
+        ),
+        resume_argv=_words(
+            "codex exec resume --last -c sandbox_mode=danger-full-access --disable plugins --disable apps "
+            "--skip-git-repo-check {feedback}"
+        ),
+        pass_env=("OPENAI_API_KEY", "CODEX_API_KEY", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"),
+        env={"RUST_LOG": "codex_core::responses_retry=warn"},
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
     ),

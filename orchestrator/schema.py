@@ -134,4 +134,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN grown TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE jobs ADD COLUMN revisions INTEGER NOT NULL DEFAULT 0;
     """,
+    # 9: the feedback of a revision under way; the rate limits runners met (until when), kept across a restart.
+    """
+    ALTER TABLE jobs ADD COLUMN feedback TEXT NOT NULL DEFAULT '';
+    CREATE TABLE rate_limits (
+        runner TEXT PRIMARY KEY,
+        until REAL NOT NULL
+    );
+    """,
 )

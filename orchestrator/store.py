@@ -515,6 +515,17 @@ class Store:
         """Set a scope's pause flag and/or slot limit (`slots=None` clears the limit; False leaves it)."""
         await self._db.call(_set_control_sync, scope, paused, slots)
 
+    # -- rate limits the runners met (`jobs.limits`) --------------------------------------------------
+
+    async def rate_limits(self) -> dict[str, float]:
+        """Every stored rate limit: runner → the UNIX time it ends (ended ones too, until the next is stored)."""
+        rows = await self._db.fetchall("SELECT runner, until FROM rate_limits")
+        return {r["runner"]: float(r["until"]) for r in rows}
+
+    async def set_rate_limit(self, runner: str, until: float) -> None:
+        """Store that `runner` is limited until `until` (a later end stored already stands); forget ended ones."""
+        await self._db.call(_set_rate_limit_sync, runner, until, time.time())
+
     async def events(self, job_id: int) -> list[dict[str, Any]]:
         rows = await self._db.fetchall("SELECT at, kind, data FROM job_events WHERE job_id = ? ORDER BY id", (job_id,))
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
@@ -709,6 +720,16 @@ def _set_control_sync(conn: sqlite3.Connection, scope: str, paused: bool | None,
         if slots is not False:
             conn.execute("UPDATE controls SET slots = ? WHERE scope = ?", (slots, scope))
         conn.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
+
+
+def _set_rate_limit_sync(conn: sqlite3.Connection, runner: str, until: float, now: float) -> None:
+    with transaction(conn):
+        conn.execute("DELETE FROM rate_limits WHERE until <= ?", (now,))
+        conn.execute(
+            "INSERT INTO rate_limits (runner, until) VALUES (?, ?) "
+            "ON CONFLICT (runner) DO UPDATE SET until = max(until, excluded.until)",
+            (runner, until),
+        )
 
 
 def _add_message_sync(conn: sqlite3.Connection, session: str, role: str, content: str, now: float) -> int:

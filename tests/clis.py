@@ -1,8 +1,9 @@
 """The real agent CLIs the end-to-end tests drive: found where `.ci/run` installs them, or on PATH.
 
-`.ci/run` installs Claude Code (npm `@anthropic-ai/claude-code`) and aider (PyPI `aider-chat`, in a venv
-of its own) under `$ORCHESTRATOR_TEST_TOOLS` (default `~/.cache/orchestrator-test-tools`: outside `/tmp`,
-which a job's sandbox replaces with an empty one, and kept between runs) and links both into its `bin/`.
+`.ci/run` installs Claude Code (npm `@anthropic-ai/claude-code`), codex (npm `@openai/codex`) and aider (PyPI
+`aider-chat`, in a venv of its own) under `$ORCHESTRATOR_TEST_TOOLS` (default `~/.cache/orchestrator-test-tools`:
+outside `/tmp`, which a job's sandbox replaces with an empty one, and kept between runs) and links each into its
+`bin/`.
 A test needing one skips, saying what to install, where neither that dir nor PATH has it.
 """
 
@@ -20,6 +21,7 @@ TOOLS = Path(os.environ.get("ORCHESTRATOR_TEST_TOOLS") or Path.home() / ".cache"
 INSTALL = {
     "claude": "bash .ci/run installs it (npm @anthropic-ai/claude-code)",
     "aider": "bash .ci/run installs it (pip aider-chat, in a venv of its own)",
+    "codex": "bash .ci/run installs it (npm @openai/codex)",
 }
 
 

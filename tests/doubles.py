@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 from orchestrator.doubles.anthropic import AnthropicDouble, Script
 from orchestrator.doubles.openai import OpenAIDouble
 from orchestrator.doubles.openai import Script as ChatScript
+from orchestrator.doubles.responses import ResponsesDouble
+from orchestrator.doubles.responses import Script as ResponsesScript
 
 D = TypeVar("D", bound="AbstractAsyncContextManager[Any]")
 
@@ -26,6 +28,13 @@ def anthropic_double(script: Script) -> Iterator[AnthropicDouble]:
 def openai_double(script: ChatScript, models: tuple[str, ...] = ("gpt-double",)) -> Iterator[OpenAIDouble]:
     """An `OpenAIDouble` (chat completions) serving on 127.0.0.1 for the `with` block."""
     with served(OpenAIDouble(script, models=models)) as double:
+        yield double
+
+
+@contextmanager
+def responses_double(script: ResponsesScript) -> Iterator[ResponsesDouble]:
+    """A `ResponsesDouble` (the Responses API, as codex calls it) serving on 127.0.0.1 for the `with` block."""
+    with served(ResponsesDouble(script)) as double:
         yield double
 
 

@@ -139,3 +139,18 @@ def test_risk_admission_never_runs_overlapping_claims_or_unknown_risk_together(
         else:
             world.touch(k, escape=True)
     assert not world.waiting and not world.active
+
+
+def test_a_later_job_fills_a_slot_while_an_earlier_risky_one_is_held_back_by_an_earlier_job() -> None:
+    """A later job at risk beside an earlier waiting job starts while an active job queued before that one
+    holds it back anyway; once only jobs that started after it hold it back, nothing more overtakes it."""
+    blocker = evidence(1, {"src/a.py"}, {}, 0.0)
+    first = evidence(2, {"src/a.py", "src/c.py"}, {"src/b.py": 0.2, "src/d.py": 0.2}, 0.001)
+    second = evidence(3, {"src/b.py"}, {}, 0.001)
+    d = {x.job_id: x for x in decide_all(Snapshot(active=(blocker,), waiting=(first, second), policy=RISKY))}
+    assert d[2].reason is Reason.OVERLAP and d[3].admitted
+    assert any("starts before job 2 (at risk beside it)" in c.detail for c in d[3].checks)
+    third = evidence(4, {"src/d.py"}, {}, 0.001)
+    d = {x.job_id: x for x in decide_all(Snapshot(active=(second,), waiting=(first, third), policy=RISKY))}
+    assert d[2].reason is Reason.RISK and d[2].blocking == (3,)
+    assert d[4].reason is Reason.PRIORITY and d[4].blocking == (2,)

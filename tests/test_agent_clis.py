@@ -17,10 +17,12 @@ from typing import Any
 from orchestrator.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
 from orchestrator.doubles.openai import chat_message
 from orchestrator.doubles.openai import error_reply as openai_error
+from orchestrator.doubles.responses import error_reply as responses_error
+from orchestrator.doubles.responses import exec_command, output_message
 from orchestrator.doubles.script import Conversations, Turn, text_of
 from tests import clis
 from tests.conftest import git
-from tests.doubles import anthropic_double, openai_double
+from tests.doubles import anthropic_double, openai_double, responses_double
 from tests.harness import until
 from tests.test_sandbox import needs_bwrap
 
@@ -301,3 +303,72 @@ def test_claude_code_rate_limited_waits_and_holds_back_its_runners_new_jobs(make
     assert _landed(repo, ja) == {"src/one.py": "one = 1"} and _landed(repo, jb) == {"docs/two.md": "two"}
     [waited] = [e for e in ja["events"] if e["kind"] == "rate_limited"]
     assert datetime.fromisoformat(jb["started_at"]).timestamp() >= waited["until"] - 0.5, "b started once it ended"
+
+
+def _codex_home(home: Path, url: str) -> None:
+    """The user's codex config, as one with a gateway writes it: a model provider of the Responses API at `url`
+    (the job's scratch HOME gets a copy, as the profile's `home_files` say)."""
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    (home / ".codex" / "config.toml").write_text(
+        'model = "gpt-double"\nmodel_provider = "double"\n\n[model_providers.double]\nname = "double"\n'
+        f'base_url = "{url}/v1"\nenv_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
+    )
+
+
+@needs_bwrap
+def test_codex_lands_exactly_its_change_and_a_revised_second_round_under_bwrap(make_repo, daemon_factory, tmp_path):
+    """The shipped `codex` profile, as is: real codex runs the stand-in model's shell commands in the job's worktree,
+    writing one file and editing another; `revise` resumes its session (`codex exec resume --last`) told the
+    feedback, and exactly both rounds' changes land."""
+    clis.need("codex")
+    repo = make_repo()
+    before = git(repo, "rev-parse", "main")
+    conv = Conversations(
+        {"greet the world": [exec_command("printf 'hello\\n' > hello.txt"),
+                             exec_command("sed -i 's/a = 1/a = 2/' src/a.py"),
+                             output_message("Wrote hello.txt and set a to 2."),
+                             exec_command("printf 'bye\\n' > bye.txt"),
+                             output_message("Said bye too.")]},
+        side=output_message("ok"),
+    )  # fmt: skip
+    with responses_double(conv) as double:
+        _codex_home(tmp_path / "userhome", double.url)
+        d = _daemon(daemon_factory, tmp_path, "codex", {"OPENAI_API_KEY": "sk-test-openai"})
+        job = d.enqueue(repo, "Please greet the world in hello.txt and set a to 2", "--runner", "codex",
+                        "--path", "hello.txt", "--path", "src/a.py", "--land", "review")  # fmt: skip
+        until("ready", lambda: d.cli_json("show", str(job))["state"] == "ready", timeout=90)
+        assert d.cli("revise", str(job), "Please say bye in bye.txt as well").returncode == 0
+        until("ready again", lambda: (s := d.cli_json("show", str(job)))["state"] == "ready" and s["revisions"], 90)
+        assert d.cli("land", str(job)).returncode == 0
+        (shown,) = _finish(d, job)
+    names = git(repo, "diff", "--name-only", before, shown["landed_sha"]).splitlines()  # both rounds
+    landed = {n: git(repo, "show", f"main:{n}") for n in names}
+    assert landed == {"bye.txt": "bye", "hello.txt": "hello", "src/a.py": "a = 2"}
+    turns = conv.requests("greet the world")
+    assert len(turns) == 5, "every scripted turn was asked for; the resumed session went on with the same one"
+    ran = [i["output"] for i in turns[-1]["input"] if i.get("type") == "function_call_output"]
+    assert len(ran) == 3 and all("exited with code 0" in r for r in ran), ran
+    said = [m["content"] for m in turns[3]["messages"] if m["role"] == "user"]
+    assert "Please say bye in bye.txt as well" in said[-1]
+    assert {h["authorization"] for h in double.headers} == {"Bearer sk-test-openai"}, "the key came through pass_env"
+
+
+@needs_bwrap
+def test_codex_rate_limited_is_stopped_at_its_retry_warning_waits_and_goes_on(make_repo, daemon_factory, tmp_path):
+    """Real codex meets a 429 with an hour's retry-after, which it would sleep out by itself: the daemon stops it at
+    its retry warning, the job waits (capped by `rate_limit_max_wait`), runs codex again, and lands its change."""
+    clis.need("codex")
+    repo = make_repo()
+    conv = Conversations({"greet the world": [exec_command("printf 'hello\\n' > hello.txt"), output_message("done")]},
+                         side=output_message("ok"))  # fmt: skip
+    limit = responses_error(429, "Rate limit reached for gpt-double on tokens per min (TPM).", retry_after=3600)
+    with responses_double(_limited_first(conv, 1, limit)) as double:
+        _codex_home(tmp_path / "userhome", double.url)
+        d = _daemon(daemon_factory, tmp_path, "codex", {"OPENAI_API_KEY": "sk-test-openai"},
+                    "[jobs]\nrate_limit_max_wait = 1\n")  # fmt: skip
+        job = d.enqueue(repo, "Please greet the world in hello.txt", "--runner", "codex", "--path", "hello.txt")
+        (shown,) = _finish(d, job)
+    assert _landed(repo, shown) == {"hello.txt": "hello"}
+    [waited] = [e for e in shown["events"] if e["kind"] == "rate_limited"]
+    assert waited["seconds"] == 1, "the hour its retry warning named, capped by rate_limit_max_wait"
+    assert "429 Too Many Requests" in d.cli("logs", str(job)).stdout

@@ -69,7 +69,8 @@ def test_check_allows_exactly_the_tables_moves(expect, to):
 
 
 def test_every_state_can_reach_an_end_and_only_retry_leaves_one():
-    """From every state some path ends; out of an ended state the only move is back to the queue (or cancel)."""
+    """From every state some path ends; out of an ended state the only move is back to the queue (or cancel), or
+    for a failed or interrupted job a revision's wait for admission (`planned`)."""
     for s in STATES:
         seen, todo = {s}, [s]
         while todo:
@@ -79,8 +80,24 @@ def test_every_state_can_reach_an_end_and_only_retry_leaves_one():
                     todo.append(nxt)
         assert seen & ENDED, s
     for s in ENDED - HELD:
-        assert lifecycle.MOVES[s] <= {JobState.QUEUED}
-    assert lifecycle.MOVES[JobState.INTERRUPTED] == {JobState.QUEUED, JobState.CANCELLED}
+        revised = {JobState.PLANNED} if s is JobState.FAILED else set()
+        assert lifecycle.MOVES[s] <= {JobState.QUEUED, *revised}
+    assert lifecycle.MOVES[JobState.INTERRUPTED] == {JobState.QUEUED, JobState.CANCELLED, JobState.PLANNED}
+
+
+@given(st.sampled_from(STATES), st.booleans())
+def test_only_ready_jobs_and_stopped_jobs_with_a_kept_worktree_are_revised(state, kept):
+    """A ready job runs again at once; a failed or interrupted one waits for admission, and only when its worktree is
+    kept (else it is told to retry); no other state is revised; every revision's move is one the table allows."""
+    how = lifecycle.on_revise(state, worktree_kept=kept)
+    if state is JobState.READY:
+        assert how is lifecycle.Revise.NOW and lifecycle.allowed(state, JobState.RUNNING)
+    elif state in (JobState.FAILED, JobState.INTERRUPTED):
+        assert how is (lifecycle.Revise.ADMIT if kept else lifecycle.Revise.NO_WORKTREE)
+        assert lifecycle.allowed(state, JobState.PLANNED)
+    else:
+        assert how is lifecycle.Revise.NOT_NOW
+    assert (how is not lifecycle.Revise.NOT_NOW) == (state in lifecycle.REVISABLE)
 
 
 @given(st.booleans(), st.none() | st.integers(0, 3), st.booleans(), st.booleans())

@@ -213,3 +213,25 @@ async def test_postgresql_down_is_a_clear_error(tmp_path):
     url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
     with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
         await PgStore.connect(url, node="a")
+
+
+async def test_rate_limits_are_kept_per_node_and_a_later_end_stands(pg_url, tmp_path):
+    """Each node keeps the rate limits its runners met (a longer one replaces a shorter, never the reverse; ended
+    ones go when the next is stored), in PostgreSQL as in the embedded file."""
+    import time
+
+    now = time.time()
+    a, b = await _node(pg_url, "a"), await _node(pg_url, "b")
+    embedded = await Store.open(tmp_path / "state.db")
+    try:
+        for store in (a, embedded):
+            await store.set_rate_limit("old-cli", now - 5)  # ended already
+            await store.set_rate_limit("claude-code", now + 600)
+            await store.set_rate_limit("claude-code", now + 60)  # shorter: the known end stands
+            await store.set_rate_limit("aider", now + 30)
+            assert await store.rate_limits() == {"claude-code": now + 600, "aider": now + 30}
+        assert await b.rate_limits() == {}, "node b met none"
+    finally:
+        await a.close()
+        await b.close()
+        await embedded.close()

@@ -185,3 +185,47 @@ def test_area_rates_learn_from_the_pairs_their_files_would_let_run_together() ->
     table = {(x, y): (n, k) for x, y, n, k in record._areas(foci, touched)}
     assert table[("", "")] == (2, 1)  # a-b kept apart by files; a-c met in docs/x.md; b-c did not meet
     assert table[("src", "docs")] == (2, 1) and ("src", "src") not in table
+
+
+def test_a_change_of_a_known_kind_counts_in_its_kinds_area_not_its_rankings() -> None:
+    """In the record, a change of a known kind (a dependency bump) claims what its kind does and is in that
+    claim's area: the pair is counted beside the workflows, not where its words pointed."""
+    from orchestrator.core.models import Risk
+    from orchestrator.plan.focus import Focus
+
+    def f(claim: str, area: str) -> Focus:
+        return Focus([], frozenset({claim}), Risk((), 0.0, area), 1.0, True)
+
+    foci = [f("src/a.py", "src"), f("src/__init__.py", "src")]  # the bump's words pointed at src/__init__.py
+    touched = [frozenset({"src/a.py"}), frozenset({".github/workflows/ci.yml"})]
+    kinds = [frozenset(), frozenset({".github/workflows/ci.yml"})]
+    table = {(x, y): (n, k) for x, y, n, k in record._areas(foci, touched, kinds)}
+    assert table[("src", ".github")] == (1, 0) and ("src", "src") not in table
+
+
+def test_an_area_apart_from_the_jobs_is_judged_by_pairs_that_were_apart() -> None:
+    """Two changes in sibling areas meet less often than two in one: an area the record does not list
+    beside the job's gets the rate of the sibling pairs there (`*`, `src/*`), not the rate of all pairs."""
+    from orchestrator.core.models import Risk
+    from orchestrator.core.risk import Escapes
+    from orchestrator.plan.score import Calibration
+
+    areas = (
+        ("", "", 100, 10),
+        ("src", "src", 40, 10),
+        ("src", "docs", 30, 0),
+        ("docs", "src", 30, 0),
+        ("src/a", "src/b", 20, 0),
+        ("src/b", "src/a", 20, 0),
+    )
+    meets = dict(Calibration(areas=areas).meets("src/a"))
+    root = 10.5 / 101
+    assert meets[""] == root and meets["*"] < root / 3  # 60 pairs apart at the top, none of which met
+    assert meets["src"] > root  # its own area: by its own pairs, pulled towards all pairs
+    assert meets["docs"] < meets["*"] and meets["src/*"] < meets["src"]
+    job = Escapes.of(Risk((), 0.0, "src/a", tuple(meets.items())))
+    assert job is not None
+    assert job.meeting("lib/x") == meets["*"]  # unlisted, apart at the top
+    assert job.meeting("src/c") == meets["src/*"]  # unlisted sibling under src
+    assert job.meeting("src/a/deep") == meets["src"]  # inside its own area: its own area's rate
+    assert dict(Calibration(areas=areas).meets("")) == {"": root}  # a job in no area: all pairs

@@ -92,3 +92,32 @@ def test_titles_and_dependabot_groups() -> None:
     assert not manifests.is_release("fix the version check")
     assert manifests.group_directory(FILES[".github/dependabot.yml"], "py-deps") == ("pip", "requirements")
     assert manifests.group_directory(FILES[".github/dependabot.yml"], "other") is None
+
+
+def test_a_recurring_title_claims_what_its_past_instances_touched(make_repo) -> None:
+    """`update dev dependencies`, seen three times before (numbers and refs aside), claims the files most of
+    them touched, confidently when they stayed inside; a title seen fewer times claims by its words."""
+    repo = make_repo("recur", FILES)
+    for n in range(3):
+        commit(
+            repo,
+            {
+                ".github/workflows/ci.yml": f"steps:\n  - uses: actions/checkout@v3.{n}\n",
+                "requirements/dev.txt": f"mypy==1.{n}\n",
+            },
+            f"update dev dependencies (#{100 + n})",
+        )
+    p = plan(repo, "update dev dependencies (#200)")
+    assert p.claim.paths == {".github/workflows/ci.yml", "requirements/dev.txt"} and p.claim.confidence >= 0.5
+    assert manifests.shape("Update dev dependencies (#7)") == manifests.shape("update dev dependencies 2.1")
+    assert manifests.shape("fix") == ()  # one word is no shape
+    assert "requirements/dev.txt" not in plan(repo, "document the app").claim.paths
+
+
+def test_a_kinds_risk_is_what_its_past_changes_touched_beyond_the_claim() -> None:
+    """Each file of the tree past changes of the kind touched outside the claim has the share that did
+    (add-one-half); a file none touched has the chance of an unseen one, spread over the tree."""
+    tree = frozenset({"a", "b", "c", *(f"f{i}" for i in range(97))})
+    near, rest = manifests.escapes([("a", "b"), ("a",), ("a", "c"), ("a", "b"), ("a", "gone")], {"a"}, tree)
+    assert dict(near) == {"b": 2.5 / 6, "c": 1.5 / 6}  # a file no longer in the tree is not listed
+    assert abs(rest - (2 + 1) / 7 / 100) < 1e-12

@@ -3,6 +3,8 @@ same branch, holding its paths throughout, and comes back ready (or lands) with 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orchestrator.doubles.anthropic import tool_use_message
 from tests.conftest import git
 from tests.doubles import anthropic_double
@@ -55,4 +57,64 @@ def test_revise_sends_a_ready_agent_job_back_with_feedback_and_it_goes_on(make_r
     assert git(repo, "show", "main:src/a.py") == "a = 2" and git(repo, "show", "main:src/c.py") == "c = 3"
     assert not git(repo, "branch", "--list", f"orchestrator/{job}-kept-*"), "nothing set aside"
     out = d.cli("revise", str(job), "more please")
-    assert out.returncode == 2 and f"job {job} is landed; only a ready job (review mode) can be revised" in out.stderr
+    assert out.returncode == 2 and f"job {job} is landed; only a ready job, or a failed or interrupted" in out.stderr
+
+
+def test_a_failed_job_is_revised_through_admission_and_survives_kill_9_in_its_kept_worktree(
+    make_repo, daemon_factory, tmp_path
+):
+    """A failed job sent back with feedback asks admission again (it waits while another job holds its paths), keeps
+    its base and worktree, and lands both rounds without undoing what its branch got meanwhile; a kill -9 while it
+    waits leaves it waiting with its feedback, one while it runs leaves it interrupted and revisable again; a job
+    that failed with no worktree is told to retry."""
+    from tests.test_crash_recovery import restart
+
+    repo = make_repo(files={"a.txt": "base\n", "b.txt": "b\n"})
+    hold, go = tmp_path / "hold", tmp_path / "go"
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}).start()
+    # Round one writes half its work and fails; a revision appends the feedback, waiting for `go` first.
+    script = (
+        'if [ -z "$ORCHESTRATOR_FEEDBACK" ]; then echo half >> a.txt; exit 3; fi\n'
+        f'echo "$ORCHESTRATOR_FEEDBACK" >> a.txt; while [ ! -e {go} ]; do sleep 0.05; done'
+    )
+    job = d.enqueue(repo, script, "--path", "a.txt")
+    assert d.cli("wait", str(job), "--timeout", "60").returncode != 0
+    failed = d.cli_json("show", str(job))
+    assert failed["state"] == "failed" and failed["worktree"], failed["reason"]
+    assert "orchestrator revise" in d.cli_json("why", str(job))["next"]
+    orphan = d.enqueue(repo, "true", "--path", "b.txt", "--after", str(job))
+    until("the dependent failed", lambda: d.cli_json("show", str(orphan))["state"] == "failed")
+    out = d.cli("revise", str(orphan), "try again")
+    assert out.returncode == 2 and "no worktree kept" in out.stderr and f"orchestrator retry {orphan}" in out.stderr
+    # The branch moves meanwhile (outside the job's claim), and another job now holds a.txt.
+    (repo / "b.txt").write_text("the user's b\n")
+    git(repo, "commit", "-qam", "the user's change")
+    holder = d.enqueue(repo, f"while [ ! -e {hold} ]; do sleep 0.05; done", "--path", "a.txt")
+    until("the holder runs", lambda: d.cli_json("show", str(holder))["state"] == "running")
+
+    out = d.cli("revise", str(job), "first feedback")
+    assert out.returncode == 0 and "waits for admission" in out.stderr, out.stderr
+    until("it waits on the holder", lambda: (d.cli_json("why", str(job))["decision"] or {}).get("blocking"))
+    why = d.cli_json("why", str(job))
+    assert why["state"] == "planned" and why["decision"]["reason"] == "Overlap" and why["decision"]["blocking"] == [
+        holder
+    ]
+    d.kill()  # while it waits for admission
+    d2 = restart(daemon_factory, d, "second")
+    until("the revision runs after the restart", lambda: d2.cli_json("show", str(job))["state"] == "running")
+    until("round two wrote", lambda: "first feedback" in (Path(failed["worktree"]) / "a.txt").read_text())
+    d2.kill()  # while its revision runs
+    d3 = restart(daemon_factory, d2, "third")
+    cut = d3.cli_json("show", str(job))
+    assert cut["state"] == "interrupted" and cut["feedback"] == "first feedback" and cut["worktree"]
+    assert d3.cli("revise", str(job), "second feedback").returncode == 0
+    go.touch()
+    assert d3.cli("wait", str(job), "--timeout", "60").returncode == 0
+    shown = d3.cli_json("show", str(job))
+    assert shown["state"] == "landed" and shown["base"] == failed["base"] and shown["worktree"] == failed["worktree"]
+    assert shown["revisions"] == 2 and shown["feedback"] == ""
+    assert git(repo, "show", "main:a.txt").splitlines() == ["base", "half", "first feedback", "second feedback"]
+    assert git(repo, "show", "main:b.txt") == "the user's b", "landed by a merge from its own base: nothing undone"
+    kinds = [(e["kind"], e.get("from")) for e in shown["events"] if e["kind"] in ("revised", "interrupted")]
+    assert kinds == [("revised", "failed"), ("interrupted", None), ("revised", "interrupted")]
+    hold.touch()

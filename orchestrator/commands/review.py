@@ -60,11 +60,17 @@ def reject(job_ids: tuple[int, ...], as_json: bool) -> None:
 @json_option
 @api_call
 def revise(job_id: int, feedback: str, as_json: bool) -> None:
-    """Send a ready job back to its agent with FEEDBACK (`-` reads it from stdin): the agent goes on in the job's
-    worktree from where it stopped (Claude Code resumes its session), and the job is ready again (or lands)."""
+    """Send a ready, failed or interrupted job back to its agent with FEEDBACK (`-` reads it from stdin): the agent
+    goes on in the job's kept worktree from where it stopped (Claude Code resumes its session), and the job is ready
+    again (or lands). A failed or interrupted job first waits for admission, as a new job would."""
     text = sys.stdin.read() if feedback == "-" else feedback
     job = client().revise(job_id, text)
     if as_json:
         emit(job)
         return
-    err(f"job {job['id']}: {job['reason']}; `orchestrator watch` shows it ready again once its runner is done")
+    then = (
+        f"`orchestrator why {job['id']}` says what it waits for"
+        if job["state"] == "planned"
+        else "`orchestrator watch` shows it ready again once its runner is done"
+    )
+    err(f"job {job['id']}: {job['reason']}; {then}")

@@ -22,10 +22,15 @@ failing one, in this order, gives the reason and the outcome:
 A job "runs alone" (is exclusive) when its claim is ambiguous (`claims.ambiguity`) or its claim or
 actual paths reach a barrier (`claims.reaches`). Union-mergeable paths (changelogs) never count as an
 overlap; those it shares with active jobs are reported in `Decision.shared`. In team mode the other nodes'
-active jobs of its repo (`Snapshot.elsewhere`) are active jobs for 4-6 and take none of this node's slots (9).
+active jobs of its repo (`Snapshot.elsewhere`) are active jobs for 4-6 and take none of this node's slots (9); nor
+does an active job that rests, waiting for its model API's rate limit to end (`JobView.resting`): it holds its
+paths, but its slot goes to a job that can run meanwhile.
 
 Priority is what keeps the order fair: a later job never overtakes an earlier waiting job it conflicts
-with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs). Only
+with (overlapping claims, or a risk above `Policy.risk` among the first `RISK_SCAN` earlier jobs), except
+that one only at risk beside it (claims disjoint) may fill a slot while an active job queued before that
+earlier one holds it back anyway (`admission_index.held_back`): never while only jobs that started after
+it do, so it waits at most for the jobs that started while it could not. Only
 *ready* waiting jobs (every job they run after has landed) hold a place in that order; a job still
 waiting for a dependency would otherwise block the very job it waits for.
 
@@ -246,7 +251,10 @@ def _base_moved(ask: _Ask, c: _Checks) -> None:
     """3. Base moved. A job that runs alone starts on the current head anyway."""
     job, f, policy = ask.job, ask.f, ask.snap.policy
     moved = ask.snap.moved.get(job.id, frozenset())
-    if f.exclusive:
+    if job.kept:
+        # Its work is in the worktree it kept, made from its base: it goes on there, and its landing merges.
+        c.ok("BaseMoved", "a revision: goes on in its kept worktree from its own base; its landing merges")
+    elif f.exclusive:
         c.ok("BaseMoved", "runs alone: starts on the current head")
     elif job.claim.source is ClaimSource.DECLARED:
         # A re-plan gives the same declared paths again, and leaving the queue to re-plan would let a later
@@ -356,11 +364,15 @@ def _priority(ask: _Ask, c: _Checks) -> None:
     waiting = ask.st.waiting.get(ask.job.repo)
     early: list[int] = []
     early_paths: list[str] = []
+    passed: list[int] = []
     beyond = False
     if waiting is not None:
-        early, early_paths, beyond = waiting.earlier(f)
+        early, early_paths, beyond, passed = waiting.earlier(f, ask.repo_active)
     if not early:
-        c.ok("Priority", "no earlier waiting job in repo conflicts with it")
+        if passed:
+            c.ok("Priority", f"starts before {_jobs(passed)} (at risk beside it), held back by an earlier job anyway")
+        else:
+            c.ok("Priority", "no earlier waiting job in repo conflicts with it")
         return
     count = ("at least " if beyond else "") + _n(len(early), "earlier waiting job")
     if f.exclusive:
@@ -391,7 +403,8 @@ def _landing(ask: _Ask, c: _Checks) -> None:
 def _capacity(ask: _Ask, c: _Checks) -> None:
     """9. Capacity: the global and the per-repo limit of active jobs."""
     policy, st = ask.snap.policy, ask.st
-    n_repo = sum(a.job.id not in st.elsewhere for a in ask.repo_active)
+    taking = [a.job.id for a in ask.repo_active if st.takes_slot(a.job)]
+    n_repo = len(taking)
     limit, per_repo = policy.max_concurrent, ask.snap.slots.get(ask.job.repo, policy.per_repo)
     if st.count >= limit:
         msg = (
@@ -399,8 +412,11 @@ def _capacity(ask: _Ask, c: _Checks) -> None:
         )
         c.fail(Reason.CONCURRENCY, msg, "waits for a free slot", st.active_ids())
     elif n_repo >= per_repo:
-        msg = f"{max(per_repo - n_repo, 0)}/{per_repo} repo slots free: {ask.in_repo} (per-repo limit {per_repo})"
-        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot in repo", ask.repo_ids)
+        msg = (
+            f"{max(per_repo - n_repo, 0)}/{per_repo} repo slots free: {_n(n_repo, 'active job')} in repo "
+            f"(per-repo limit {per_repo})"
+        )
+        c.fail(Reason.CONCURRENCY, msg, "waits for a free slot in repo", taking)
     else:
         c.ok("Concurrency", f"{limit - st.count}/{limit} slots free, {per_repo - n_repo}/{per_repo} in repo")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import itemgetter
@@ -158,14 +158,20 @@ class Waiting:
         if f.escapes is not None and not f.exclusive:
             self.risky.append(f)
 
-    def earlier(self, f: Facts) -> tuple[list[int], list[str], bool]:
+    def earlier(self, f: Facts, active: Sequence[Facts] = ()) -> tuple[list[int], list[str], bool, list[int]]:
         """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
-        meet them, and whether more block it than are listed. Bounded, so a long queue costs no more per job.
+        meet them, whether more block it than are listed, and the ids of the earlier jobs it may start
+        before although at risk beside them. Bounded, so a long queue costs no more per job.
+
+        An earlier job `f` is only at risk beside (claims disjoint) does not block it while an earlier
+        job of the repo among `active` holds that one back anyway (`held_back`): `f` fills a slot that
+        would idle. Never while only jobs that started after it hold it back, so it waits at most for the
+        jobs that started while it could not.
         """
         key = f.job.order_key
         if f.exclusive:
             cut = bisect_left(self.keys, key)
-            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT
+            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT, []
         cut = bisect_left(self.exclusive, key)
         found = set(self.exclusive[: min(cut, BLOCKING_LIMIT)])
         more = cut > BLOCKING_LIMIT
@@ -187,24 +193,42 @@ class Waiting:
                         hit = True
             if hit:
                 hit_paths.append(p)
+        passed: list[int] = []
         if f.escapes is not None or self.risky:
-            found.update(_risky_earlier(f, self.risky, key))
+            for w in _risky_earlier(f, self.risky, key):
+                if held_back(w, active):
+                    passed.append(w.job.id)
+                else:
+                    found.add(w.job.order_key)
         first = sorted(found)
         if len(first) > BLOCKING_LIMIT:
             first, more = first[:BLOCKING_LIMIT], True
-        return sorted(map(_id, first)), hit_paths, more
+        return sorted(map(_id, first)), hit_paths, more, passed
 
 
-def _risky_earlier(f: Facts, risky: list[Facts], key: OrderKey) -> list[OrderKey]:
-    """Keys of the earlier waiting jobs (the first RISK_SCAN with an estimate) whose risk beside `f` is above
-    the policy's (their claims only: they have touched nothing yet)."""
+def _risky_earlier(f: Facts, risky: list[Facts], key: OrderKey) -> list[Facts]:
+    """The earlier waiting jobs (the first RISK_SCAN with an estimate) whose risk beside `f` is above the
+    policy's (their claims only: they have touched nothing yet)."""
     out = []
     for w in risky[:RISK_SCAN]:
         if w.job.order_key >= key:
             break
         if risk(f, w, w.counted) > f.risk_limit:
-            out.append(w.job.order_key)
+            out.append(w)
     return out
+
+
+def held_back(w: Facts, active: Sequence[Facts]) -> bool:
+    """Whether an active job queued before waiting job `w` keeps it from starting now: one of them runs
+    alone, holds a path `w` claims, or is at risk beside it above the policy's."""
+    for a in active:
+        if a.job.order_key >= w.job.order_key:
+            continue
+        if a.exclusive or w.exclusive or claims.PathIndex(a.held).meeting(w.counted):
+            return True
+        if (a.escapes is not None or w.escapes is not None) and risk(w, a, a.held) > w.risk_limit:
+            return True
+    return False
 
 
 def risk(f: Facts, other: Facts, held: frozenset[str]) -> float:
@@ -281,8 +305,9 @@ class State:
         self.elsewhere = frozenset(j.id for j in snapshot.elsewhere)
         """Other nodes' active jobs: in `active` (they hold paths), not in `count` (they take no slot here)."""
         self.count = 0
+        """Active jobs that take one of this node's slots (not the other nodes' jobs, nor resting ones)."""
         for job in snapshot.active:
-            self.add_active(facts(job, snapshot.policy))
+            self.add_active(facts(job, snapshot.policy), slot=not job.resting)
         for job in snapshot.elsewhere:
             self.add_active(facts(job, snapshot.policy), slot=False)
 
@@ -300,7 +325,11 @@ class State:
         w.add(f)
 
     def active_ids(self) -> list[int]:
-        return sorted(a.job.id for r in self.active.values() for a in r.jobs)
+        """The jobs that take this node's slots."""
+        return sorted(a.job.id for r in self.active.values() for a in r.jobs if self.takes_slot(a.job))
+
+    def takes_slot(self, job: JobView) -> bool:
+        return job.id not in self.elsewhere and not job.resting
 
 
 _STATES: dict[int, tuple[weakref.ref[Snapshot], State]] = {}

@@ -19,6 +19,8 @@ def next_step(job: Job, landing_now: bool = False) -> str:
     st, code = job.state, job.code
     if st is JobState.PLANNED and job.decision:
         return str(job.decision.get("next") or "waits for admission")
+    if st is JobState.PLANNED and code == Code.REVISED:
+        return "waits for admission, then its runner goes on with your feedback in its kept worktree"
     if st in (JobState.QUEUED, JobState.PLANNING):
         return "re-plans on the new head" if code == "BaseMoved" else "gets its claim and base, then waits to start"
     if st is JobState.RUNNING and code == Code.RATE_LIMITED:
@@ -46,7 +48,15 @@ def next_step(job: Job, landing_now: bool = False) -> str:
         return f"nothing: it changed nothing, so nothing landed; `orchestrator retry {job.id}` runs it again"
     if st is JobState.LANDED:
         return "nothing: it has landed" + (f" at {job.landed_sha[:12]}" if job.landed_sha else "")
-    return f"nothing by itself: `orchestrator retry {job.id}` runs it again, `orchestrator clean {job.id}` forgets it"
+    revise = (
+        f"`orchestrator revise {job.id} FEEDBACK` sends it back to its agent in its kept worktree, "
+        if st in (JobState.FAILED, JobState.INTERRUPTED) and job.worktree
+        else ""
+    )
+    return (
+        f"nothing by itself: {revise}`orchestrator retry {job.id}` runs it again, `orchestrator clean {job.id}` "
+        "forgets it"
+    )
 
 
 def explain(job: Job, landing_now: bool = False) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.core.models import Claim, JobState, JobView
+from orchestrator.core.models import Claim, Code, JobState, JobView
 
 
 def iso(ts: float | None) -> str | None:
@@ -151,6 +151,9 @@ class Job:
     `claim` stays the plan's prediction, which calibration measures."""
     revisions: int = field(default=0, metadata=PLAIN)
     """Rounds of review feedback it was sent back with (`orchestrator revise`)."""
+    feedback: str = field(default="", metadata=PLAIN)
+    """The feedback of the revision under way ("" when none): stored with the move that starts it and kept until
+    its round ends, so a revision waiting for admission (of a failed job) or cut by a crash keeps what it was told."""
 
     @property
     def subject(self) -> str:
@@ -165,6 +168,11 @@ class Job:
             said = script[0].lstrip("#").strip() if script and script[0].startswith("#") else ""
             first = said or f"Run `{_cut(script[0] if script else first, 64)}`"
         return _cut(first, 72)
+
+    @property
+    def resting(self) -> bool:
+        """It runs, but waits for its model API's rate limit to end (code RateLimited): it holds no slot."""
+        return self.state is JobState.RUNNING and self.code == Code.RATE_LIMITED
 
     @property
     def commit_text(self) -> str:
@@ -183,6 +191,8 @@ class Job:
             after=self.after,
             mergeable=mergeable,
             runner=self.runner,
+            kept=bool(self.feedback),
+            resting=self.resting,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -34,8 +34,8 @@ MOVES: Mapping[JobState, frozenset[JobState]] = {
     RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED}),
     LANDING: frozenset({LANDED, FAILED, CONFLICTED, Q, CANCELLED}),  # Q: re-queued on a new head
     READY: frozenset({LANDING, CANCELLED, RUNNING}),  # RUNNING: sent back to its agent with feedback (`revise`)
-    INTERRUPTED: frozenset({Q, CANCELLED}),
-    FAILED: frozenset({Q}),
+    INTERRUPTED: frozenset({Q, CANCELLED, P}),  # P: revised, it waits for admission to go on in its kept worktree
+    FAILED: frozenset({Q, P}),  # P: revised (as INTERRUPTED)
     CANCELLED: frozenset({Q}),
     CONFLICTED: frozenset({Q}),
     UNCHANGED: frozenset({Q}),
@@ -173,6 +173,33 @@ def after_landing(outcome: Landed, attempts: int, policy: LandingPolicy) -> tupl
         retry = policy.retry_on_conflict and attempts + 1 < policy.max_attempts
         return Then.END, Q if retry else CONFLICTED
     return Then.END, FAILED  # CHECK_FAILED, FAULT
+
+
+class Revise(StrEnum):
+    """How to send a job back to its agent with feedback (`on_revise`)."""
+
+    NOW = "now"
+    """A ready job: it holds its paths and slot, so it runs again at once (READY → RUNNING)."""
+    ADMIT = "admit"
+    """A failed or interrupted job whose worktree is kept: its paths are free, so it waits for admission again
+    (→ PLANNED, keeping its base and worktree), then goes on where it stopped."""
+    NO_WORKTREE = "no-worktree"
+    """Failed or interrupted, but with no worktree to go on in (it never got one, or it is gone): retry instead."""
+    NOT_NOW = "not-now"
+    """Any other state: nothing to revise (it is waiting, running, landing, or ended for good)."""
+
+
+REVISABLE = frozenset({READY, FAILED, INTERRUPTED})
+"""States a job can be revised in (`on_revise`)."""
+
+
+def on_revise(state: JobState, *, worktree_kept: bool) -> Revise:
+    """What a revise of a job in `state` does; `worktree_kept`: its own workspace is still on disk."""
+    if state is READY:
+        return Revise.NOW
+    if state in (FAILED, INTERRUPTED):
+        return Revise.ADMIT if worktree_kept else Revise.NO_WORKTREE
+    return Revise.NOT_NOW
 
 
 class Cancel(StrEnum):

@@ -217,6 +217,10 @@ class JobView:
     """Extra union-mergeable paths for this job's repo (from its `.gitattributes` `merge=union`)."""
     runner: str = ""
     """The runner it runs with (a rate limit its model API met holds back the jobs of that runner)."""
+    kept: bool = False
+    """A revision: it goes on in the worktree it kept, from its own base, whatever its branch did since."""
+    resting: bool = False
+    """An active job waiting for its model API's rate limit to end: it holds its paths but no slot."""
 
     @property
     def order_key(self) -> tuple[int, int]:

@@ -74,14 +74,18 @@ class Escapes:
         return min(1.0, p) if p > 0 else self.rest
 
     def meeting(self, area: str) -> float:
-        """How often past changes in this job's area met one in `area` (its deepest listed directory)."""
-        a = area
+        """How often past changes in this job's area met one in `area`: its deepest listed directory, or
+        where it leaves this job's own areas for one not listed, the rate of the siblings there (`p/*`)."""
+        a, below = area, None
         while True:
+            sibling = f"{a}/*" if a else "*"
+            if below is not None and sibling in self.meets and _within(a, self.area) and not _within(below, self.area):
+                return self.meets[sibling]
             if a in self.meets:
                 return self.meets[a]
             if not a:
                 return 0.0
-            a = a.rsplit("/", 1)[0] if "/" in a else ""
+            a, below = (a.rsplit("/", 1)[0] if "/" in a else ""), a
 
     def into(self, paths: Iterable[str]) -> float:
         """The chance the job touches at least one of `paths`."""
@@ -89,6 +93,11 @@ class Escapes:
         for p in paths:
             miss *= 1.0 - self.at(p)
         return 1.0 - miss
+
+
+def _within(a: str, b: str) -> bool:
+    """Area `a` is `b` or encloses it (ROOT encloses every area)."""
+    return not a or b == a or b.startswith(a + "/")
 
 
 def pair_risk(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_held: Iterable[str]) -> float:

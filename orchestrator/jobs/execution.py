@@ -94,7 +94,7 @@ class Executor:
     ) -> None:
         self.held = held
         """(job id, path) → why the job should not write that path now (the overlap watch answers)."""
-        self.limits = Limits()
+        self.limits = Limits(board.store)
         """Rate limits the runners met (a fact of the scheduler's snapshots)."""
         self.board = board
         self.cfg = cfg
@@ -117,9 +117,10 @@ class Executor:
         return await asyncio.to_thread(escapes.written, repo, before, after)
 
     async def _end(self, job: Job, step: lifecycle.Step, **fields: Any) -> Job:
-        """Write `step` (from `running`); the job as stored, whoever moved it last."""
+        """Write `step` (from `running`), which ends the round (and any revision's feedback with it); the job as
+        stored, whoever moved it last."""
         done = await self.board.transition(
-            job.id, step.expect, step.to, step.event, code=step.code, reason=step.reason, **fields
+            job.id, step.expect, step.to, step.event, code=step.code, reason=step.reason, feedback="", **fields
         )
         if done is not None:
             return done
@@ -160,7 +161,7 @@ class Executor:
                 return job, replace(result, summary=f"{result.summary}; still limited after {waits} waits")
             seconds = ratelimit.wait(result.retry_after, waits, j.rate_limit_wait, j.rate_limit_max_wait)
             until = time.time() + seconds
-            self.limits.hit(job.runner, until)
+            await self.limits.hit(job.runner, until)
             waits += 1
             reason = (
                 f"{result.summary}; waits until {time.strftime('%H:%M:%S', time.localtime(until))} ({seconds:g}s, "
@@ -285,7 +286,7 @@ class Executor:
                     summary=result.summary,
                     changed=sha is not None,
                     review=job.land == "review",
-                    revised=bool(resume),
+                    revised=bool(resume) and job.result is not None,  # a failed job's revision may have none yet
                 )
             )
             sha = sha or (job.result if resume else None)

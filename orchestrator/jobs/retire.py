@@ -33,6 +33,7 @@ def fresh_attempt(job: Job) -> dict[str, Any]:
         "exit_code": None,
         "land_after": (),
         "decision": None,
+        "feedback": "",
     }
 
 

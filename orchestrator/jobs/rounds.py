@@ -128,7 +128,7 @@ class RepoFacts:
                 tuple((j.id, snapshot.moved[j.id]) for j in jobs if j.id in snapshot.moved),
                 frozenset(deps & snapshot.landed),
                 frozenset(deps & snapshot.dead),
-                len(snapshot.active),
+                sum(not v.resting for v in snapshot.active),  # the slots taken (a resting job takes none)
                 snapshot.paused,
                 tuple(sorted(snapshot.limited.items())),
                 tuple(sorted(snapshot.slots.items())),

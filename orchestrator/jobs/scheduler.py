@@ -133,6 +133,7 @@ class Scheduler:
         """Decide, act, sleep until woken. In burst mode, return once nothing is open."""
         self._last_wake = time.monotonic()
         self.controls = await self.board.store.controls()
+        await self.executor.limits.load()  # the rate limits a stopped daemon met, still in force
         for job in await self.board.store.jobs([JobState.LANDING]):
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
@@ -236,7 +237,8 @@ class Scheduler:
         # (one a woken round may cut short), not by every round.
         self._explain_every = max(EXPLAIN_EVERY, EXPLAIN_PER_JOB * len(planned))
         explain = time.monotonic() - self._explained >= self._explain_every
-        blocked = self._nothing_can_start(planned, len(active))
+        taken = sum(not j.resting for j in active)  # a job resting on a rate limit holds no slot
+        blocked = self._nothing_can_start(planned, taken)
         if blocked and not explain:
             # No snapshot of the whole queue on every job's start, finish and landing: a re-plan or a dead
             # dependency waits for that pass, or for the slot or the landing that lets a job start.
@@ -251,7 +253,7 @@ class Scheduler:
         # Repositories whose facts did not change since the last round are not decided again.
         snapshot = self._repo_facts.narrow(snapshot, self._seen.live)
         writes: list[Write] = []
-        busy, cap = len(active), snapshot.policy.max_concurrent
+        busy, cap = taken, snapshot.policy.max_concurrent
         complete = True
         for n, decision in enumerate(admission.iter_decisions(snapshot), start=1):
             job = by_id[decision.job_id]
@@ -313,7 +315,7 @@ class Scheduler:
             head = heads[(job.repo, job.branch)]
             if head is None:
                 moved[job.id] = None
-            elif job.base:
+            elif job.base and not job.feedback:  # a revision goes on from its own base (`_base_moved`)
                 since = self._seen.checked.get(job.id, job.base)
                 if head != since:
                     pending[job.id] = (job.repo, since, head)
@@ -432,6 +434,9 @@ class Scheduler:
         log = olog.get(job_id=job.id, repo=job.repo)
         try:
             await testhook.reach("admit", job.id)
+            # A revision goes on in the worktree it kept, on the base it was made from (its landing merges from
+            # there); any other job starts on the head admission checked.
+            fresh: dict[str, Any] = {} if job.feedback else {"started_at": time.time(), "base": head}
             try:
                 started = await self.board.transition(
                     job.id,
@@ -439,8 +444,7 @@ class Scheduler:
                     JobState.RUNNING,
                     "admitted",
                     beside=beside,
-                    started_at=time.time(),
-                    base=head,
+                    **fresh,
                     decision=decision.to_json(),
                     reason=decision.message,
                     code=decision.reason,
@@ -452,21 +456,21 @@ class Scheduler:
                 log.info(olog.Event.ADMISSION_STALE, reason="it left `planned`, or another node started beside it")
                 return job
             log.info(olog.Event.ADMISSION_ADMITTED, **_decision_fields(decision))
-            job = await self.executor.run(started)
+            job = await self.executor.run(started, resume=started.feedback)
         finally:
             self._ran(job.id)
         if job.state is JobState.LANDING:
             self.lander.submit(job)
         return job
 
-    def resume(self, job: Job, feedback: str) -> None:
-        """Run a job that was moved to `running` again (a `revise` of a ready job) in its kept worktree, told
-        `feedback`: its task, registered at once (a cancel finds it), carries it to ready, landing or an end."""
-        self.running[job.id] = asyncio.create_task(self._resumed(job, feedback), name=f"job-{job.id}")
+    def resume(self, job: Job) -> None:
+        """Run a ready job that was moved to `running` again (`revise`) in its kept worktree, told its `feedback`:
+        its task, registered at once (a cancel finds it), carries it to ready, landing or an end."""
+        self.running[job.id] = asyncio.create_task(self._resumed(job), name=f"job-{job.id}")
 
-    async def _resumed(self, job: Job, feedback: str) -> Job:
+    async def _resumed(self, job: Job) -> Job:
         try:
-            job = await self.executor.run(job, resume=feedback)
+            job = await self.executor.run(job, resume=job.feedback)
         finally:
             self._ran(job.id)
         if job.state is JobState.LANDING:

@@ -20,8 +20,9 @@ from typing import Any
 from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.config import Config
+from orchestrator.core import claims
 from orchestrator.core.job import Job
-from orchestrator.core.lifecycle import Cancel, on_cancel
+from orchestrator.core.lifecycle import Cancel, Revise, on_cancel, on_revise
 from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobState
 from orchestrator.git import repos
 from orchestrator.git.worktrees import WorktreePool
@@ -243,41 +244,58 @@ class Jobs:
                 raise JobError(str(e)) from None
 
     async def revise(self, job_id: int, feedback: str) -> Job:
-        """Review mode: send a ready job back to its agent with `feedback`. It runs again in the worktree it kept
-        (its paths and slot stay taken throughout), goes on from its earlier result, and is ready (or lands) again."""
+        """Send a job back to its agent with `feedback`; it goes on in the worktree it kept, from its earlier work,
+        and is ready (or lands) again. A ready job runs again at once (its paths and slot stay taken throughout);
+        a failed or interrupted one waits for admission first (its paths are free), keeping its base and worktree.
+        The feedback is stored with the move, so a crash at any point leaves the job as it was or waiting with it."""
         if not feedback.strip():
             raise BadRequest("the feedback is empty: say what the agent should change")
         if len(feedback) > MAX_FEEDBACK:
             raise BadRequest(f"the feedback is {len(feedback)} characters; at most {MAX_FEEDBACK} reach an agent CLI")
         async with self._one_at_a_time(job_id):
             job = await self.get(job_id)
-            if job.state is not JobState.READY:
-                hint = (
-                    f"`orchestrator retry {job_id}` runs it again from the start"
-                    if job.state in RETRYABLE
-                    else f"`orchestrator why {job_id}` says when it will be"
-                )
-                raise JobError(f"job {job_id} is {job.state}; only a ready job (review mode) can be revised: {hint}")
+            if job.node and not self.store.mine(job):  # team mode: its worktree is on the node that ran it
+                raise JobError(f"job {job_id} ran on node {job.node!r}: revise it there, where its worktree is")
+            kept = job.state in (JobState.FAILED, JobState.INTERRUPTED) and await self._worktree_kept(job)
+            how = on_revise(job.state, worktree_kept=kept)
+            if how in (Revise.NOT_NOW, Revise.NO_WORKTREE):
+                raise JobError(_not_revised(job, how))
             if job.runner not in self.runners:
-                raise JobError(f"job {job_id}'s runner {job.runner!r} is not configured any more; `orchestrator land` "
-                               f"or `orchestrator reject` it")  # fmt: skip
+                instead = "`orchestrator land` or `orchestrator reject` it" if how is Revise.NOW else "configure it"
+                raise JobError(f"job {job_id}'s runner {job.runner!r} is not configured any more; {instead}")
             round_ = job.revisions + 1
+            data = {"code": Code.REVISED, "round": round_, "feedback": feedback[:2000], "from": str(job.state)}
             await testhook.reach("revise", job_id)
-            started = await self.board.transition(
-                job_id,
-                {JobState.READY},
-                JobState.RUNNING,
-                "revised",
-                revisions=round_,
-                reason=f"revision {round_}: runs again in its worktree with your feedback",
-                code=Code.REVISED,
-                data={"code": Code.REVISED, "round": round_, "feedback": feedback[:2000]},
-            )
-            if started is None:
+            extra: dict[str, Any] = {}
+            if how is Revise.NOW:
+                to, reason = JobState.RUNNING, f"revision {round_}: runs again in its worktree with your feedback"
+            else:
+                # Its paths are free since it ended: it asks for them again, with all its kept worktree touched.
+                to = JobState.PLANNED
+                reason = f"revision {round_}: waits for admission, then goes on in its kept worktree with your feedback"
+                grown = job.grown | claims.outside(job.actual, job.view().claim.paths)
+                extra = {"grown": grown, "finished_at": None, "exit_code": None, "decision": None}
+            moved = await self.board.transition(
+                job_id, {job.state}, to, "revised", revisions=round_, feedback=feedback, reason=reason,
+                code=Code.REVISED, data=data, **extra,
+            )  # fmt: skip
+            if moved is None:
                 raise JobError(f"job {job_id} changed while it was being revised; `orchestrator show {job_id}`")
-            self.scheduler.resume(started, feedback)
-            olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_REVISED, round=round_, chars=len(feedback))
-            return started
+            if how is Revise.NOW:
+                self.scheduler.resume(moved)
+            else:
+                self.scheduler.wake()
+            olog.get(job_id=job_id, repo=job.repo).info(
+                olog.Event.JOB_REVISED, round=round_, chars=len(feedback), waits=how is Revise.ADMIT
+            )
+            return moved
+
+    async def _worktree_kept(self, job: Job) -> bool:
+        """The job's own workspace is on disk where its record says (a failed or interrupted job keeps it)."""
+        if not job.worktree:
+            return False
+        ws = self.pool.workspace(Path(job.repo), job.id)
+        return Path(job.worktree) == ws.root and await asyncio.to_thread(lambda: ws.exists() and ws.root.is_dir())
 
     async def retry(self, job_id: int) -> Job:
         async with self._one_at_a_time(job_id):
@@ -340,6 +358,27 @@ class Jobs:
             slots=controls.get(scope, (False, None))[1],
         )
         await self.board.announce()
+
+
+def _not_revised(job: Job, how: Revise) -> str:
+    """Why `job` cannot be revised (`how`: NOT_NOW or NO_WORKTREE), and what to do instead."""
+    i = job.id
+    if how is Revise.NO_WORKTREE:
+        gone = f"{job.worktree} is gone" if job.worktree else "it ended before it had one"
+        return (
+            f"job {i} is {job.state} with no worktree kept ({gone}), so its agent has nothing to go on from: "
+            f"`orchestrator retry {i}` runs it again from the start"
+        )
+    if job.state in RETRYABLE:
+        hint = f"`orchestrator retry {i}` runs it again from the start"
+    elif job.state is JobState.LANDED:
+        hint = "its work is on its branch; enqueue a new job for more"
+    else:
+        hint = f"`orchestrator why {i}` says when it will be"
+    return (
+        f"job {i} is {job.state}; only a ready job, or a failed or interrupted one whose worktree is kept, can be "
+        f"revised: {hint}"
+    )
 
 
 async def resolve(data: dict[str, Any]) -> tuple[Path, str, str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from orchestrator.core import claims
 from orchestrator.core.models import Claim, ClaimSource, Risk
+from orchestrator.core.risk import area_of
 from orchestrator.git import repos
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import manifests
@@ -148,17 +149,32 @@ def local_plan(
     touches (`manifests`).
     """
     plan = _evidence_plan(repo, base, text, history, ignore, calibration)
-    kind = manifests.kind_of(title(text))
-    if kind is None:
-        return plan
+    subject = title(text)
     files = tree_files(str(repo), base)
-    if kind is manifests.Kind.DEPENDENCY and (name := manifests.dependency(title(text))):
+    known = kind_files(repo, base, subject, files, history, ignore)
+    if known is None:
+        return plan
+    kind, found, why = known
+    return _kind_plan(plan, kind, found, why, subject, files, history, ignore, calibration)
+
+
+def kind_files(
+    repo: Path, base: str, subject: str, files: Files, history: History | None, ignore: Sequence[str] = ()
+) -> tuple[manifests.Kind, list[str], str] | None:
+    """For a change of a known kind (a dependency update, a release, a recurring change: `manifests`), the
+    files the tree at `base` or its past changes of the kind say it touches, and why; else None."""
+    kind = manifests.kind_of(subject)
+    if kind is None and history is not None and (found := manifests.recurring(history, subject, files.paths, ignore)):
+        return manifests.Kind.RECURRING, found, "past changes with this title touched it"
+    if kind is None:
+        return None
+    if kind is manifests.Kind.DEPENDENCY and (name := manifests.dependency(subject)):
         # a name that is the repo's own file or directory (`Update README.md to v2`) is no dependency
         own = name.rstrip("/") in files.paths or name.rstrip("/") in files.dirs
         found = [] if own else _grep_files(repo, base, manifests.declaration_pattern(name), manifests.MANIFESTS)
         why = f"declares {name}"
     elif kind is manifests.Kind.DEPENDENCY:
-        name = manifests.group(title(text)) or ""
+        name = manifests.group(subject) or ""
         found = _group_files(repo, base, name, files)
         why = f"a manifest of the dependabot group {name}"
     else:
@@ -167,8 +183,23 @@ def local_plan(
         if history is not None:
             found += [f for f in manifests.release_companions(history, files.paths, ignore) if f not in found]
         why = "holds the version, or past releases touched it"
-    if not found:
-        return plan
+    return (kind, found, why) if found else None
+
+
+def _kind_plan(
+    plan: Plan,
+    kind: manifests.Kind,
+    found: Sequence[str],
+    why: str,
+    subject: str,
+    files: Files,
+    history: History | None,
+    ignore: Sequence[str],
+    calibration: Calibration | None,
+) -> Plan:
+    """The claim of a change of a known kind: the files the tree (or its past changes of the kind) say it
+    touches, trusted as far as those past changes stayed inside such a claim, and its risk beyond it what
+    they measure (`manifests.escapes`), not the area rates of text evidence."""
     ev = _Collector()
     for e in plan.evidence:
         ev.add(e.path, e.kind, e.why)
@@ -176,17 +207,36 @@ def local_plan(
         ev.add(p, Kind.NAMED, why)
     wanted = frozenset(found) | plan.claim.paths  # what else the text points at comes along
     paths = _claimable(_covered(_directories(_generated(wanted, files, ev), files, ev)))
-    n, inside = manifests.trusted(history, kind, paths, ignore)
+    record = manifests.record(history, kind, paths, ignore, subject)
+    n, inside = manifests.trusted(record, kind, paths)
+    closed = n >= manifests.MIN_SEEN and inside / n >= manifests.CLOSED
+    if closed and plan.claim.confidence <= WEAK:
+        # the kind's record holds it: what the text's loose evidence adds is left to the measured risk
+        paths = _claimable(_covered(_directories(_generated(frozenset(found), files, ev), files, ev)))
+        record = manifests.record(history, kind, paths, ignore, subject)
+        n, inside = manifests.trusted(record, kind, paths)
+        closed = n >= manifests.MIN_SEEN and inside / n >= manifests.CLOSED
     notes = [n_ for n_ in plan.notes if n_[0] is not Note.NAMES_NOTHING]
-    if n >= manifests.MIN_SEEN and inside / n >= manifests.CLOSED:
+    if closed:
         confidence = 0.6
     else:
         confidence = WEAK
         notes.append((Note.WIDE, f"{inside} of the {n} past changes of this kind ({kind}) stayed inside such a claim"))
-    # The record of such changes is all there is: any one path beyond the claim is as likely as a miss.
-    risk = Risk((), (n - inside + 1) / (n + 2)) if n >= manifests.MIN_SEEN and calibration is not None else None
+    held = claims.PathIndex(paths)
+    risk = plan.claim.risk  # too few past changes of the kind: the text's evidence says what the risk is
+    if n >= manifests.MIN_SEEN and calibration is not None:
+        near, rest = manifests.escapes(record, paths, files.paths)
+        risk = Risk(tuple((claims.literal(p), q) for p, q in near if _valid(p)), rest, claim_area(paths))
+    if risk is not None:
+        risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not held.meets(p)))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
     return Plan(claim, tuple(ev.evidence), "", str(Kind.NAMED), tuple(notes))
+
+
+def claim_area(paths: Iterable[str]) -> str:
+    """The area most of a claim's paths are in."""
+    areas = [area_of(p) for p in sorted(paths)]
+    return max(dict.fromkeys(areas), key=areas.count) if areas else ""
 
 
 def _covered(paths: frozenset[str]) -> frozenset[str]:

@@ -62,7 +62,7 @@ def title(message: str) -> str:
     return lines[0]
 
 
-_VERSION = re.compile(r"(?<![\w.])v?\d+(\.\d+)+([.-]?(dev|rc|a|b|post)\d*)*(?![\w.])")
+_VERSION = re.compile(r"(?<![\w.])v?\d+(\.\d+)+([.-]?(dev|rc|a|b|post)\d*)*(?!\w|\.\w)")
 VERSION_TOKEN = "versionnumber"
 """Stands for any version number (`v2.34.0`, `3.1.0rc1`): releases are alike whatever their number."""
 

@@ -55,6 +55,9 @@ MIN_SEEN = 3
 """Past changes of the kind needed before their record can make a claim confident."""
 CLOSED = 0.8
 """The share of them that must have stayed inside such a claim."""
+RECENT = 10
+"""The most recent past changes of a kind that say what such a change touches now (a project that moved
+from `requirements/*.txt` to `uv.lock` updates its dependencies in the new files)."""
 
 _DEPENDENCY = re.compile(
     r"^(?:\w+\(deps[\w-]*\):\s*)?(?:bump|update|upgrade)\s+(?!the\b|to\b|all\b|dev\b|min\b)"
@@ -70,6 +73,9 @@ _GENERIC = frozenset({"python", "version", "versions", "dependencies", "deps", "
 class Kind(StrEnum):
     DEPENDENCY = "dependency"
     RELEASE = "release"
+    RECURRING = "recurring"
+    """A change whose title, numbers and refs aside, past changes had word for word (`update dev
+    dependencies`, `Bump https://github.com/astral-sh/ruff-pre-commit (#7598)`): it touches what they did."""
 
 
 def dependency(title: str) -> str | None:
@@ -125,43 +131,91 @@ def is_manifest(path: str) -> bool:
     return any(fnmatch.fnmatchcase(path, p) for p in (*MANIFESTS, *LOCKFILES))
 
 
-def past(history: History, kind: Kind) -> list[tuple[str, ...]]:
-    """The files of the recent past changes of this kind, oldest first."""
+def past(history: History, kind: Kind, title: str = "") -> list[tuple[str, ...]]:
+    """The files of the recent past changes of this kind (a recurring change: those with `title`'s shape),
+    oldest first."""
+    if kind is Kind.RECURRING:
+        want = shape(title)
+        return [c.files for c in history.changes[-history.window :] if want and shape(c.subject) == want]
     return [c.files for c in history.changes[-history.window :] if kind_of(c.subject) is kind]
+
+
+@lru_cache(maxsize=8192)
+def shape(title: str) -> tuple[str, ...]:
+    """A title's words without what differs between instances of one recurring change: numbers, versions,
+    refs, hashes. Fewer than two words is no shape (`fix`, `wip`: they say nothing of what is touched)."""
+    t = re.sub(r"#\d+|\b[0-9a-f]{7,40}\b|\bv?\d[\w.+-]*", " ", title.lower())
+    words = tuple(re.findall(r"[a-z]+", t))
+    return words if len(words) >= 2 else ()
+
+
+def recurring(history: History, title: str, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
+    """The files (still in the tree) that at least SUPPORT of the past changes with `title`'s shape
+    touched (of the `RECENT` last), when there are MIN_SEEN of them; else none."""
+    alike = past(history, Kind.RECURRING, title)
+    if len(alike) < MIN_SEEN:
+        return []
+    return _common(alike[-RECENT:], present, ignore)
+
+
+def _common(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore: Sequence[str]) -> list[str]:
+    count: Counter[str] = Counter(f for files in changes for f in set(files))
+    return sorted(
+        f
+        for f, k in count.items()
+        if f in present and k >= 2 and k >= SUPPORT * len(changes) and not (ignore and claims.matches(f, tuple(ignore)))
+    )
 
 
 def release_companions(history: History, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
     """Files (still in the tree) that at least SUPPORT of the past releases touched."""
-    releases = past(history, Kind.RELEASE)
-    count: Counter[str] = Counter(f for files in releases for f in set(files))
-    return sorted(
-        f
-        for f, k in count.items()
-        if f in present
-        and k >= 2
-        and k >= SUPPORT * len(releases)
-        and not (ignore and claims.matches(f, tuple(ignore)))
-    )
+    return _common(past(history, Kind.RELEASE), present, ignore)
 
 
-def trusted(history: History | None, kind: Kind, claim: Iterable[str], ignore: Sequence[str]) -> tuple[int, int]:
-    """Of the past changes of this kind: (how many, how many stayed inside what such a change claims now).
-    A dependency update: past updates that touched a file of `claim` (where this dependency is declared),
-    inside when they touched only manifests; a release: past releases, inside when within `claim`."""
+def record(
+    history: History | None, kind: Kind, claim: Iterable[str], ignore: Sequence[str], title: str = ""
+) -> list[tuple[str, ...]]:
+    """The past changes of this kind such a change is judged by (their files, union-mergeable ones left
+    out): a dependency update, past updates that touched a file of `claim` (where this dependency is
+    declared); a release or a recurring change, all past ones of its kind. The `RECENT` last of them."""
     if history is None:
-        return 0, 0
+        return []
     index = claims.PathIndex(claim)
-    n = inside = 0
-    for files in past(history, kind):
-        rest = [f for f in files if not (ignore and claims.matches(f, tuple(ignore)))]
-        if not rest or (kind is Kind.DEPENDENCY and not index.meeting(rest)):
-            continue  # a dependency update is judged by past updates to the files that declare it
-        n += 1
+    out = []
+    for files in past(history, kind, title):
+        rest = tuple(f for f in files if not (ignore and claims.matches(f, tuple(ignore))))
+        if rest and not (kind is Kind.DEPENDENCY and not index.meeting(rest)):
+            out.append(rest)
+    return out[-RECENT:]
+
+
+def trusted(changes: Sequence[tuple[str, ...]], kind: Kind, claim: Iterable[str]) -> tuple[int, int]:
+    """Of the past changes of the kind (`record`): (how many, how many stayed inside what such a change
+    claims now). A dependency update is inside when it touched only manifests; the others when within
+    `claim`."""
+    index = claims.PathIndex(claim)
+    inside = 0
+    for rest in changes:
         if kind is Kind.DEPENDENCY:
             inside += all(is_manifest(f) for f in rest)
         else:
             inside += len(index.meeting(rest)) == len(rest)
-    return n, inside
+    return len(changes), inside
+
+
+def escapes(
+    changes: Sequence[tuple[str, ...]], claim: Iterable[str], present: frozenset[str]
+) -> tuple[list[tuple[str, float]], float]:
+    """The risk beyond `claim` that the past changes of the kind (`record`) measure: each file of the tree
+    (`present`) some of them touched outside it, with the share that did (add-one-half: seen once in 9 is
+    15%, not 11%); and for any other file, the chance of a file never seen there (as many as were seen only
+    once, plus one, in n + 2), spread over the tree."""
+    index = claims.PathIndex(claim)
+    n = len(changes)
+    count: Counter[str] = Counter(f for rest in changes for f in set(rest) if not index.meets(f))
+    once = sum(1 for k in count.values() if k == 1)
+    near = sorted(((f, (k + 0.5) / (n + 1)) for f, k in count.items() if f in present), key=lambda t: (-t[1], t[0]))
+    return near, (once + 1) / (n + 2) / max(1, len(present))
 
 
 def version_files(found: Iterable[str], history: History | None) -> list[str]:

@@ -29,9 +29,10 @@ import pygit2
 from orchestrator.core import claims
 from orchestrator.core.risk import Escapes, by_files
 from orchestrator.git import repos
+from orchestrator.plan import evidence, manifests
 from orchestrator.plan import focus as focus_mod
 from orchestrator.plan import index as index_mod
-from orchestrator.plan.history import MAX_FILES, Change, History
+from orchestrator.plan.history import MAX_FILES, Change, History, title
 from orchestrator.plan.rank import rank
 from orchestrator.plan.score import CLASSES, Calibration, area_pairs, path_class, platt
 from orchestrator.plan.text import mentions
@@ -42,7 +43,7 @@ MIN_RECORD = 20
 """Replayed plans naming something needed before the risk can be estimated."""
 SCALE_RANGE = (0.02, 20.0)
 """The range the escape factors are fitted in."""
-WINDOW = 8
+WINDOW = 16
 """Replayed changes at most this far apart count as a pair queued together."""
 AREA_CUT = 0.03
 """The pairs an area's rate is learned from: those whose estimate by files is at most this (the default
@@ -60,6 +61,9 @@ class Sample:
     touched: frozenset[str]
     files: int
     """Files in the tree at its parent."""
+    kind: frozenset[str] = frozenset()
+    """For a change of a known kind (`manifests`): the files that kind claims, which its plan claims (and
+    whose area it is in) instead of what the ranking says."""
 
 
 def replay(repo: Path, changes: Sequence[Change], ignore: Sequence[str] = (), limit: int = REPLAY) -> list[Sample]:
@@ -82,9 +86,19 @@ def replay(repo: Path, changes: Sequence[Change], ignore: Sequence[str] = (), li
                 ranking = rank(mentions(text), text, index, history)
                 spread = focus_mod.spread(ranking, history, index)
                 files = len(index.blobs)
-            out.append(Sample(change.sha, spread, touched, files))
+                kind = _kind_claim(repo, str(commit.parents[0].id), title(text), index, history, ignore)
+            out.append(Sample(change.sha, spread, touched, files, kind))
         history.add(change)
     return out
+
+
+def _kind_claim(
+    repo: Path, base: str, subject: str, index: index_mod.TreeIndex, history: History, ignore: Sequence[str]
+) -> frozenset[str]:
+    if manifests.kind_of(subject) is None and not manifests.past(history, manifests.Kind.RECURRING, subject):
+        return frozenset()  # the common case, answered without a file list
+    known = evidence.kind_files(repo, base, subject, evidence.Files.of(index.blobs), history, ignore)
+    return frozenset(known[1]) if known is not None else frozenset()
 
 
 def fit(samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all") -> Calibration | None:
@@ -100,6 +114,7 @@ def fit(samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all
     a, b = platt(points)
     base = Calibration(a=a, b=b)
     foci = [focus_mod.focus(s.spread, base, ignore) for s in known]
+    kinds = [s.kind for s in known]
     predicted: dict[tuple[str, str], list[float]] = {(c, t): [] for c in CLASSES for t in CLASSES}
     observed = dict.fromkeys(predicted, 0)
     unlisted = slots = escapes = 0
@@ -131,7 +146,7 @@ def fit(samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all
         rest=(unlisted + 1) / (slots + 1),
         changes=len(known),
         escapes=escapes,
-        areas=_areas(foci, touched),
+        areas=_areas(foci, touched, kinds),
     )
 
 
@@ -139,22 +154,27 @@ def _scoped(touched: frozenset[str], scope: str) -> frozenset[str]:
     return touched if scope == "all" else frozenset(t for t in touched if path_class(t) == "source")
 
 
-def _areas(foci: Sequence[focus_mod.Focus], touched: Sequence[frozenset[str]]) -> tuple[tuple[str, str, int, int], ...]:
+def _areas(
+    foci: Sequence[focus_mod.Focus], touched: Sequence[frozenset[str]], kinds: Sequence[frozenset[str]] = ()
+) -> tuple[tuple[str, str, int, int], ...]:
     """Of the pairs of replayed changes at most `WINDOW` apart whose claims were disjoint and whose estimate
     by files was at most `AREA_CUT`: per pair of areas (`score.area_pairs`), how many, and how many touched
-    a common path anyway."""
+    a common path anyway. A change of a known kind (`kinds[i]` not empty) claims what its kind does, is in
+    that claim's area, and escapes by its kind's record, not the ranking's (its risk is not an area's)."""
     counts: dict[tuple[str, str], list[int]] = {}
-    escapes = [Escapes.of(f.risk) for f in foci]
-    for i, f in enumerate(foci):
-        index = claims.PathIndex(f.claim)
+    kinds = list(kinds) or [frozenset()] * len(foci)
+    held = [tuple(k) if k else f.claim for f, k in zip(foci, kinds, strict=True)]
+    areas = [evidence.claim_area(k) if k else f.risk.area for f, k in zip(foci, kinds, strict=True)]
+    escapes = [None if k else Escapes.of(f.risk) for f, k in zip(foci, kinds, strict=True)]
+    for i in range(len(foci)):
+        index = claims.PathIndex(held[i])
         for j in range(i + 1, min(len(foci), i + 1 + WINDOW)):
-            g = foci[j]
-            if index.meeting(g.claim) or not touched[i] or not touched[j]:
+            if index.meeting(held[j]) or not touched[i] or not touched[j]:
                 continue  # overlapping claims never run side by side: they say nothing of the risk
-            if by_files(escapes[j], g.claim, escapes[i], f.claim) > AREA_CUT:
+            if by_files(escapes[j], held[j], escapes[i], held[i]) > AREA_CUT:
                 continue  # kept apart by their files already
             met = bool(claims.PathIndex(touched[i]).meeting(touched[j]))
-            for cell in area_pairs(f.risk.area, g.risk.area):
+            for cell in area_pairs(areas[i], areas[j]):
                 c = counts.setdefault(cell, [0, 0])
                 c[0] += 1
                 c[1] += met

@@ -195,24 +195,42 @@ class Calibration:
 
     def meets(self, area: str) -> tuple[tuple[str, float], ...]:
         """For a job in `area`: per area of the record, the estimated chance it meets a job there (ROOT:
-        anywhere). Each level's rate is pulled towards its parent's by `AREA_PRIOR` pseudo-pairs."""
+        anywhere). Each level's rate is pulled towards its parent's by `AREA_PRIOR` pseudo-pairs.
+
+        Two changes in sibling areas meet far less often than two in one: for each of the job's enclosing
+        areas `p` (ROOT too), `p/*` (`*`) is the rate of the pairs in different areas just below it, which
+        answers for a sibling area the table does not list (`core.risk.Escapes.meeting`), and is the prior
+        of the siblings it lists."""
         if not self.areas:
             return ()
         table = {(x, y): (n, k) for x, y, n, k in self.areas}
         mine = _prefixes(area)
         out: dict[str, float] = {}
         n0, k0 = table.get(("", ""), (0, 0))
-        parent = {"": (k0 + 0.5) / (n0 + 1.0)}
-        out[""] = parent[""]
+        out[""] = (k0 + 0.5) / (n0 + 1.0)
+        parent = {"": out[""]}
+        own = out[""]  # the rate of two changes in the job's area at this level (its parent's, if unlisted)
         for depth in range(1, len(mine)):
-            a = mine[depth]
+            a, up_a = mine[depth], mine[depth - 1]
+            apart = [
+                nk for (x, y), nk in table.items() if x != y and x.count("/") == depth - 1 and _up(x) == _up(y) == up_a
+            ]
+            n1, k1 = sum(n for n, _ in apart), sum(k for _, k in apart)
+            siblings = (k1 + AREA_PRIOR * own) / (n1 + AREA_PRIOR)
+            out[f"{up_a}/*" if up_a else "*"] = siblings
             level: dict[str, float] = {}
             for (x, y), (n, k) in table.items():
                 if x == a and y.count("/") == depth - 1 and y:
-                    up = parent.get(_up(y), out[""])
+                    if y == a:
+                        up = own
+                    elif _up(y) == up_a:
+                        up = siblings
+                    else:
+                        up = parent.get(_up(y), siblings)
                     level[y] = (k + AREA_PRIOR * up) / (n + AREA_PRIOR)
             out.update(level)
             parent = level
+            own = level.get(a, own)
         return tuple(sorted(out.items()))
 
     def escaping(self, claim_class: str, path: str, p: float) -> float:

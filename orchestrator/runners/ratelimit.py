@@ -2,7 +2,8 @@
 
 Agent CLIs report a limit in their own words: Claude Code's JSON result (`"api_error_status": 429`, or its
 subscription's "usage limit reached|<reset time>"), aider's `litellm.RateLimitError: ...` lines (it would retry
-on its own for a minute and more), codex's "429 Too Many Requests" or "You've hit your usage limit". `detect`
+on its own for a minute and more), codex's "429 Too Many Requests" (in the retry warning it prints before it
+would wait out the API's retry-after, up to an hour per retry, by itself) or "You've hit your usage limit". `detect`
 reads a run's output for those; the time to wait is what the message names (a reset time, "try again in 20s",
 "retry-after: 30"), else None and the daemon's own backoff decides (`wait`).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 SIGNS = (
@@ -30,6 +32,8 @@ _IN = re.compile(
     re.IGNORECASE,
 )
 _AFTER = re.compile(r"\bretry[-_ ]after\W{0,3}(\d+(?:\.\d+)?)", re.IGNORECASE)
+_RETRYING = re.compile(r"\bretrying\b[^\n]*?\(\d+/\d+ in (\d+(?:\.\d+)?)s\)")
+"""codex (its `codex_core::responses_retry` warning): "retrying sampling request (1/5 in 3599.9s)..."."""
 
 
 def _unit(name: str) -> float:
@@ -87,6 +91,8 @@ def _retry_after(text: str, now: float) -> float | None:
         return float(m.group(1)) * _unit(m.group(2))
     if m := _AFTER.search(text):
         return float(m.group(1))
+    if m := _RETRYING.search(text):
+        return float(m.group(1))
     return None
 
 
@@ -122,3 +128,14 @@ class Watch:
             self.seen = text[-4000:]
             return True
         return False
+
+
+def extends(known: Mapping[str, float], runner: str, until: float) -> bool:
+    """A limit of `runner` until `until` says more than what is known of it: it lasts longer (an earlier end known
+    already stands, whichever job met the limit first)."""
+    return until > known.get(runner, 0.0)
+
+
+def standing(limits: Mapping[str, float], now: float) -> dict[str, float]:
+    """The limits still in force at `now` (a UNIX time): runner → the time its limit ends."""
+    return {runner: until for runner, until in limits.items() if until > now}

@@ -1,7 +1,7 @@
-"""The PostgreSQL store's plain records: run-time controls, job events, each node's own planning history, process
-groups and landing journal, and the chat plane's sessions, messages and memories (`PgStore` is made of these and
-the jobs' guarded writes). The same methods and meanings as `orchestrator.store.Store`'s; rows a node keeps for
-itself carry its name.
+"""The PostgreSQL store's plain records: run-time controls, each node's rate limits, job events, each node's own
+planning history, process groups and landing journal, and the chat plane's sessions, messages and memories
+(`PgStore` is made of these and the jobs' guarded writes). The same methods and meanings as
+`orchestrator.store.Store`'s; rows a node keeps for itself carry its name.
 """
 
 from __future__ import annotations
@@ -36,6 +36,21 @@ class PgRecords:
             if slots is not False:
                 await conn.execute("UPDATE controls SET slots = $1 WHERE scope = $2", slots, scope)
             await conn.execute("DELETE FROM controls WHERE paused = 0 AND slots IS NULL")
+
+        await self._db.run(work)
+
+    async def rate_limits(self) -> dict[str, float]:
+        rows = await self._db.fetch("SELECT runner, until FROM rate_limits WHERE node = $1", self.node)
+        return {r["runner"]: float(r["until"]) for r in rows}
+
+    async def set_rate_limit(self, runner: str, until: float) -> None:
+        async def work(conn: asyncpg.Connection) -> None:
+            await conn.execute("DELETE FROM rate_limits WHERE node = $1 AND until <= $2", self.node, time.time())
+            await conn.execute(
+                "INSERT INTO rate_limits (node, runner, until) VALUES ($1, $2, $3) ON CONFLICT (node, runner) "
+                "DO UPDATE SET until = greatest(rate_limits.until, excluded.until)",
+                self.node, runner, until,
+            )  # fmt: skip
 
         await self._db.run(work)
 

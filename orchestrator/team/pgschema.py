@@ -138,4 +138,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN grown TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE jobs ADD COLUMN revisions BIGINT NOT NULL DEFAULT 0;
     """,
+    # 3: the feedback of a revision under way; the rate limits each node's runners met (until when).
+    """
+    ALTER TABLE jobs ADD COLUMN feedback TEXT NOT NULL DEFAULT '';
+    CREATE TABLE rate_limits (
+        node TEXT NOT NULL,
+        runner TEXT NOT NULL,
+        until DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (node, runner)
+    );
+    """,
 )
