@@ -42,6 +42,18 @@ def write(root: Path, files: dict[str, str]) -> None:
         p.write_text(text)
 
 
+def bare_remote(root: Path, files: dict[str, str]) -> Path:
+    """A bare repository `root/remote.git` with one commit on main holding `files`: a team's shared remote."""
+    seed = root / "seed"
+    seed.mkdir()
+    git(seed, "init", "-q", "-b", "main")
+    write(seed, files)
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "initial")
+    git(root, "clone", "-q", "--bare", str(seed), str(root / "remote.git"))
+    return root / "remote.git"
+
+
 @pytest.fixture
 def make_repo(tmp_path: Path) -> Callable[..., Path]:
     """Make a real git repository with one commit on `main` holding `files`."""

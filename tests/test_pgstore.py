@@ -14,7 +14,7 @@ from orchestrator.core.lifecycle import MoveError
 from orchestrator.core.models import Claim, JobState
 from orchestrator.store import Store
 from orchestrator.team.pgschema import MIGRATIONS as PG_MIGRATIONS
-from tests.conftest import git, write
+from tests.conftest import bare_remote, git
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,13 +24,7 @@ Q, PLANNED, RUNNING = JobState.QUEUED, JobState.PLANNED, JobState.RUNNING
 @pytest.fixture
 def clones(tmp_path: Path) -> tuple[Path, Path]:
     """A bare remote and two clones of it (nodes a and b)."""
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    git(seed, "init", "-q", "-b", "main")
-    write(seed, {"README.md": "hi\n", "src/a.py": "a = 1\n"})
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "initial")
-    git(tmp_path, "clone", "-q", "--bare", str(seed), str(tmp_path / "remote.git"))
+    bare_remote(tmp_path, {"README.md": "hi\n", "src/a.py": "a = 1\n"})
     for name in ("a", "b"):
         git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), name)
     return tmp_path / "a", tmp_path / "b"

@@ -11,20 +11,13 @@ import pytest
 from orchestrator.git import remote as rmt
 from orchestrator.git.journal import Intent
 from orchestrator.git.landing import CheckResult
-from tests.conftest import git, write
+from tests.conftest import bare_remote, git, write
 
 
 @pytest.fixture
 def team(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A bare remote with one commit on main, and two clones of it (nodes A and B)."""
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    git(seed, "init", "-q", "-b", "main")
-    write(seed, {"README.md": "hello\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n"})
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "initial")
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "clone", "-q", "--bare", str(seed), str(bare))
+    bare = bare_remote(tmp_path, {"README.md": "hello\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n"})
     clones = []
     for name in ("a", "b"):
         git(tmp_path, "clone", "-q", str(bare), name)

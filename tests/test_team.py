@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.core.admission import decide
 from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Snapshot
-from tests.conftest import git, write
+from tests.conftest import bare_remote, git
 from tests.harness import Daemon, until
 
 pytestmark = pytest.mark.timeout(240)
@@ -63,14 +63,7 @@ def test_other_nodes_jobs_hold_their_paths_but_take_no_slot():
 def team(tmp_path: Path, pg_url: str):
     """`team(n)`: a bare remote with one commit on main, and n daemons (nodes a, b, c) each with its own clone and
     home, sharing one fresh database. Every daemon is stopped at the end."""
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    git(seed, "init", "-q", "-b", "main")
-    write(seed, {"README.md": "hi\n", "shared.txt": "start\n"})
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "initial")
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "clone", "-q", "--bare", str(seed), str(bare))
+    bare = bare_remote(tmp_path, {"README.md": "hi\n", "shared.txt": "start\n"})
     made: list[Daemon] = []
 
     def start(n: int, **env: str) -> tuple[Path, list[tuple[Daemon, Path]]]:
