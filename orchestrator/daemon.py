@@ -238,7 +238,7 @@ class Daemon:
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
         # Team mode: this node's clones too (jobs it ran may all have been taken over while it was down).
         workspaces: dict[str, frozenset[int]] = {}
-        for repo in sorted({j.repo for j in await store.jobs()} | set(engine.clone_paths(store))):
+        for repo in sorted({j.repo for j in await store.jobs()} | set(store.clone_paths())):
             # Half-made worktrees first: they make every `git worktree list` in the repo fail.
             with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
                 await asyncio.to_thread(

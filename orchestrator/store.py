@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core import lifecycle
-from orchestrator.core.job import FIELDS, Codec, Job, decode, encode
+from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
 from orchestrator.core.models import Claim, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.runners.process import Group
@@ -93,10 +93,6 @@ _JOB_JSON = (
     f"SELECT id, state, {_json_object(['id', *(c for c in _COLUMNS if c not in _LIVE)])} AS body, "
     f"{_json_object(_LIVE)} AS live FROM jobs"
 )
-
-
-def _row_to_job(row: sqlite3.Row) -> Job:
-    return Job(id=row["id"], **{name: decode(codec, row[name]) for name, codec in FIELDS.items()})
 
 
 def _encode(name: str, value: Any) -> Any:
@@ -238,7 +234,7 @@ class Store:
 
     def _job(self, row: Any) -> Job:
         """A job from its row, as this engine reads it (the guarded writes return what `_write` gave back)."""
-        return _row_to_job(row)
+        return from_row(row)
 
     async def _migrate(self) -> None:
         version = await self.schema_version()
@@ -320,7 +316,7 @@ class Store:
 
     async def get(self, job_id: int) -> Job | None:
         row = await self._db.fetchone("SELECT * FROM jobs WHERE id = ?", (job_id,))
-        return _row_to_job(row) if row else None
+        return from_row(row) if row else None
 
     async def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         if states is None:
@@ -328,7 +324,7 @@ class Store:
         else:
             names = tuple(sorted(str(s) for s in states))
             rows = await self._db.fetchall(f"SELECT * FROM jobs WHERE state IN ({_in(names)}) ORDER BY id", names)
-        return [_row_to_job(r) for r in rows]
+        return [from_row(r) for r in rows]
 
     async def jobs_json(self, states: Iterable[JobState] | None = None) -> list[tuple[int, str, str, str]]:
         """Each job's `Job.to_json()` as JSON text, rendered by SQLite: (id, state, body, live), by id.
@@ -377,7 +373,7 @@ class Store:
 
     async def get_many(self, ids: Iterable[int]) -> list[Job]:
         """These jobs (missing ids are left out), by id."""
-        return [_row_to_job(r) for r in await self._db.call(_get_many_sync, sorted(set(ids)))]
+        return [from_row(r) for r in await self._db.call(_get_many_sync, sorted(set(ids)))]
 
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The current state of each of these jobs (missing ids are left out)."""
@@ -470,6 +466,10 @@ class Store:
 
     async def elsewhere(self) -> list[Job]:
         """Other nodes' planned and active jobs of this node's repositories: none on one machine."""
+        return []
+
+    def clone_paths(self) -> list[str]:
+        """The local clones of a team's repositories this node has: none on one machine."""
         return []
 
     async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:

@@ -203,5 +203,10 @@ FIELDS: Mapping[str, Codec] = {f.name: f.metadata["codec"] for f in fields(Job) 
 """Every stored field of a job but its id, in column order, with its codec."""
 
 
+def from_row(row: Any) -> Job:
+    """The job a stored row holds (an `sqlite3.Row` or an `asyncpg.Record`: one column per field, and `id`)."""
+    return Job(id=int(row["id"]), **{name: decode(codec, row[name]) for name, codec in FIELDS.items()})
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."

@@ -294,7 +294,7 @@ async def land(
     result: LandResult | None = None
     for _ in range(retries + 1):
         head = await asyncio.to_thread(repos.branch_head, repo_path, branch)
-        if base is not None and not await asyncio.to_thread(_contains, repo_path, head, base):
+        if base is not None and not await asyncio.to_thread(contains, repo_path, head, base):
             return _rewritten(branch, head, base, job_id)
         merged = await asyncio.to_thread(
             functools.partial(merge_for_landing, message=message, style=style), repo_path, head, job_commit, mergeable
@@ -332,7 +332,7 @@ async def land(
     )
 
 
-def _contains(repo_path: Path, head: str, base: str) -> bool:
+def contains(repo_path: Path, head: str, base: str) -> bool:
     """Whether `base` is `head` or one of its ancestors (a base the repository no longer has: no)."""
     repo = repos.open_repo(repo_path)
     try:

@@ -236,7 +236,7 @@ def landed(repo_path: Path, remote: Remote, sha: str, *, timeout: float = NETWOR
     """Whether the remote branch contains `sha` now (after a crash between a push and its record). RemoteError
     when the remote cannot be asked."""
     tip = fetch(repo_path, remote, timeout=timeout)
-    return tip is not None and _contains(repo_path, tip, sha)
+    return tip is not None and landing.contains(repo_path, tip, sha)
 
 
 def _porcelain_status(stdout: str, refname: str) -> tuple[str, str] | None:
@@ -277,15 +277,6 @@ def _delete_ref(repo_path: Path, refname: str) -> None:
 def _set_tracked(repo_path: Path, remote: Remote, sha: str) -> None:
     repo = repos.open_repo(repo_path)
     repo.references.create(remote.tracking_ref, pygit2.Oid(hex=sha), force=True)
-
-
-def _contains(repo_path: Path, tip: str, sha: str) -> bool:
-    repo = repos.open_repo(repo_path)
-    try:
-        tip_id, sha_id = pygit2.Oid(hex=tip), pygit2.Oid(hex=sha)
-        return tip_id == sha_id or repo.descendant_of(tip_id, sha_id)
-    except (KeyError, ValueError, pygit2.GitError):
-        return False
 
 
 # -- the seam: how a merged result reaches the remote -------------------------------------------------------------
@@ -403,7 +394,7 @@ async def land(
                 f"{shown(remote.url)} has no branch {remote.branch}: push it once (git push URL {remote.branch})",
                 attempts=attempt,
             )
-        if base is not None and not await asyncio.to_thread(_contains, repo_path, tip, base):
+        if base is not None and not await asyncio.to_thread(landing.contains, repo_path, tip, base):
             return RemoteLanding(
                 RemoteOutcome.REWRITTEN,
                 tip,
@@ -505,7 +496,7 @@ def _follow_sync(repo_path: Path, remote: Remote, new: str, job_id: int, journal
     head = str(ref.target)
     if head == new:
         return f"your {remote.branch} is at {new[:12]} already"
-    if not _contains(repo_path, new, head):
+    if not landing.contains(repo_path, new, head):
         return (
             f"your {remote.branch} at {head[:12]} has commits {remote} does not: left as it is "
             f"(`git pull` merges {new[:12]} into it)"

@@ -56,8 +56,3 @@ def is_team(store: Store) -> bool:
     cls = _pg_store()
     return cls is not None and isinstance(store, cls)
 
-
-def clone_paths(store: Store) -> list[str]:
-    """The local clones of a team's repositories this node has (none on one machine)."""
-    paths: list[str] = store.clone_paths() if is_team(store) else []  # type: ignore[attr-defined]
-    return paths

@@ -18,6 +18,7 @@ from pathlib import Path
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
+from orchestrator.git import landing
 from orchestrator.git import remote as rmt
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Stop
@@ -106,8 +107,9 @@ class TeamNode:
         if not intents:
             return None
         remote = await asyncio.to_thread(clones.remote_of, job.repo, job.branch)
+        tip = await asyncio.to_thread(rmt.fetch, Path(job.repo), remote, timeout=self.git_timeout)  # once for all
         for intent in reversed(intents):
-            if await asyncio.to_thread(rmt.landed, Path(job.repo), remote, intent.new, timeout=self.git_timeout):
+            if tip is not None and await asyncio.to_thread(landing.contains, Path(job.repo), tip, intent.new):
                 return intent.new
         return None
 

@@ -40,8 +40,8 @@ from typing import Any
 import asyncpg
 
 from orchestrator import logging as olog
-from orchestrator.core.job import FIELDS, Job, decode, encode
-from orchestrator.core.models import ACTIVE, Code, JobState
+from orchestrator.core.job import FIELDS, Job, encode, from_row
+from orchestrator.core.models import ACTIVE, OPEN, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.git.remote import shown
 from orchestrator.jobs.retire import fresh_attempt
@@ -52,7 +52,7 @@ from orchestrator.team.pgrecords import PgRecords, intent_of
 from orchestrator.team.pgschema import MIGRATIONS
 
 CHANNEL = "orchestrator_jobs"
-NODE_HELD = frozenset({JobState.PLANNING, JobState.PLANNED, JobState.RUNNING, JobState.LANDING, JobState.READY})
+NODE_HELD = OPEN - {JobState.QUEUED}
 """States a node works a job in: writes expecting them apply only while the writer holds the job."""
 _MIGRATE_LOCK = 7_300_021
 
@@ -182,7 +182,7 @@ class PgStore(PgRecords, Store):
         await self._db.pool.close()
 
     def _job(self, row: asyncpg.Record) -> Job:
-        job = Job(id=int(row["id"]), **{name: decode(codec, row[name]) for name, codec in FIELDS.items()})
+        job = from_row(row)
         local = self._paths.get(row["remote"])
         return replace(job, repo=local) if local and local != job.repo else job
 
