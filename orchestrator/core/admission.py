@@ -367,7 +367,7 @@ def _priority(ask: _Ask, c: _Checks) -> None:
     passed: list[int] = []
     beyond = False
     if waiting is not None:
-        early, early_paths, beyond, passed = waiting.earlier(f, ask.repo_active)
+        early, early_paths, beyond, passed = waiting.earlier(f, ask.st.active.get(ask.job.repo))
     if not early:
         if passed:
             c.ok("Priority", f"starts before {_jobs(passed)} (at risk beside it), held back by an earlier job anyway")

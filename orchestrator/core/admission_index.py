@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import itemgetter
@@ -158,7 +158,7 @@ class Waiting:
         if f.escapes is not None and not f.exclusive:
             self.risky.append(f)
 
-    def earlier(self, f: Facts, active: Sequence[Facts] = ()) -> tuple[list[int], list[str], bool, list[int]]:
+    def earlier(self, f: Facts, active: Active | None = None) -> tuple[list[int], list[str], bool, list[int]]:
         """The earlier jobs that block `f`: the first `BLOCKING_LIMIT` ids (sorted), the paths of `f` that
         meet them, whether more block it than are listed, and the ids of the earlier jobs it may start
         before although at risk beside them. Bounded, so a long queue costs no more per job.
@@ -218,17 +218,20 @@ def _risky_earlier(f: Facts, risky: list[Facts], key: OrderKey) -> list[Facts]:
     return out
 
 
-def held_back(w: Facts, active: Sequence[Facts]) -> bool:
+def held_back(w: Facts, active: Active | None) -> bool:
     """Whether an active job queued before waiting job `w` keeps it from starting now: one of them runs
     alone, holds a path `w` claims, or is at risk beside it above the policy's."""
-    for a in active:
-        if a.job.order_key >= w.job.order_key:
-            continue
-        if a.exclusive or w.exclusive or claims.PathIndex(a.held).meeting(w.counted):
-            return True
-        if (a.escapes is not None or w.escapes is not None) and risk(w, a, a.held) > w.risk_limit:
-            return True
-    return False
+    earlier = [a for a in active.jobs if a.job.order_key < w.job.order_key] if active is not None else []
+    if not earlier:
+        return False
+    if w.exclusive or any(a.exclusive for a in earlier):
+        return True
+    assert active is not None
+    owners, _ = active.meeting(w)
+    return any(
+        a.job.id in owners or ((a.escapes is not None or w.escapes is not None) and risk(w, a, a.held) > w.risk_limit)
+        for a in earlier
+    )
 
 
 def risk(f: Facts, other: Facts, held: frozenset[str]) -> float:
