@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -237,7 +238,7 @@ class Scheduler:
         # (one a woken round may cut short), not by every round.
         self._explain_every = max(EXPLAIN_EVERY, EXPLAIN_PER_JOB * len(planned))
         explain = time.monotonic() - self._explained >= self._explain_every
-        taken = sum(not j.resting for j in active)  # a job resting on a rate limit holds no slot
+        taken = _slots_taken(active)
         blocked = self._nothing_can_start(planned, taken)
         if blocked and not explain:
             # No snapshot of the whole queue on every job's start, finish and landing: a re-plan or a dead
@@ -277,7 +278,7 @@ class Scheduler:
                 if (
                     blocked
                     and self._wakeup.is_set()
-                    and not self._nothing_can_start(planned, await store.count(ACTIVE) + len(starting))
+                    and not self._nothing_can_start(planned, _slots_taken(await store.jobs(ACTIVE)) + len(starting))
                 ):
                     complete = False
                     break
@@ -452,23 +453,23 @@ class Scheduler:
             except asyncio.CancelledError:
                 await asyncio.shield(self.executor.stopped(job.id))  # if the move went through, undo it
                 raise
-            if started is None:
-                log.info(olog.Event.ADMISSION_STALE, reason="it left `planned`, or another node started beside it")
-                return job
-            log.info(olog.Event.ADMISSION_ADMITTED, **_decision_fields(decision))
-            job = await self.executor.run(started, resume=started.feedback)
-        finally:
+        except BaseException:
             self._ran(job.id)
-        if job.state is JobState.LANDING:
-            self.lander.submit(job)
-        return job
+            raise
+        if started is None:
+            log.info(olog.Event.ADMISSION_STALE, reason="it left `planned`, or another node started beside it")
+            self._ran(job.id)
+            return job
+        log.info(olog.Event.ADMISSION_ADMITTED, **_decision_fields(decision))
+        return await self._carry(started)
 
     def resume(self, job: Job) -> None:
         """Run a ready job that was moved to `running` again (`revise`) in its kept worktree, told its `feedback`:
         its task, registered at once (a cancel finds it), carries it to ready, landing or an end."""
-        self.running[job.id] = asyncio.create_task(self._resumed(job), name=f"job-{job.id}")
+        self.running[job.id] = asyncio.create_task(self._carry(job), name=f"job-{job.id}")
 
-    async def _resumed(self, job: Job) -> Job:
+    async def _carry(self, job: Job) -> Job:
+        """Run a `running` job (told its feedback, if any) to ready, landing or an end; a landing goes to the lander."""
         try:
             job = await self.executor.run(job, resume=job.feedback)
         finally:
@@ -495,3 +496,8 @@ def _decision_fields(d: Decision) -> dict[str, Any]:
         "shared": list(d.shared),
         "next": d.next,
     }
+
+
+def _slots_taken(active: Iterable[Job]) -> int:
+    """Slots the active jobs take: a job resting on a rate limit holds its paths, not its slot."""
+    return sum(not j.resting for j in active)
