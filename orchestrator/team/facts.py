@@ -47,12 +47,12 @@ class TeamFacts(GitFacts):
         self._at.clear()
 
     async def heads(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
-        """Each (repo, branch)'s tip on the shared remote; None where it cannot be known."""
-        heads: dict[tuple[str, str], str | None] = {}
-        for key in keys:
-            if key not in heads:
-                heads[key] = await self._tip(*key)
-        return heads
+        """Each (repo, branch)'s tip on the shared remote; None where it cannot be known. The repositories are
+        asked at once (one clone's branches in turn, under its lock): a slow remote costs the round its own
+        time, not the sum of every remote's."""
+        wanted = list(dict.fromkeys(keys))
+        tips = await asyncio.gather(*(self._tip(*key) for key in wanted))
+        return dict(zip(wanted, tips, strict=True))
 
     async def _tip(self, repo: str, branch: str) -> str | None:
         key = (repo, branch)
