@@ -101,17 +101,17 @@ def commit_worktree(
     sha = repo.create_commit(
         None, signature(repo, "author"), signature(repo, "committer"), job_message(message, job_id), tree, [parent.id]
     )
-    tip = repo.branches.local.get(name)
-    if stack and tip is not None and tip.target == parent.id:
-        tip.set_target(sha)  # goes on top of its own tip: the branch moves forward, nothing to keep aside
-    else:
-        place_branch(repo, name, sha)
+    place_branch(repo, name, sha)
     return str(sha)
 
 
 def place_branch(repo: pygit2.Repository, name: str, sha: pygit2.Oid) -> None:
-    """Point local branch `name` at `sha`, keeping any other commit it pointed at under a name of its own."""
+    """Point local branch `name` at `sha`, keeping any other commit it pointed at under a name of its own (a
+    branch that only moves forward keeps nothing aside: its old commit is in the new one's history)."""
     existing = repo.branches.local.get(name)
+    if existing is not None and existing.target != sha and repo.descendant_of(sha, existing.target):
+        existing.set_target(sha)
+        return
     if existing is not None and existing.target != sha:
         kept = f"{name}-kept-{str(existing.target)[:12]}"
         if kept in repo.branches.local:
