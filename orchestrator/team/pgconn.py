@@ -48,50 +48,53 @@ class PgConnection:
     ) -> T:
         """`work(conn)` in one transaction; a lost connection is retried (after `again(conn)`, if given, says the
         lost attempt did not commit) until `RECONNECT_FOR`."""
-        deadline = time.monotonic() + RECONNECT_FOR
-        delay, lost = 0.2, False
-        while True:
-            try:
-                async with self.pool.acquire() as conn:
-                    if lost and again is not None:
-                        done = await again(conn)
-                        if done is not None:
-                            return done
-                    async with conn.transaction():
-                        result = await work(conn)
-                    await testhook.reach("pg.committed")  # where a test loses the answer of a committed unit
-                    return result
-            except CONNECTION_ERRORS as e:
-                if time.monotonic() >= deadline:
-                    raise StoreUnreachable(
-                        f"lost the team's PostgreSQL at {self.shown} for over {RECONNECT_FOR:.0f} s: "
-                        f"{type(e).__name__}: {e}"
-                    ) from None
-                if not lost:
-                    olog.get().warning(olog.Event.TEAM_STORE_LOST, error=f"{type(e).__name__}: {e}", retrying=True)
-                lost = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+
+        async def once(lost: bool) -> T:
+            async with self.pool.acquire() as conn:
+                if lost and again is not None:
+                    done = await again(conn)
+                    if done is not None:
+                        return done
+                async with conn.transaction():
+                    result = await work(conn)
+                await testhook.reach("pg.committed")  # where a test loses the answer of a committed unit
+                return result
+
+        return await self._retrying(once)
 
     async def run_outside(self, work: Callable[[asyncpg.Connection, str], Awaitable[None]], arg: str) -> Any:
         """`work(conn, arg)` outside a transaction on a connection taken from the pool and kept: the caller owns it
         (and gives it back with `pool.release`). A lost connection is retried as `run` does."""
-        deadline = time.monotonic() + RECONNECT_FOR
-        delay = 0.2
-        while True:
-            conn = None
+
+        async def once(_lost: bool) -> Any:
+            conn = await self.pool.acquire()
             try:
-                conn = await self.pool.acquire()
                 await work(conn, arg)
-                return conn
+            except CONNECTION_ERRORS:
+                with contextlib.suppress(*CONNECTION_ERRORS):  # it is broken: the pool replaces it
+                    await self.pool.release(conn)
+                raise
+            return conn
+
+        return await self._retrying(once)
+
+    async def _retrying(self, attempt: Callable[[bool], Awaitable[T]]) -> T:
+        """`attempt(lost)` until it answers; while the connection is lost (`lost`: an earlier attempt was), again
+        after a growing pause, until `RECONNECT_FOR`, then `StoreUnreachable`."""
+        deadline = time.monotonic() + RECONNECT_FOR
+        delay, lost = 0.2, False
+        while True:
+            try:
+                return await attempt(lost)
             except CONNECTION_ERRORS as e:
-                if conn is not None:
-                    with contextlib.suppress(*CONNECTION_ERRORS):  # it is broken: the pool replaces it
-                        await self.pool.release(conn)
+                why = f"{type(e).__name__}: {e}"
                 if time.monotonic() >= deadline:
-                    why = f"{type(e).__name__}: {e}"
-                    raise StoreUnreachable(f"lost the team's PostgreSQL at {self.shown}: {why}") from None
-                olog.get().warning(olog.Event.TEAM_STORE_LOST, error=f"{type(e).__name__}: {e}", retrying=True)
+                    raise StoreUnreachable(
+                        f"lost the team's PostgreSQL at {self.shown} for over {RECONNECT_FOR:.0f} s: {why}"
+                    ) from None
+                if not lost:
+                    olog.get().warning(olog.Event.TEAM_STORE_LOST, error=why, retrying=True)
+                lost = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
