@@ -229,3 +229,45 @@ def test_an_area_apart_from_the_jobs_is_judged_by_pairs_that_were_apart() -> Non
     assert job.meeting("src/c") == meets["src/*"]  # unlisted sibling under src
     assert job.meeting("src/a/deep") == meets["src"]  # inside its own area: its own area's rate
     assert dict(Calibration(areas=areas).meets("")) == {"": root}  # a job in no area: all pairs
+
+
+def test_commits_that_landed_together_are_one_task_in_the_area_table(tmp_path: Path) -> None:
+    """A pull request's commits each build on the one before and land as one merge: `history.landings` finds
+    the merge for each (a commit made on the main line stands for itself), and the record's area table does
+    not count a pair of them as two jobs queued side by side, however often they met."""
+    from orchestrator.core.models import Risk
+    from orchestrator.plan.focus import Focus
+    from orchestrator.plan.history import landings
+
+    repo = tmp_path / "r"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    for k, v in (("user.name", "t"), ("user.email", "t@example.com")):
+        git(repo, "config", k, v)
+
+    def commit(path: str, text: str) -> str:
+        write(repo, {path: text})
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"edit {path}")
+        return git(repo, "rev-parse", "HEAD")
+
+    first = commit("src/a.py", "a = 0\n")
+    git(repo, "checkout", "-qb", "feature")
+    steps = [commit("src/a.py", "a = 1\n"), commit("src/b.py", "b = 1\n")]
+    git(repo, "checkout", "-q", "main")
+    direct = commit("docs/x.md", "x\n")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge feature", "feature")
+    merge = git(repo, "rev-parse", "HEAD")
+    after = commit("src/c.py", "c = 1\n")
+    assert landings(repo, after, [first, *steps, direct, after]) == {
+        first: first, steps[0]: merge, steps[1]: merge, direct: direct, after: after
+    }  # fmt: skip
+
+    def f(claim: str) -> Focus:
+        return Focus([], frozenset({claim}), Risk((), 0.0, "src"), 1.0, True)
+
+    foci = [f("src/a.py"), f("src/b.py"), f("src/c.py")]
+    touched = [frozenset({"src/a.py", "src/x.py"}), frozenset({"src/b.py", "src/x.py"}), frozenset({"src/x.py"})]
+    apart = {(x, y): (n, k) for x, y, n, k in record._areas(foci, touched)}
+    together = {(x, y): (n, k) for x, y, n, k in record._areas(foci, touched, landings=[merge, merge, after])}
+    assert apart[("src", "src")] == (3, 3)
+    assert together[("src", "src")] == (2, 2)  # the two steps of one pull request are not a pair

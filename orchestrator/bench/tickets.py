@@ -135,7 +135,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
     t0 = time.perf_counter()
     before = _ancestors(clone, first, KEEP + replay)
     past = [c for c in changes if c.sha in before]
-    samples = record.replay(clone, past, MERGEABLE, replay)
+    samples = record.replay(clone, past, MERGEABLE, replay, tip=first)
     calibration = record.fit(samples, MERGEABLE, scope)
     record_s = time.perf_counter() - t0
     index = index_mod.for_repo(clone)

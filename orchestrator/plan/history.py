@@ -199,6 +199,39 @@ def _ancestor(repo: pygit2.Repository, tip: pygit2.Oid, since: str) -> bool:
         return False
 
 
+LANDING_DEPTH = 20_000
+"""Commits of the first-parent line `landings` walks at most."""
+
+
+def landings(repo_path: Path | str, tip: str, shas: Iterable[str], depth: int = LANDING_DEPTH) -> dict[str, str]:
+    """For each of `shas` reachable from `tip`: the commit of tip's first-parent line that brought it there
+    (itself, when it is on that line; the merge whose branch held it, otherwise). The commits of one pull
+    request share theirs: they are steps of one task, where two jobs queued together are two tasks."""
+    repo = repos.open_repo(repo_path)
+    wanted = set(shas)
+    out: dict[str, str] = {}
+    try:
+        commit: pygit2.Commit | None = repo.revparse_single(tip).peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError):
+        return out
+    for _ in range(depth):
+        if commit is None or len(out) == len(wanted):
+            break
+        here = str(commit.id)
+        if here in wanted:
+            out[here] = here
+        if len(commit.parent_ids) > 1:
+            walker = repo.walk(commit.parent_ids[1], pygit2.enums.SortMode.TOPOLOGICAL)
+            walker.hide(commit.parent_ids[0])
+            for other in commit.parent_ids[2:]:
+                walker.push(other)
+            for brought in walker:
+                if (sha := str(brought.id)) in wanted:
+                    out.setdefault(sha, here)
+        commit = commit.parents[0] if commit.parents else None
+    return out
+
+
 def _newest_first(tip: pygit2.Commit) -> Iterator[pygit2.Commit]:
     """Every commit reachable from `tip`, newest first by commit time (a parent is met only after one of its
     children), lazily: libgit2's sorted walks read the whole history before yielding the first commit."""

@@ -82,7 +82,7 @@ class Records:
             if hit is not None and (hit[0] == newest or _since(history, hit[0]) < self.refit):
                 return hit[2]
             changes = list(history.changes)
-            samples = await asyncio.to_thread(record.replay, Path(repo), changes, self.ignore)
+            samples = await asyncio.to_thread(record.replay, Path(repo), changes, self.ignore, tip=history.tip)
             calibration = await asyncio.to_thread(record.fit, samples, self.ignore)
             self._fitted[repo] = (newest, len(changes), calibration)
             olog.get(repo=repo).info(

@@ -32,7 +32,7 @@ from orchestrator.git import repos
 from orchestrator.plan import evidence, manifests
 from orchestrator.plan import focus as focus_mod
 from orchestrator.plan import index as index_mod
-from orchestrator.plan.history import MAX_FILES, Change, History, title
+from orchestrator.plan.history import MAX_FILES, Change, History, landings, title
 from orchestrator.plan.rank import rank
 from orchestrator.plan.score import CLASSES, Calibration, area_pairs, path_class, platt
 from orchestrator.plan.text import mentions
@@ -64,12 +64,18 @@ class Sample:
     kind: frozenset[str] = frozenset()
     """For a change of a known kind (`manifests`): the files that kind claims, which its plan claims (and
     whose area it is in) instead of what the ranking says."""
+    landing: str = ""
+    """The first-parent commit that brought it in (`history.landings`; empty: not known)."""
 
 
-def replay(repo: Path, changes: Sequence[Change], ignore: Sequence[str] = (), limit: int = REPLAY) -> list[Sample]:
-    """Plan the last `limit` of `changes` (oldest first) each at its parent (blocking: run it in a thread)."""
+def replay(
+    repo: Path, changes: Sequence[Change], ignore: Sequence[str] = (), limit: int = REPLAY, tip: str | None = None
+) -> list[Sample]:
+    """Plan the last `limit` of `changes` (oldest first) each at its parent (blocking: run it in a thread).
+    `tip`: a commit the changes lead to, whose first-parent line tells which of them landed together."""
     git = repos.open_repo(repo)
     start = max(0, len(changes) - limit)
+    landed = landings(repo, tip, (c.sha for c in changes[start:])) if tip else {}
     history = History(changes[:start])
     index = index_mod.for_repo(repo)  # moved back to each change's parent, change by change, under its lock
     out: list[Sample] = []
@@ -87,7 +93,7 @@ def replay(repo: Path, changes: Sequence[Change], ignore: Sequence[str] = (), li
                 spread = focus_mod.spread(ranking, history, index)
                 files = len(index.blobs)
                 kind = _kind_claim(repo, str(commit.parents[0].id), title(text), index, history, ignore)
-            out.append(Sample(change.sha, spread, touched, files, kind))
+            out.append(Sample(change.sha, spread, touched, files, kind, landed.get(change.sha, "")))
         history.add(change)
     return out
 
@@ -146,7 +152,7 @@ def fit(samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all
         rest=(unlisted + 1) / (slots + 1),
         changes=len(known),
         escapes=escapes,
-        areas=_areas(foci, touched, kinds),
+        areas=_areas(foci, touched, kinds, [s.landing for s in known]),
     )
 
 
@@ -155,14 +161,20 @@ def _scoped(touched: frozenset[str], scope: str) -> frozenset[str]:
 
 
 def _areas(
-    foci: Sequence[focus_mod.Focus], touched: Sequence[frozenset[str]], kinds: Sequence[frozenset[str]] = ()
+    foci: Sequence[focus_mod.Focus],
+    touched: Sequence[frozenset[str]],
+    kinds: Sequence[frozenset[str]] = (),
+    landings: Sequence[str] = (),
 ) -> tuple[tuple[str, str, int, int], ...]:
     """Of the pairs of replayed changes at most `WINDOW` apart whose claims were disjoint and whose estimate
     by files was at most `AREA_CUT`: per pair of areas (`score.area_pairs`), how many, and how many touched
     a common path anyway. A change of a known kind (`kinds[i]` not empty) claims what its kind does, is in
-    that claim's area, and escapes by its kind's record, not the ranking's (its risk is not an area's)."""
+    that claim's area, and escapes by its kind's record, not the ranking's (its risk is not an area's).
+    Two commits that landed together (one `landings` entry, not empty) are steps of one task, each made on
+    the other: they say nothing of two tasks queued side by side, and are not counted."""
     counts: dict[tuple[str, str], list[int]] = {}
     kinds = list(kinds) or [frozenset()] * len(foci)
+    landings = list(landings) or [""] * len(foci)
     held = [tuple(k) if k else f.claim for f, k in zip(foci, kinds, strict=True)]
     areas = [evidence.claim_area(k) if k else f.risk.area for f, k in zip(foci, kinds, strict=True)]
     escapes = [None if k else Escapes.of(f.risk) for f, k in zip(foci, kinds, strict=True)]
@@ -171,6 +183,8 @@ def _areas(
         for j in range(i + 1, min(len(foci), i + 1 + WINDOW)):
             if index.meeting(held[j]) or not touched[i] or not touched[j]:
                 continue  # overlapping claims never run side by side: they say nothing of the risk
+            if landings[i] and landings[i] == landings[j]:
+                continue
             if by_files(escapes[j], held[j], escapes[i], held[i]) > AREA_CUT:
                 continue  # kept apart by their files already
             met = bool(claims.PathIndex(touched[i]).meeting(touched[j]))
