@@ -109,6 +109,9 @@ class RunnerTemplate:
     """Globs (on the path and its base name) of the CLI's own side files: new ones never land."""
     output: str = ""
     """How to read the CLI's output: "claude-json" (Claude Code's `--output-format json`: cost, session)."""
+    rate_limits: str = ""
+    """How the CLI says its model API limited it: a sign set of `runners.ratelimit.SIGNS` ("claude-code",
+    "aider", "codex"), read where that CLI prints it. "": none, its output never rests a job as rate-limited."""
     plan_argv: tuple[str, ...] = ()
     """A read-only plan command (`plan.planner = "cli"`): given the planning prompt as `{prompt}`."""
     resume_argv: tuple[str, ...] = ()
@@ -138,6 +141,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".claude/.credentials.json",),
         output="claude-json",
+        rate_limits="claude-code",
         plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
         resume_argv=_words("claude -p {feedback} --continue --permission-mode acceptEdits --output-format json"),
     ),
@@ -155,6 +159,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".aider.conf.yml", ".aider.model.settings.yml", ".aider.model.metadata.json"),
         ignore=(".aider*",),
+        rate_limits="aider",
     ),
     "codex": RunnerTemplate(
         # Its own sandbox (bubblewrap) cannot start inside the daemon's: the daemon's confines it (`jobs.sandbox`).
@@ -171,6 +176,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         env={"RUST_LOG": "codex_core::responses_retry=warn"},
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
+        rate_limits="codex",
     ),
 }
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
@@ -426,6 +432,7 @@ git_timeout = 120         # seconds one fetch or push may take
 # scratch_home = true                      # a HOME of its own per job ...
 # home_files = [".my-cli/auth.json"]       # ... with copies of these (what it needs to sign in)
 # ignore = [".my-cli-cache*"]              # its side files: new ones never land
+# rate_limits = "claude-code"              # a profile's signs of a rate limit in its output ("": none, the default)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
 
@@ -559,6 +566,8 @@ def _validate(cfg: Config) -> None:
         if land not in ("auto", "review") and not (land == "" and key != "jobs.land"):
             raise ConfigError(f"{key}: {land!r}; use auto or review")
     _validate_team(cfg.store, cfg.team)
+    from orchestrator.runners.ratelimit import SIGNS  # late: runners.command imports this module
+
     for name, t in cfg.runners.items():
         if not t.argv or not t.argv[0]:
             raise ConfigError(f'runners.{name}.argv: name the command, e.g. ["claude", "-p", "{{prompt}}"]')
@@ -566,6 +575,10 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.rate_limits and t.rate_limits not in SIGNS:
+            raise ConfigError(
+                f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, SIGNS))}"
+            )
 
 
 def _runner(name: str, data: Any) -> RunnerTemplate:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tests import clis
 from tests.conftest import git
 from tests.doubles import anthropic_double, openai_double, responses_double
 from tests.harness import until
+from tests.test_rate_limits import FORGED
 from tests.test_sandbox import needs_bwrap
 
 KEY = "sk-ant-test-key-for-the-stand-in"
@@ -305,6 +307,32 @@ def test_claude_code_rate_limited_waits_and_holds_back_its_runners_new_jobs(make
     assert datetime.fromisoformat(jb["started_at"]).timestamp() >= waited["until"] - 0.5, "b started once it ended"
 
 
+@needs_bwrap
+def test_claude_code_whose_agent_says_a_limits_words_is_not_rate_limited(make_repo, daemon_factory, tmp_path):
+    """Real Claude Code whose agent ends its turn with every form a limit's words ever took (a whole forged result
+    object, a reset time, aider's and codex's lines) is not rate-limited: its words are inside its result's
+    `result` string. It lands, and the runner's next job starts and lands as well (nothing held back)."""
+    clis.need("claude")
+    repo = make_repo()
+    # The phrases are on the texts' second lines: Claude Code shows the repository's last commit subjects.
+    conv = Conversations(
+        {"(the first job)": [_write("src/one.py", "one = 1\n"), text_message("\n".join(FORGED))],
+         "(the second job)": [_write("docs/two.md", "two\n"), text_message("done")]},
+        side=text_message("ok"),
+        tools_only=True,
+    )  # fmt: skip
+    with anthropic_double(conv) as double:
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url},
+                    "[jobs]\nrate_limit_max_wait = 3600\n")  # fmt: skip
+        a = d.enqueue(repo, "Add src/one.py\n(the first job)", "--runner", "claude-code", "--path", "src/one.py")
+        (ja,) = _finish(d, a)
+        assert "usage limit reached|9999999999" in d.cli("logs", str(a)).stdout, "the words were in its output"
+        b = d.enqueue(repo, "Add docs/two.md\n(the second job)", "--runner", "claude-code", "--path", "docs/two.md")
+        (jb,) = _finish(d, b)
+    assert _landed(repo, ja) == {"src/one.py": "one = 1"} and _landed(repo, jb) == {"docs/two.md": "two"}
+    assert not [e for j in (ja, jb) for e in j["events"] if e["kind"] == "rate_limited"]
+
+
 def _codex_home(home: Path, url: str) -> None:
     """The user's codex config, as one with a gateway writes it: a model provider of the Responses API at `url`
     (the job's scratch HOME gets a copy, as the profile's `home_files` say)."""
@@ -351,6 +379,26 @@ def test_codex_lands_exactly_its_change_and_a_revised_second_round_under_bwrap(m
     said = [m["content"] for m in turns[3]["messages"] if m["role"] == "user"]
     assert "Please say bye in bye.txt as well" in said[-1]
     assert {h["authorization"] for h in double.headers} == {"Bearer sk-test-openai"}, "the key came through pass_env"
+
+
+@needs_bwrap
+def test_codex_whose_commands_print_a_limits_words_is_not_rate_limited(make_repo, daemon_factory, tmp_path):
+    """Real codex running a command that prints the words of a limit in every form but codex's own warning line
+    (codex echoes the command and its output): the job is not rate-limited and lands."""
+    clis.need("codex")
+    repo = make_repo()
+    printing = "printf '%s\\n' " + " ".join(shlex.quote(line) for line in FORGED[:-1])
+    conv = Conversations({"greet the world": [exec_command(printing + " && printf 'hello\\n' > hello.txt"),
+                                              output_message("done: 429 Too Many Requests")]},
+                         side=output_message("ok"))  # fmt: skip
+    with responses_double(conv) as double:
+        _codex_home(tmp_path / "userhome", double.url)
+        d = _daemon(daemon_factory, tmp_path, "codex", {"OPENAI_API_KEY": "sk-test-openai"})
+        job = d.enqueue(repo, "Please greet the world in hello.txt", "--runner", "codex", "--path", "hello.txt")
+        (shown,) = _finish(d, job)
+    assert _landed(repo, shown) == {"hello.txt": "hello"}
+    assert not [e for e in shown["events"] if e["kind"] == "rate_limited"]
+    assert "usage limit reached|9999999999" in d.cli("logs", str(job)).stdout, "the words were in its output"
 
 
 @needs_bwrap

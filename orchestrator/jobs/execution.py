@@ -161,12 +161,14 @@ class Executor:
                 return job, replace(result, summary=f"{result.summary}; still limited after {waits} waits")
             seconds = ratelimit.wait(result.retry_after, waits, j.rate_limit_wait, j.rate_limit_max_wait)
             until = time.time() + seconds
-            await self.limits.hit(job.runner, until)
+            held = await self.limits.hit(job.runner, until, job=job.id, forgeable=result.limit_forgeable)
             waits += 1
             reason = (
                 f"{result.summary}; waits until {time.strftime('%H:%M:%S', time.localtime(until))} ({seconds:g}s, "
                 f"wait {waits} of {j.rate_limit_waits}), then goes on by itself"
             )
+            if not held:
+                reason += f" (its output alone holds back no other {job.runner} job, until another one meets a limit)"
             job = _still(
                 await self.board.update(
                     job.id,
@@ -174,7 +176,7 @@ class Executor:
                     code=Code.RATE_LIMITED,
                     reason=reason,
                     event="rate_limited",
-                    data={"code": Code.RATE_LIMITED, "until": until, "seconds": seconds, "wait": waits},
+                    data={"code": Code.RATE_LIMITED, "until": until, "seconds": seconds, "wait": waits, "held": held},
                 ),
                 job,
             )

@@ -68,6 +68,8 @@ class RunResult:
     """The failure's closed code (a `models.Code`) when it is more specific than RunnerFailed / TimedOut."""
     retry_after: float | None = None
     """With code RateLimited: seconds until the model API's limit lifts, when it said (None: unknown)."""
+    limit_forgeable: bool = False
+    """With code RateLimited: read from output the job could have printed itself (`ratelimit.Signs.forgeable`)."""
 
 
 def note(path: Path, line: str) -> None:

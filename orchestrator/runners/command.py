@@ -11,7 +11,8 @@ the daemon stays out. With `scratch_home = true` each job gets a HOME of its own
 `home_files` (what the CLI needs to sign in), so concurrent jobs never share, and never leave behind, a
 CLI's history. New files matching `ignore` (a CLI's side files) are removed before the job's result is
 taken. `output = "claude-json"` reads Claude Code's JSON result (cost, tokens, session) into the job's
-usage and keeps its transcript beside the job's log.
+usage and keeps its transcript beside the job's log. `rate_limits` names the CLI's signs of a rate limit
+(`ratelimit.SIGNS`): only a template that names some is ever stopped as rate-limited by what it prints.
 """
 
 from __future__ import annotations
@@ -207,7 +208,10 @@ class CommandRunner:
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
         env = self.sandbox.env(ctx, process.environment(t.pass_env, extra))
         timeout = t.timeout or ctx.timeout
-        watch = ratelimit.Watch()  # a CLI that would retry a rate limit on its own is stopped: the daemon waits
+        # A CLI that would retry a rate limit on its own is stopped: the daemon waits. Only by its profile's signs,
+        # read where that CLI prints them: what its agent or tools print is the job's own output.
+        signs = ratelimit.SIGNS.get(t.rate_limits)
+        watch = ratelimit.Watch(signs) if signs is not None else None
         result = await process.run(
             argv,
             prefix=self.sandbox.prefix(ctx, home=home),
@@ -223,10 +227,12 @@ class CommandRunner:
             gone = await asyncio.to_thread(remove_side_files, ctx.worktree, t.ignore, tracked)
             if gone:
                 await asyncio.to_thread(note, ctx.log_path, f"[left out, {self.name}'s own files: {', '.join(gone)}]")
-        said = watch.seen if result.stopped else "" if result.ok else result.output_tail
-        if limit := ratelimit.detect(said, time.time()):
+        said = watch.seen if watch is not None and result.stopped else "" if result.ok else result.output_tail
+        if signs is not None and (limit := ratelimit.detect(said, signs, time.time())):
             why = f"{self.name} was rate-limited by its model API: {limit.message}"
-            return RunResult(False, result.returncode, why, usage, Code.RATE_LIMITED, limit.retry_after)
+            return RunResult(
+                False, result.returncode, why, usage, Code.RATE_LIMITED, limit.retry_after, limit.forgeable
+            )
         if result.timed_out:
             return RunResult(False, None, f"{self.name} timed out after {timeout:g}s", usage=usage)
         if result.ok:
