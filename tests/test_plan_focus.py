@@ -271,3 +271,73 @@ def test_commits_that_landed_together_are_one_task_in_the_area_table(tmp_path: P
     together = {(x, y): (n, k) for x, y, n, k in record._areas(foci, touched, landings=[merge, merge, after])}
     assert apart[("src", "src")] == (3, 3)
     assert together[("src", "src")] == (2, 2)  # the two steps of one pull request are not a pair
+
+
+def test_a_frame_that_raises_on_purpose_passes_the_innermost_place_to_its_caller(shop: Path) -> None:
+    """The innermost frame's line is a `raise` (a check refusing what it was handed): the innermost frame that
+    did not raise is the one weighed most; the raising frame is still a frame of the traceback."""
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/shop/cart.py", line 2, in total\n'
+        "    return sum(self.items)\n"
+        '  File "/usr/lib/python3/site-packages/shop/inventory.py", line 3, in reserve\n'
+        "    {}\n"
+        "ValueError: stock\n"
+    )
+    raising = mentions("Crash in the cart\n" + frames.format("raise ValueError('stock')"))
+    assert [(f.func, f.raises) for f in raising.frames] == [("total", False), ("reserve", True)]
+    assert not any(f.raises for f in mentions("Crash\n" + frames.format("return self.left[sku] - n")).frames)
+
+    def why(p: Plan, path: str) -> str:
+        return " ".join(next(r["why"] for r in p.ranking if r["path"] == path))
+
+    p = plan(shop, "Crash in the cart\n" + frames.format("raise ValueError('stock')"))
+    assert "did not raise the error itself" in why(p, "src/shop/cart.py")
+    assert "innermost" not in why(p, "src/shop/inventory.py") and "a traceback frame" in why(p, "src/shop/inventory.py")
+    q = plan(shop, "Crash in the cart\n" + frames.format("return self.left[sku] - n"))
+    assert "innermost traceback frame" in why(q, "src/shop/inventory.py") and "innermost" not in why(q, "src/shop/cart.py")
+
+
+def test_a_package_named_by_its_dotted_tail_brings_its_namesake_module(make_repo) -> None:
+    """`printing.pretty` names the package `pkg/printing/pretty/`: its `__init__.py` and the module of its own
+    name that holds its code; a package without one is its `__init__.py` alone."""
+    repo = make_repo(
+        "pkgs",
+        {
+            "pkg/printing/pretty/__init__.py": "from .pretty import pprint\n",
+            "pkg/printing/pretty/pretty.py": "def pprint(x):\n    return x\n",
+            "pkg/printing/pretty/stringpict.py": "class Pict:\n    pass\n",
+            "pkg/core/__init__.py": "",
+            "pkg/core/basic.py": "class Basic:\n    pass\n",
+        },
+    )
+    pretty = plan(repo, "wrong output\n\nI did not see this bug among others in printing.pretty, it seems.")
+    ranked = [r["path"] for r in pretty.ranking]
+    assert {"pkg/printing/pretty/pretty.py", "pkg/printing/pretty/__init__.py"} <= set(ranked[:2])
+    core = plan(repo, "slow\n\nsomething in core.basic is slow, and pkg.core too")
+    assert "pkg/core/__init__.py" in [r["path"] for r in core.ranking]
+    assert not any(r["path"].endswith("core/core.py") for r in core.ranking)
+
+
+def test_a_tickets_claim_its_words_alone_found_is_a_guess_with_no_risk_estimate() -> None:
+    """A long text whose most likely claimed file is reached only by its words (content retrieval, and a
+    co-change from a file a past change in similar words touched) is a guess: `grounded` is False, and the
+    plan built on it has no risk estimate, so the job runs alone. Its claim still stands for others to avoid.
+    The same words in a short text, or a ticket whose best file it names, are judged as before."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import Spread, focus
+
+    def spread(long: float, named_best: bool) -> Spread:
+        reasons = {
+            "src/a.py": [(Kind.CONTENT, "its words are among the text's best matches")],
+            "src/b.py": [(Kind.HISTORY, "touched by a past change in similar words")],
+        }
+        if named_best:
+            reasons["src/a.py"].append((Kind.NAMED, "the text names src/a.py"))
+        edges = {"src/b.py": [("src/a.py", 0.5, "changed with src/b.py in 2 of its 4 past changes")]}
+        return Spread({"src/a.py": 1.0, "src/b.py": -1.0}, reasons, edges, True, long)
+
+    guess = focus(spread(1.0, False), Calibration())
+    assert sorted(guess.claim)[0] == "src/a.py" and not guess.grounded
+    assert focus(spread(1.0, True), Calibration()).grounded
+    assert focus(spread(0.0, False), Calibration()).grounded

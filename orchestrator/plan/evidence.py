@@ -290,12 +290,15 @@ def _evidence_plan(
     notes: list[tuple[Note, str]] = []
     if calibration is None:
         notes.append((Note.NO_RECORD, "the repository's record is too short to estimate the risk: the job runs alone"))
+    elif not f.grounded:
+        why = f"nothing the text names points at {f.ranked[0].path}, its most likely file: risk unknown, it runs alone"
+        notes.append((Note.GUESSED, why))
     elif f.coverage < 0.5:
         worst = ", ".join(f"{p} {q:.0%}" for p, q in f.risk.near[:3])
         notes.append((Note.WIDE, f"{1 - f.coverage:.0%} chance it touches files outside the claim ({worst})"))
     held = claims.PathIndex(paths)  # files a claimed directory holds are no risk beyond the claim
     near = tuple((claims.literal(p), q) for p, q in f.risk.near if _valid(p) and not held.meets(claims.literal(p)))
-    risk = replace(f.risk, near=near) if calibration is not None else None
+    risk = replace(f.risk, near=near) if calibration is not None and f.grounded else None
     basis = next((str(k) for k in _BASIS_ORDER if k in top.kinds), str(Kind.CONTENT))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
     return Plan(claim, tuple(ev.evidence), "", basis, tuple(notes), ranking=_ranking(f))

@@ -97,6 +97,10 @@ class Focus:
     """The text names something of the repository (a path, a module, an identifier, a past change)."""
     kind: str = "source"
     """The kind of its most likely file (`score.path_class`): what its escapes are calibrated by."""
+    grounded: bool = True
+    """Its most likely claimed file is one the text points at (a name, a frame, a definition, a past change in
+    its words), or the text is short. A long text's claim found by its words alone is a guess: how far such a
+    guess is from the fix no record measures, so its risk is unknown."""
 
 
 @dataclass
@@ -258,6 +262,7 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         claim += [r.path for r in ranked if path_class(r.path) == "source"][:1]
     mine = set(claim)
     kind = path_class(claim[0]) if claim else "source"
+    grounded = bool(claim) and (not long or any(k in TEXTUAL for k, _ in reasons.get(claim[0], ())))
     spilled = _spilled(s, direct) if long else {}
     for f in spilled:
         if f not in p and not (mergeable and claims.matches(f, mergeable)):
@@ -269,14 +274,14 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
                 _why(reasons, r.path, Kind.COCHANGE, "changes often where the job likely works")
             r.p = calibration.escaping(kind, r.path, r.p)
     ranked.sort(key=lambda r: (r.path not in mine, -r.p, r.path))
-    near = [
-        (r.path, r.p) for r in ranked if r.path not in mine and r.p >= NEAR_MIN and (long or r.kinds & LISTED)
-    ][:NEAR_MAX]
+    near = [(r.path, r.p) for r in ranked if r.path not in mine and r.p >= NEAR_MIN and (long or r.kinds & LISTED)][
+        :NEAR_MAX
+    ]
     coverage = _coverage(near)
     area = area_of(claim[0]) if claim else ""
     # Files no evidence lists are the area's rate's: no per-file rest on top of it.
     risk = Risk(tuple(near), 0.0, area, calibration.meets(area))
-    return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind)
+    return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded)
 
 
 def _coverage(near: Sequence[tuple[str, float]]) -> float:

@@ -40,7 +40,7 @@ class OllamaPlanner:
     async def plan(self, job: Job, base: str, local: Plan | None = None) -> Plan:
         content = await user_message(job, base, local, self.budget_tokens, self.counts)
         instruction = (
-            "Answer with JSON only: {\"paths\": [...], \"confidence\": 0..1, \"plan\": \"...\"} "
+            'Answer with JSON only: {"paths": [...], "confidence": 0..1, "plan": "..."} '
             "listing every file the job will touch."
         )
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{content}\n\n{instruction}"}]

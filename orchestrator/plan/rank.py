@@ -200,26 +200,32 @@ def _new_file(name: str, index: TreeIndex) -> bool:
 
 
 def _frames(m: Mentions, index: TreeIndex, r: Ranking) -> None:
-    inner_done = False
+    """Each frame in the tree; the innermost in-repo frame most of all. A frame whose line raises the error
+    on purpose passes that to the frame that called it, when one is in the repo (the caller handed it
+    what it refused)."""
+    found = []
     for frame in reversed(m.frames):  # innermost first
         hits, _ = suffix_match(index, frame.path, min_segments=2)
-        if not hits or len(hits) > 2:
-            continue
+        if hits and len(hits) <= 2:
+            found.append((frame, hits))
+    source = [n for n, (_, hits) in enumerate(found) if not all(is_test(p) for p in hits)]
+    inner = next((n for n in source if not found[n][0].raises), source[0] if source else None)
+    for n, (frame, hits) in enumerate(found):
         for p in hits:
             c = r.get(p)
-            if not inner_done and not is_test(p):
+            if n == inner and not is_test(p):
                 c.add(
                     "trace_inner",
                     1.0 / len(hits),
                     Kind.TRACEBACK,
-                    f"the innermost traceback frame in the repo ({frame.func or '?'})",
+                    f"the innermost traceback frame in the repo ({frame.func or '?'})"
+                    if n == source[0]
+                    else f"the innermost frame in the repo that did not raise the error itself ({frame.func or '?'})",
                 )
             else:
                 c.add("trace", 1.0 / len(hits), Kind.TRACEBACK, f"a traceback frame ({frame.func or '?'})")
             if frame.func and frame.func in index.facts.get(p, _NO_FACTS).defs:
                 c.add("trace_func", 1.0, Kind.TRACEBACK, f"defines {frame.func}, a function in the traceback")
-        if not all(is_test(p) for p in hits):
-            inner_done = True
 
 
 def _links(m: Mentions, index: TreeIndex, r: Ranking) -> None:
@@ -251,6 +257,8 @@ def _modules(m: Mentions, index: TreeIndex, r: Ranking) -> None:
 
 
 def _module_files(index: TreeIndex, rel: str) -> list[str]:
+    """The files of module `rel` (`a/b` for `a.b`, or a tail of one): `a/b.py`, or a package's `a/b/__init__.py`
+    and its namesake module `a/b/b.py` when it has one (where a package like `printing.pretty` keeps its code)."""
     base = rel.rsplit("/", 1)[-1]
     out = []
     for name in (base + ".py", "__init__.py"):
@@ -258,7 +266,10 @@ def _module_files(index: TreeIndex, rel: str) -> list[str]:
             target = p[:-3] if name != "__init__.py" else p[: -len("/__init__.py")]
             if target == rel or target.endswith("/" + rel):
                 out.append(p)
-    return sorted(out)
+                namesake = f"{target}/{base}.py"
+                if name == "__init__.py" and namesake in index.blobs:
+                    out.append(namesake)
+    return sorted(set(out))
 
 
 def _stems(m: Mentions, index: TreeIndex, r: Ranking) -> None:

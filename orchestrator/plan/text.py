@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 _PATHS_LINE = re.compile(r"^\s*paths\s*:\s*(.*)$", re.I)
@@ -76,6 +76,9 @@ class Frame:
 
     path: str
     func: str
+    raises: bool = False
+    """Its line is a `raise`: the code there reports the error on purpose (a check, a conversion refusing its
+    input); the fault is as often in the caller that handed it what it refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +196,14 @@ def mentions(text: str) -> Mentions:
     fenced = trace = False
     session = False  # the output lines after a `>>>` line belong to the session
     first = True
+    after_frame = False  # the line after a frame's is its source line
     for line in body.splitlines():
         if not line.strip():
-            session = trace = False
+            session = trace = after_frame = False
             continue
+        if after_frame and re.match(r"\s*raise\b", line):
+            frames[-1] = replace(frames[-1], raises=True)
+        after_frame = False
         if _FENCE.match(line):
             fenced = not fenced
             continue
@@ -207,6 +214,7 @@ def mentions(text: str) -> Mentions:
         frame = _FRAME.search(line) or (_PYTEST_FRAME.match(line) if not _URL_PATH.search(line) else None)
         if frame:
             frames.append(Frame(frame.group(1).replace("\\", "/"), frame.group(2) or ""))
+            after_frame = True
         plain = _URL.sub(" ", line)
         place = _place(plain, first, fenced, trace or bool(frame))
         if _SESSION_LINE.match(plain):
