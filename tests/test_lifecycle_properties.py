@@ -38,6 +38,7 @@ from orchestrator.core.models import (
     Policy,
     Snapshot,
 )
+from orchestrator.git.outcomes import LandOutcome
 from orchestrator.store import Store
 
 STATES = list(JobState)
@@ -116,7 +117,7 @@ def test_after_run_lands_only_a_change_and_fails_every_failure(ok, exit_code, ch
 @given(st.sampled_from(list(Landed)), st.integers(0, 5), st.booleans(), st.integers(1, 5))
 def test_after_landing_lands_only_what_landed(outcome, attempts, retry, max_attempts):
     """Only LANDED and NOOP end in `landed`; a conflict re-queues while attempts remain; a rewritten target
-    always re-plans; a fault never lands."""
+    always re-plans; a fault (or a remote's refusal) never lands; a lost race, or a fenced push, goes again."""
     then, to = lifecycle.after_landing(outcome, attempts, LandingPolicy(retry, max_attempts))
     assert (to is JobState.LANDED) == (outcome in (Landed.LANDED, Landed.NOOP))
     if to is not None:
@@ -125,8 +126,16 @@ def test_after_landing_lands_only_what_landed(outcome, attempts, retry, max_atte
         assert to is JobState.QUEUED
     if outcome is Landed.CONFLICT:
         assert to is (JobState.QUEUED if retry and attempts + 1 < max_attempts else JobState.CONFLICTED)
-    if outcome is Landed.FAULT:
+    if outcome in (Landed.FAULT, Landed.REFUSED, Landed.NO_BRANCH):
         assert to is JobState.FAILED
+    if outcome in (Landed.HEAD_MOVED, Landed.FENCED):
+        assert (then, to) == (Then.AGAIN, None)
+
+
+def test_the_lander_reads_every_way_a_landing_ends():
+    """Every outcome a landing can end with, on a branch or on a shared remote, is one the lander reads, by the
+    same value (it reads `Landed(str(outcome))`)."""
+    assert {str(o) for o in LandOutcome} == {str(o) for o in Landed}
 
 
 @given(st.sampled_from(STATES), st.booleans(), st.booleans())

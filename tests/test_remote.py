@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import testhook
 from orchestrator.git import remote as rmt
 from orchestrator.git.journal import Intent
-from orchestrator.git.landing import CheckResult
+from orchestrator.git.landing import Check
+from orchestrator.git.outcomes import LandOutcome
 from tests.conftest import bare_remote, git, write
 
 
@@ -77,7 +79,7 @@ async def test_lands_on_the_remote_and_leaves_the_clone_alone(team, monkeypatch)
     journal = Recorder()
     remote = rmt.Remote(str(bare), "main")
     result = await rmt.land(a, remote, sha, job_id=1, message="Merge job 1", journal=journal)
-    assert result.outcome is rmt.RemoteOutcome.LANDED, result.message
+    assert result.outcome is LandOutcome.LANDED, result.message
     assert git(bare, "rev-parse", "main") == result.sha == sha  # a fast-forward
     assert git(a, "rev-parse", "main") == start
     assert (a / "src/a.py").read_text() == "a = 1\n"
@@ -95,19 +97,42 @@ async def test_a_lost_race_fetches_and_lands_on_the_new_tip(team):
     sha = job_commit(a, {"src/a.py": "a = 2\n"})
     raced: list[str] = []
 
-    async def check(merged: str) -> CheckResult:
-        if not raced:  # the first attempt: node B lands a disjoint change meanwhile
+    async def race(name: str, job_id: int | None) -> None:
+        if not raced:  # right before the first push: node B lands a disjoint change meanwhile
             raced.append(pushed_from(b, {"src/b.py": "b = 2\n"}, "b's change"))
-        return CheckResult(True, 0, "")
 
-    result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="Merge job 1", check=check)
-    assert result.outcome is rmt.RemoteOutcome.LANDED, result.message
+    testhook.install("landing.move", race)
+    try:
+        result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="Merge job 1")
+    finally:
+        testhook.clear()
+    assert result.outcome is LandOutcome.LANDED, result.message
     assert result.attempts == 2
     assert result.old_head == raced[0]
     tip = git(bare, "rev-parse", "main")
     assert git(bare, "show", f"{tip}:src/a.py") == "a = 2"
     assert git(bare, "show", f"{tip}:src/b.py") == "b = 2"
     assert git(bare, "rev-list", "--count", "main") == "4"  # initial, b's, the job's, the merge
+
+
+async def test_a_remote_that_keeps_moving_ends_as_a_branch_that_does(team):
+    """Every push losing its race (another node lands before each) ends HEAD_MOVED after `retries` more attempts,
+    in the words a local branch that keeps moving gets; nothing of the job is pushed."""
+    bare, a, b = team
+    sha = job_commit(a, {"src/a.py": "a = 2\n"})
+    raced: list[str] = []
+
+    async def race(name: str, job_id: int | None) -> None:
+        raced.append(pushed_from(b, {"src/b.py": f"b = {len(raced) + 2}\n"}, f"b's change {len(raced)}"))
+
+    testhook.install("landing.move", race)
+    try:
+        result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="m", retries=1)
+    finally:
+        testhook.clear()
+    assert result.outcome is LandOutcome.HEAD_MOVED and result.attempts == 2 == len(raced)
+    assert "kept moving: 2 attempts to land job 1" in result.message, result.message
+    assert git(bare, "rev-parse", "main") == raced[-1]
 
 
 async def test_a_conflict_with_the_remote_is_never_pushed(team):
@@ -117,9 +142,26 @@ async def test_a_conflict_with_the_remote_is_never_pushed(team):
     sha = job_commit(a, {"src/a.py": "a = 2\n"})
     theirs = pushed_from(b, {"src/a.py": "a = 3\n"}, "b's change")
     result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="Merge job 1")
-    assert result.outcome is rmt.RemoteOutcome.CONFLICT
+    assert result.outcome is LandOutcome.CONFLICT
     assert result.conflicts == ("src/a.py",)
     assert git(bare, "rev-parse", "main") == theirs
+
+
+async def test_a_failed_landing_check_is_never_pushed(team):
+    """The landing check runs on the merged result in a scratch workspace, as on a local landing: a failure is
+    CHECK_FAILED in the same words (the command, how it ended), its output kept, and nothing is pushed."""
+    bare, a, _ = team
+    before = git(bare, "rev-parse", "main")
+    sha = job_commit(a, {"src/a.py": "a = 2\n"})
+    check = Check("echo checked; grep -q 3 src/a.py", 30)
+    remote = rmt.Remote(str(bare), "main")
+    result = await rmt.land(a, remote, sha, job_id=1, message="m", check=check)
+    assert result.outcome is LandOutcome.CHECK_FAILED
+    assert f"landing check `{check.command}` exited 1" in result.message and "checked" in result.check_output
+    assert git(bare, "rev-parse", "main") == before
+    passed = await rmt.land(a, remote, sha, job_id=1, message="m", check=Check("grep -q 2 src/a.py", 30))
+    assert passed.outcome is LandOutcome.LANDED, passed.message
+    assert git(bare, "rev-parse", "main") == sha
 
 
 async def test_a_refusing_hook_is_a_failure_with_the_remotes_words(team):
@@ -131,7 +173,7 @@ async def test_a_refusing_hook_is_a_failure_with_the_remotes_words(team):
     sha = job_commit(a, {"src/a.py": "a = 2\n"})
     journal = Recorder()
     result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="m", journal=journal)
-    assert result.outcome is rmt.RemoteOutcome.REFUSED
+    assert result.outcome is LandOutcome.REFUSED
     assert "main is protected: open a merge request" in result.message
     assert git(bare, "rev-parse", "main") == before
     assert journal.ended == [1]
@@ -149,7 +191,7 @@ async def test_a_rewritten_remote_branch_is_not_merged_back(team):
     git(b, "push", "-q", "--force", "origin", "fresh:main")
     rewritten = git(bare, "rev-parse", "main")
     result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="m", base=base)
-    assert result.outcome is rmt.RemoteOutcome.REWRITTEN
+    assert result.outcome is LandOutcome.REWRITTEN
     assert git(bare, "rev-parse", "main") == rewritten
 
 
@@ -159,18 +201,18 @@ async def test_follow_fast_forwards_the_clone_only_when_asked_and_clean(team):
     bare, a, b = team
     sha = job_commit(a, {"src/a.py": "a = 2\n"})
     result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="m", follow=True)
-    assert result.outcome is rmt.RemoteOutcome.LANDED
+    assert result.outcome is LandOutcome.LANDED
     assert git(a, "rev-parse", "main") == sha
     assert (a / "src/a.py").read_text() == "a = 2\n"
-    assert "followed" in result.followed
+    assert "followed" in result.message
     write(b, {"README.md": "mine\n"})
     git(b, "commit", "-q", "-am", "b's own local commit")
     own = git(b, "rev-parse", "main")
     job_b = job_commit(b, {"src/b.py": "b = 2\n"}, "job b", base="origin/main")
     result = await rmt.land(b, rmt.Remote(str(bare), "main"), job_b, job_id=2, message="m", follow=True)
-    assert result.outcome is rmt.RemoteOutcome.LANDED, result.message
+    assert result.outcome is LandOutcome.LANDED, result.message
     assert git(b, "rev-parse", "main") == own
-    assert "left as it is" in result.followed
+    assert "left as it is" in result.message
 
 
 async def test_an_unreachable_remote_never_shows_its_password(team):
@@ -180,7 +222,7 @@ async def test_an_unreachable_remote_never_shows_its_password(team):
     sha = job_commit(a, {"src/a.py": "a = 2\n"})
     url = "http://robot:s3cret-token@127.0.0.1:9/team/repo.git"
     result = await rmt.land(a, rmt.Remote(url, "main"), sha, job_id=1, message="m", timeout=20)
-    assert result.outcome is rmt.RemoteOutcome.UNREACHABLE
+    assert result.outcome is LandOutcome.UNREACHABLE
     assert "s3cret-token" not in result.message
     assert "robot:***@127.0.0.1:9" in result.message
 
@@ -195,7 +237,7 @@ async def test_a_fence_that_says_no_stops_the_push(team):
         return False
 
     result = await rmt.land(a, rmt.Remote(str(bare), "main"), sha, job_id=1, message="m", fence=fence)
-    assert result.outcome is rmt.RemoteOutcome.FENCED
+    assert result.outcome is LandOutcome.FENCED
     assert git(bare, "rev-parse", "main") == before
 
 
@@ -212,7 +254,7 @@ async def test_a_landing_after_a_crash_finds_its_push(team):
     assert rmt.push(a, remote, pushed_sha, merged).outcome is rmt.PushOutcome.PUSHED
     assert rmt.landed(a, remote, merged)
     again = await rmt.land(a, remote, sha, job_id=1, message="m")
-    assert again.outcome is rmt.RemoteOutcome.NOOP
+    assert again.outcome is LandOutcome.NOOP
     assert git(bare, "rev-parse", "main") == merged
 
 

@@ -119,7 +119,7 @@ def after_run(end: RunEnd) -> Step:
 
 
 class Landed(StrEnum):
-    """How one landing attempt ended (the values of `git.landing.LandOutcome`)."""
+    """How one landing attempt ended (the values of `git.outcomes.LandOutcome`)."""
 
     LANDED = "landed"
     NOOP = "noop"
@@ -133,6 +133,12 @@ class Landed(StrEnum):
     CHECK_FAILED = "check-failed"
     UNREACHABLE = "unreachable"
     """Team mode: the shared remote could not be reached: nothing moved; it waits."""
+    REFUSED = "refused"
+    """Team mode: the remote refused the push (branch protection, a hook): nothing moved; it fails."""
+    NO_BRANCH = "no-branch"
+    """Team mode: the remote has no such branch: nothing moved; it fails."""
+    FENCED = "fenced"
+    """Team mode: this node no longer holds the job: nothing pushed; the next attempt finds it is not this node's."""
     FAULT = "fault"
     """An error (disk full, an unwritable ref or checkout): everything was put back, nothing landed."""
 
@@ -165,14 +171,14 @@ def after_landing(outcome: Landed, attempts: int, policy: LandingPolicy) -> tupl
         return Then.END, LANDED
     if outcome in (Landed.USER_DIRTY, Landed.NO_SPACE, Landed.UNREACHABLE):
         return Then.WAIT, None
-    if outcome is Landed.HEAD_MOVED:
+    if outcome in (Landed.HEAD_MOVED, Landed.FENCED):
         return Then.AGAIN, None
     if outcome is Landed.REWRITTEN:
         return Then.END, Q
     if outcome is Landed.CONFLICT:
         retry = policy.retry_on_conflict and attempts + 1 < policy.max_attempts
         return Then.END, Q if retry else CONFLICTED
-    return Then.END, FAILED  # CHECK_FAILED, FAULT
+    return Then.END, FAILED  # CHECK_FAILED, FAULT, REFUSED, NO_BRANCH
 
 
 class Revise(StrEnum):

@@ -1,10 +1,14 @@
-"""Land a job's commit on its target branch: merge in memory, compare-and-swap the branch, keep checkouts in step.
+"""Land a job's commit: merge in memory, check, compare-and-swap the target; on a branch, keep checkouts in step.
 
-One loop (`land`): read the branch head → refuse a head that no longer contains the job's base (the branch was
-rewritten: merging would bring back history it dropped; the job is planned again) → merge in memory → run the
-landing check on the result if there is one (`run_check`, in a scratch worktree) → `prepare` the move (every
-checkout of the branch checked, the intent journaled) → `move` (the ref, then the checkouts); HEAD_MOVED, and
-all of it again on the new head (a check passed on one merge says nothing about another).
+One loop for every target (`land_on`): read the target's head → refuse a head that no longer contains the job's
+base (the target was rewritten: merging would bring back history it dropped; the job is planned again) → merge
+in memory → run the landing check on the result if there is one (`Check`, in a scratch worktree) → swap the
+target to the result; HEAD_MOVED, and all of it again on the new head (a check passed on one merge says nothing
+about another). What each outcome says is `git.outcomes`. A target is a branch of this repository (`Branch`,
+`land`) or a team's shared remote (`git.remote`, where the swap is a push with a lease).
+
+On a branch the swap is `prepare` (every checkout of the branch checked, the intent journaled), then `move`
+(the ref, then the checkouts).
 
 The ref move is a true compare-and-swap: `Reference.set_target` is libgit2's `git_reference_set_target`,
 which is `git_reference_create_matching` with the value the reference had when looked up, checked
@@ -31,16 +35,17 @@ import functools
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from pathlib import Path
+from typing import Protocol, Required, TypedDict, Unpack
 
 import pygit2
 
 from orchestrator import testhook
-from orchestrator.git import checkouts, repos
+from orchestrator.git import checkouts, outcomes, repos
 from orchestrator.git.checkouts import FAULT, SPACE_MARGIN
 from orchestrator.git.journal import Intent, Journal, NoJournal
-from orchestrator.git.merging import LandStyle, Mergeable, MergeResult, merge_for_landing
+from orchestrator.git.merging import LandStyle, Mergeable, merge_for_landing
+from orchestrator.git.outcomes import LandOutcome, LandResult
 from orchestrator.git.workspace import Workspace, WorkspaceError, remove_tree
 from orchestrator.runners import process
 from orchestrator.runners.sandbox import Sandbox
@@ -49,47 +54,6 @@ TAIL_BYTES = process.TAIL_BYTES
 """How much of a check's output `CheckResult.output_tail` keeps."""
 KILL_GRACE = 2.0
 """Seconds between SIGTERM and SIGKILL for a check that timed out."""
-
-
-class LandOutcome(StrEnum):
-    """How a landing attempt ended."""
-
-    LANDED = "landed"
-    """The branch now points at the job's work (fast-forward or merge commit); checkouts updated."""
-    NOOP = "noop"
-    """The job's commits were already on the branch; nothing moved."""
-    CONFLICT = "conflict"
-    """The job's changes conflict with the branch head in `conflicts`; nothing moved."""
-    HEAD_MOVED = "head-moved"
-    """The branch no longer pointed at the head the merge was made on; nothing moved."""
-    USER_DIRTY = "user-dirty"
-    """A checkout of the branch has uncommitted work at `user_paths`, which the landing would change; nothing moved."""
-    CHECK_FAILED = "check-failed"
-    """The landing check failed on the merge result (`check_output`); nothing moved."""
-    REWRITTEN = "rewritten"
-    """The branch no longer contains the job's base (force-pushed, reset): nothing moved; plan it again."""
-    NO_SPACE = "no-space"
-    """A checkout's file system has less free space than the landing writes there; nothing moved."""
-    UNREACHABLE = "unreachable"
-    """Team mode: the shared remote could not be reached; nothing is known to have moved (it waits, then tries)."""
-    FAULT = "fault"
-    """An error moving the ref or updating a checkout (a full disk, an unwritable file or ref): everything put
-    back, nothing moved (`message` says what failed, and what could not be put back if anything)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LandResult:
-    outcome: LandOutcome
-    sha: str | None
-    """The branch head after this attempt (the new one when LANDED, else unchanged); None if unknown."""
-    old_head: str
-    """The branch head the attempt started from."""
-    conflicts: tuple[str, ...]
-    user_paths: tuple[str, ...]
-    """The user's uncommitted paths in the way (USER_DIRTY)."""
-    message: str
-    """One line for a person: what happened and what happens next."""
-    check_output: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +130,7 @@ def prepare(
     changed: frozenset[str] = frozenset()
     # Before our first git command in a checkout: a crash from here on may leave its index.lock behind.
     token = (
-        journal.begin(
-            Intent(str(repo_path), refname, str(old), str(new), tuple(map(str, on)), job_id, time.time())
-        )
+        journal.begin(Intent(str(repo_path), refname, str(old), str(new), tuple(map(str, on)), job_id, time.time()))
         if on
         else None
     )
@@ -232,7 +194,7 @@ def _update_checkouts(p: Prepared) -> tuple[LandResult, bool]:
         stuck = {c: ps for c, ps in stuck.items() if ps}
         if checkouts.swap_back(p.repo, p.ref.name, new, old, f"orchestrator: undo {p.what}"):
             if stuck:
-                where = "; ".join(f"{c}: {_some(ps)}" for c, ps in stuck.items())
+                where = "; ".join(f"{c}: {outcomes.some(ps)}" for c, ps in stuck.items())
                 message = (
                     f"{branch} not moved: your checkout {checkout} {reason}; and these paths could not be put "
                     f"back as they were ({where}): `git checkout {str(old)[:12]} -- PATH` there restores each"
@@ -268,10 +230,58 @@ class Check:
     sandbox: Sandbox | None = None
     """Where the check runs: the merged result is the job's code, confined like the job itself."""
 
+    async def run(self, repo_path: Path, sha: str) -> CheckResult:
+        """This check on the commit `sha` of the repository at `repo_path` (`run_check`)."""
+        return await run_check(
+            repo_path,
+            sha,
+            self.command,
+            timeout=self.timeout,
+            log_path=self.log_path,
+            scratch_root=self.scratch_root,
+            owner=self.owner,
+            sandbox=self.sandbox,
+        )
 
-async def land(
+    def status(self, ran: CheckResult) -> str:
+        """How a run of it ended, for a person."""
+        return f"timed out after {self.timeout:g}s" if ran.timed_out else f"exited {ran.returncode}"
+
+
+class Landing(TypedDict, total=False):
+    """The job's side of a landing, wherever it lands (`land_on`'s keywords, which both `land`s take)."""
+
+    job_id: Required[int]
+    message: Required[str]
+    """The merge commit's message when a merge commit is needed."""
+    base: str | None
+    """The job's base: a head that no longer contains it was rewritten (None: not asked)."""
+    check: Check | None
+    mergeable: Mergeable | None
+    style: LandStyle
+
+
+class Target(Protocol):
+    """What a job lands on: a branch of the repository (`Branch`), or a shared remote's branch (`git.remote`)."""
+
+    @property
+    def where(self) -> str:
+        """The target, for a person: a branch name, or a remote and its branch."""
+        ...
+
+    async def head(self) -> str | LandResult:
+        """The head to merge onto now, or how the attempt ends without one (a remote that cannot be fetched)."""
+        ...
+
+    async def swap(self, head: str, new: str) -> LandResult:
+        """Move the target from `head` to `new` if it still points at `head` (the compare-and-swap): LANDED;
+        HEAD_MOVED when it no longer does (merged again on the new head); else how it ended, nothing moved."""
+        ...
+
+
+async def land_on(
+    target: Target,
     repo_path: Path,
-    branch: str,
     job_commit: str,
     *,
     job_id: int,
@@ -279,57 +289,84 @@ async def land(
     base: str | None = None,
     check: Check | None = None,
     mergeable: Mergeable | None = None,
-    retries: int = 3,
     style: LandStyle = "merge",
-    journal: Journal | None = None,
+    retries: int = 3,
 ) -> LandResult:
-    """Merge `job_commit` onto the branch head and advance the branch, all or nothing; again if the head moves.
+    """Merge `job_commit` (an object of the repository at `repo_path`) onto the target's head and swap the target
+    to the result; again from the new head while the swap finds it moved, up to `retries` more times.
 
     REWRITTEN when the head no longer contains `base` (the job's base: merging would bring back history the
-    branch dropped); CONFLICT, NOOP and CHECK_FAILED return at once; HEAD_MOVED (someone moved the branch
-    between read and swap) merges, checks and moves again from the new head, up to `retries` times;
-    USER_DIRTY and NO_SPACE return for the daemon to wait on; FAULT when something could not be written (put
-    back). `message` is the merge commit's message when a merge commit is needed.
+    target dropped); CONFLICT, NOOP and CHECK_FAILED end it at once; HEAD_MOVED on every attempt ends it with
+    "kept moving". A check passed on one merge says nothing about another: each attempt runs it again.
+    `message` is the merge commit's message when a merge commit is needed.
     """
-    result: LandResult | None = None
-    for _ in range(retries + 1):
-        head = await asyncio.to_thread(repos.branch_head, repo_path, branch)
+    where = target.where
+
+    async def once() -> LandResult:
+        head = await target.head()
+        if isinstance(head, LandResult):
+            return head
         if base is not None and not await asyncio.to_thread(contains, repo_path, head, base):
-            return _rewritten(branch, head, base, job_id)
+            return outcomes.rewritten(where, head, base, job_id)
         merged = await asyncio.to_thread(
             functools.partial(merge_for_landing, message=message, style=style), repo_path, head, job_commit, mergeable
         )
-        early = _merge_outcome(merged, branch, job_id)
+        early = outcomes.merge_outcome(merged, where, job_id)
         if early is not None:
             return early
         assert merged.sha is not None
         if check is not None:
-            ran = await run_check(
-                repo_path,
-                merged.sha,
-                check.command,
-                timeout=check.timeout,
-                log_path=check.log_path,
-                scratch_root=check.scratch_root,
-                owner=check.owner,
-                sandbox=check.sandbox,
-            )
+            ran = await check.run(repo_path, merged.sha)
             if not ran.ok:
-                return _check_failed(check, ran, branch, head, merged.sha)
+                return outcomes.check_failed(check.command, check.status(ran), ran.output_tail, where, head, merged.sha)
+        return outcomes.landed(await target.swap(head, merged.sha), merged, where, job_id)
+
+    result: LandResult | None = None
+    for attempt in range(1, retries + 2):
+        result = replace(await once(), attempts=attempt)
+        if result.outcome is not LandOutcome.HEAD_MOVED:
+            return result
+    assert result is not None
+    return outcomes.kept_moving(result, where, job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A branch of the repository as a landing target: its ref compare-and-swapped, its checkouts kept in step."""
+
+    repo_path: Path
+    where: str
+    """The branch."""
+    job_id: int
+    journal: Journal | None = None
+
+    async def head(self) -> str:
+        return await asyncio.to_thread(repos.branch_head, self.repo_path, self.where)
+
+    async def swap(self, head: str, new: str) -> LandResult:
         prepared = await asyncio.to_thread(
-            functools.partial(prepare, job_id=job_id, journal=journal), repo_path, branch, head, merged.sha
+            functools.partial(prepare, job_id=self.job_id, journal=self.journal), self.repo_path, self.where, head, new
         )
         if isinstance(prepared, LandResult):
-            result = prepared
-        else:
-            await testhook.reach("landing.move", job_id)
-            result = await asyncio.to_thread(move, prepared)
-        if result.outcome is not LandOutcome.HEAD_MOVED:
-            return _landed_message(result, merged, branch, job_id)
-    assert result is not None
-    return replace(
-        result, message=f"{branch} kept moving: {retries + 1} attempts to land job {job_id}; try again later"
-    )
+            return prepared
+        await testhook.reach("landing.move", self.job_id)
+        return await asyncio.to_thread(move, prepared)
+
+
+async def land(
+    repo_path: Path,
+    branch: str,
+    job_commit: str,
+    *,
+    retries: int = 3,
+    journal: Journal | None = None,
+    **job: Unpack[Landing],
+) -> LandResult:
+    """Merge `job_commit` onto the branch head and advance the branch, all or nothing; again if the head moves
+    (`land_on`, on `Branch`). Besides the outcomes of `land_on`: USER_DIRTY and NO_SPACE return for the daemon
+    to wait on; FAULT when something could not be written (put back)."""
+    target = Branch(repo_path, branch, job["job_id"], journal)
+    return await land_on(target, repo_path, job_commit, retries=retries, **job)
 
 
 def contains(repo_path: Path, head: str, base: str) -> bool:
@@ -341,19 +378,6 @@ def contains(repo_path: Path, head: str, base: str) -> bool:
     except (KeyError, ValueError, pygit2.GitError):
         return False
     return h == b or repo.descendant_of(h, b)
-
-
-def _check_failed(check: Check, ran: CheckResult, branch: str, head: str, sha: str) -> LandResult:
-    status = f"timed out after {check.timeout:g}s" if ran.timed_out else f"exited {ran.returncode}"
-    return LandResult(
-        LandOutcome.CHECK_FAILED,
-        head,
-        head,
-        (),
-        (),
-        f"landing check `{check.command}` {status} on {sha[:12]}; {branch} stays at {head[:12]}",
-        ran.output_tail,
-    )
 
 
 async def run_check(
@@ -441,34 +465,6 @@ _git = repos.run_git
 # ---- results --------------------------------------------------------------------------------------------
 
 
-def _merge_outcome(merged: MergeResult, branch: str, job_id: int) -> LandResult | None:
-    """The LandResult for a merge that needs no ref move (conflict, noop); None when one is needed."""
-    head = merged.head
-    if merged.kind == "conflict":
-        n = len(merged.conflicts)
-        return LandResult(
-            LandOutcome.CONFLICT,
-            head,
-            head,
-            merged.conflicts,
-            (),
-            f"job {job_id} conflicts with {branch} at {head[:12]} in {n} path{'s' * (n != 1)}: "
-            f"{_some(merged.conflicts)}; {branch} not moved",
-        )
-    if merged.kind == "noop":
-        return LandResult(
-            LandOutcome.NOOP, head, head, (), (), f"job {job_id} is already on {branch} at {head[:12]}; nothing to land"
-        )
-    return None
-
-
-def _landed_message(result: LandResult, merged: MergeResult, branch: str, job_id: int) -> LandResult:
-    if result.outcome is not LandOutcome.LANDED or result.sha is None:
-        return result
-    how = {"fast-forward": "fast-forward", "rebase": "rebased", "squash": "squashed"}.get(merged.kind, "merge commit")
-    return replace(result, message=f"landed job {job_id} on {branch}: {how} {result.old_head[:12]} → {result.sha[:12]}")
-
-
 def _head_moved(branch: str, expected: str, actual: str) -> LandResult:
     return LandResult(
         LandOutcome.HEAD_MOVED,
@@ -481,7 +477,7 @@ def _head_moved(branch: str, expected: str, actual: str) -> LandResult:
 
 
 def _user_dirty(branch: str, old: str, checkout: Path, paths: tuple[str, ...], reason: str) -> LandResult:
-    shown = f": {_some(paths)}" if paths else ""
+    shown = f": {outcomes.some(paths)}" if paths else ""
     then = "commit or stash that, the landing waits" if paths else "the landing waits"
     return LandResult(
         LandOutcome.USER_DIRTY, old, old, (), paths, f"your checkout {checkout} of {branch} {reason}{shown}; {then}"
@@ -505,22 +501,5 @@ def _fault(branch: str, old: str, what: str, *, stuck_paths: bool = False) -> La
     return LandResult(LandOutcome.FAULT, old, old, (), (), message)
 
 
-def _rewritten(branch: str, head: str, base: str, job_id: int) -> LandResult:
-    return LandResult(
-        LandOutcome.REWRITTEN,
-        head,
-        head,
-        (),
-        (),
-        f"{branch} was rewritten: its head {head[:12]} no longer contains job {job_id}'s base {base[:12]}; "
-        f"not merged (that would bring back what {branch} dropped): the job is planned again on the new head",
-    )
-
-
 def _mb(n: int) -> str:
     return f"{n / (1 << 20):.1f} MB"
-
-
-def _some(paths: tuple[str, ...], limit: int = 5) -> str:
-    shown = ", ".join(paths[:limit])
-    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")

@@ -1,20 +1,20 @@
 """Land a job onto a shared remote: fetch the branch's tip, merge in memory, push with a lease as the CAS.
 
 In team mode a repository is a remote URL and a target branch, not a local path: every node works in a clone
-of its own, and the branch that counts is the remote's. One landing attempt (`land`):
+of its own, and the branch that counts is the remote's. A landing (`land`) is the loop every landing runs
+(`git.landing.land_on`: refuse a rewritten head, merge in memory, run the landing check, swap; the same
+outcomes and words, `git.outcomes`) on the remote branch as its target (`Tip`), whose own parts are:
 
-1. fetch the remote branch's tip into a ref of the daemon's own in the node's clone
+1. its head: the remote branch's tip fetched into a ref of the daemon's own in the node's clone
    (`refs/orchestrator/remotes/<digest>/<branch>`; the user's branches and remote-tracking refs stay as they
-   are, and no FETCH_HEAD is written);
-2. refuse a tip that no longer contains the job's base (the branch was rewritten: merging would bring back the
-   history it dropped; the job is planned again);
-3. merge in memory as a local landing does (`git.merging.merge_for_landing`): a conflict never lands, the job
-   is re-queued; run the landing check on the result if there is one;
-4. publish: `git push --force-with-lease=refs/heads/<branch>:<tip> URL <new>:refs/heads/<branch>`. The lease
-   is the compare-and-swap: the remote moves only if it still points where this node fetched it, so a node
-   that lost a race to another node's push fetches and tries again, and history someone else pushed meanwhile
-   is never overwritten. A refusal by the remote (branch protection, a pre-receive hook) is a failure that
-   quotes the remote's own message; an unreachable remote is reported, for the caller to wait and retry.
+   are, and no FETCH_HEAD is written); an unreachable remote (UNREACHABLE) or one without the branch
+   (NO_BRANCH) ends it;
+2. its swap: `git push --force-with-lease=refs/heads/<branch>:<tip> URL <new>:refs/heads/<branch>`, fenced
+   (FENCED once this node no longer holds the job) and journaled. The lease is the compare-and-swap: the
+   remote moves only if it still points where this node fetched it, so a node that lost a race to another
+   node's push (HEAD_MOVED) fetches and tries again, and history someone else pushed meanwhile is never
+   overwritten. A refusal by the remote (branch protection, a pre-receive hook) is REFUSED, quoting the
+   remote's own message; an unreachable remote is reported, for the caller to wait and retry.
 
 A node's own checkout is never touched unless the caller asks (`follow`): then a local branch whose head the
 landing contains is fast-forwarded the way a local landing is, and a diverged one is left alone and reported.
@@ -33,22 +33,22 @@ check and the caller's fence are.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 import pygit2
 
+from orchestrator import testhook
 from orchestrator.git import landing, repos
 from orchestrator.git.journal import Intent, Journal, NoJournal
-from orchestrator.git.merging import LandStyle, Mergeable, merge_for_landing
+from orchestrator.git.outcomes import LandOutcome, LandResult
 
 NETWORK_TIMEOUT = 120.0
 """Seconds one fetch or push may take before it counts as the remote being unreachable."""
@@ -60,8 +60,7 @@ __all__ = [
     "Pushed",
     "Remote",
     "RemoteError",
-    "RemoteLanding",
-    "RemoteOutcome",
+    "Tip",
     "fetch",
     "identity",
     "land",
@@ -305,50 +304,54 @@ PUBLISHERS: dict[str, Callable[[float], Publisher]] = {"push": PushPublisher}
 # -- one landing -----------------------------------------------------------------------------------------------
 
 
-class RemoteOutcome(StrEnum):
-    """How a landing onto the remote ended."""
-
-    LANDED = "landed"
-    """The remote branch now holds the job's work."""
-    NOOP = "noop"
-    """The job's commits were already on the remote branch; nothing moved."""
-    CONFLICT = "conflict"
-    """The job conflicts with the remote tip in `conflicts`; nothing moved (re-queue it on the new tip)."""
-    REWRITTEN = "rewritten"
-    """The remote branch no longer contains the job's base (force-pushed): nothing moved; plan it again."""
-    CHECK_FAILED = "check-failed"
-    """The landing check failed on the merged result; nothing moved."""
-    REFUSED = "refused"
-    """The remote refused the push (branch protection, a hook): `message` has its words; nothing moved."""
-    NO_BRANCH = "no-branch"
-    """The remote has no such branch; nothing moved (push it once by hand)."""
-    KEPT_MOVING = "kept-moving"
-    """Every attempt lost the race to another push; nothing moved (try again later)."""
-    UNREACHABLE = "unreachable"
-    """The remote could not be reached; nothing is known to have moved (try again later)."""
-    FENCED = "fenced"
-    """The caller's fence said this node no longer holds the job (another node took it over); nothing pushed."""
+Fence = Callable[[], Awaitable[bool]]
+"""True while this node still holds the job (asked right before each push)."""
 
 
 @dataclass(frozen=True, slots=True)
-class RemoteLanding:
-    outcome: RemoteOutcome
-    sha: str | None
-    """The remote tip after this landing (the new one when LANDED); None when unknown."""
-    old_head: str | None
-    """The tip the last attempt merged onto."""
-    message: str
-    conflicts: tuple[str, ...] = ()
-    check_output: str = ""
-    attempts: int = 1
-    followed: str = ""
-    """With `follow`: what happened to the node's own checkout ("" when not asked)."""
+class Tip:
+    """The remote branch as a landing target (`landing.Target`): its tip fetched, swapped by a journaled push."""
 
+    repo_path: Path
+    remote: Remote
+    job_id: int
+    publisher: Publisher
+    journal: Journal
+    fence: Fence | None = None
+    timeout: float = NETWORK_TIMEOUT
 
-Check = Callable[[str], Awaitable[landing.CheckResult]]
-"""The landing check on a merged commit's sha (`git.landing.run_check` bound to its command)."""
-Fence = Callable[[], Awaitable[bool]]
-"""True while this node still holds the job (asked right before each push)."""
+    @property
+    def where(self) -> str:
+        return str(self.remote)
+
+    async def head(self) -> str | LandResult:
+        remote = self.remote
+        try:
+            tip = await asyncio.to_thread(fetch, self.repo_path, remote, timeout=self.timeout)
+        except RemoteError as e:
+            return LandResult(LandOutcome.UNREACHABLE, None, "", (), (), str(e))
+        if tip is None:
+            said = f"{shown(remote.url)} has no branch {remote.branch}: push it once (git push URL {remote.branch})"
+            return LandResult(LandOutcome.NO_BRANCH, None, "", (), (), said)
+        return tip
+
+    async def swap(self, head: str, new: str) -> LandResult:
+        if self.fence is not None and not await self.fence():
+            said = f"job {self.job_id} is no longer this node's (its lease ended): not pushed; its new holder lands it"
+            return LandResult(LandOutcome.FENCED, head, head, (), (), said)
+        await testhook.reach("landing.move", self.job_id)
+        pushed = await asyncio.to_thread(
+            _publish, self.publisher, self.journal, self.repo_path, self.remote, head, new, self.job_id
+        )
+        if pushed.outcome is PushOutcome.PUSHED:
+            await asyncio.to_thread(_set_tracked, self.repo_path, self.remote, new)
+            return LandResult(LandOutcome.LANDED, new, head, (), (), pushed.message)
+        if pushed.outcome is PushOutcome.REFUSED:
+            return LandResult(LandOutcome.REFUSED, head, head, (), (), pushed.message)
+        # STALE: another node pushed between our fetch and our push (fetch, merge and try again); UNREACHABLE:
+        # where the remote is now is not known.
+        outcome = LandOutcome.HEAD_MOVED if pushed.outcome is PushOutcome.STALE else LandOutcome.UNREACHABLE
+        return LandResult(outcome, None, head, (), (), pushed.message)
 
 
 async def land(
@@ -356,118 +359,32 @@ async def land(
     remote: Remote,
     job_commit: str,
     *,
-    job_id: int,
-    message: str,
-    base: str | None = None,
-    mergeable: Mergeable | None = None,
-    style: LandStyle = "merge",
     retries: int = 5,
-    check: Check | None = None,
     fence: Fence | None = None,
     publisher: Publisher | None = None,
     journal: Journal | None = None,
     follow: bool = False,
     checkout_journal: Journal | None = None,
     timeout: float = NETWORK_TIMEOUT,
-) -> RemoteLanding:
+    **job: Unpack[landing.Landing],
+) -> LandResult:
     """Land `job_commit` (an object in the clone at `repo_path`) on the remote branch: fetch, merge, check,
-    push with a lease; a lost race fetches and tries again, up to `retries` more times.
+    push with a lease (`landing.land_on`, on `Tip`); a lost race fetches and tries again, up to `retries` more
+    times.
 
     `journal` gets the intent (remote key, tip → new) before each push and its end once the remote answered,
     so a node that dies in between can tell, on restart or when another node takes the job over, whether the
     push happened (`landed`). `follow`: fast-forward the clone's own branch of that name once landed (a
-    checkout of it is updated as a local landing does, its intent in `checkout_journal`).
+    checkout of it is updated as a local landing does, its intent in `checkout_journal`); what happened to it
+    ends the message.
     """
-    publisher = publisher or PushPublisher(timeout)
-    journal = journal or NoJournal()
-    tip: str | None = None
-    for attempt in range(1, retries + 2):
-        try:
-            tip = await asyncio.to_thread(fetch, repo_path, remote, timeout=timeout)
-        except RemoteError as e:
-            return RemoteLanding(RemoteOutcome.UNREACHABLE, None, tip, str(e), attempts=attempt)
-        if tip is None:
-            return RemoteLanding(
-                RemoteOutcome.NO_BRANCH,
-                None,
-                None,
-                f"{shown(remote.url)} has no branch {remote.branch}: push it once (git push URL {remote.branch})",
-                attempts=attempt,
-            )
-        if base is not None and not await asyncio.to_thread(landing.contains, repo_path, tip, base):
-            return RemoteLanding(
-                RemoteOutcome.REWRITTEN,
-                tip,
-                tip,
-                f"{remote} at {tip[:12]} no longer contains job {job_id}'s base {base[:12]} (rewritten): "
-                "not landed; the job is planned again on the new tip",
-                attempts=attempt,
-            )
-        merged = await asyncio.to_thread(
-            functools.partial(merge_for_landing, message=message, style=style), repo_path, tip, job_commit, mergeable
-        )
-        if merged.kind == "conflict":
-            n = len(merged.conflicts)
-            return RemoteLanding(
-                RemoteOutcome.CONFLICT,
-                tip,
-                tip,
-                f"job {job_id} conflicts with {remote} at {tip[:12]} in {n} path{'s' * (n != 1)}: "
-                f"{', '.join(merged.conflicts[:5])}; not landed",
-                conflicts=merged.conflicts,
-                attempts=attempt,
-            )
-        if merged.kind == "noop":
-            followed = await _follow(repo_path, remote, tip, job_id, checkout_journal) if follow else ""
-            return RemoteLanding(
-                RemoteOutcome.NOOP, tip, tip, f"job {job_id} is already on {remote} at {tip[:12]}",
-                attempts=attempt, followed=followed,
-            )  # fmt: skip
-        assert merged.sha is not None
-        if check is not None:
-            result = await check(merged.sha)
-            if not result.ok:
-                return RemoteLanding(
-                    RemoteOutcome.CHECK_FAILED,
-                    tip,
-                    tip,
-                    f"the landing check failed on {merged.sha[:12]} (exit {result.returncode}); {remote} not moved",
-                    check_output=result.output_tail,
-                    attempts=attempt,
-                )
-        if fence is not None and not await fence():
-            return RemoteLanding(
-                RemoteOutcome.FENCED,
-                tip,
-                tip,
-                f"job {job_id} is no longer this node's (its lease ended): not pushed; its new holder lands it",
-                attempts=attempt,
-            )
-        pushed = await asyncio.to_thread(_publish, publisher, journal, repo_path, remote, tip, merged.sha, job_id)
-        if pushed.outcome is PushOutcome.PUSHED:
-            await asyncio.to_thread(_set_tracked, repo_path, remote, merged.sha)
-            followed = await _follow(repo_path, remote, merged.sha, job_id, checkout_journal) if follow else ""
-            how = {"fast-forward": "fast-forward", "rebase": "rebased", "squash": "squashed"}.get(merged.kind, "merge")
-            return RemoteLanding(
-                RemoteOutcome.LANDED,
-                merged.sha,
-                tip,
-                f"landed job {job_id} on {remote}: {how} {tip[:12]} → {merged.sha[:12]}",
-                attempts=attempt,
-                followed=followed,
-            )
-        if pushed.outcome is PushOutcome.REFUSED:
-            return RemoteLanding(RemoteOutcome.REFUSED, tip, tip, pushed.message, attempts=attempt)
-        if pushed.outcome is PushOutcome.UNREACHABLE:
-            return RemoteLanding(RemoteOutcome.UNREACHABLE, None, tip, pushed.message, attempts=attempt)
-        # STALE: another node pushed between our fetch and our push. Fetch, merge and try again.
-    return RemoteLanding(
-        RemoteOutcome.KEPT_MOVING,
-        None,
-        tip,
-        f"{remote} kept moving: {retries + 1} attempts to land job {job_id} lost the race; trying again later",
-        attempts=retries + 1,
-    )
+    job_id = job["job_id"]
+    tip = Tip(repo_path, remote, job_id, publisher or PushPublisher(timeout), journal or NoJournal(), fence, timeout)
+    result = await landing.land_on(tip, repo_path, job_commit, retries=retries, **job)
+    if follow and result.sha is not None and result.outcome in (LandOutcome.LANDED, LandOutcome.NOOP):
+        followed = await _follow(repo_path, remote, result.sha, job_id, checkout_journal)
+        return replace(result, message=f"{result.message}; {followed}")
+    return result
 
 
 def _publish(
@@ -502,6 +419,6 @@ def _follow_sync(repo_path: Path, remote: Remote, new: str, job_id: int, journal
             f"(`git pull` merges {new[:12]} into it)"
         )
     result = landing.advance(repo_path, remote.branch, head, new, job_id=job_id, journal=journal)
-    if result.outcome is landing.LandOutcome.LANDED:
+    if result.outcome is LandOutcome.LANDED:
         return f"your {remote.branch} followed: {head[:12]} → {new[:12]}"
     return f"your {remote.branch} was not updated: {result.message}"

@@ -210,32 +210,35 @@ class Lander:
             return commits.job_message(job.commit_text, job.id)
         return f"Merge orchestrator job {job.id}: {job.subject}"
 
+    def _check(self, job: Job) -> git_landing.Check | None:
+        """The repo's landing check for this job's landing, if it has one."""
+        repo_cfg = self.cfg.repo(job.repo)
+        if not repo_cfg.check:
+            return None
+        return git_landing.Check(
+            repo_cfg.check,
+            repo_cfg.check_timeout,
+            log_path=self.paths.job_log(job.id),
+            scratch_root=self.paths.scratch,
+            owner=StoreOwner(self.board.store, job.id),
+            sandbox=self.sandbox,
+        )
+
+    def _landing(self, job: Job) -> git_landing.Landing:
+        """The job's side of its landing, the same wherever it lands."""
+        return git_landing.Landing(
+            job_id=job.id,
+            message=self._message(job),
+            base=job.base,
+            check=self._check(job),
+            mergeable=self._mergeable(job),
+            style=self.cfg.repo(job.repo).land_style,  # type: ignore[typeddict-item]  # config validates it is one of LAND_STYLES
+        )
+
     async def _git_land(self, job: Job) -> git_landing.LandResult:
         assert job.result is not None
-        repo_cfg = self.cfg.repo(job.repo)
-        message = self._message(job)
-        check = None
-        if repo_cfg.check:
-            check = git_landing.Check(
-                repo_cfg.check,
-                repo_cfg.check_timeout,
-                log_path=self.paths.job_log(job.id),
-                scratch_root=self.paths.scratch,
-                owner=StoreOwner(self.board.store, job.id),
-                sandbox=self.sandbox,
-            )
-        return await git_landing.land(
-            Path(job.repo),
-            job.branch,
-            job.result,
-            job_id=job.id,
-            message=message,
-            base=job.base,
-            check=check,
-            mergeable=self._mergeable(job),
-            style=repo_cfg.land_style,  # type: ignore[arg-type]  # config validates it is one of LAND_STYLES
-            journal=StoreJournal(self.board.store, asyncio.get_running_loop()),
-        )
+        journal = StoreJournal(self.board.store, asyncio.get_running_loop())
+        return await git_landing.land(Path(job.repo), job.branch, job.result, journal=journal, **self._landing(job))
 
     async def _landed(
         self, job: Job, sha: str, reason: str, log: structlog.typing.FilteringBoundLogger, *, noop: bool = False
