@@ -459,8 +459,6 @@ def _refname(branch: str) -> str:
     return branch if branch.startswith("refs/") else f"refs/heads/{branch}"
 
 
-_git = repos.run_git
-
 
 # ---- results --------------------------------------------------------------------------------------------
 
