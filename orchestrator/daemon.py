@@ -54,6 +54,7 @@ from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner, jobpath, process, registry
 from orchestrator.runners import sandbox as sandboxes
+from orchestrator.runners import task as runners_task
 from orchestrator.runners.sandbox import Sandbox
 from orchestrator.service import intake
 from orchestrator.service.systemd import Notifier, status_line
@@ -147,6 +148,7 @@ class JobPlane:
             wake,
             cfg.policy,
             cfg.plan.calibrate_after,
+            lambda job: runners_task(runners, job.runner, job.text),
         )
         scheduler = Scheduler(board, cfg, planning, lander, executor, watch, facts, burst=burst, grace=grace)
         notifier = OnEnd(cfg.jobs.on_end, StoreOwner(store))

@@ -342,3 +342,22 @@ def test_a_tickets_claim_its_words_alone_found_is_a_guess_with_no_risk_estimate(
     assert sorted(guess.claim)[0] == "src/a.py" and not guess.grounded
     assert focus(spread(1.0, True), Calibration()).grounded
     assert focus(spread(0.0, False), Calibration()).grounded
+
+
+def test_a_long_texts_claim_of_settings_brings_no_source_file_but_a_named_test_does() -> None:
+    """A ticket that names only a test (or a doc) is fixed in code: its most likely source file is claimed
+    beside it. A long text whose claim is settings (a dependency update with its release notes, a CI
+    workflow) is a change of its own: no source file is added to it."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import Spread, focus
+
+    def spread(named: str) -> Spread:
+        reasons = {
+            named: [(Kind.NAMED, f"the text names {named}")],
+            "src/pkg/core.py": [(Kind.SYMBOL, "defines a name the text uses")],
+        }
+        return Spread({named: 2.0, "src/pkg/core.py": -1.5}, reasons, {}, True, 1.0)
+
+    assert focus(spread(".pre-commit-config.yaml"), Calibration()).claim == {".pre-commit-config.yaml"}
+    assert focus(spread(".github/workflows/tests.yml"), Calibration()).claim == {".github/workflows/tests.yml"}
+    assert focus(spread("tests/test_core.py"), Calibration()).claim == {"tests/test_core.py", "src/pkg/core.py"}

@@ -17,6 +17,16 @@ def test_spec_reads_key_value_lines_with_a_free_subject_line():
     assert replay.parse('{"patch": "/tmp/x.patch"}') == replay.ReplaySpec(patch="/tmp/x.patch")
 
 
+def test_the_task_is_the_text_around_the_spec():
+    """What a planner reads of a replay job: its free text, not the spec's commit, wait and conflict lines."""
+    runner = replay.ReplayRunner()
+    assert runner.task("Fix the typo\n\nIn the tutorial.\ncommit: abc123\nafter: 2.5\nconflict: theirs") == (
+        "Fix the typo\n\nIn the tutorial."
+    )
+    assert runner.task('{"commit": "abc123", "after": 1}') == ""
+    assert runner.task("Commit: abc\n> after: a line of the message") == "> after: a line of the message"
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [
@@ -123,3 +133,21 @@ def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path
     assert git(repo, "show", "main:docs/x.md") == "x, patched"
     assert "Bump a" in git(repo, "log", "--format=%s", "main").splitlines(), "the subject is the text's first line"
     assert jc["state"] == "failed" and "does not apply" in jc["reason"]
+
+
+def test_the_planner_reads_the_task_not_the_spec(make_repo, daemon_factory):
+    """A replay job planned by local evidence: the spec's words (`commit`, `after`, `conflict`, `theirs`) are
+    names of this repository's files, but they are the runner's instructions: the planner reads only the
+    message, which names nothing here, so the job is claimed by nothing (it runs alone) and still lands."""
+    repo = make_repo()
+    write(repo, {f"src/{w}.py": f"{w} = 1\n" for w in ("commit", "after", "conflict", "theirs")})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "modules")
+    sha = _side_commit(repo, {"src/conflict.py": "conflict = 2\n"})
+    d = daemon_factory().start()
+    job = d.enqueue(repo, f"Fix the typo\ncommit: {sha}\nafter: 0\nconflict: theirs", "--runner", "replay")
+    d.cli("wait", str(job), "--timeout", "60")
+    shown = d.cli_json("show", str(job))
+    assert shown["state"] == "landed", shown["reason"]
+    assert shown["claim"]["paths"] == [], shown["claim"]
+    assert git(repo, "show", "main:src/conflict.py") == "conflict = 2"

@@ -10,6 +10,7 @@ happens, the job leaves `planning`: to `planned` (an empty claim at worst: ambig
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ class Planning:
         wake: Callable[[], None],
         policy: Callable[[], Policy] = Policy,
         calibrate_after: int = 5,
+        task: Callable[[Job], str] | None = None,
     ):
         self.board = board
         self.policy = policy
@@ -47,6 +49,8 @@ class Planning:
         """Calibrated per-repo thresholds, for the admission snapshot's policy."""
         self._refreshed = float("-inf")
         self.planner = planner
+        self.task = task
+        """What of a job's text its runner reads as the task (`runners.task`): what the planner reads."""
         self.deadline = deadline
         self.wake = wake
         self._slots = asyncio.Semaphore(concurrency)
@@ -133,7 +137,8 @@ class Planning:
         if plan is None:
             async with self._slots:
                 log.debug(olog.Event.PLAN_STARTED, planner=self.planner.name, base=head)
-                plan = await self._plan(job, head, log)
+                task = self.task(job) if self.task is not None else job.text
+                plan = await self._plan(dataclasses.replace(job, text=task), head, log)
         await self._store(job, head, plan, time.monotonic() - started, log)
 
     async def _plan(self, job: Job, head: str, log: Any) -> Plan:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.runners.base import Runner, UnknownRunner
+from orchestrator.runners.base import Runner, UnknownRunner, task_text
 from orchestrator.runners.replay import ReplayRunner
 from orchestrator.runners.sandbox import Sandbox
 from orchestrator.runners.shell import ShellRunner
@@ -41,3 +41,9 @@ def get(name: str, runners: dict[str, Runner]) -> Runner:
         return runners[name]
     except KeyError:
         raise UnknownRunner(f"unknown runner {name!r}: use one of {', '.join(sorted(runners))}") from None
+
+
+def task(runners: dict[str, Runner], name: str, text: str) -> str:
+    """What of a job's text says its task, as its runner reads the text (what planners read)."""
+    runner = runners.get(name)
+    return task_text(runner, text) if runner is not None else text

@@ -168,6 +168,13 @@ class ReplayRunner:
     name = "replay"
     rerun_safe = True  # applies a recorded change to a fresh worktree: the same result every time
 
+    def task(self, text: str) -> str:
+        """The free text around the spec (a commit's message): the spec's lines name a commit and a wait,
+        not what the change is about, and a JSON spec says nothing of it."""
+        if text.strip().startswith("{"):
+            return ""
+        return "\n".join(line for line in text.splitlines() if not _LINE.match(line)).strip()
+
     async def run(self, ctx: RunContext) -> RunResult:
         try:
             spec = parse(ctx.job.text)
