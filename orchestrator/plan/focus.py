@@ -36,9 +36,14 @@ CLAIM_P = 0.4
 """A file at least this likely to be touched is claimed."""
 LONG = 0.5
 """From this `rank.length` on, a text is a ticket: every candidate counts in its risk, and spill too."""
-SPILL_LEVELS = (2.0, 1.0, 0.5)
+SPILL_LEVELS = (1.0, 0.5, 0.25)
 """How much of a job's weight in a directory (its file's, its parent's, its grandparent's) spills to the
 directory's busiest files, in proportion to how busy they are (fitted on the tuning tickets)."""
+BUDGET = 1.75
+"""For a long text, the most files its risk may expect it to touch beyond its claim. Its candidates are
+alternatives for where the fix is, not independent chances: a ticket's fix touches a file or two beyond
+its claim (0.4 on average, on the shipped ticket set), so where their chances add up to more, they are
+scaled down to this (the tickets bench's FN-concurrency / over-serialisation frontier sets its value)."""
 SPILL_FILES = 8
 """The busiest files of a directory that spill reaches."""
 NEAR_MIN = 0.002
@@ -278,6 +283,12 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     near = [(r.path, r.p) for r in ranked if r.path not in mine and r.p >= NEAR_MIN and (long or r.kinds & LISTED)][
         :NEAR_MAX
     ]
+    if long and (total := sum(q for _, q in near)) > BUDGET:
+        k = BUDGET / total
+        near = [(path, q * k) for path, q in near]
+        for r in ranked:
+            if r.path not in mine:
+                r.p *= k
     coverage = _coverage(near)
     area = area_of(claim[0]) if claim else ""
     # Files no evidence lists are the area's rate's: no per-file rest on top of it.
