@@ -137,13 +137,14 @@ class Planning:
         if plan is None:
             async with self._slots:
                 log.debug(olog.Event.PLAN_STARTED, planner=self.planner.name, base=head)
-                task = self.task(job) if self.task is not None else job.text
-                plan = await self._plan(dataclasses.replace(job, text=task), head, log)
+                plan = await self._plan(job, head, log)
         await self._store(job, head, plan, time.monotonic() - started, log)
 
     async def _plan(self, job: Job, head: str, log: Any) -> Plan:
         # The composite falls back to local evidence at its own deadline; a little more is the safety net.
         try:
+            if self.task is not None:  # the planner reads what the job's runner reads as its task
+                job = dataclasses.replace(job, text=self.task(job))
             return await asyncio.wait_for(self.planner.plan(job, head), self.deadline + 5.0)
         except TimeoutError:
             reason = f"planning took longer than {self.deadline:g}s: the claim is empty, the job runs alone"
