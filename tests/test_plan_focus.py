@@ -361,3 +361,27 @@ def test_a_long_texts_claim_of_settings_brings_no_source_file_but_a_named_test_d
     assert focus(spread(".pre-commit-config.yaml"), Calibration()).claim == {".pre-commit-config.yaml"}
     assert focus(spread(".github/workflows/tests.yml"), Calibration()).claim == {".github/workflows/tests.yml"}
     assert focus(spread("tests/test_core.py"), Calibration()).claim == {"tests/test_core.py", "src/pkg/core.py"}
+
+
+def test_a_long_texts_risk_expects_at_most_budget_files_beyond_its_claim() -> None:
+    """A ticket's candidates are alternatives for where its fix is: however many of them there are, the
+    chances its risk lists beyond the claim add up to at most `BUDGET` files, each scaled alike (their order
+    kept), and the ranking shows the same figures. A short text's are its own: no budget applies."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import BUDGET, Spread, focus
+
+    def spread(long: float) -> Spread:
+        logits = {"src/a.py": 3.0} | {f"src/m{i}.py": -0.5 - i / 10 for i in range(20)}
+        reasons = {p: [(Kind.SYMBOL, "defines a name the text uses")] for p in logits}
+        return Spread(logits, reasons, {}, True, long)
+
+    long, short = focus(spread(1.0), Calibration()), focus(spread(0.0), Calibration())
+    assert long.claim == short.claim == {"src/a.py"}
+    raw = dict(short.risk.near)
+    assert sum(raw.values()) > BUDGET, "the case: more expected than the budget"
+    near = dict(long.risk.near)
+    assert sum(near.values()) == pytest.approx(BUDGET)
+    ratios = {p: near[p] / raw[p] for p in near}
+    assert max(ratios.values()) == pytest.approx(min(ratios.values())), "scaled alike"
+    shown = {r.path: r.p for r in long.ranked if r.path not in long.claim}
+    assert all(shown[p] == pytest.approx(q) for p, q in near.items())
