@@ -385,3 +385,20 @@ def test_a_long_texts_risk_expects_at_most_budget_files_beyond_its_claim() -> No
     assert max(ratios.values()) == pytest.approx(min(ratios.values())), "scaled alike"
     shown = {r.path: r.p for r in long.ranked if r.path not in long.claim}
     assert all(shown[p] == pytest.approx(q) for p, q in near.items())
+
+
+def test_a_tickets_claim_less_likely_than_ground_p_is_a_guess() -> None:
+    """A long text whose best file a past change in similar words touched, but which is still less than
+    `GROUND_P` likely, says nowhere where it works: its claim stands, its risk is unknown (it runs alone).
+    The same file made likely by a name the text uses is grounded."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import GROUND_P, Spread, focus
+
+    def spread(z: float) -> Spread:
+        reasons = {"src/a.py": [(Kind.HISTORY, "touched by a past change in similar words")]}
+        return Spread({"src/a.py": z, "src/b.py": z - 1.0}, reasons, {}, True, 1.0)
+
+    weak, strong = focus(spread(-4.0), Calibration()), focus(spread(0.5), Calibration())
+    assert weak.claim == strong.claim == {"src/a.py"}
+    assert weak.ranked[0].p < GROUND_P <= strong.ranked[0].p
+    assert not weak.grounded and strong.grounded

@@ -30,7 +30,7 @@ from orchestrator.git import repos
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import manifests
 from orchestrator.plan.base import Evidence, Kind, Note, Plan
-from orchestrator.plan.focus import Focus, focus, spread
+from orchestrator.plan.focus import GROUND_P, Focus, focus, spread
 from orchestrator.plan.history import History, title
 from orchestrator.plan.rank import rank
 from orchestrator.plan.score import Calibration
@@ -291,7 +291,12 @@ def _evidence_plan(
     if calibration is None:
         notes.append((Note.NO_RECORD, "the repository's record is too short to estimate the risk: the job runs alone"))
     elif not f.grounded:
-        why = f"nothing the text names points at {f.ranked[0].path}, its most likely file: risk unknown, it runs alone"
+        top = f.ranked[0]
+        why = (
+            f"its most likely file {top.path} is only {top.p:.0%} likely: risk unknown, it runs alone"
+            if top.p < GROUND_P
+            else f"nothing the text names points at {top.path}, its most likely file: risk unknown, it runs alone"
+        )
         notes.append((Note.GUESSED, why))
     elif f.coverage < 0.5:
         worst = ", ".join(f"{p} {q:.0%}" for p, q in f.risk.near[:3])

@@ -39,7 +39,10 @@ LONG = 0.5
 SPILL_LEVELS = (1.0, 0.5, 0.25)
 """How much of a job's weight in a directory (its file's, its parent's, its grandparent's) spills to the
 directory's busiest files, in proportion to how busy they are (fitted on the tuning tickets)."""
-BUDGET = 1.75
+GROUND_P = 0.05
+"""A long text whose claimed files are all less likely than this says nowhere where it works: its claim is a
+guess (`Focus.grounded`), whatever pointed at it (a past change in a few similar words)."""
+BUDGET = 1.0
 """For a long text, the most files its risk may expect it to touch beyond its claim. Its candidates are
 alternatives for where the fix is, not independent chances: a ticket's fix touches a file or two beyond
 its claim (0.4 on average, on the shipped ticket set), so where their chances add up to more, they are
@@ -104,8 +107,9 @@ class Focus:
     """The kind of its most likely file (`score.path_class`): what its escapes are calibrated by."""
     grounded: bool = True
     """Its most likely claimed file is one the text points at (a name, a frame, a definition, a past change in
-    its words), or the text is short. A long text's claim found by its words alone is a guess: how far such a
-    guess is from the fix no record measures, so its risk is unknown."""
+    its words) and at least `GROUND_P` likely, or the text is short. A long text's claim found by its words
+    alone, or so unlikely, is a guess: how far such a guess is from the fix no record measures, so its risk
+    is unknown."""
 
 
 @dataclass
@@ -268,7 +272,9 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         claim += [r.path for r in ranked if path_class(r.path) == "source"][:1]
     mine = set(claim)
     kind = path_class(claim[0]) if claim else "source"
-    grounded = bool(claim) and (not long or any(k in TEXTUAL for k, _ in reasons.get(claim[0], ())))
+    grounded = bool(claim) and (
+        not long or (any(k in TEXTUAL for k, _ in reasons.get(claim[0], ())) and max(p[c] for c in claim) >= GROUND_P)
+    )
     spilled = _spilled(s, direct) if long else {}
     for f in spilled:
         if f not in p and not (mergeable and claims.matches(f, mergeable)):
