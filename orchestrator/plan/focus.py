@@ -159,7 +159,7 @@ def _spill_tables(
         return {}
     hot = Hotness.of(history, index)
     out = {}
-    for d in {d for f in logits for d in _dirs_of(f)[: len(SPILL_LEVELS)]}:
+    for d in sorted({d for f in logits for d in _dirs_of(f)[: len(SPILL_LEVELS)]}):
         files = [(f, hot.count[f], lv) for f in hot.top.get(d, ()) if (lv := _level(f, d)) is not None]
         if files and hot.total.get(d):
             out[d] = (hot.total[d], files)

@@ -262,7 +262,7 @@ def _module_files(index: TreeIndex, rel: str) -> list[str]:
     base = rel.rsplit("/", 1)[-1]
     out = []
     for name in (base + ".py", "__init__.py"):
-        for p in index.by_name.get(name, ()):
+        for p in sorted(index.by_name.get(name, ())):
             target = p[:-3] if name != "__init__.py" else p[: -len("/__init__.py")]
             if target == rel or target.endswith("/" + rel):
                 out.append(p)
@@ -303,19 +303,19 @@ def _symbols(m: Mentions, index: TreeIndex, r: Ranking) -> None:
         if "." in ident:
             parts = ident.split(".")
             for a, b in itertools.pairwise(parts):
-                where = [p for p in index.members.get(f"{a}.{b}", ()) if not is_test(p) and not is_doc(p)]
+                where = [p for p in sorted(index.members.get(f"{a}.{b}", ())) if not is_test(p) and not is_doc(p)]
                 if where and len(where) <= MAX_DEFINERS:
                     for p in where:
                         r.get(p).add("member", w / len(where), Kind.SYMBOL, f"defines {a}.{b}")
             continue
         if len(ident) < 3:
             continue
-        where = [p for p in index.defs.get(ident, ()) if not is_test(p) and not is_doc(p)]
+        where = [p for p in sorted(index.defs.get(ident, ())) if not is_test(p) and not is_doc(p)]
         if where and len(where) <= MAX_DEFINERS:
             for p in where:
                 r.get(p).add("symbol", w / len(where), Kind.SYMBOL, f"defines {ident}")
     for phrase in m.phrases:
-        where = [p for p in index.classes.get(phrase, ()) if not is_test(p) and not is_doc(p)]
+        where = [p for p in sorted(index.classes.get(phrase, ())) if not is_test(p) and not is_doc(p)]
         if where and len(where) <= MAX_DEFINERS and phrase not in {i.lower() for i in m.identifiers}:
             for p in where:
                 r.get(p).add(
@@ -409,13 +409,13 @@ def _history(m: Mentions, history: History, index: TreeIndex, r: Ranking) -> Non
     first = max(0, len(history.changes) - history.window)
     n = len(history.changes) - first
     scores: dict[int, float] = defaultdict(float)
-    for t in q:
+    for t in sorted(q):  # one order whatever the hash seed: sums and ties come out the same every run
         hits = [i for i in history.index.get(t, ()) if i >= first]
         if hits and (n < 20 or len(hits) <= n / 2):  # a word most changes say names nothing
             idf = math.log(1 + n / len(hits))
             for i in hits:
                 scores[i] += idf
-    best = sorted(scores.items(), key=lambda t: -t[1])[:TOP_HISTORY]
+    best = sorted(scores.items(), key=lambda t: (-t[1], -t[0]))[:TOP_HISTORY]  # a tie: the newer change
     if not best:
         return
     top = best[0][1]
