@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -402,3 +403,40 @@ def test_a_tickets_claim_less_likely_than_ground_p_is_a_guess() -> None:
     assert weak.claim == strong.claim == {"src/a.py"}
     assert weak.ranked[0].p < GROUND_P <= strong.ranked[0].p
     assert not weak.grounded and strong.grounded
+
+
+def test_the_same_text_at_the_same_base_plans_alike_whatever_the_hash_seed(shop: Path) -> None:
+    """Admission decisions and their logged figures are reproducible: two processes with different string
+    hash seeds plan texts that tie between files (several definers, past changes in equal words) alike, to
+    the last digit of every probability and the order of every reason."""
+    import json
+    import subprocess
+    import sys
+
+    texts = [
+        "tidy Cart.total and apply_discount for Order.place",
+        "fix speed up document tidy round_money monthly_report find_products send_receipt shipping_cost",
+        "Stock.reserve raises ValueError('not enough stock left') " + "while the cart and the orders wait " * 40,
+    ]
+    program = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from orchestrator.plan import record\n"
+        "from orchestrator.plan.evidence import local_plan\n"
+        "from orchestrator.plan.history import History, mine\n"
+        "repo = Path(sys.argv[1]); texts = json.loads(sys.argv[2])\n"
+        "head = mine(repo, 'HEAD')[0][-1].sha\n"
+        "history = History(mine(repo, head)[0])\n"
+        "calibration = record.fit(record.replay(repo, history.changes))\n"
+        "print(json.dumps([local_plan(repo, head, t, history, ('CHANGES*',), calibration).to_json() for t in texts]))\n"
+    )
+    runs = []
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", program, str(shop), json.dumps(texts)],
+            capture_output=True, text=True, env=env, timeout=120, check=True,
+        )  # fmt: skip
+        runs.append(json.loads(out.stdout))
+    assert runs[0] == runs[1] == runs[2]
+    assert all(plan["ranking"] for plan in runs[0]), "the texts name files: each plan ranks some"
