@@ -345,25 +345,6 @@ def test_a_tickets_claim_its_words_alone_found_is_a_guess_with_no_risk_estimate(
     assert focus(spread(0.0, False), Calibration()).grounded
 
 
-def test_a_long_texts_claim_of_settings_brings_no_source_file_but_a_named_test_does() -> None:
-    """A ticket that names only a test (or a doc) is fixed in code: its most likely source file is claimed
-    beside it. A long text whose claim is settings (a dependency update with its release notes, a CI
-    workflow) is a change of its own: no source file is added to it."""
-    from orchestrator.plan.base import Kind
-    from orchestrator.plan.focus import Spread, focus
-
-    def spread(named: str) -> Spread:
-        reasons = {
-            named: [(Kind.NAMED, f"the text names {named}")],
-            "src/pkg/core.py": [(Kind.SYMBOL, "defines a name the text uses")],
-        }
-        return Spread({named: 2.0, "src/pkg/core.py": -1.5}, reasons, {}, True, 1.0)
-
-    assert focus(spread(".pre-commit-config.yaml"), Calibration()).claim == {".pre-commit-config.yaml"}
-    assert focus(spread(".github/workflows/tests.yml"), Calibration()).claim == {".github/workflows/tests.yml"}
-    assert focus(spread("tests/test_core.py"), Calibration()).claim == {"tests/test_core.py", "src/pkg/core.py"}
-
-
 def test_a_long_texts_risk_expects_at_most_budget_files_beyond_its_claim() -> None:
     """A ticket's candidates are alternatives for where its fix is: however many of them there are, the
     chances its risk lists beyond the claim add up to at most `BUDGET` files, each scaled alike (their order

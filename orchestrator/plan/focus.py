@@ -42,7 +42,7 @@ directory's busiest files, in proportion to how busy they are (fitted on the tun
 GROUND_P = 0.05
 """A long text whose claimed files are all less likely than this says nowhere where it works: its claim is a
 guess (`Focus.grounded`), whatever pointed at it (a past change in a few similar words)."""
-BUDGET = 1.0
+BUDGET = 1.5
 """For a long text, the most files its risk may expect it to touch beyond its claim. Its candidates are
 alternatives for where the fix is, not independent chances: a ticket's fix touches a file or two beyond
 its claim (0.4 on average, on the shipped ticket set), so where their chances add up to more, they are
@@ -106,10 +106,10 @@ class Focus:
     kind: str = "source"
     """The kind of its most likely file (`score.path_class`): what its escapes are calibrated by."""
     grounded: bool = True
-    """Its most likely claimed file is one the text points at (a name, a frame, a definition, a past change in
-    its words) and at least `GROUND_P` likely, or the text is short. A long text's claim found by its words
-    alone, or so unlikely, is a guess: how far such a guess is from the fix no record measures, so its risk
-    is unknown."""
+    """The text is short (its record calibrates its claims), or its most likely claimed file is one the text
+    points at (a name, a frame, a definition, a past change in its words) and its claimed files are not all
+    less than `GROUND_P` likely. Else a long text's claim is a guess: how far such a guess is from the fix
+    no record measures, so its risk is unknown."""
 
 
 @dataclass
@@ -266,9 +266,8 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     claimable = [r for r in ranked if r.kinds & LISTED]
     claim = [r.path for r in claimable if r.p >= CLAIM_P or (not long and r.path in s.named)]
     claim = claim or [r.path for r in claimable[:1]]
-    if long and claim and all(path_class(c) in ("test", "doc") for c in claim):
-        # A ticket is fixed in code: its most likely source file is claimed beside a named test or doc (a
-        # claim of settings is a change of its own: a dependency update's long release notes name no code).
+    if long and claim and all(path_class(c) != "source" for c in claim):
+        # A ticket is fixed in code: its most likely source file is claimed beside a named test, doc or setting.
         claim += [r.path for r in ranked if path_class(r.path) == "source"][:1]
     mine = set(claim)
     kind = path_class(claim[0]) if claim else "source"
