@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.runners.base import Runner, UnknownRunner, task_text
+from orchestrator.runners.base import Runner, UnknownRunner
 from orchestrator.runners.replay import ReplayRunner
 from orchestrator.runners.sandbox import Sandbox
 from orchestrator.runners.shell import ShellRunner
@@ -44,6 +44,7 @@ def get(name: str, runners: dict[str, Runner]) -> Runner:
 
 
 def task(runners: dict[str, Runner], name: str, text: str) -> str:
-    """What of a job's text says its task, as its runner reads the text (what planners read)."""
-    runner = runners.get(name)
-    return task_text(runner, text) if runner is not None else text
+    """What of a job's text says its task, as its runner reads the text (what planners read): the whole text
+    unless the runner defines `task`."""
+    task = getattr(runners.get(name), "task", None)
+    return task(text) if callable(task) else text

@@ -85,17 +85,11 @@ class Runner(Protocol):
     """A runner may also set `rerun_safe = True`: running a job again from scratch is harmless, so
     `jobs.requeue_interrupted` re-queues its interrupted jobs when the daemon starts. And it may define
     `task(text) -> str`: the words of a job's text that say what the task is, without what the runner
-    reads as its own instructions (planners read these: `task_text`)."""
+    reads as its own instructions (planners read these: `runners.task`)."""
 
     name: str
 
     async def run(self, ctx: RunContext) -> RunResult: ...
-
-
-def task_text(runner: object, text: str) -> str:
-    """What of a job's `text` says the task, for its `runner` (the whole text unless the runner says less)."""
-    task = getattr(runner, "task", None)
-    return task(text) if callable(task) else text
 
 
 class UnknownRunner(ValueError):
