@@ -40,6 +40,18 @@ def test_over_serialised_pairs_count_claims_that_overlap_where_real_files_do_not
     assert sched.max_concurrency([sched.Interval(0, 2), sched.Interval(1, 3), sched.Interval(2, 4)]) == 2
 
 
+def test_met_side_by_side_counts_pairs_that_ran_at_once_and_touched_a_common_file():
+    """Only a pair whose runs overlapped in time and whose real files meet counts (a directory meets the files
+    under it); a retried job counts by any of its attempts; a job with nothing counted never meets."""
+    iv = sched.Interval
+    real = [frozenset({"src/a.py"}), frozenset({"src/"}), frozenset({"src/b.py"}), frozenset({"doc.md"}), frozenset()]
+    runs = [[iv(0, 2)], [iv(1, 3)], [iv(3, 4), iv(5, 6)], [iv(0, 9)], [iv(0, 9)]]
+    assert sched.met_side_by_side(runs, real) == 1  # a and src/ at once; src/ and b only touch at t=3
+    runs[2] = [iv(3, 4), iv(2.5, 6)]
+    assert sched.met_side_by_side(runs, real) == 2, "a retry that overlaps counts"
+    assert sched.met_side_by_side([[iv(0, 1)], [iv(1, 2)]], [real[0], real[0]]) == 0, "one after the other"
+
+
 def test_bundled_history_loads_and_predictors_shape_claims():
     """The packaged history reads without any file outside the package; predictors give files, top dirs, or
     nothing (`local`: the daemon's planner claims)."""
@@ -97,7 +109,8 @@ def test_bench_jobs_replays_through_the_real_daemon(tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     oracle, local = data["rows"]
-    keys = "policy predictor slots jobs makespan_s max_concurrency wait_p50_s wait_p95_s overlaps conflicts redone lost"
+    keys = "policy predictor slots jobs makespan_s max_concurrency wait_p50_s wait_p95_s overlaps met_side_by_side"
+    keys += " conflicts redone lost"
     assert set(keys.split()) | {"over_serialized_pairs", "ideal_s", "ratio_ideal"} <= set(oracle)
     assert (oracle["policy"], oracle["jobs"], oracle["lost"]) == ("oracle", 6, 0)
     assert oracle["makespan_s"] >= oracle["ideal_s"] > 0

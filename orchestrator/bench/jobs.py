@@ -14,9 +14,10 @@ socket. Rows, side by side in one run:
 
 Per row: makespan, its ratio to one-per-repo and to the ideal schedule (list scheduling with the same
 durations, slots and claims, no overtaking on overlap, zero overhead), concurrency reached, queue wait,
-overlaps seen while running, landing conflicts, redone attempts, lost changes, over-serialised pairs
-(claims that overlap where the real files do not), and the overhead per job: slot free → start, runner
-exit → landed, and landing hold time (p50/p95).
+overlaps seen while running, pairs that ran side by side and really touched a common file (`met`: what
+`plan.risk` bounds; they cost nothing when their landings merge cleanly), landing conflicts, redone
+attempts, lost changes, over-serialised pairs (claims that overlap where the real files do not), and the
+overhead per job: slot free → start, runner exit → landed, and landing hold time (p50/p95).
 """
 
 from __future__ import annotations
@@ -227,13 +228,15 @@ def _figures(
 ) -> dict:
     landed_at = [epoch(j["finished_at"]) if j["state"] == "landed" else 0.0 for j in jobs]
     runs: list[sched.Interval] = []
+    per_job: list[list[sched.Interval]] = []
     waits, starts, created, releases = [], [], [], [t0]
     overlap_pairs: set[tuple[int, int]] = set()
     conflicts = 0
     for j in jobs:
         admitted = [e["at"] for e in j["events"] if e["kind"] == "admitted"]
         ended = [e["at"] for e in j["events"] if e["kind"] in ("finished", "failed", "requeued")]
-        runs += [sched.Interval(a, b) for a, b in zip(admitted, ended, strict=False)]
+        per_job.append([sched.Interval(a, b) for a, b in zip(admitted, ended, strict=False)])
+        runs += per_job[-1]
         releases += ended
         if admitted:
             waits.append(admitted[0] - epoch(j["created_at"]))
@@ -272,6 +275,7 @@ def _figures(
         "wait_p50_s": round(sched.pct(waits, 0.5), 2),
         "wait_p95_s": round(sched.pct(waits, 0.95), 2),
         "overlaps": len(overlap_pairs),
+        "met_side_by_side": sched.met_side_by_side(per_job, real),
         "conflicts": conflicts,
         "redone": sum(j["attempts"] for j in jobs),
         "lost": len(lost),

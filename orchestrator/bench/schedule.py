@@ -84,6 +84,21 @@ class Interval:
     end: float
 
 
+def met_side_by_side(runs: Sequence[Sequence[Interval]], real: Claims) -> int:
+    """Pairs of jobs that ran at the same time (some attempt of each overlapping in time) and really touched a
+    common file (union-mergeable files left out of `real`): what `plan.risk` bounds, whether or not their
+    landings then merged cleanly."""
+    indexes = [claims.PathIndex(r) if r else None for r in real]
+    out = 0
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            a, b = indexes[i], real[j]
+            if a is None or not b or not a.meeting(b):
+                continue
+            out += any(x.start < y.end and y.start < x.end for x in runs[i] for y in runs[j])
+    return out
+
+
 def max_concurrency(intervals: Sequence[Interval]) -> int:
     """The most intervals open at one instant (an end at t closes before a start at t opens)."""
     points = sorted([(iv.start, 1) for iv in intervals] + [(iv.end, -1) for iv in intervals])

@@ -35,6 +35,7 @@ from typing import Any
 from orchestrator.core import claims
 from orchestrator.core.admission import clear_caches, decide
 from orchestrator.core.models import Claim, JobView, Policy, Snapshot
+from orchestrator.core.risk import Escapes, pair_risk
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import record
 from orchestrator.plan.evidence import local_plan
@@ -49,6 +50,8 @@ ANCHORS = (
     ("one job per repository", 0.0, 1.0),
 )
 """Published FN-concurrency / over-serialisation figures on the same kind of data."""
+BUCKETS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.35, 1.0)
+"""Edges of the estimated-risk bins the calibration table reports."""
 
 
 class TicketsError(ValueError):
@@ -199,6 +202,42 @@ def pairs(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, An
     }
 
 
+def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]:
+    """For each pair of one repository's tickets whose claims are disjoint and both estimated: the risk
+    admission estimates for it, and whether their gold files really meet."""
+    scoped_ = [scoped(t.claim, scope) for t in tickets]
+    escapes = [Escapes.of(c.risk) for c in scoped_]
+    out = []
+    for (i, a), (j, b) in itertools.combinations(enumerate(tickets), 2):
+        ca, cb = scoped_[i], scoped_[j]
+        if escapes[i] is None or escapes[j] is None or claims.PathIndex(ca.paths).meeting(cb.paths):
+            continue
+        met = bool(claims.PathIndex(a.gold).meeting(b.gold))
+        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths), met))
+    return out
+
+
+def calibration(points: Sequence[tuple[float, bool]]) -> list[dict[str, Any]]:
+    """The pairs' estimated risk against what happened, per bin of `BUCKETS`: how many, their mean estimate,
+    and how often they really met. A frontier moves only with how well the estimate orders the pairs; where
+    it is off by a factor, `plan.risk` means that much less or more on such texts."""
+    out = []
+    for lo, hi in itertools.pairwise(BUCKETS):
+        got = [(r, m) for r, m in points if lo <= r < hi or (hi == BUCKETS[-1] and r == hi)]
+        if got:
+            out.append(
+                {
+                    "from": lo,
+                    "to": hi,
+                    "pairs": len(got),
+                    "estimated": round(statistics.fmean(r for r, _ in got), 4),
+                    "met": round(sum(m for _, m in got) / len(got), 4),
+                    "met_pairs": sum(m for _, m in got),
+                }
+            )
+    return out
+
+
 def summary(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, Any]:
     known = [t for t in tickets if claims.ambiguity(scoped(t.claim, scope), policy) is None]
     covered = [t for t in known if t.gold and claims.PathIndex(scoped(t.claim, scope).paths).meeting(t.gold) == t.gold]
@@ -240,10 +279,12 @@ def run(
     policy = Policy(max_concurrent=8, per_repo=8, mergeable=MERGEABLE, risk=risk)
     rows: dict[str, Any] = {}
     totals: dict[str, int] = defaultdict(int)
+    points: list[tuple[float, bool]] = []
     for name, ts in sorted(by_repo.items()):
         clone = clone_of(repos_dir, name)
         facts = plan_repo(clone, ts, scope)
         row = {**summary(ts, policy, scope), **pairs(ts, policy, scope), "record": facts}
+        points += estimates(ts, scope)
         rows[name] = row
         print(
             f"  {name}: {len(ts)} tickets, FN-concurrency {_fmt(row['fn_concurrency'])}, "
@@ -281,6 +322,7 @@ def run(
         "overall": overall,
         "anchors": [{"method": m, "fn_concurrency": f, "over_serialisation": o} for m, f, o in ANCHORS],
         "frontier": others,
+        "calibration": calibration(points),
         "per_ticket": [
             {
                 "id": t.id,
@@ -317,6 +359,13 @@ def print_report(r: dict[str, Any]) -> None:
     for f in r.get("frontier", ()):
         fn, over = _fmt(f["fn_concurrency"]), _fmt(f["over_serialisation"])
         print(f"  at plan.risk {f['risk']:.0%}: FN-concurrency {fn}, over-serialisation {over}")
+    if r.get("calibration"):
+        print("  estimated risk of the pairs with disjoint claims against how often their fixes really met:")
+        for b in r["calibration"]:
+            print(
+                f"    {b['from']:>4.0%} to {b['to']:>4.0%}: {b['pairs']:>5} pairs, estimated {b['estimated']:>6.1%}, "
+                f"met {b['met']:>6.1%} ({b['met_pairs']})"
+            )
     print("  anchors (published, same kind of data): FN-concurrency / over-serialisation")
     for a in r["anchors"]:
         print(f"    {a['method']:<46} {_fmt(a['fn_concurrency']):>8} {_fmt(a['over_serialisation']):>8}")

@@ -19,6 +19,7 @@ COLUMNS = (
     ("wait_p50_s", "wait p50"),
     ("wait_p95_s", "wait p95"),
     ("overlaps", "overlaps"),
+    ("met_side_by_side", "met"),
     ("conflicts", "confl"),
     ("redone", "redone"),
     ("lost", "lost"),
