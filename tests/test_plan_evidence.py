@@ -186,3 +186,65 @@ def test_claim_takes_directories_generated_files_and_slashed_names(make_repo) ->
     assert plan(repo, "ci/b: bump").claim.paths == {"ci/b.yml"}
     assert plan(repo, "raise the floor in pyproject.toml").claim.paths == {"pyproject.toml", "uv.lock"}
     assert plan(repo, "pin reqs/dev.in").claim.paths == {"reqs/dev.in", "reqs/dev.txt"}
+
+
+SCOPES = b'''from typing import TYPE_CHECKING
+
+
+class Request:
+    """A request.
+headers = at the margin of a docstring
+    """
+
+    kind = "plain"
+
+    def __init__(self, headers=None):
+        self.headers = headers
+        self.hooks = dict(
+retries=3)
+
+        def later():
+            self.inner = 1
+
+        local = 2
+
+    async def prepare(self):
+        if self.hooks:
+            self.body = None
+
+
+if TYPE_CHECKING:
+    JsonType = dict
+else:
+    JsonType = object
+
+
+def helper():
+    value = 3
+'''
+
+
+def test_a_class_defines_the_attributes_its_methods_assign_and_a_guarded_alias_is_a_definition() -> None:
+    """`self.x = ...` in a method makes `Class.x`, a class attribute too; a name assigned under a module-level
+    `if TYPE_CHECKING:` is defined there; a function's locals and a nested function's `self.x` are not; a
+    continuation line at the margin does not end the class around it (the method after it is still its)."""
+    from orchestrator.plan.index import facts_of
+
+    f = facts_of("src/models.py", SCOPES)
+    assert {"Request.headers", "Request.hooks", "Request.kind", "Request.body", "Request.prepare"} <= f.members
+    assert not {"Request.inner", "Request.local", "helper.value", "Request.retries"} & f.members
+    assert {"Request", "JsonType", "helper"} <= f.defs and not {"value", "local", "inner"} & f.defs
+
+
+def test_an_attribute_assigned_in_a_method_names_its_class_s_file(make_repo) -> None:
+    """`Request.headers` (set in `__init__`, no method of that name) leads to the file whose class assigns it,
+    not to the docs that talk about headers most."""
+    files = {
+        "src/web/models.py": "class Request:\n    def __init__(self, headers):\n        self.headers = headers\n",
+        "src/web/sessions.py": "class Session:\n    def send(self, request):\n        return request\n",
+        "docs/headers.md": "Request.headers holds the headers. Headers, headers, headers of a Request.\n",
+    }
+    repo = make_repo("web", files)
+    p = plan(repo, "Move Request.headers back to Mapping")
+    assert Kind.SYMBOL in kinds(p).get("src/web/models.py", set()), p.ranking
+    assert "src/web/models.py" in p.claim.paths

@@ -39,8 +39,15 @@ BLOB_CACHE = 120_000
 """Most blob facts kept (least recently used go first)."""
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]+")
-_PY_DEF = re.compile(rb"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+([A-Za-z_]\w*)", re.M)
-_PY_ASSIGN = re.compile(rb"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+_PY_SCOPE = re.compile(
+    rb"^([ \t]*)(?:"
+    rb"(?:async[ \t]+)?(def|class)[ \t]+([A-Za-z_]\w*)"  # a definition
+    rb"|(self\.)?([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)"  # an assignment to a name, or to an attribute of self
+    rb"|(?:if|elif|else|try|except|finally|for|while|with|async[ \t]+(?:for|with))\b[^\n]*:[ \t]*(?:#[^\n]*)?$"
+    rb")",  # a compound statement's header: it closes the definitions it is not inside of
+    re.M,
+)
+"""The lines of Python source that tell what it defines, and in which scope."""
 _PY_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import\b|import[ \t]+([\w.]+))", re.M)
 _OTHER_DEF = re.compile(
     rb"^[ \t]*(?:export[ \t]+)?(?:default[ \t]+)?(?:pub(?:\([^)]*\))?[ \t]+)?(?:async[ \t]+)?(?:static[ \t]+)?"
@@ -100,6 +107,42 @@ class Facts:
 EMPTY = Facts(frozenset(), frozenset(), frozenset(), {}, 0, ())
 
 
+def _python_defs(data: bytes, defs: set[str], members: set[str], classes: set[str]) -> None:
+    """What Python source defines, each name in its scope: functions, classes and assignments outside any
+    function (at module level, or under a module-level `if`/`try`: `if TYPE_CHECKING:` aliases), and for
+    each class its methods, its class attributes and the attributes its methods assign to `self`."""
+    stack: list[tuple[int, bool, str]] = []  # (indent, is a class, name) of the definitions around a line
+    for m in _PY_SCOPE.finditer(data):
+        indent = len(m.group(1).expandtabs(4))
+        if m.group(2):  # def or class
+            name = m.group(3).decode()
+            is_class = m.group(2) == b"class"
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            if stack and stack[-1][1]:
+                members.add(f"{stack[-1][2]}.{name}")
+            if not stack or is_class or indent <= 4:
+                defs.add(name)
+            if is_class:
+                classes.add(name)
+            stack.append((indent, is_class, name))
+        elif m.group(5) is None:  # a block header
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+        else:  # an assignment reads its scope without closing any: a continuation line that looks like one
+            k = len(stack)  # (of a call, of a string) must not end the class around it
+            while k and stack[k - 1][0] >= indent:
+                k -= 1
+            if not k:
+                if not m.group(4):
+                    defs.add(m.group(5).decode())
+            elif m.group(4):  # self.x = ...: an attribute of the class whose method assigns it
+                if k >= 2 and not stack[k - 1][1] and stack[k - 2][1]:
+                    members.add(f"{stack[k - 2][2]}.{m.group(5).decode()}")
+            elif stack[k - 1][1]:
+                members.add(f"{stack[k - 1][2]}.{m.group(5).decode()}")
+
+
 def facts_of(path: str, data: bytes, words: bool = True) -> Facts:
     """Read one file's content (pure); `words` False leaves its search terms out (tests are not searched)."""
     ext = path.rsplit(".", 1)[-1].lower() if "." in posixpath.basename(path) else ""
@@ -110,20 +153,7 @@ def facts_of(path: str, data: bytes, words: bool = True) -> Facts:
     if ext in DOC_EXT or ext in CONFIG_EXT:
         pass  # documentation and settings define nothing: their words only
     elif ext in ("py", "pyi", "pyx", "pxd"):
-        stack: list[tuple[int, str]] = []  # (indent, class name) of the classes around a line
-        for m in _PY_DEF.finditer(data):
-            indent = len(m.group(1).expandtabs(4))
-            name = m.group(3).decode()
-            while stack and stack[-1][0] >= indent:
-                stack.pop()
-            if stack:
-                members.add(f"{stack[-1][1]}.{name}")
-            if not stack or m.group(2) == b"class" or indent <= 4:
-                defs.add(name)
-            if m.group(2) == b"class":
-                stack.append((indent, name))
-                classes.add(name)
-        defs.update(m.group(1).decode() for m in _PY_ASSIGN.finditer(data))
+        _python_defs(data, defs, members, classes)
         for m in _PY_IMPORT.finditer(data):
             mod = (m.group(1) or m.group(2) or b"").decode()
             if mod:
