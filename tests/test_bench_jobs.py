@@ -40,6 +40,28 @@ def test_over_serialised_pairs_count_claims_that_overlap_where_real_files_do_not
     assert sched.max_concurrency([sched.Interval(0, 2), sched.Interval(1, 3), sched.Interval(2, 4)]) == 2
 
 
+def test_the_tables_fit_an_80_column_terminal_with_every_figure_whole():
+    """On a terminal 80 columns wide every row's name and every figure is printed whole (no cell cut to "…")."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.bench.report.table import GROUPS, OVERHEAD, print_table
+
+    row = {"policy": "claims", "predictor": "local@0.1", "makespan_s": 123.45, "ideal_s": 101.5, "ratio_ideal": 1.216}
+    row |= {k: 88 for _, cols in GROUPS for k, _ in cols if k not in row} | {"ratio_one_per_repo": 0.743}
+    row |= {f"{k}_{q}_s": 0.123 for k, _ in OVERHEAD for q in ("p50", "p95")}
+    info = {"changes": 30, "history": "/x", "machine": {"cores": 2, "ram_mb": 24000, "python": "3.11", "load_1m": 1.0}}
+    for width in (80, 120):
+        out = io.StringIO()
+        rows = [row, {**row, "policy": "one-per-repo", "predictor": "oracle"}]
+        print_table(rows, info, Console(file=out, width=width))
+        text = out.getvalue()
+        assert "…" not in text and max(len(line) for line in text.splitlines()) <= width, text
+        assert "claims/local@0.1" in text and "one-per-repo/oracle" in text
+        assert all(v in text for v in ("123.45", "101.50", "1.22", "0.74", "88", "0.12")), text
+
+
 def test_met_side_by_side_counts_pairs_that_ran_at_once_and_touched_a_common_file():
     """Only a pair whose runs overlapped in time and whose real files meet counts (a directory meets the files
     under it); a retried job counts by any of its attempts; a job with nothing counted never meets."""

@@ -1,4 +1,5 @@
-"""The jobs benchmark's table: one row per (policy, predictor), the machine and the ideal beside it."""
+"""The jobs benchmark's tables: one row per (policy, predictor), the machine and the ideal beside it; the
+figures split into tables narrow enough for an 80-column terminal."""
 
 from __future__ import annotations
 
@@ -8,28 +9,40 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-COLUMNS = (
-    ("policy", "policy"),
-    ("predictor", "predictor"),
-    ("makespan_s", "makespan s"),
-    ("ideal_s", "ideal s"),
-    ("ratio_ideal", "× ideal"),
-    ("ratio_one_per_repo", "× one/repo"),
-    ("max_concurrency", "max conc"),
-    ("wait_p50_s", "wait p50"),
-    ("wait_p95_s", "wait p95"),
-    ("overlaps", "overlaps"),
-    ("met_side_by_side", "met"),
-    ("conflicts", "confl"),
-    ("redone", "redone"),
-    ("lost", "lost"),
-    ("broken", "broken"),
-    ("over_serialized_pairs", "over-ser"),
-    ("reordered_pairs", "reord"),
-    ("confident_claims", "conf"),
-    ("missed_claims", "missed"),
-    ("planning_s", "plan s"),
+GROUPS = (
+    (
+        "schedule",
+        (
+            ("makespan_s", "makespan s"),
+            ("ideal_s", "ideal s"),
+            ("ratio_ideal", "× ideal"),
+            ("ratio_one_per_repo", "× one/repo"),
+            ("max_concurrency", "max conc"),
+        ),
+    ),
+    (
+        "landings",
+        (
+            ("overlaps", "overlaps"),
+            ("met_side_by_side", "met"),
+            ("conflicts", "confl"),
+            ("redone", "redone"),
+            ("lost", "lost"),
+            ("broken", "broken"),
+        ),
+    ),
+    (
+        "claims",
+        (
+            ("over_serialized_pairs", "over-ser"),
+            ("reordered_pairs", "reord"),
+            ("confident_claims", "conf"),
+            ("missed_claims", "missed"),
+        ),
+    ),
+    ("queue (s)", (("wait_p50_s", "wait p50"), ("wait_p95_s", "wait p95"), ("planning_s", "plan"))),
 )
+"""The figures of a row, a table per group, each narrow enough for an 80-column terminal."""
 OVERHEAD = (
     ("slot_to_start", "slot free → start"),
     ("exit_to_landed", "runner exit → landed"),
@@ -45,22 +58,26 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
+def print_table(rows: list[dict[str, Any]], info: dict[str, Any], console: Console | None = None) -> None:
     # Piped (a file, a README), the table keeps its full width instead of wrapping every column to 80.
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    if console is None:
+        console = Console() if sys.stdout.isatty() else Console(width=200)
     m = info["machine"]
     console.print(
         f"jobs bench: {info['changes']} changes from {info['history']}, "
         f"{m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}"
     )
-    table = Table(show_edge=False, pad_edge=False)
-    for _, title in COLUMNS:
-        table.add_column(title, justify="left" if title in ("policy", "predictor") else "right")
-    for r in rows:
-        table.add_row(*(_fmt(r.get(k)) for k, _ in COLUMNS))
-    console.print(table)
+    for title, columns in GROUPS:
+        cells = [[_fmt(r.get(k)) for k, _ in columns] for r in rows]
+        table = Table(title=title, show_edge=False, pad_edge=False)
+        table.add_column("policy/predictor", no_wrap=True)
+        for i, (_, heading) in enumerate(columns):
+            table.add_column(heading, justify="right", min_width=max((len(c[i]) for c in cells), default=1))
+        for r, row_cells in zip(rows, cells, strict=True):
+            table.add_row(f"{r['policy']}/{r['predictor']}", *row_cells)
+        console.print(table)
     over = Table(title="overhead per job (s)", show_edge=False, pad_edge=False)
-    over.add_column("policy")
+    over.add_column("policy/predictor", no_wrap=True)
     for _, title in OVERHEAD:
         over.add_column(f"{title} p50", justify="right")
         over.add_column("p95", justify="right")
