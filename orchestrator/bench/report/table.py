@@ -68,12 +68,12 @@ def print_table(rows: list[dict[str, Any]], info: dict[str, Any], console: Conso
         f"{m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}"
     )
     for title, columns in GROUPS:
-        cells = [[_fmt(r.get(k)) for k, _ in columns] for r in rows]
+        grid = [[_fmt(r.get(k)) for k, _ in columns] for r in rows]
         table = Table(title=title, show_edge=False, pad_edge=False)
         table.add_column("policy/predictor", no_wrap=True)
         for i, (_, heading) in enumerate(columns):
-            table.add_column(heading, justify="right", min_width=max((len(c[i]) for c in cells), default=1))
-        for r, row_cells in zip(rows, cells, strict=True):
+            table.add_column(heading, justify="right", min_width=max((len(c[i]) for c in grid), default=1))
+        for r, row_cells in zip(rows, grid, strict=True):
             table.add_row(f"{r['policy']}/{r['predictor']}", *row_cells)
         console.print(table)
     over = Table(title="overhead per job (s)", show_edge=False, pad_edge=False)
