@@ -46,5 +46,5 @@ def get(name: str, runners: dict[str, Runner]) -> Runner:
 def task(runners: dict[str, Runner], name: str, text: str) -> str:
     """What of a job's text says its task, as its runner reads the text (what planners read): the whole text
     unless the runner defines `task`."""
-    task = getattr(runners.get(name), "task", None)
-    return task(text) if callable(task) else text
+    read = getattr(runners.get(name), "task", None)
+    return read(text) if callable(read) else text
