@@ -317,8 +317,8 @@ class Daemon:
         """Team mode: this node's workspaces of jobs it no longer holds are retired (their work kept on a branch),
         so it can claim them afresh; then its lease loop starts (stopped first at shutdown, after the API)."""
         from orchestrator.jobs.retire import retire_attempt
+        from orchestrator.store.postgres import PgStore
         from orchestrator.team.node import TeamNode
-        from orchestrator.team.pgstore import PgStore
 
         store = plane.board.store
         assert isinstance(store, PgStore)

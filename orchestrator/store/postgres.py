@@ -3,7 +3,7 @@ team's nodes.
 
 What is the same: every state change is one compare-and-set (`UPDATE … WHERE id = $1 AND state = ANY($2)
 RETURNING *`) checked against `core.lifecycle`, with its event in the same transaction; the job field list is
-`core.job.FIELDS`, encoded by the same codecs; migrations (`team.pgschema`) are applied in order, one daemon at
+`core.job.FIELDS`, encoded by the same codecs; migrations (`store.pgschema`) are applied in order, one daemon at
 a time (a transaction-scoped advisory lock).
 
 What the team adds (this node is `node`):
@@ -20,10 +20,10 @@ What the team adds (this node is `node`):
   `beside` (those other nodes' active jobs that admission saw) takes the repository's admission lock
   (`pg_advisory_xact_lock`) and applies only if no other node started a job there since;
 - every write notifies the other nodes (`NOTIFY`), which re-read what changed and wake their schedulers;
-- a lost connection (PostgreSQL restarted) is retried (`team.pgconn`); a write whose answer was lost is
+- a lost connection (PostgreSQL restarted) is retried (`store.pgconn`); a write whose answer was lost is
   recognised by its write id, so nothing is applied twice.
 
-The tables a node keeps of its own, and the chat plane's, are read and written in `team.pgrecords`.
+The tables a node keeps of its own, and the chat plane's, are read and written in `store.pgrecords`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from orchestrator.core.models import ACTIVE, OPEN, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.git.remote import shown
 from orchestrator.jobs.retire import fresh_attempt
-from orchestrator.store import _COLUMNS, _LIVE, DuplicateTicket, Store, StoreUnreachable, StoreUnusable, Write
+from orchestrator.store.pgconn import CONNECTION_ERRORS, NOW, PgConnection
+from orchestrator.store.pgrecords import PgRecords, intent_of
+from orchestrator.store.pgschema import MIGRATIONS
+from orchestrator.store.sqlite import _COLUMNS, _LIVE, DuplicateTicket, Store, StoreUnreachable, StoreUnusable, Write
 from orchestrator.team import clones
-from orchestrator.team.pgconn import CONNECTION_ERRORS, NOW, PgConnection
-from orchestrator.team.pgrecords import PgRecords, intent_of
-from orchestrator.team.pgschema import MIGRATIONS
 
 CHANNEL = "orchestrator_jobs"
 NODE_HELD = OPEN - {JobState.QUEUED}

@@ -1,4 +1,4 @@
-"""The PostgreSQL schema of a team's shared store, as the migrations that build it (`team.pgstore` applies those a
+"""The PostgreSQL schema of a team's shared store, as the migrations that build it (`store.postgres` applies those a
 database has not had yet, one daemon at a time under an advisory lock).
 
 Migrations are history: never edit one that shipped, add the next. The jobs table holds the same columns as the

@@ -29,8 +29,8 @@ from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
 from orchestrator.core.models import Claim, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.proc.process import Group
-from orchestrator.schema import MIGRATIONS
-from orchestrator.sqlite_thread import Connection, transaction
+from orchestrator.store.schema import MIGRATIONS
+from orchestrator.store.sqlite_thread import Connection, transaction
 
 __all__ = [
     "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "Store", "StoreUnreachable", "StoreUnusable", "Write"
@@ -450,7 +450,7 @@ class Store:
                 if changed or w.to is not None:
                     self._changed.add(w.job_id)
 
-    # -- the team's queue (team mode: `team.pgstore`; one machine has no other node) ------------------
+    # -- the team's queue (team mode: `store.postgres`; one machine has no other node) ------------------
 
     async def claim(self) -> list[int]:
         """Take queued jobs from a team's queue for this node: on one machine every job is this node's."""

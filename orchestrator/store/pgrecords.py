@@ -15,7 +15,7 @@ import asyncpg
 
 from orchestrator.git.journal import Intent
 from orchestrator.proc.process import Group
-from orchestrator.team.pgconn import PgConnection
+from orchestrator.store.pgconn import PgConnection
 
 
 class PgRecords:
