@@ -98,7 +98,7 @@ def bench(name: str, args: tuple[str, ...]) -> None:
     lost), `team` (nodes sharing PostgreSQL); --help for each."""
     import importlib
 
-    entry = importlib.import_module(f"orchestrator.bench.{name}").main
+    entry = importlib.import_module(f"orchestrator.lab.bench.{name}").main
     if isinstance(entry, click.Command):
         entry.main(list(args), prog_name=f"orchestrator bench {name}")
     else:

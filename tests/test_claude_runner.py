@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.client import Client
-from orchestrator.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
+from orchestrator.lab.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
 from tests.conftest import git
 from tests.doubles import anthropic_double
 

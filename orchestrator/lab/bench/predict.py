@@ -37,12 +37,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.bench import tickets
-from orchestrator.bench.history import bundled
 from orchestrator.core import claims
 from orchestrator.core.admission import decide
 from orchestrator.core.models import JobView, Policy, Snapshot
 from orchestrator.git import repos
+from orchestrator.lab.bench import tickets
+from orchestrator.lab.bench.history import bundled
 from orchestrator.plan import accuracy, record
 from orchestrator.plan.accuracy import Record
 from orchestrator.plan.evidence import local_plan

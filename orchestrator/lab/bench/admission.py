@@ -6,7 +6,7 @@ waiting queue is the history replayed (sampled with replacement); the running jo
 changes, each having touched part of its claim. Every waiting job is decided against one snapshot,
 the way `orchestrator why` would.
 
-    python -m orchestrator.bench.admission [--waiting 1000] [--running 16] [--seed 0] [--history PATH | --synthetic]
+    python -m orchestrator.lab.bench.admission [--waiting 1000] [--running 16] [--seed 0] [--history PATH | --synthetic]
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.bench.history import HistoryError, bundled, from_file
 from orchestrator.core import admission, claims
 from orchestrator.core.models import Claim, ClaimSource, JobView, Policy, Snapshot
+from orchestrator.lab.bench.history import HistoryError, bundled, from_file
 
 DEFAULT_HISTORY = bundled()
 REPO = "/src/flask"

@@ -6,14 +6,14 @@ client, the same paths, the same NDJSON): `/api/chat` and `/api/generate` (strea
 `*_duration` / `*_count` figures on the last line, mid-stream `{"error": ...}` lines on request),
 `/api/tags`, `/api/ps`, `/api/version`, and 503 "server busy" when its own queue is full.
 
-The engine model lives in `orchestrator.doubles.engine` (slots with per-slot prefix caches, the server's
+The engine model lives in `orchestrator.lab.doubles.engine` (slots with per-slot prefix caches, the server's
 FIFO queue, one continuous-batching loop where prefill stalls decoding, a contention profile for parallel
 decoding, constrained-sampling cost); this module is its HTTP shell. Replies are scripted: plain text of
 the profile's length, or for `format="json"` an object shaped by the instruction (`"intent"` → a guessed
 intent, `"memories"` → first-person facts found in the user's messages). The `seed` profile is fitted to
-the seed's naive table (`python -m orchestrator.bench.calibrate` shows how closely).
+the seed's naive table (`python -m orchestrator.lab.bench.calibrate` shows how closely).
 
-Run it alone for demos: `python -m orchestrator.doubles.ollama --port 11434 --profile seed`.
+Run it alone for demos: `python -m orchestrator.lab.doubles.ollama --port 11434 --profile seed`.
 Test hooks (not Ollama's API): `GET /_double/requests` (prompts seen), `POST /_double/faults`.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from orchestrator.doubles.engine import Engine, Faults, Profile, Slot, common
+from orchestrator.lab.doubles.engine import Engine, Faults, Profile, Slot, common
 
 __all__ = ["PROFILES", "Engine", "Faults", "Profile", "Server", "Slot", "common", "start"]
 
@@ -42,7 +42,7 @@ _BUSY = "server busy, please try again.  maximum pending requests exceeded"
 PROFILES: dict[str, Profile] = {
     "fast": Profile(),
     # Fitted to the seed's naive rows (hermes3 8B through Ollama; first-Ollama = the classification's answer)
-    # by `python -m orchestrator.bench.calibrate --search`: the real naive pipeline at N=1, 2, 4 in virtual
+    # by `python -m orchestrator.lab.bench.calibrate --search`: the real naive pipeline at N=1, 2, 4 in virtual
     # time, on the benches' sessions (each with its own earlier conversation and memories, none of it in
     # the server's cache) and a warm server (the shared system part cached in every slot). Five figures
     # are fitted (`calibrate.NAMED`): N=1 first-Ollama, done, drained; N=4 done-wall, drained.
@@ -51,7 +51,7 @@ PROFILES: dict[str, Profile] = {
     # again); prompts read in arrival order, 191 tokens a step (num_batch) at 1.9 ms a token, stalling every
     # sequence being decoded; a decode step of 30 ms whatever the number of sequences in it (batched
     # decoding is nearly free, as on a GPU: the seed drained 4 sessions in 2.2× one session's time).
-    # Fit (`python -m orchestrator.bench.calibrate`), seed vs double:
+    # Fit (`python -m orchestrator.lab.bench.calibrate`), seed vs double:
     #   N=1 first-Ollama 0.9 vs 0.89, done 2.1 vs 2.23, drained 9.5 vs 8.61
     #   N=4 done-wall 10.3 vs 9.48, drained 20.7 vs 22.31                  (the named five: within 10 %)
     #   N=2 first-Ollama 1.1 vs 1.53, done 3.5/4.2/5.0 vs 2.91/3.12/3.32, drained 12.9 vs 10.05
@@ -74,7 +74,7 @@ PROFILES: dict[str, Profile] = {
         json_tokens=(("intent", 12), ("memories", 188)),
     ),
     # Fitted to the real engine (`calibrate.ENGINE`: llama-server with 2 slots, the random-weight model on 2 CPU
-    # cores, naive rows) by `python -m orchestrator.bench.calibrate --profile llama-server --search --from-profile
+    # cores, naive rows) by `python -m orchestrator.lab.bench.calibrate --profile llama-server --search --from-profile
     # --generations 10 --population 4 --others 1` with the token counts fixed to the shim's (a reply runs to 128
     # tokens, a classification to its 16-token cap, an extraction to 128), one step per prompt (n_batch 2048) and
     # any cached prefix restorable by a free slot (llama-server's host-memory prompt cache). Engine vs double:
@@ -312,7 +312,7 @@ def profile_named(name: str, **overrides: Any) -> Profile:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m orchestrator.doubles.ollama", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m orchestrator.lab.doubles.ollama", description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=11434)
     ap.add_argument("--profile", default="seed", help=f"one of {', '.join(PROFILES)}")

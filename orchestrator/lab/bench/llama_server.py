@@ -8,7 +8,7 @@ reports the engine's own timings in Ollama's `*_duration` / `*_count` fields. Cl
 upstream request, which frees the engine's slot, as with Ollama.
 
 `bench/llama-server-setup.sh` builds the binary (from the `llama-cpp-python` sdist, which vendors
-llama.cpp) and writes a random-weight model (`orchestrator.bench.llama_model`); no weights are downloaded.
+llama.cpp) and writes a random-weight model (`orchestrator.lab.bench.llama_model`); no weights are downloaded.
 The model's text is noise: replies run to `num_predict` tokens (`ignore_eos`), and a JSON `format`
 is honoured only as far as a random model can (the pipeline must cope with unusable output anyway).
 """
@@ -31,7 +31,7 @@ import aiohttp
 import psutil
 from aiohttp import web
 
-from orchestrator.bench.llama_model import VERSION
+from orchestrator.lab.bench.llama_model import VERSION
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orchestrator" / "llama-server"
 """Where the setup script leaves the binary (`bin/llama-server`) and the model (`MODEL_FILE`)."""
@@ -369,7 +369,7 @@ def _final_fields(timings: dict[str, Any], total_ns: int) -> dict[str, Any]:
     }
 
 
-async def _demo(slots: int) -> None:  # pragma: no cover - manual check: python -m orchestrator.bench.llama_server
+async def _demo(slots: int) -> None:  # pragma: no cover - manual check: python -m orchestrator.lab.bench.llama_server
     async with LlamaServer(slots) as url:
         print(f"Ollama-compatible shim on {url}; Ctrl-C stops it")
         with contextlib.suppress(asyncio.CancelledError):

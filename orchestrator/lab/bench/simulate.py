@@ -5,7 +5,7 @@ leases, retries and preemption) are the production classes. Only two things are 
 kept in memory, and the backend's one HTTP exchange (`_once`) runs the request through the double's
 `Engine` directly (the same code the double's HTTP server runs). The event loop's clock jumps to the next
 timer whenever nothing is ready, so a 20 s run takes a few milliseconds; that is what makes fitting a
-profile to the seed's table (`orchestrator.bench.calibrate`) a search rather than a guess.
+profile to the seed's table (`orchestrator.lab.bench.calibrate`) a search rather than a guess.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from orchestrator import logging as olog
-from orchestrator.bench import turns
 from orchestrator.chat import prompts
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import ChatConfig, OllamaConfig
-from orchestrator.doubles.engine import Engine, Profile
-from orchestrator.doubles.ollama import render, script
+from orchestrator.lab.bench import turns
+from orchestrator.lab.doubles.engine import Engine, Profile
+from orchestrator.lab.doubles.ollama import render, script
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate
 

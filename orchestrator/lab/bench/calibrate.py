@@ -1,10 +1,10 @@
 """Fit the Ollama double's engine profile to the seed's naive table, in virtual time.
 
-    python -m orchestrator.bench.calibrate                    # the shipped `seed` profile against the seed
-    python -m orchestrator.bench.calibrate --search           # a global search (about half an hour, 2 cores)
-    python -m orchestrator.bench.calibrate --search --from-profile --others 0   # refine around the shipped one
+    python -m orchestrator.lab.bench.calibrate                    # the shipped `seed` profile against the seed
+    python -m orchestrator.lab.bench.calibrate --search           # a global search (about half an hour, 2 cores)
+    python -m orchestrator.lab.bench.calibrate --search --from-profile --others 0   # refine around the shipped one
 
-Each candidate runs the real naive pipeline (`orchestrator.bench.simulate`: the benches' sessions, each with
+Each candidate runs the real naive pipeline (`orchestrator.lab.bench.simulate`: the benches' sessions, each with
 its earlier conversation) at N=1, 2 and 4 and is scored by its relative errors over the seed's figures in a
 weighted L4 norm: the five `NAMED` figures weigh 1, the others `--others`. The search is differential
 evolution over the unit cube of `SPACE`. The shipped profile came from a global search and a refinement
@@ -21,9 +21,9 @@ import sys
 from dataclasses import asdict, replace
 from typing import Any
 
-from orchestrator.bench.simulate import simulate
-from orchestrator.doubles.engine import Profile
-from orchestrator.doubles.ollama import PROFILES
+from orchestrator.lab.bench.simulate import simulate
+from orchestrator.lab.doubles.engine import Profile
+from orchestrator.lab.doubles.ollama import PROFILES
 
 SEED: dict[int, dict[str, float]] = {
     1: {"first_ollama_mean_s": 0.9, "done_min_s": 2.1, "done_mean_s": 2.1, "done_max_s": 2.1, "wall_drained_s": 9.5},
@@ -189,7 +189,7 @@ def table(profile: Profile, target: str = "seed") -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m orchestrator.bench.calibrate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m orchestrator.lab.bench.calibrate", description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="seed", help="the profile, fitted to the table of the same name")
     ap.add_argument("--search", action="store_true", help="search the parameters (keeps num_parallel, batch...)")
     ap.add_argument("--parallel", type=int, help="num_parallel for the search (default: the profile's)")

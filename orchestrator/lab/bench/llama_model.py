@@ -44,8 +44,8 @@ def _bench_words() -> list[str]:
     """Every word of the chat plane's prompts and of the benchmark's sessions (64 of them), in first-seen order."""
     import re
 
-    from orchestrator.bench import turns
     from orchestrator.chat import prompts
+    from orchestrator.lab.bench import turns
 
     texts = ["system user assistant", prompts.SYSTEM, prompts.CLASSIFY, prompts.REPLY, prompts.EXTRACT]
     for i in range(64):

@@ -35,15 +35,15 @@ from typing import Any
 
 import click
 
-from orchestrator.bench import history as hist
-from orchestrator.bench import replayrepo
-from orchestrator.bench import schedule as sched
-from orchestrator.bench.daemon import BenchDaemon, BenchError, epoch, machine
-from orchestrator.bench.report import plot, print_table
 from orchestrator.core import claims
 from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.core.models import Claim, Policy
 from orchestrator.core.risk import Escapes, pair_risk
+from orchestrator.lab.bench import history as hist
+from orchestrator.lab.bench import replayrepo
+from orchestrator.lab.bench import schedule as sched
+from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, epoch, machine
+from orchestrator.lab.bench.report import plot, print_table
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from orchestrator.doubles.http import picker, serve
+from orchestrator.lab.doubles.http import picker, serve
 
 __all__ = ["ChatReply", "OpenAIDouble", "chat_message", "error_reply"]
 

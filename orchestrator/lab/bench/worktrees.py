@@ -7,7 +7,7 @@ previous commit of the chain (where the last job's recycled worktree sits), and 
 an empty pool (its fresh fallback). Also times the release that recycles (c) and `actual_paths` on
 the 10k-file worktree with a few edits. Goal: pooled ≤ 0.2× fresh git.
 
-    python -m orchestrator.bench.worktrees [--files 10000] [--rounds 5] [--json]
+    python -m orchestrator.lab.bench.worktrees [--files 10000] [--rounds 5] [--json]
 """
 
 from __future__ import annotations

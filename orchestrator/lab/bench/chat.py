@@ -45,8 +45,8 @@ import aiohttp
 import psutil
 
 from orchestrator import __version__
-from orchestrator.bench import turns
 from orchestrator.client import Client, Unreachable
+from orchestrator.lab.bench import turns
 from orchestrator.paths import resolve as resolve_paths
 from orchestrator.store import Store
 
@@ -88,7 +88,7 @@ class Sampler:
 
 
 def _spawn_double(profile: str, parallel: int | None, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    args = [sys.executable, "-m", "orchestrator.doubles.ollama", "--port", "0", "--profile", profile, *extra]
+    args = [sys.executable, "-m", "orchestrator.lab.doubles.ollama", "--port", "0", "--profile", profile, *extra]
     if parallel:
         args += ["--parallel", str(parallel)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -186,7 +186,7 @@ async def warm(url: str, model: str, calls: int) -> None:
     """Warm the server as a day's use would have: the model loaded, the shared system part in each slot."""
     import ollama as ollama_pkg
 
-    from orchestrator.bench.simulate import warmup_messages
+    from orchestrator.lab.bench.simulate import warmup_messages
     from orchestrator.llm.ollama import DEFAULT_OPTIONS
 
     async with ollama_pkg.AsyncClient(host=url, timeout=120) as client:
@@ -255,7 +255,7 @@ async def _on_llama_server(
     engine_args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One run on a fresh llama-server with as many slots as the gate (its prompt cache starts cold)."""
-    from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary
+    from orchestrator.lab.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary
 
     try:
         server = LlamaServer(slots, args=engine_args)
@@ -483,7 +483,7 @@ CLASSIFY = ("model", "idle", "rules")
 
 async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> dict[str, Any]:
     """One (policy, N, slots) row on a fresh model server (with `--slots`, the double gets as many slots)."""
-    from orchestrator.doubles.ollama import profile_named
+    from orchestrator.lab.doubles.ollama import profile_named
 
     base, _, mode = policy.partition(":")
     chat = {"classify": mode} if mode else None
@@ -526,8 +526,8 @@ async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) ->
 
 
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
-    from orchestrator.bench import chat_report as report
-    from orchestrator.doubles.ollama import profile_named
+    from orchestrator.lab.bench import chat_report as report
+    from orchestrator.lab.doubles.ollama import profile_named
 
     real = args.ollama or args.llama_server
     slot_counts = args.slots or [1 if real else profile_named(args.double).num_parallel]

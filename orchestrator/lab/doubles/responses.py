@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from orchestrator.doubles.http import picker, serve
+from orchestrator.lab.doubles.http import picker, serve
 
 __all__ = ["ResponseReply", "ResponsesDouble", "error_reply", "exec_command", "function_call", "output_message"]
 

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pygit2
 
-from orchestrator.bench.history import Change, HistoryError, git
 from orchestrator.core import claims
+from orchestrator.lab.bench.history import Change, HistoryError, git
 from orchestrator.runners.replay import ReplayError, replayed_tree
 
 REPLAY_REF = "refs/bench/replay"

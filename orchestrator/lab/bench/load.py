@@ -24,9 +24,9 @@ from typing import Any
 
 import click
 
-from orchestrator.bench import schedule as sched
-from orchestrator.bench.daemon import BenchDaemon, BenchError, machine
-from orchestrator.bench.history import git
+from orchestrator.lab.bench import schedule as sched
+from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, machine
+from orchestrator.lab.bench.history import git
 
 
 def _repo(path: Path) -> Path:

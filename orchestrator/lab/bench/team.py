@@ -31,7 +31,7 @@ from typing import Any
 
 import click
 
-from orchestrator.bench.daemon import BenchDaemon, BenchError, machine
+from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, machine
 from orchestrator.team.localpg import INSTALL_HINT, LocalPostgres, find_bindir
 
 
