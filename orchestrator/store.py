@@ -28,7 +28,7 @@ from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
 from orchestrator.core.models import Claim, Code, JobState
 from orchestrator.git.journal import Intent
-from orchestrator.runners.process import Group
+from orchestrator.proc.process import Group
 from orchestrator.schema import MIGRATIONS
 from orchestrator.sqlite_thread import Connection, transaction
 
@@ -552,7 +552,7 @@ class Store:
     # -- process groups ---------------------------------------------------------------------------
 
     async def own_process(self, group: Group, job_id: int | None = None) -> None:
-        """Record a process group before it may run (see `runners.process`)."""
+        """Record a process group before it may run (see `proc.process`)."""
         await self._db.execute(
             "INSERT OR REPLACE INTO processes (pgid, start_time, boot_id, job_id, what, started_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",

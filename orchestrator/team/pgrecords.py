@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from orchestrator.git.journal import Intent
-from orchestrator.runners.process import Group
+from orchestrator.proc.process import Group
 from orchestrator.team.pgconn import PgConnection
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.core.models import ENDED as TERMINAL_STATES
-from orchestrator.runners import process
+from orchestrator.proc import process
 
 USER_FILE = "notes/mine.txt"
 USER_EDIT = "the user's own uncommitted edit\n"

@@ -32,10 +32,13 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator import logging as olog
 from orchestrator.paths import private_dir
-from orchestrator.runners.base import RunContext
+
+if TYPE_CHECKING:
+    from orchestrator.runners.base import RunContext
 
 MODES = ("auto", "bwrap", "none")
 

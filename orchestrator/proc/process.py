@@ -25,8 +25,8 @@ group or session they move to. When a command's group has ended, processes still
 mark are ended too (`end_marked`); on start, a daemon ends every process carrying its home's tag (only a
 dead predecessor on the same state dir can have started them: one daemon owns a state dir). A process
 that leaves its group and scrubs its own environment escapes that, so where the machine allows it each
-command also gets a cgroup of its own (`runners.cgroups`, set up once by `use_cgroups`), killed with it; and a
-sandboxed command lives in a PID namespace that dies with it (`runners.sandbox`).
+command also gets a cgroup of its own (`proc.cgroups`, set up once by `use_cgroups`), killed with it; and a
+sandboxed command lives in a PID namespace that dies with it (`proc.sandbox`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ import psutil
 from orchestrator import logging as olog
 from orchestrator.git.repos import GIT_LOCATION_ENV
 from orchestrator.paths import open_private, private_dir
-from orchestrator.runners import cgroups, jobpath
-from orchestrator.runners.cgroups import PREFIX, Cgroups
+from orchestrator.proc import cgroups, jobpath
+from orchestrator.proc.cgroups import PREFIX, Cgroups
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -428,7 +428,7 @@ async def _end_group(
 # ---- cgroups: what no mark or group can hold ---------------------------------------------------------------
 
 CGROUPS: Cgroups | None = None
-"""The daemon's cgroups (`runners.cgroups`) when it may make them; set once at start (`use_cgroups`)."""
+"""The daemon's cgroups (`proc.cgroups`) when it may make them; set once at start (`use_cgroups`)."""
 
 
 def use_cgroups() -> str:
