@@ -1,6 +1,6 @@
 """`orchestrator bench team`: a team of daemons on this machine against one daemon with as many slots.
 
-Everything is real: a throwaway PostgreSQL (`team.localpg`, Debian's `postgresql` package), a bare remote, one
+Everything is real: a throwaway PostgreSQL (`lab.localpg`, Debian's `postgresql` package), a bare remote, one
 clone and one home per node, daemons driven over their sockets (stopped once every job landed). Two
 measurements, side by side in one run so the machine's load weighs on both alike:
 
@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, machine
-from orchestrator.team.localpg import INSTALL_HINT, LocalPostgres, find_bindir
+from orchestrator.lab.localpg import INSTALL_HINT, LocalPostgres, find_bindir
 
 
 class Node(BenchDaemon):
