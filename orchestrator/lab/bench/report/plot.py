@@ -1,4 +1,4 @@
-"""An optional PNG chart of the jobs benchmark: makespan per row beside its list schedule and ideal. Needs matplotlib."""
+"""An optional PNG chart of the jobs benchmark: each row's makespan, list schedule and ideal. Needs matplotlib."""
 
 from __future__ import annotations
 
