@@ -53,10 +53,11 @@ from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
-from orchestrator.runners import Runner, jobpath, process, registry
-from orchestrator.runners import sandbox as sandboxes
+from orchestrator.proc import jobpath, process
+from orchestrator.proc import sandbox as sandboxes
+from orchestrator.proc.sandbox import Sandbox
+from orchestrator.runners import Runner, registry
 from orchestrator.runners import task as runners_task
-from orchestrator.runners.sandbox import Sandbox
 from orchestrator.service import intake, unit
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
@@ -322,8 +323,8 @@ class Daemon:
         """Team mode: this node's workspaces of jobs it no longer holds are retired (their work kept on a branch),
         so it can claim them afresh; then its lease loop starts (stopped first at shutdown, after the API)."""
         from orchestrator.jobs.retire import retire_attempt
+        from orchestrator.store.postgres import PgStore
         from orchestrator.team.node import TeamNode
-        from orchestrator.team.pgstore import PgStore
 
         store = plane.board.store
         assert isinstance(store, PgStore)

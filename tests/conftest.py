@@ -119,7 +119,7 @@ def postgres():
     """A real PostgreSQL server for the session (initdb + pg_ctl in a dir outside /tmp, its socket dir mode 755 as
     a distribution's, as an unprivileged user when root runs the tests); skipped, saying what to install, where
     the server programs or the driver are missing."""
-    from orchestrator.team.localpg import INSTALL_HINT, LocalPostgres, find_bindir
+    from orchestrator.lab.localpg import INSTALL_HINT, LocalPostgres, find_bindir
 
     if find_bindir() is None:
         pytest.skip(f"PostgreSQL tests need the server: {INSTALL_HINT}")

@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 
-from orchestrator.bench import history as hist
-from orchestrator.bench import jobs as jobs_bench
-from orchestrator.bench import replayrepo
-from orchestrator.bench import schedule as sched
 from orchestrator.git.commits import commit_worktree
+from orchestrator.lab.bench import history as hist
+from orchestrator.lab.bench import jobs as jobs_bench
+from orchestrator.lab.bench import replayrepo
+from orchestrator.lab.bench import schedule as sched
 from orchestrator.runners import replay
 from tests.conftest import git, workspace
 
@@ -46,7 +46,7 @@ def test_the_tables_fit_an_80_column_terminal_with_every_figure_whole():
 
     from rich.console import Console
 
-    from orchestrator.bench.report.table import GROUPS, OVERHEAD, print_table
+    from orchestrator.lab.bench.report.table import GROUPS, OVERHEAD, print_table
 
     row = {"policy": "claims", "predictor": "local@0.1", "makespan_s": 123.45, "ideal_s": 101.5, "ratio_ideal": 1.216}
     row |= {k: 88 for _, cols in GROUPS for k, _ in cols if k not in row} | {"ratio_one_per_repo": 0.743}

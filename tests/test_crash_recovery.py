@@ -8,7 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from orchestrator.runners import process
+from orchestrator.proc import process
 from tests.conftest import git
 from tests.harness import Daemon, until
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.client import Client
-from orchestrator.doubles.anthropic import AnthropicDouble, Reply, tool_use_message
+from orchestrator.lab.doubles.anthropic import AnthropicDouble, Reply, tool_use_message
 from tests.conftest import git
 
 pytestmark = pytest.mark.timeout(120)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runners import process
-from orchestrator.runners.process import CallbackOwner, Group
+from orchestrator.proc import process
+from orchestrator.proc.process import CallbackOwner, Group
 
 
 async def test_owner_records_the_group_before_the_command_runs(tmp_path: Path) -> None:

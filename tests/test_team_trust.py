@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.lab.localpg import NODE_ROLE, SUPERUSER, LocalPostgres
 from orchestrator.team import reach
-from orchestrator.team.localpg import NODE_ROLE, SUPERUSER, LocalPostgres
 from tests.conftest import bare_remote, git, outside_tmp
 from tests.harness import Daemon, until
 

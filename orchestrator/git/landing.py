@@ -47,8 +47,8 @@ from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.merging import LandStyle, Mergeable, merge_for_landing
 from orchestrator.git.outcomes import LandOutcome, LandResult
 from orchestrator.git.workspace import Workspace, WorkspaceError, remove_tree
-from orchestrator.runners import process
-from orchestrator.runners.sandbox import Sandbox
+from orchestrator.proc import process
+from orchestrator.proc.sandbox import Sandbox
 
 TAIL_BYTES = process.TAIL_BYTES
 """How much of a check's output `CheckResult.output_tail` keeps."""

@@ -33,7 +33,7 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
 from orchestrator.jobs.retire import fresh_attempt, retire_attempt
 from orchestrator.paths import Paths
-from orchestrator.runners.sandbox import Sandbox
+from orchestrator.proc.sandbox import Sandbox
 
 LANDING = frozenset({JobState.LANDING})
 USER_DIRTY_RETRY = (1.0, 30.0)  # first and longest wait before trying again when the user's changes are in the way

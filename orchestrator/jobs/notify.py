@@ -17,7 +17,7 @@ from pathlib import Path
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code
-from orchestrator.runners import process
+from orchestrator.proc import process
 
 NOTIFY_TIMEOUT = 30.0
 """Seconds an `on_end` command may take before its group is killed."""

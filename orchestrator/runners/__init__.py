@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners.base import Runner, UnknownRunner
 from orchestrator.runners.replay import ReplayRunner
-from orchestrator.runners.sandbox import Sandbox
 from orchestrator.runners.shell import ShellRunner
 
 if TYPE_CHECKING:

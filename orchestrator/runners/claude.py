@@ -26,10 +26,10 @@ from orchestrator.core.models import Code
 from orchestrator.llm.pricing import Usage
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import open_private, private_dir
-from orchestrator.runners import process
+from orchestrator.proc import process
+from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners.agent_tools import TOOLS, Outcome, Tools
 from orchestrator.runners.base import RunContext, RunResult, note
-from orchestrator.runners.sandbox import Sandbox
 
 SYSTEM = """\
 You are a careful software engineer working alone in a git worktree of the user's repository, on one task.

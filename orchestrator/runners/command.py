@@ -29,9 +29,10 @@ from typing import Any
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
 from orchestrator.paths import open_private
-from orchestrator.runners import process, ratelimit
+from orchestrator.proc import process
+from orchestrator.proc.sandbox import Sandbox, private_home
+from orchestrator.runners import ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
-from orchestrator.runners.sandbox import Sandbox, private_home
 
 PATHS = "{paths}"
 

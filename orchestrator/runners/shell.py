@@ -8,9 +8,9 @@ SIGTERM then SIGKILL, so no process outlives its job. A long text goes through a
 from __future__ import annotations
 
 from orchestrator.core.models import Code
-from orchestrator.runners import process
+from orchestrator.proc import process
+from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners.base import RunContext, RunResult
-from orchestrator.runners.sandbox import Sandbox
 
 
 def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:

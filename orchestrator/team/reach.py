@@ -10,7 +10,7 @@ so whatever libpq or asyncpg would find for the daemon a job could find too, unl
 - the files holding a password or a key: `~/.pgpass` and `PGPASSFILE`, the service files (`~/.pg_service.conf`,
   `PGSERVICEFILE`), the client certificates dir (`~/.postgresql`), and the files the URL or `PGSSL*` name.
 
-The daemon's `PG*` variables never reach a job (`runners.process.environment`), nor does its config dir (the URL)
+The daemon's `PG*` variables never reach a job (`proc.process.environment`), nor does its config dir (the URL)
 or env file (the password): see `docs/team.md` for what stays reachable (a server over TCP) and how to close it.
 """
 
