@@ -34,8 +34,8 @@ from orchestrator.chat.api import ChatApi
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import EX_CONFIG, Config
 from orchestrator.core.models import ACTIVE, OPEN, JobState
-from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs import landing_check
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor
 from orchestrator.jobs.facts import GitFacts
@@ -244,7 +244,7 @@ class Daemon:
             # Half-made worktrees first: they make every `git worktree list` in the repo fail.
             with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
                 await asyncio.to_thread(
-                    git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
+                    landing_check.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
                 )
             with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                 workspaces[repo] = await pool.recover(Path(repo))

@@ -48,7 +48,6 @@ from pathlib import Path
 import psutil
 
 from orchestrator import logging as olog
-from orchestrator.git.repos import GIT_LOCATION_ENV
 from orchestrator.paths import open_private, private_dir
 from orchestrator.proc import cgroups, jobpath
 from orchestrator.proc.cgroups import PREFIX, Cgroups
@@ -69,6 +68,12 @@ BASE_ENV: tuple[str, ...] = (
     "COLORTERM", "NO_COLOR",
 )  # fmt: skip
 """Variables every command sees (patterns allowed); anything else only when a runner names it."""
+
+GIT_LOCATION_ENV: tuple[str, ...] = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)  # fmt: skip
+"""Inherited from a git hook, these would point git at the wrong repository: never passed on."""
 
 STORE_ENV_PREFIX = "PG"
 """libpq's and asyncpg's variables (PGHOST, PGPASSWORD, PGPASSFILE, ...): in team mode they name the daemon's

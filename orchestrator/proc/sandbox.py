@@ -30,16 +30,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator import logging as olog
-from orchestrator.paths import private_dir
-
-if TYPE_CHECKING:
-    from orchestrator.runners.base import RunContext
 
 MODES = ("auto", "bwrap", "none")
 
@@ -71,11 +66,6 @@ class Sandbox:
             return f'sandbox = "bwrap" but {self.reason}; install bubblewrap or set jobs.sandbox = "auto"'
         return None
 
-    def prefix(self, ctx: RunContext, *, home: Path | None = None) -> list[str]:
-        """What goes before a job command's argv to run it inside the sandbox (`process.run(prefix=...)`)."""
-        readonly = [ctx.private_dir] if ctx.private_dir is not None else []
-        return self.confine(ctx.worktree, tmp=job_tmp(ctx), home=home, readonly=readonly, repo=Path(ctx.job.repo))
-
     def confine(
         self,
         workspace: Path,
@@ -83,36 +73,12 @@ class Sandbox:
         tmp: Path,
         home: Path | None = None,
         readonly: Sequence[Path] = (),
-        repo: Path | None = None,
     ) -> list[str]:
-        """bwrap and its arguments for a command working in `workspace` (empty without a sandbox)."""
+        """bwrap and its arguments for a command working in `workspace` (empty without a sandbox), with the
+        dirs in `readonly` shown to it read-only."""
         if self.bwrap is None:
             return []
-        shown = [*readonly, *(_repo_dirs(repo) if repo is not None else ())]
-        return [self.bwrap, *binds(workspace, tmp=tmp, home=home, shown=shown, hidden=self.hidden), "--"]
-
-    def env(self, ctx: RunContext, env: Mapping[str, str]) -> dict[str, str]:
-        """The command's environment: its own tmp dir as TMPDIR when sandboxed."""
-        out = dict(env)
-        if self.bwrap is not None:
-            out["TMPDIR"] = str(job_tmp(ctx))
-        return out
-
-
-def job_tmp(ctx: RunContext) -> Path:
-    base = ctx.private_dir or ctx.log_path.parent / f"{ctx.job.id}.private"
-    return private_dir(base / "tmp")
-
-
-def _repo_dirs(repo: Path) -> list[Path]:
-    """The repository's work dir and object dir: read-only, so the job's own git can borrow its objects."""
-    from orchestrator.git import repos  # the sandbox is importable without pygit2 loaded
-
-    try:
-        common = repos.common_dir(repos.open_repo(repo))
-    except repos.RepoError:
-        return [repo]
-    return [repo, common / "objects"]
+        return [self.bwrap, *binds(workspace, tmp=tmp, home=home, shown=readonly, hidden=self.hidden), "--"]
 
 
 def _under(path: Path, roots: Iterable[Path]) -> bool:
@@ -211,26 +177,3 @@ def resolve(mode: str, hide: Iterable[Path | str] = ()) -> Sandbox:
         else f"sandbox required but {why}: shell and command jobs fail until it works",
     )
     return Sandbox(required=mode == "bwrap", reason=why, hidden=hidden)
-
-
-def private_home(ctx: RunContext, copy: Sequence[str], source: Path | None = None) -> Path:
-    """A scratch HOME for one job, with copies of the named entries (files or dirs) of the real HOME. A run that
-    goes on from the last one (`ctx.resume`) keeps the HOME that run left (the CLI's session is in it)."""
-    base = ctx.private_dir or ctx.log_path.parent / f"{ctx.job.id}.private"
-    home = base / "home"
-    if ctx.resume and home.is_dir() and not home.is_symlink():
-        # Nothing is copied into it again: the job wrote it, and a copy could follow a link it left.
-        return home
-    if home.exists():
-        shutil.rmtree(home)
-    private_dir(home)
-    real = source or Path(os.environ.get("HOME") or Path.home())
-    for rel in copy:
-        src = real / rel
-        dst = home / rel
-        if src.is_dir():
-            shutil.copytree(src, dst, symlinks=True)
-        elif src.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-    return home
