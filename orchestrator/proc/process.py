@@ -75,6 +75,10 @@ GIT_LOCATION_ENV: tuple[str, ...] = (
 )  # fmt: skip
 """Inherited from a git hook, these would point git at the wrong repository: never passed on."""
 
+STORE_ENV_PREFIX = "PG"
+"""libpq's and asyncpg's variables (PGHOST, PGPASSWORD, PGPASSFILE, ...): in team mode they name the daemon's
+way into the team's store, so none passes to a command, whatever its `pass_env` says."""
+
 RUN_MARK = "ORCHESTRATOR_RUN"
 """The environment variable that marks every process a command starts (see the module docstring)."""
 
@@ -219,13 +223,16 @@ def environment(
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """A command's environment: `BASE_ENV` plus the names (or `fnmatch` patterns) in `pass_env` taken from
-    `environ` (the daemon's), then `extra` on top. Git location variables never pass through."""
+    `environ` (the daemon's), then `extra` on top. Git location variables and the store's (`PG*`) never pass
+    through."""
     source = os.environ if environ is None else environ
     patterns = (*BASE_ENV, *pass_env)
     env = {
         k: v
         for k, v in source.items()
-        if k not in GIT_LOCATION_ENV and any(fnmatch.fnmatchcase(k, p) for p in patterns)
+        if k not in GIT_LOCATION_ENV
+        and not k.startswith(STORE_ENV_PREFIX)
+        and any(fnmatch.fnmatchcase(k, p) for p in patterns)
     }
     if "PATH" in env:
         env["PATH"] = jobpath.job_path(env["PATH"])  # the user's login PATH first, never the daemon's venv

@@ -132,7 +132,8 @@ def run_team(
         for n in range(nodes):
             clone = work / f"clone{n}"
             _git(work, "clone", "-q", str(bare), clone.name)
-            d = Node(work / f"home{n}", _config(url, f"n{n}", slots, clone), {"ORCHESTRATOR_SANDBOX": "none"})
+            env = {"ORCHESTRATOR_SANDBOX": "none", **pg.env()}
+            d = Node(work / f"home{n}", _config(url, f"n{n}", slots, clone), env)
             daemons.append((stack.enter_context(d), clone))
         started = time.time()
         path_of: dict[int, str] = {}
