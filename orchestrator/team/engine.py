@@ -31,6 +31,7 @@ async def open_store(cfg: Config, paths: Paths) -> Store:
     store = await PgStore.connect(
         cfg.store.url,
         node=cfg.team.node_name(),
+        remote_of=clones.remote_of,
         labels=cfg.team.labels,
         lease=cfg.team.lease,
         hold=max(2, cfg.jobs.max_concurrent),
