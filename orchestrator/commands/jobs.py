@@ -13,8 +13,20 @@ from typing import Any
 
 import click
 
+from orchestrator.client import Unreachable
 from orchestrator.commands import fit, term
-from orchestrator.commands.common import FAILED, FAILED_STATES, UNCHANGED, api_call, client, emit, json_option, tell
+from orchestrator.commands.common import (
+    FAILED,
+    FAILED_STATES,
+    REJECTED,
+    UNCHANGED,
+    api_call,
+    client,
+    emit,
+    err,
+    json_option,
+    tell,
+)
 from orchestrator.core import models
 
 OPEN_STATES = ",".join(sorted(models.OPEN))
@@ -372,14 +384,20 @@ def plan(
     as_json: bool,
     text: tuple[str, ...],
 ) -> None:
-    """Print the claim the daemon would make for a job, without queueing it (`plan pytest -q` is fine)."""
+    """Print the claim the daemon would make for a job, without queueing it (`plan pytest -q` is fine).
+
+    Without a running daemon, the same planner plans here, from the config (without the daemon's record of its
+    jobs' outcomes)."""
     words = job_words(ctx, text, join=True) if text or ctx.meta.get("argv") else {"text": ""}
     body: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "text": words["text"], "paths": list(paths_)}
     if branch:
         body["branch"] = branch
     if base:
         body["base"] = base
-    data = client().plan(**body)
+    try:
+        data = client().plan(**body)
+    except Unreachable:
+        data = _plan_here(body)
     if as_json:
         emit(data)
         return
@@ -400,3 +418,29 @@ def plan(
         click.echo(term.output(data["plan_text"], colours=False))
     if not claim["paths"]:
         tell("no paths predicted: this job would run alone in its repo")
+
+
+def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
+    """`plan` with no daemon to ask: the planner the config names, built and run in this process."""
+    import asyncio
+
+    from orchestrator import config, paths
+    from orchestrator import logging as olog
+    from orchestrator.core import claims
+    from orchestrator.git import repos
+    from orchestrator.jobs.service import plan_for
+    from orchestrator.plan import composite
+    from orchestrator.validate import BadRequest
+
+    try:
+        cfg = config.load(paths.resolve().config_file)
+    except config.ConfigError as e:
+        err(f"orchestrator: invalid config: {e}")
+        sys.exit(config.EX_CONFIG)
+    olog.configure(sys.stderr, level="warning")  # stdout is the plan (or its JSON)
+    err("note: no daemon running: planned here (its record of earlier jobs' outcomes is not consulted)")
+    try:
+        return asyncio.run(plan_for(composite.build(cfg, None), body))
+    except (BadRequest, repos.RepoError, claims.ClaimError) as e:
+        err(f"orchestrator: {e}")
+        sys.exit(REJECTED)
