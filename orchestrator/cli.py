@@ -98,7 +98,7 @@ def bench(name: str, args: tuple[str, ...]) -> None:
     lost), `team` (nodes sharing PostgreSQL); --help for each."""
     import importlib
 
-    entry = importlib.import_module(f"orchestrator.bench.{name}").main
+    entry = importlib.import_module(f"orchestrator.lab.bench.{name}").main
     if isinstance(entry, click.Command):
         entry.main(list(args), prog_name=f"orchestrator bench {name}")
     else:
@@ -126,7 +126,7 @@ main.add_lazy("wait", "orchestrator.commands.status:wait")
 main.add_lazy("cancel", "orchestrator.commands.queue:cancel")
 main.add_lazy("retry", "orchestrator.commands.queue:retry")
 main.add_lazy("clean", "orchestrator.commands.queue:clean")
-main.add_lazy("chat", "orchestrator.chat.cli:chat")
+main.add_lazy("chat", "orchestrator.commands.chat:chat")
 main.add_lazy("pause", "orchestrator.commands.queue:pause")
 main.add_lazy("resume", "orchestrator.commands.queue:resume")
 main.add_lazy("limit", "orchestrator.commands.queue:limit")

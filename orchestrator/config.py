@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
+from orchestrator.core import on_end
 from orchestrator.core.models import LAND_STYLES, Policy
 
 EX_CONFIG = 78
@@ -184,6 +185,13 @@ PROFILES: Mapping[str, RunnerTemplate] = {
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
+
+RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
+"""The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
+`runners.ratelimit.SIGNS` (the names are the config's, so loading it needs no runner)."""
+
+PUBLISH = ("push",)
+"""How a landing may reach a team's shared remote (`[team] publish`); each is one of `git.remote.PUBLISHERS`."""
 
 
 @dataclass(frozen=True)
@@ -515,11 +523,9 @@ def _validate(cfg: Config) -> None:
     if cfg.daemon.max_connections < 1:
         raise ConfigError("daemon.max_connections: must be at least 1")
     if cfg.jobs.on_end:
-        from orchestrator.jobs.notify import TemplateError, check_template
-
         try:
-            check_template(cfg.jobs.on_end)
-        except TemplateError as e:
+            on_end.check(cfg.jobs.on_end)
+        except on_end.TemplateError as e:
             raise ConfigError(f"jobs.{e}") from None
     for path, rc in cfg.repos.items():
         if rc.land_style not in LAND_STYLES:
@@ -571,8 +577,6 @@ def _validate(cfg: Config) -> None:
         if land not in ("auto", "review") and not (land == "" and key != "jobs.land"):
             raise ConfigError(f"{key}: {land!r}; use auto or review")
     _validate_team(cfg.store, cfg.team)
-    from orchestrator.runners.ratelimit import SIGNS  # late: runners.command imports this module
-
     for name, t in cfg.runners.items():
         if not t.argv or not t.argv[0]:
             raise ConfigError(f'runners.{name}.argv: name the command, e.g. ["claude", "-p", "{{prompt}}"]')
@@ -580,9 +584,9 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
-        if t.rate_limits and t.rate_limits not in SIGNS:
+        if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
-                f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, SIGNS))}"
+                f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"
             )
 
 
@@ -624,10 +628,8 @@ def _validate_team(store: StoreConfig, team: TeamConfig) -> None:
         raise ConfigError("team.lease: must be at least 2 seconds (nodes renew it every third of it)")
     if team.git_timeout <= 0:
         raise ConfigError("team.git_timeout: must be positive")
-    from orchestrator.git.remote import PUBLISHERS
-
-    if team.publish not in PUBLISHERS:
-        raise ConfigError(f"team.publish: {team.publish!r}; use one of {', '.join(PUBLISHERS)}")
+    if team.publish not in PUBLISH:
+        raise ConfigError(f"team.publish: {team.publish!r}; use one of {', '.join(PUBLISH)}")
 
 
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:

@@ -13,7 +13,7 @@ from orchestrator.core.job import FIELDS
 from orchestrator.core.lifecycle import MoveError
 from orchestrator.core.models import Claim, JobState
 from orchestrator.store import Store
-from orchestrator.team.pgschema import MIGRATIONS as PG_MIGRATIONS
+from orchestrator.store.pgschema import MIGRATIONS as PG_MIGRATIONS
 from tests.conftest import bare_remote, git
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,14 +31,14 @@ def clones(tmp_path: Path) -> tuple[Path, Path]:
 
 
 async def _node(url: str, name: str, **kw):
-    from orchestrator.team.pgstore import PgStore
+    from orchestrator.store.postgres import PgStore
 
     return await PgStore.connect(url, node=name, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw)
 
 
 def test_every_store_method_is_postgresql_s_own():
     """The PostgreSQL store overrides every public method of the SQLite store (none falls through to SQLite)."""
-    from orchestrator.team.pgstore import PgStore
+    from orchestrator.store.postgres import PgStore
 
     public = {n for n, v in vars(Store).items() if not n.startswith("_") and inspect.isfunction(v)}
     # Engine-free: the caches over `_render_json`, the guarded writes over `_write`, enqueue over `_insert`.
@@ -202,7 +202,7 @@ async def test_a_write_survives_a_postgresql_restart(pg_url, postgres, clones):
 async def test_postgresql_down_is_a_clear_error(tmp_path):
     """No server at the URL: StoreUnreachable names it and says what to do."""
     from orchestrator.store import StoreUnreachable
-    from orchestrator.team.pgstore import PgStore
+    from orchestrator.store.postgres import PgStore
 
     url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
     with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runners import process
-from orchestrator.runners.process import CallbackOwner, Group
+from orchestrator.proc import process
+from orchestrator.proc.process import CallbackOwner, Group
 
 
 async def test_owner_records_the_group_before_the_command_runs(tmp_path: Path) -> None:
@@ -156,6 +156,17 @@ def test_environment_is_an_allow_list() -> None:
         "VIRTUAL_ENV": "/venv",
         "ANTHROPIC_API_KEY": "sk-ant-xxxxxxxxxxxx",
         "X": "1",
+    }
+
+
+def test_the_store_s_variables_never_pass_whatever_a_runner_names() -> None:
+    """PGPASSWORD, PGHOST, PGPASSFILE (the daemon's way into the team's store) pass to no command, even through a
+    runner's `*` pattern; a value the runner's own config writes still does."""
+    environ = {"PATH": "/bin", "PGPASSWORD": "pw", "PGHOST": "/run/postgresql", "PGPASSFILE": "/h/.pgpass", "K": "v"}
+    assert process.environment(["*"], {"PGDATABASE": "tests"}, environ=environ) == {
+        "PATH": "/bin",
+        "K": "v",
+        "PGDATABASE": "tests",
     }
 
 

@@ -23,7 +23,7 @@ from orchestrator.git.journal import Intent, settle
 from orchestrator.git.repos import RepoError
 from orchestrator.git.worktrees import WorktreeError, WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.runners import process
+from orchestrator.proc import process
 from orchestrator.store import Store
 
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """Which store a daemon opens, and the parts team mode adds to the job plane: picked once, from `[store] url`.
 
 `""` (the default): the embedded SQLite file in the state dir, nothing else changes. `postgresql://…`: the team's
-shared store (`team.pgstore`), with the round's heads read off the shared remote (`team.facts`), landings
+shared store (`store.postgres`), with the round's heads read off the shared remote (`team.facts`), landings
 pushed to it (`team.landing`) and this daemon's lease kept (`team.node`).
 """
 
@@ -22,7 +22,7 @@ async def open_store(cfg: Config, paths: Paths) -> Store:
     if not cfg.store.url:
         return await Store.open(paths.db)
     try:
-        from orchestrator.team.pgstore import PgStore
+        from orchestrator.store.postgres import PgStore
     except ImportError as e:
         raise StoreUnusable(
             f"[store] url names PostgreSQL, and its driver cannot be loaded ({e}): pip install 'orchestrator[team]'"
@@ -48,7 +48,7 @@ async def open_store(cfg: Config, paths: Paths) -> Store:
 
 def _pg_store() -> type[Store] | None:
     """The PostgreSQL store's class if it was loaded (a store can only be one if it was): asyncpg is optional."""
-    module = sys.modules.get("orchestrator.team.pgstore")
+    module = sys.modules.get("orchestrator.store.postgres")
     return getattr(module, "PgStore", None)
 
 
