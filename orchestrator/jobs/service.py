@@ -39,7 +39,7 @@ from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
-from orchestrator.team.clones import NotShared
+from orchestrator.store import NotShared
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
 MAX_FEEDBACK = 32_000

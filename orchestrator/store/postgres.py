@@ -45,10 +45,11 @@ from orchestrator.core.models import ACTIVE, OPEN, Code, JobState
 from orchestrator.git.journal import Intent
 from orchestrator.git.remote import shown
 from orchestrator.jobs.retire import fresh_attempt
+from orchestrator.store.base import DuplicateTicket, StoreUnreachable, StoreUnusable, Write
 from orchestrator.store.pgconn import CONNECTION_ERRORS, NOW, PgConnection
 from orchestrator.store.pgrecords import PgRecords, intent_of
 from orchestrator.store.pgschema import MIGRATIONS
-from orchestrator.store.sqlite import _COLUMNS, _LIVE, DuplicateTicket, Store, StoreUnreachable, StoreUnusable, Write
+from orchestrator.store.sqlite import _COLUMNS, _LIVE, Store
 from orchestrator.team import clones
 
 CHANNEL = "orchestrator_jobs"

@@ -1,0 +1,53 @@
+"""What both store engines share: the guarded write they take (`Write`), the errors they raise, the daemon's exit
+statuses for a store it cannot use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.core.models import JobState
+
+EX_STATE = 65
+"""Exit status of a daemon whose database cannot be used (corrupt, truncated, newer schema): EX_DATAERR.
+Restarting cannot fix it, so the systemd unit lists it in RestartPreventExitStatus."""
+
+
+class DuplicateTicket(ValueError):
+    """A job was queued under this ticket key already (idempotent intake: the earlier job stands)."""
+
+
+class NotShared(ValueError):
+    """Team mode: a job's repository has no remote to share; the message says how to give it one."""
+
+
+class StoreUnusable(RuntimeError):
+    """The database file cannot be used as it is; the message names the file and what to do."""
+
+
+class StoreUnreachable(RuntimeError):
+    """Team mode: PostgreSQL cannot be reached (down, wrong URL, refused); the message says which server and what
+    to do. Unlike an unusable store, trying again later may work."""
+
+
+EX_TEMPFAIL = 75
+"""Exit status of a daemon whose PostgreSQL cannot be reached at start (EX_TEMPFAIL: try again later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One job's field changes and event, written only while the job is in one of `expect`.
+
+    With `to`, the write moves the job to that state (a transition, checked against `core.lifecycle`);
+    without, it changes fields only and the job stays where it is.
+    """
+
+    job_id: int
+    fields: dict[str, Any]
+    event: str | None = None
+    data: dict[str, Any] | None = None
+    expect: frozenset[JobState] = frozenset()
+    to: JobState | None = None
+    beside: frozenset[int] | None = None
+    """A move to `running` in team mode: the other nodes' active jobs of its repository that admission saw (the
+    move applies only if no other node started one there since). The embedded store has no other nodes."""
