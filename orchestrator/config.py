@@ -63,6 +63,8 @@ class JobsConfig:
     """The longest one wait, whatever the API asks for."""
     rate_limit_waits: int = 5
     """Waits one job may make; rate-limited once more, it fails with code RateLimited."""
+    max_tracked_paths: int = 10_000
+    """Paths a running job's actual set lists at most; past that it claims the whole repository until it ends."""
 
 
 @dataclass(frozen=True)
@@ -366,6 +368,7 @@ land = "auto"             # auto | review: review holds finished jobs `ready` fo
 rate_limit_wait = 60      # a rate-limited job's first wait when the API names no time (doubles each time)
 rate_limit_max_wait = 3600  # the longest one wait, whatever the API asks
 rate_limit_waits = 5      # waits per job; limited once more, it fails (code RateLimited)
+max_tracked_paths = 10000  # a running job's touched paths listed at most; past that it claims the whole repo
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -538,6 +541,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.log_max_bytes: must be at least 4096")
     if cfg.jobs.kill_grace < 0:
         raise ConfigError("jobs.kill_grace: must not be negative")
+    if cfg.jobs.max_tracked_paths < 1:
+        raise ConfigError("jobs.max_tracked_paths: must be at least 1")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
     if not 0 <= cfg.ollama.turn_slots <= cfg.ollama.parallel:
