@@ -44,6 +44,7 @@ async def open_store(cfg: Config, paths: Paths, stop: asyncio.Event | None = Non
             store = await PgStore.connect(
                 cfg.store.url,
                 node=cfg.team.node_name(),
+                remote_of=clones.remote_of,
                 labels=cfg.team.labels,
                 lease=cfg.team.lease,
                 hold=max(2, cfg.jobs.max_concurrent),
