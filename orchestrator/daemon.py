@@ -219,7 +219,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        store = await engine.open_store(self.cfg, self.paths)
+        store = await engine.open_store(self.cfg, self.paths, self._stop)
         parts.push_async_callback(store.close)
         notifier = Notifier()
         parts.push_async_callback(notifier.close)

@@ -108,12 +108,20 @@ class PgStore(PgRecords, Store):
         lease: float = 30.0,
         hold: int = 4,
     ) -> PgStore:
-        """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached. `remote_of`
-        names the shared repository of a clone a job is queued in."""
+        """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached (try again
+        later), StoreUnusable when it refuses this node's login or has no such database (no retry fixes those).
+        `remote_of` names the shared repository of a clone a job is queued in."""
+        pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
         try:
-            pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
             await pool.fetchval("SELECT 1")  # min_size 0 connects on first use: ask now, for a clear error
+        except (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError) as e:
+            await pool.close()
+            raise StoreUnusable(
+                f"the team's PostgreSQL at {shown(url)} refuses this node: {type(e).__name__}: {e}. Check the role "
+                "and database exist (docs/team.md) and PGPASSWORD in the service's env file"
+            ) from None
         except (*CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
+            await pool.close()
             raise StoreUnreachable(
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
                 "[store] url), then start the daemon again"
