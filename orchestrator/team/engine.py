@@ -12,11 +12,11 @@ import contextlib
 import itertools
 import sys
 import time
+from collections.abc import Callable
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.paths import Paths
-from orchestrator.service import systemd
 from orchestrator.store import Store, StoreUnreachable, StoreUnusable
 from orchestrator.team import clones
 
@@ -24,10 +24,13 @@ BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
 """Pauses between a starting node's tries to reach its PostgreSQL (the last one repeats) within `team.start_wait`."""
 
 
-async def open_store(cfg: Config, paths: Paths, stop: asyncio.Event | None = None) -> Store:
+async def open_store(
+    cfg: Config, paths: Paths, stop: asyncio.Event | None = None, status: Callable[[str], None] | None = None
+) -> Store:
     """The store `cfg` names: StoreUnusable / StoreUnreachable (with what to do) when it cannot be used. A team's
     PostgreSQL that does not answer is asked again with a growing pause for up to `team.start_wait` seconds (or
-    until `stop` is set): a node started before its database comes up with it."""
+    until `stop` is set): a node started before its database comes up with it, saying so through `status` (the
+    service manager's status line)."""
     if not cfg.store.url:
         return await Store.open(paths.db)
     try:
@@ -55,7 +58,8 @@ async def open_store(cfg: Config, paths: Paths, stop: asyncio.Event | None = Non
             if pause <= 0 or (stop is not None and stop.is_set()):
                 raise
             olog.get().warning(olog.Event.TEAM_STORE_LOST, error=str(e), retry_in=round(pause, 1), starting=True)
-            systemd.notify(f"STATUS=waiting for the team's PostgreSQL (again in {pause:.0f} s)")
+            if status is not None:
+                status(f"waiting for the team's PostgreSQL (again in {pause:.0f} s)")
             await _pause(pause, stop)
     # The clones named in the config are this node's from the start (others join when a job is queued in them).
     for path in cfg.repos:
