@@ -18,14 +18,13 @@ from orchestrator import __version__, validate
 from orchestrator import logging as olog
 from orchestrator.core import claims
 from orchestrator.core.explain import explain
-from orchestrator.core.job import Job
 from orchestrator.core.models import ALL_REPOS, OPEN, JobState
 from orchestrator.git import repos
-from orchestrator.jobs.service import JobError, Jobs, resolve
-from orchestrator.plan import accuracy, declared
+from orchestrator.jobs.service import JobError, Jobs, plan_for
+from orchestrator.plan import accuracy
 from orchestrator.runners.command import transcript_path
 from orchestrator.service import intake
-from orchestrator.validate import BadRequest, field, int_list, str_list
+from orchestrator.validate import BadRequest, field, int_list
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 4 * 1024 * 1024
@@ -211,15 +210,7 @@ class Api:
 
     async def plan(self, request: web.Request) -> web.Response:
         """The claim the daemon's planner makes for a text, with the evidence for each path; nothing is queued."""
-        data = await _body(request)
-        text = field(data, "text", str, default="")
-        repo, branch, head = await resolve(data)
-        base = field(data, "base", str)
-        base = await asyncio.to_thread(repos.resolve_rev, repo, base) if base else head
-        paths = sorted(declared.claim(str_list(data, "paths")).paths)
-        probe = Job(0, str(repo), branch, text, "", JobState.QUEUED, declared=tuple(paths))
-        plan = await self.jobs.planning.planner.plan(probe, base)
-        return web.json_response({"repo": str(repo), "branch": branch, "base": base, **plan.to_json()})
+        return web.json_response(await plan_for(self.jobs.planning.planner, await _body(request)))
 
     async def stats_predict(self, request: web.Request) -> web.Response:
         """Calibration: per repo and per basis, how well the claims predicted what jobs really touched."""

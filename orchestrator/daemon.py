@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import gc
 import os
+import pwd
 import signal
 import sys
 from dataclasses import dataclass, replace
@@ -33,8 +34,8 @@ from orchestrator.chat.api import ChatApi
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import EX_CONFIG, Config
 from orchestrator.core.models import ACTIVE, OPEN, JobState
-from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs import landing_check
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor
 from orchestrator.jobs.facts import GitFacts
@@ -57,11 +58,11 @@ from orchestrator.proc import sandbox as sandboxes
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import Runner, registry
 from orchestrator.runners import task as runners_task
-from orchestrator.service import intake
+from orchestrator.service import intake, unit
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
 from orchestrator.store import EX_STATE, EX_TEMPFAIL, StoreUnreachable, StoreUnusable
-from orchestrator.team import engine
+from orchestrator.team import engine, reach
 
 ROUND_GRACE = 10.0
 """Seconds the scheduler may take to finish the round under way at shutdown before it is cancelled."""
@@ -218,7 +219,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        store = await engine.open_store(self.cfg, self.paths)
+        store = await engine.open_store(self.cfg, self.paths, self._stop)
         parts.push_async_callback(store.close)
         notifier = Notifier()
         parts.push_async_callback(notifier.close)
@@ -231,11 +232,9 @@ class Daemon:
         # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
         claude = SharedClaude(self.cfg.anthropic)
         parts.push_async_callback(claude.close)
-        sandbox = await asyncio.to_thread(
-            sandboxes.resolve,
-            self.cfg.jobs.sandbox,
-            (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
-        )
+        # In team mode an unconfined job could reach the shared store: `auto` requires the sandbox there.
+        mode = "bwrap" if self.cfg.store.url and self.cfg.jobs.sandbox == "auto" else self.cfg.jobs.sandbox
+        sandbox = await asyncio.to_thread(sandboxes.resolve, mode, self._hidden())
         await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
@@ -245,7 +244,7 @@ class Daemon:
             # Half-made worktrees first: they make every `git worktree list` in the repo fail.
             with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
                 await asyncio.to_thread(
-                    git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
+                    landing_check.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
                 )
             with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                 workspaces[repo] = await pool.recover(Path(repo))
@@ -306,6 +305,13 @@ class Daemon:
         notifier.start(open_jobs, lambda: plane.scheduler.heartbeat)
         spool.start()
         return plane, notifier
+
+    def _hidden(self) -> tuple[str, ...]:
+        """What no confined job may see: the daemon's dirs, its env file and, in team mode, the store's sockets and
+        password files (`team.reach`)."""
+        homes = (Path(os.environ.get("HOME") or Path.home()), Path(pwd.getpwuid(os.getuid()).pw_dir))
+        own = (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir, unit.env_file())
+        return (*map(str, own), *reach.hidden(self.cfg.store.url, os.environ, homes))
 
     async def _join_team(
         self,

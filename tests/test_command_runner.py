@@ -120,8 +120,8 @@ def test_profiles_copy_only_sign_in_files_and_config_changes_them_key_by_key(tmp
     profile changes the keys it names (its `env` merged)."""
     from orchestrator.core.job import Job
     from orchestrator.core.models import JobState
-    from orchestrator.proc.sandbox import private_home
     from orchestrator.runners.base import RunContext
+    from orchestrator.runners.confined import private_home
 
     real = tmp_path / "real"
     (real / ".claude" / "projects" / "-other").mkdir(parents=True)

@@ -170,7 +170,7 @@ def test_job_that_deletes_its_git_dir_lands_and_commits_nowhere_else(make_repo, 
 
 def test_half_made_check_worktree_is_removed_on_start(make_repo, tmp_path):
     """A `git worktree add` killed before it wrote `commondir` breaks `git worktree list`; recovery removes it."""
-    from orchestrator.git.landing import remove_stale_scratch
+    from orchestrator.jobs.landing_check import remove_stale_scratch
 
     repo = make_repo()
     scratch = tmp_path / "state" / "scratch"

@@ -17,12 +17,6 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DiffFind
 
-GIT_LOCATION_ENV: tuple[str, ...] = (
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-)  # fmt: skip
-"""Inherited from a git hook, these would point git at the wrong repository: never passed on."""
-
 __all__ = [
     "RepoError",
     "branch_head",
@@ -36,6 +30,16 @@ __all__ = [
 
 class RepoError(ValueError):
     """A repository, branch or revision the user named cannot be used; the message says how to fix it."""
+
+
+def borrowed_dirs(repo: Path) -> list[Path]:
+    """The repository's work dir and object dir: a job's own git dir borrows its objects, so a sandbox shows
+    both to it read-only (just the path when it is no repository)."""
+    try:
+        common = common_dir(open_repo(repo))
+    except RepoError:
+        return [repo]
+    return [repo, common / "objects"]
 
 
 def canonical(path: Path | str) -> Path:

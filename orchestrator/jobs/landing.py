@@ -23,15 +23,16 @@ from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
-from orchestrator.core.job import Job
+from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Landed, Then
 from orchestrator.core.models import Code, JobState
 from orchestrator.git import commits, repos
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.landing_check import ShellCheck
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
-from orchestrator.jobs.retire import fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.proc.sandbox import Sandbox
 
@@ -210,12 +211,12 @@ class Lander:
             return commits.job_message(job.commit_text, job.id)
         return f"Merge orchestrator job {job.id}: {job.subject}"
 
-    def _check(self, job: Job) -> git_landing.Check | None:
+    def _check(self, job: Job) -> ShellCheck | None:
         """The repo's landing check for this job's landing, if it has one."""
         repo_cfg = self.cfg.repo(job.repo)
         if not repo_cfg.check:
             return None
-        return git_landing.Check(
+        return ShellCheck(
             repo_cfg.check,
             repo_cfg.check_timeout,
             log_path=self.paths.job_log(job.id),

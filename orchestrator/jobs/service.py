@@ -21,7 +21,7 @@ from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.config import Config
 from orchestrator.core import claims
-from orchestrator.core.job import Job
+from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Cancel, Revise, on_cancel, on_revise
 from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobState
 from orchestrator.git import repos
@@ -33,12 +33,13 @@ from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.privatedirs import PrivateDirs
 from orchestrator.jobs.recovery import CLEANUP_ERRORS
-from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import AttemptKept, retire_attempt
 from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
+from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
-from orchestrator.team.clones import NotShared
+from orchestrator.store import NotShared
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
 MAX_FEEDBACK = 32_000
@@ -388,3 +389,16 @@ async def resolve(data: dict[str, Any]) -> tuple[Path, str, str]:
     branch = field(data, "branch", str) or await asyncio.to_thread(repos.default_branch, repo)
     head = await asyncio.to_thread(repos.branch_head, repo, branch)
     return repo, branch, head
+
+
+async def plan_for(planner: Planner, data: dict[str, Any]) -> dict[str, Any]:
+    """The claim `planner` makes for a request's text (`repo`, `text`, optional `branch`, `base`, `paths`), with
+    the evidence for each path; nothing is queued. What `orchestrator plan` prints, from the daemon or in-process."""
+    text = field(data, "text", str, default="")
+    repo, branch, head = await resolve(data)
+    base = field(data, "base", str)
+    base = await asyncio.to_thread(repos.resolve_rev, repo, base) if base else head
+    paths = sorted(declared.claim(str_list(data, "paths")).paths)
+    probe = Job(0, str(repo), branch, text, "", JobState.QUEUED, declared=tuple(paths))
+    plan = await planner.plan(probe, base)
+    return {"repo": str(repo), "branch": branch, "base": base, **plan.to_json()}

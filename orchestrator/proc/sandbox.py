@@ -9,7 +9,8 @@ What a confined command sees (`confine`):
 - the whole file system read-only, with these writable: its workspace (its files and its own git dir),
   its own tmp dir (`TMPDIR`), and a scratch HOME when its runner asks for one;
 - nothing of the daemon: its state dir (database, logs, other jobs' workspaces), its config dir (the
-  env file with API keys) and its runtime dir (the API socket) are empty dirs;
+  env file with API keys) and its runtime dir (the API socket) are empty dirs; in team mode nothing of the
+  shared store either (its socket dirs empty, its password and key files empty: `team.reach`);
 - no UNIX socket of the user's session: `/tmp` is a private, empty tmpfs (tmux, ssh-agent and X11
   sockets live there), and so are `$XDG_RUNTIME_DIR` and `/run/user` (the user's D-Bus and systemd);
   what of the repository lay in them is shown again read-only;
@@ -29,16 +30,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator import logging as olog
-from orchestrator.paths import private_dir
-
-if TYPE_CHECKING:
-    from orchestrator.runners.base import RunContext
 
 MODES = ("auto", "bwrap", "none")
 
@@ -57,7 +53,8 @@ class Sandbox:
     reason: str = ""
     """Why there is no sandbox (empty when there is one, or when none was asked for)."""
     hidden: tuple[str, ...] = field(default=())
-    """The daemon's own dirs (state, config, runtime) a confined command must not see."""
+    """What a confined command must not see: the daemon's own dirs (state, config, runtime) and secrets (the env
+    file; in team mode the store's socket dirs and password files). A dir reads as empty, a file as empty."""
 
     @property
     def active(self) -> bool:
@@ -69,11 +66,6 @@ class Sandbox:
             return f'sandbox = "bwrap" but {self.reason}; install bubblewrap or set jobs.sandbox = "auto"'
         return None
 
-    def prefix(self, ctx: RunContext, *, home: Path | None = None) -> list[str]:
-        """What goes before a job command's argv to run it inside the sandbox (`process.run(prefix=...)`)."""
-        readonly = [ctx.private_dir] if ctx.private_dir is not None else []
-        return self.confine(ctx.worktree, tmp=job_tmp(ctx), home=home, readonly=readonly, repo=Path(ctx.job.repo))
-
     def confine(
         self,
         workspace: Path,
@@ -81,36 +73,12 @@ class Sandbox:
         tmp: Path,
         home: Path | None = None,
         readonly: Sequence[Path] = (),
-        repo: Path | None = None,
     ) -> list[str]:
-        """bwrap and its arguments for a command working in `workspace` (empty without a sandbox)."""
+        """bwrap and its arguments for a command working in `workspace` (empty without a sandbox), with the
+        dirs in `readonly` shown to it read-only."""
         if self.bwrap is None:
             return []
-        shown = [*readonly, *(_repo_dirs(repo) if repo is not None else ())]
-        return [self.bwrap, *binds(workspace, tmp=tmp, home=home, shown=shown, hidden=self.hidden), "--"]
-
-    def env(self, ctx: RunContext, env: Mapping[str, str]) -> dict[str, str]:
-        """The command's environment: its own tmp dir as TMPDIR when sandboxed."""
-        out = dict(env)
-        if self.bwrap is not None:
-            out["TMPDIR"] = str(job_tmp(ctx))
-        return out
-
-
-def job_tmp(ctx: RunContext) -> Path:
-    base = ctx.private_dir or ctx.log_path.parent / f"{ctx.job.id}.private"
-    return private_dir(base / "tmp")
-
-
-def _repo_dirs(repo: Path) -> list[Path]:
-    """The repository's work dir and object dir: read-only, so the job's own git can borrow its objects."""
-    from orchestrator.git import repos  # the sandbox is importable without pygit2 loaded
-
-    try:
-        common = repos.common_dir(repos.open_repo(repo))
-    except repos.RepoError:
-        return [repo]
-    return [repo, common / "objects"]
+        return [self.bwrap, *binds(workspace, tmp=tmp, home=home, shown=readonly, hidden=self.hidden), "--"]
 
 
 def _under(path: Path, roots: Iterable[Path]) -> bool:
@@ -128,7 +96,8 @@ def binds(
     """bwrap's arguments: read-only root, emptied session and daemon dirs, then what is shown again on top.
 
     Later mounts win: the read-only root first, then empty tmpfs over every hidden dir, then the dirs
-    that must be seen inside a hidden one, read-only (`shown`), then the writable ones.
+    that must be seen inside a hidden one, read-only (`shown`), then /dev/null over every hidden file
+    (one inside a dir shown again stays hidden), then the writable ones.
     """
     # No capability, whoever runs the daemon: bwrap started by root keeps them all otherwise, and
     # CAP_SYS_ADMIN in the job's mount namespace would remount the read-only root writable.
@@ -143,16 +112,25 @@ def binds(
             args += ["--ro-bind", p, p]
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     empty: list[Path] = []
+    files: list[Path] = []
     for d in (*SESSION_DIRS, *([runtime] if runtime else []), *hidden):
-        dir_ = Path(os.path.realpath(d))
-        if dir_.is_dir() and not _under(dir_, empty) and dir_ != Path("/"):
-            empty.append(dir_)
-    for dir_ in empty:
+        real = Path(os.path.realpath(d))
+        if real.is_dir() and real != Path("/"):
+            empty.append(real)
+        elif real.exists():
+            files.append(real)
+    empty = [d for d in empty if not _under(d, [e for e in empty if e != d])]
+    for dir_ in sorted(set(empty)):
         args += ["--tmpfs", str(dir_)]
+    again: list[Path] = []
     for wanted in shown:
         real = Path(os.path.realpath(wanted))
         if real.exists() and _under(real, empty):
             args += ["--ro-bind", str(real), str(real)]
+            again.append(real)
+    for file in sorted(set(files)):
+        if not _under(file, empty) or _under(file, again):
+            args += ["--dev-bind", "/dev/null", str(file)]  # reads as empty (a plain bind is nodev: EACCES)
     writable = [workspace, tmp, *([home] if home is not None else [])]
     for w in writable:
         bound = os.path.realpath(w)
@@ -199,26 +177,3 @@ def resolve(mode: str, hide: Iterable[Path | str] = ()) -> Sandbox:
         else f"sandbox required but {why}: shell and command jobs fail until it works",
     )
     return Sandbox(required=mode == "bwrap", reason=why, hidden=hidden)
-
-
-def private_home(ctx: RunContext, copy: Sequence[str], source: Path | None = None) -> Path:
-    """A scratch HOME for one job, with copies of the named entries (files or dirs) of the real HOME. A run that
-    goes on from the last one (`ctx.resume`) keeps the HOME that run left (the CLI's session is in it)."""
-    base = ctx.private_dir or ctx.log_path.parent / f"{ctx.job.id}.private"
-    home = base / "home"
-    if ctx.resume and home.is_dir() and not home.is_symlink():
-        # Nothing is copied into it again: the job wrote it, and a copy could follow a link it left.
-        return home
-    if home.exists():
-        shutil.rmtree(home)
-    private_dir(home)
-    real = source or Path(os.environ.get("HOME") or Path.home())
-    for rel in copy:
-        src = real / rel
-        dst = home / rel
-        if src.is_dir():
-            shutil.copytree(src, dst, symlinks=True)
-        elif src.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-    return home

@@ -30,8 +30,8 @@ from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
 from orchestrator.paths import open_private
 from orchestrator.proc import process
-from orchestrator.proc.sandbox import Sandbox, private_home
-from orchestrator.runners import ratelimit
+from orchestrator.proc.sandbox import Sandbox
+from orchestrator.runners import confined, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
 
 PATHS = "{paths}"
@@ -204,10 +204,10 @@ class CommandRunner:
         }
         home = None
         if t.scratch_home:
-            home = await asyncio.to_thread(private_home, ctx, t.home_files)
+            home = await asyncio.to_thread(confined.private_home, ctx, t.home_files)
             extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
-        env = self.sandbox.env(ctx, process.environment(t.pass_env, extra))
+        env = confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra))
         timeout = t.timeout or ctx.timeout
         # A CLI that would retry a rate limit on its own is stopped: the daemon waits. Only by its profile's signs,
         # read where that CLI prints them: what its agent or tools print is the job's own output.
@@ -215,7 +215,7 @@ class CommandRunner:
         watch = ratelimit.Watch(signs) if signs is not None else None
         result = await process.run(
             argv,
-            prefix=self.sandbox.prefix(ctx, home=home),
+            prefix=confined.prefix(self.sandbox, ctx, home=home),
             env=env,
             timeout=timeout,
             what=f"job {ctx.job.id} runner {self.name}",

@@ -103,7 +103,8 @@ def from_repo(repo: Path, rev_range: str, merges: bool = False) -> list[Change]:
     each a change) in a range (`A..B`) of a real repository, oldest first, with their whole messages. With
     `merges`, the first-parent line instead (each merge one change, against its first parent)."""
     walk = ["--first-parent", "-m"] if merges else ["--no-merges"]
-    argv = ["git", "-C", str(repo), "log", *walk, "--reverse", "--numstat", "--format=@%H %s"]
+    # A move is a deletion and an addition: both paths are what the change touches (and what an oracle claims).
+    argv = ["git", "-C", str(repo), "log", *walk, "--reverse", "--numstat", "--no-renames", "--format=@%H %s"]
     proc = subprocess.run([*argv, rev_range], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise HistoryError(f"`git log {rev_range}` in {repo} failed: {proc.stderr.strip()}; pass --range A..B")
@@ -114,9 +115,8 @@ def from_repo(repo: Path, rev_range: str, merges: bool = False) -> list[Change]:
             records.append({"sha": sha, "subject": subject, "files": []})
         elif line.strip() and records:
             added, deleted, path = line.split("\t", 2)
-            if " => " not in path:  # renames: the touch pattern keeps plain paths only
-                size = [int(n) if n.isdigit() else 1 for n in (added, deleted)]  # binary files: "-"
-                records[-1]["files"].append([path, *size])
+            size = [int(n) if n.isdigit() else 1 for n in (added, deleted)]  # binary files: "-"
+            records[-1]["files"].append([path, *size])
     bodies = subprocess.run(
         ["git", "-C", str(repo), "log", *walk, "--reverse", "--format=%H%x00%B%x1e", rev_range],
         capture_output=True, text=True, timeout=120,

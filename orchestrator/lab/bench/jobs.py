@@ -12,8 +12,9 @@ socket. Rows, side by side in one run:
 - `oracle`        path claims that are exactly the files each change touched
 - `unbounded`     no path constraint at all (every claim unique): overlaps, conflicts and redone work show
 
-Per row: makespan, its ratio to one-per-repo and to the ideal schedule (list scheduling with the same
-durations, slots and claims, no overtaking on overlap, zero overhead), concurrency reached, queue wait,
+Per row: makespan, its ratio to one-per-repo, to the ideal (a makespan no schedule of the queue can beat) and
+to the list schedule (list scheduling with the same durations, slots and claims, no overtaking on overlap, zero
+overhead: the gap is the job plane's own overhead; see `schedule`), concurrency reached, queue wait,
 overlaps seen while running, pairs that ran side by side and really touched a common file (`met`: what
 `plan.risk` bounds; they cost nothing when their landings merge cleanly), landing conflicts, redone
 attempts, lost changes, over-serialised pairs (claims that overlap where the real files do not), and the
@@ -28,8 +29,9 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ from orchestrator.lab.bench import history as hist
 from orchestrator.lab.bench import replayrepo
 from orchestrator.lab.bench import schedule as sched
 from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, epoch, machine
-from orchestrator.lab.bench.report import plot, print_table
+from orchestrator.lab.bench.report import plot, print_table, row_line
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
@@ -118,6 +120,11 @@ def _claims_of(row: Row, changes: list[hist.Change], jobs: list[dict]) -> list[f
             out.append(None if ambiguous else sched.counted(c["paths"], MERGEABLE))
         return out
     return [sched.counted(_declared(row, c), MERGEABLE) for c in changes]
+
+
+def _fixed(row: Row) -> bool:
+    """The row's claims are declared before the queue runs and only grow (no re-plan changes them)."""
+    return row.policy in ("one-per-repo", "oracle") or (row.policy == "claims" and row.predictor != "local")
 
 
 def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None]) -> list[tuple[int, int]]:
@@ -196,16 +203,23 @@ class _Clock:
     starts: dict[int, list[float]]
     exits: dict[int, list[float]]
     holds: list[float]
+    waits: dict[int, dict[str, set[int]]] = field(default_factory=dict)
+    """Per job, each reason admission kept it waiting for (its code, in the order first met), with the jobs it
+    waited on; the queue's pause before the clock starts left out."""
 
     @classmethod
     def of(cls, d: BenchDaemon) -> _Clock:
         clock = cls({}, {}, [])
         landing: dict[int, float] = {}
         names = ("replay.started", "replay.applied", "landing.started", "landing.landed", "landing.noop",
-                 "landing.conflict")  # fmt: skip
+                 "landing.conflict", "admission.deferred")  # fmt: skip
         for rec in d.log_events(*names):
             job, ev = int(rec.get("job_id") or 0), rec["event"]
-            if ev == "replay.started":
+            if ev == "admission.deferred":
+                if rec.get("reason") != "Paused":
+                    blocking = {int(b) for b in rec.get("blocking") or ()}
+                    clock.waits.setdefault(job, {}).setdefault(str(rec.get("reason")), set()).update(blocking)
+            elif ev == "replay.started":
                 clock.starts.setdefault(job, []).append(rec["ts"])
             elif ev == "replay.applied":
                 clock.exits.setdefault(job, []).append(rec["ts"])
@@ -261,7 +275,9 @@ def _figures(
         lost, broken, reordered = replayrepo.serial(replay, changes, landed_at, MERGEABLE)
     else:
         (lost, reordered), broken = replayrepo.lost(replay, changes, landed_at, MERGEABLE), []
-    ideal = sched.ideal_makespan(durations, claims_, 1 if row.policy == "one-per-repo" else slots, apart)
+    width = 1 if row.policy == "one-per-repo" else slots
+    ideal = sched.lower_bound(durations, width, claims_ if _fixed(row) else None)
+    listed = sched.list_makespan(durations, claims_, width, apart)
     out = {
         "policy": row.policy,
         "predictor": row.label,
@@ -271,6 +287,8 @@ def _figures(
         "makespan_s": round(makespan, 2),
         "ideal_s": round(ideal, 2),
         "ratio_ideal": round(makespan / ideal, 3) if ideal else None,
+        "list_s": round(listed, 2),
+        "ratio_list": round(makespan / listed, 3) if listed else None,
         "max_concurrency": sched.max_concurrency(runs),
         "wait_p50_s": round(sched.pct(waits, 0.5), 2),
         "wait_p95_s": round(sched.pct(waits, 0.95), 2),
@@ -292,6 +310,41 @@ def _figures(
     ):
         out[f"{key}_p50_s"] = round(sched.pct(values, 0.5), 3)
         out[f"{key}_p95_s"] = round(sched.pct(values, 0.95), 3)
+    out["per_job"] = _per_job(changes, jobs, per_job, real, clock, durations, t0)
+    return out
+
+
+def _per_job(
+    changes: list[hist.Change],
+    jobs: list[dict],
+    runs: list[list[sched.Interval]],
+    real: list[frozenset[str]],
+    clock: _Clock,
+    durations: list[float],
+    t0: float,
+) -> list[dict[str, Any]]:
+    """Each job of a row: how it ended, its runs, whom it ran beside (none: it ran alone), which of those really
+    touched a common file with it (met), its landing conflicts, and what it waited for before its first start."""
+    near, meets = sched.beside(runs), sched.met(runs, real)
+    ids = [j["id"] for j in jobs]
+    out = []
+    for n, (c, j) in enumerate(zip(changes, jobs, strict=True)):
+        admitted = [e["at"] for e in j["events"] if e["kind"] == "admitted"]
+        out.append(
+            {
+                "job": j["id"],
+                "sha": c.sha,
+                "subject": c.subject,
+                "state": j["state"],
+                "runs": len(runs[n]),
+                "duration_s": durations[n],
+                "wait_s": round(admitted[0] - t0, 2) if admitted else None,
+                "beside": sorted(ids[k] for k in near[n]),
+                "met": sorted(ids[k] for k in meets[n]),
+                "conflicts": sum(e["kind"] in ("requeued", "conflicted") for e in j["events"]),
+                "waited_for": {reason: sorted(on) for reason, on in clock.waits.get(j["id"], {}).items()},
+            }
+        )
     return out
 
 
@@ -311,9 +364,10 @@ def _claim_quality(
 
 
 def _ratios(rows: list[dict]) -> None:
-    base = next((r["makespan_s"] for r in rows if r["policy"] == "one-per-repo"), None)
+    base = next((r["makespan_s"] for r in rows if r["policy"] == "one-per-repo" and not r.get("failed")), None)
     for r in rows:
-        r["ratio_one_per_repo"] = round(r["makespan_s"] / base, 3) if base else None
+        if not r.get("failed"):
+            r["ratio_one_per_repo"] = round(r["makespan_s"] / base, 3) if base else None
 
 
 @click.command("jobs")
@@ -339,6 +393,9 @@ def _ratios(rows: list[dict]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")
+@click.option(
+    "--per-job", is_flag=True, help="Also print, per row, each job: beside whom it ran, met, conflicts, waits."
+)
 def main(
     history_file: Path | None,
     repo: Path | None,
@@ -352,6 +409,7 @@ def main(
     as_json: bool,
     plot_file: Path | None,
     keep: Path | None,
+    per_job: bool,
 ) -> None:
     """Replay a queue of real changes through the real daemon under several policies, beside the ideal schedule."""
     policies = [p.strip() for p in policy.split(",") if p.strip()]
@@ -396,28 +454,52 @@ def main(
     work = Path(tempfile.mkdtemp(prefix="orchestrator-bench-")) if keep is None else keep
     work.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        console = Console(stderr=True)
-        with Progress(
-            TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=as_json,
-        ) as progress:  # fmt: skip
-            for row in _rows(policies, predictors, risk_values):
-                rows.append(run_row(row, changes, make, slots, scale, work, progress))
-    except (BenchError, hist.HistoryError) as e:
-        click.echo(f"orchestrator bench jobs: {e} (repositories and logs kept in {work})", err=True)
-        sys.exit(1)
-    if keep is None:
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=as_json,
+    ) as progress:  # fmt: skip
+        for row in _rows(policies, predictors, risk_values):
+            rows.append(_one_row(row, changes, make, slots, scale, work, progress))
+            # Each row as it finishes (on stderr, stdout stays the tables or the JSON), and kept in the work
+            # dir: a run cut short still shows the rows it finished.
+            progress.console.print(row_line(rows[-1]), highlight=False)
+            with (work / "rows.jsonl").open("a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
+    failed = [r for r in rows if r.get("failed")]
+    if keep is None and not failed:
         shutil.rmtree(work, ignore_errors=True)
     _ratios(rows)
     info = {"machine": machine(), "history": str(history_file or (repo or hist.bundled())), "changes": len(changes)}
     if as_json:
         click.echo(json.dumps({**info, "rows": rows}, indent=2))
     else:
-        print_table(rows, info)
+        print_table(rows, info, per_job=per_job)
     if plot_file is not None:
-        plot.write(rows, plot_file)
+        plot.write([r for r in rows if not r.get("failed")], plot_file, info)
         click.echo(f"plot written to {plot_file}", err=True)
+    if failed:
+        names = ", ".join(f"{r['policy']}/{r['predictor']}" for r in failed)
+        click.echo(
+            f"orchestrator bench jobs: {len(failed)} row(s) failed ({names}); repositories and logs kept in {work}",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def _one_row(
+    row: Row, changes: list[hist.Change], make: MakeRepo, slots: int, scale: float, work: Path, progress: Any
+) -> dict:
+    """A row's figures, or the row marked failed with why: one row's failure (a stuck daemon, a replay the
+    lost check cannot read) must not take the rows before and after it down with it."""
+    try:
+        return run_row(row, changes, make, slots, scale, work, progress)
+    except (BenchError, hist.HistoryError) as e:
+        why = str(e)
+    except Exception as e:  # noqa: BLE001 - any failure of one row is reported as that row's, with its type
+        why = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+    return {"policy": row.policy, "predictor": row.label, "plan_risk": row.risk, "slots": slots, "failed": why}

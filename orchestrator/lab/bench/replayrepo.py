@@ -22,6 +22,7 @@ they differ).
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import subprocess
 from collections.abc import Sequence
@@ -227,6 +228,7 @@ def serial(
     (changelogs) land in any order: every line the serial application gives must be there."""
     repo = pygit2.Repository(str(replay.path))
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
+    union = functools.partial(claims.matches, patterns=mergeable)
     order = sorted((t, c.index) for c, t in zip(changes, landed_at, strict=True) if t)
     # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged).
     lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main)}
@@ -235,21 +237,54 @@ def serial(
     for _, i in order:
         commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
         with contextlib.suppress(ReplayError):  # what the replay runner would not have landed either
-            tree = replayed_tree(repo, commit, tree, theirs=True)
+            tree = replayed_tree(repo, commit, tree, theirs=True, mergeable=union)
         for p in changes[i].files:
             last[p] = i
     broken = []
     for p, i in sorted(last.items()):
-        have, want = _text(repo, main, p), _text(repo, tree, p)
-        if claims.matches(p, mergeable):  # merged line by line, in any order: every line must be there
-            present = set((have or "").splitlines())
-            if any(line.strip() and line not in present for line in (want or "").splitlines()):
-                lost.add(i)
-        elif have != want:
+        if claims.matches(p, mergeable):
+            lost |= _lines_lost(repo, changes, landed_at, p, main)
+        elif _text(repo, main, p) != _text(repo, tree, p):
             broken.append(p)
             if not _has_edit(repo, changes[i].sha, p, main):
                 lost.add(i)
     return sorted(lost), broken, _reordered(changes, landed_at, mergeable)
+
+
+def _lines_lost(
+    repo: pygit2.Repository, changes: Sequence[Change], landed_at: Sequence[float], path: str, main: pygit2.Tree
+) -> set[int]:
+    """The landed changes to a union-merged file (a changelog) whose lines main lacks. Such a file merges line by
+    line in any order, so each change's effect is the lines it added: one is lost when a line it added is not on
+    main and no later landed change (in the recorded order) removed or reworded that line."""
+    present = {line.rstrip("\r") for line in (_text(repo, main, path) or "").split("\n")}
+    edits = [(c.index, *_line_edit(repo, c.sha, path)) for c in changes if landed_at[c.index] and path in c.files]
+    out = set()
+    for n, (i, added, _) in enumerate(edits):
+        rewritten = {line for _, _, removed in edits[n + 1 :] for line in removed}
+        if any(line.strip() and line not in present and line not in rewritten for line in added):
+            out.add(i)
+    return out
+
+
+def _line_edit(repo: pygit2.Repository, sha: str, path: str) -> tuple[list[str], set[str]]:
+    """The lines a commit added to `path` and those it removed there (against its first parent)."""
+    commit = repo.revparse_single(sha).peel(pygit2.Commit)
+    parent = commit.parents[0].tree if commit.parents else None
+    diff = parent.diff_to_tree(commit.tree) if parent is not None else commit.tree.diff_to_tree(swap=True)
+    added: list[str] = []
+    removed: set[str] = set()
+    for patch in diff:
+        if patch is None or path not in (patch.delta.old_file.path, patch.delta.new_file.path):
+            continue
+        for hunk in patch.hunks:
+            for line in hunk.lines:
+                text = line.raw_content.decode(errors="replace").rstrip("\r\n")
+                if line.origin == "+":
+                    added.append(text)
+                elif line.origin == "-":
+                    removed.add(text)
+    return added, removed
 
 
 def _reordered(changes: Sequence[Change], landed_at: Sequence[float], mergeable: tuple[str, ...]) -> int:

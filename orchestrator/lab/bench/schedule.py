@@ -1,9 +1,16 @@
-"""Pure figures for the jobs benchmark: the ideal schedule of a queue, and what a replay measured. No I/O.
+"""Pure figures for the jobs benchmark: bounds and schedules of a queue, and what a replay measured. No I/O.
 
-The ideal makespan is list scheduling with the same durations, slots and claims as the replay, no job
-overtaking an earlier waiting job whose claim it overlaps (or that admission kept it apart from on risk),
-and zero overhead (a job starts the instant it
-may and lands the instant it ends). The gap between it and the replay is the job plane's own overhead.
+Two yardsticks for a replay's makespan:
+
+- the *ideal* (`lower_bound`): a makespan no schedule of the queue can beat, whatever it admits: the work
+  spread over every slot, the longest job, and, where the claims are fixed before the queue runs (declared
+  ones), the heaviest chain of jobs whose claims overlap (admission never lets a later one overtake an earlier
+  one it overlaps, nor run beside it). A replay at 1.0× of it is perfect.
+- the *list schedule* (`list_makespan`): list scheduling with the same durations, slots and claims as the
+  replay, no job overtaking an earlier waiting job whose claim it overlaps (or that admission kept it apart
+  from on risk), and zero overhead (a job starts the instant it may and lands the instant it ends). The gap
+  between it and the replay is the job plane's own overhead; it is not a bound: a replay whose jobs were
+  admitted on other claims (re-planned, grown) or beside a job held back anyway can beat it.
 """
 
 from __future__ import annotations
@@ -45,7 +52,22 @@ def conflicts(claims_: Claims, apart: Apart = ()) -> list[set[int]]:
     return out
 
 
-def ideal_makespan(durations: Sequence[float], claims_: Claims, slots: int, apart: Apart = ()) -> float:
+def lower_bound(durations: Sequence[float], slots: int, fixed: Claims | None = None) -> float:
+    """The ideal: a makespan no schedule on `slots` slots can beat. `fixed`: claims the jobs hold from before the
+    queue runs to their landing (declared), of which overlapping ones run one after another in queue order."""
+    if not durations:
+        return 0.0
+    bound = max(max(durations), sum(durations) / slots)
+    if fixed is not None:
+        conf = conflicts(fixed)
+        ends: list[float] = []
+        for i, d in enumerate(durations):
+            ends.append(d + max((ends[j] for j in conf[i] if j < i), default=0.0))
+        bound = max(bound, *ends)
+    return bound
+
+
+def list_makespan(durations: Sequence[float], claims_: Claims, slots: int, apart: Apart = ()) -> float:
     """List scheduling in queue order on `slots` slots; a job waits for running and earlier waiting jobs it
     overlaps or is kept apart from."""
     conf = conflicts(claims_, apart)
@@ -84,19 +106,37 @@ class Interval:
     end: float
 
 
+def beside(runs: Sequence[Sequence[Interval]]) -> list[set[int]]:
+    """For each job, the jobs that ran at the same time as it (some attempt of each overlapping in time)."""
+    out: list[set[int]] = [set() for _ in runs]
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            if any(x.start < y.end and y.start < x.end for x in runs[i] for y in runs[j]):
+                out[i].add(j)
+                out[j].add(i)
+    return out
+
+
+def met(runs: Sequence[Sequence[Interval]], real: Claims) -> list[set[int]]:
+    """For each job, the jobs it ran beside that really touched a common file with it (union-mergeable files
+    left out of `real`)."""
+    indexes = [claims.PathIndex(r) if r else None for r in real]
+    out: list[set[int]] = [set() for _ in runs]
+    for i, others in enumerate(beside(runs)):
+        a = indexes[i]
+        for j in others:
+            b = real[j]
+            if j > i and a is not None and b and a.meeting(b):
+                out[i].add(j)
+                out[j].add(i)
+    return out
+
+
 def met_side_by_side(runs: Sequence[Sequence[Interval]], real: Claims) -> int:
     """Pairs of jobs that ran at the same time (some attempt of each overlapping in time) and really touched a
     common file (union-mergeable files left out of `real`): what `plan.risk` bounds, whether or not their
     landings then merged cleanly."""
-    indexes = [claims.PathIndex(r) if r else None for r in real]
-    out = 0
-    for i in range(len(runs)):
-        for j in range(i + 1, len(runs)):
-            a, b = indexes[i], real[j]
-            if a is None or not b or not a.meeting(b):
-                continue
-            out += any(x.start < y.end and y.start < x.end for x in runs[i] for y in runs[j])
-    return out
+    return sum(len(js) for js in met(runs, real)) // 2
 
 
 def max_concurrency(intervals: Sequence[Interval]) -> int:

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from orchestrator.lab.bench.report.table import print_table
+from orchestrator.lab.bench.report.table import print_table, row_line
 
-__all__ = ["print_table"]
+__all__ = ["print_table", "row_line"]
