@@ -48,6 +48,7 @@ from pathlib import Path
 import psutil
 
 from orchestrator import logging as olog
+from orchestrator.core.records import Group
 from orchestrator.paths import open_private, private_dir
 from orchestrator.proc import cgroups, jobpath
 from orchestrator.proc.cgroups import PREFIX, Cgroups
@@ -84,21 +85,6 @@ RUN_MARK = "ORCHESTRATOR_RUN"
 
 # The gate: wait for the owner to record the group, then become the command. EOF (daemon died) → never run.
 _GATE = 'IFS= read -r _ || exit 125; exec </dev/null; exec "$@"'
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """A process group the daemon started, as recorded in the store."""
-
-    pgid: int
-    start_time: int
-    """The leader's start time in clock ticks after boot (`/proc/<pid>/stat` field 22); 0 if unknown."""
-    boot_id: str
-    """The kernel's boot id when it started: a group from before a reboot is long gone."""
-    what: str = ""
-    """What runs, for a person: `job 3 runner shell`, `job 3 landing check`."""
-    mark: str = ""
-    """The `RUN_MARK` value its processes carry ("" for a group recorded before marks existed)."""
 
 
 def home_tag(home: object) -> str:

@@ -3,8 +3,9 @@ statuses for a store it cannot use."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.core.models import JobState
 
@@ -51,3 +52,26 @@ class Write:
     beside: frozenset[int] | None = None
     """A move to `running` in team mode: the other nodes' active jobs of its repository that admission saw (the
     move applies only if no other node started one there since). The embedded store has no other nodes."""
+
+
+class SharedRemote(Protocol):
+    """Team mode: the shared repository and branch a clone's job lands on (`git.remote.Remote`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def identity(self) -> str:
+        """The remote's name for the team: the same repository however a node spells its URL."""
+        ...
+
+    @property
+    def key(self) -> str:
+        """The remote and the branch: what the team's claims and admission lock are per."""
+        ...
+
+
+RemoteOf = Callable[[str, str], SharedRemote]
+"""Team mode: (a clone's path, a branch) → the shared repository a job queued there lands on; NotShared when the
+clone has no remote to share. Handed to the PostgreSQL store by whoever opens it (`team.engine`): the store reads
+no repository itself."""

@@ -27,8 +27,7 @@ from typing import Any
 from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
 from orchestrator.core.models import Claim, Code, JobState
-from orchestrator.git.journal import Intent
-from orchestrator.proc.process import Group
+from orchestrator.core.records import Group, Intent
 from orchestrator.store.base import DuplicateTicket, StoreUnusable, Write
 from orchestrator.store.schema import MIGRATIONS
 from orchestrator.store.sqlite_thread import Connection, transaction
