@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.core.job import FIELDS
 from orchestrator.core.lifecycle import MoveError
-from orchestrator.core.models import Claim, JobState
+from orchestrator.core.models import Claim, JobEvent, JobState
 from orchestrator.store import Store
 from orchestrator.store.pgschema import MIGRATIONS as PG_MIGRATIONS
 from tests.conftest import bare_remote, git
@@ -62,15 +62,15 @@ async def test_a_node_claims_the_team_queue_in_its_order_and_a_switch_is_all_or_
         last = await a.add_job(repo=str(clones[0]), branch="main", text="first", runner="shell", place=0.5)
         assert await a.claim() == [last.id]
         first, second = jobs[0], jobs[1]
-        await a.transition(second.id, {Q}, JobState.CANCELLED, "cancelled")
+        await a.transition(second.id, {Q}, JobState.CANCELLED, JobEvent.CANCELLED)
         pa, pb = queue.switched(first, second)
-        writes = [Write(first.id, pa.fields(), "moved", None, frozenset({Q})),
-                  Write(second.id, pb.fields(), "moved", None, frozenset({Q}))]  # fmt: skip
+        writes = [Write(first.id, pa.fields(), JobEvent.MOVED, None, frozenset({Q})),
+                  Write(second.id, pb.fields(), JobEvent.MOVED, None, frozenset({Q}))]  # fmt: skip
         assert await a.update_all(writes) is None
         assert (await a.get(first.id)).place is None
         pa, pb = queue.switched(first, jobs[2])
-        writes = [Write(first.id, pa.fields(), "moved", None, frozenset({Q})),
-                  Write(jobs[2].id, pb.fields(), "moved", None, frozenset({Q}))]  # fmt: skip
+        writes = [Write(first.id, pa.fields(), JobEvent.MOVED, None, frozenset({Q})),
+                  Write(jobs[2].id, pb.fields(), JobEvent.MOVED, None, frozenset({Q}))]  # fmt: skip
         done = await a.update_all(writes)
         assert done is not None and [j.place for j in done] == [float(jobs[2].id), float(first.id)]
     finally:

@@ -11,7 +11,7 @@ import pytest
 from orchestrator import testhook
 from orchestrator.core import queue
 from orchestrator.core.job import Job
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.jobs.service import JobError
 from orchestrator.store import Write
 from tests.conftest import git
@@ -152,10 +152,10 @@ async def test_a_switch_is_all_or_nothing(tmp_path):
     try:
         a = await store.add_job(repo="/r", branch="main", text="a", runner="shell")
         b = await store.add_job(repo="/r", branch="main", text="b", runner="shell")
-        await store.transition(b.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled")
+        await store.transition(b.id, {JobState.QUEUED}, JobState.CANCELLED, JobEvent.CANCELLED)
         pa, pb = queue.switched(a, b)
-        writes = [Write(a.id, pa.fields(), "moved", None, frozenset({JobState.QUEUED})),
-                  Write(b.id, pb.fields(), "moved", None, frozenset({JobState.QUEUED}))]  # fmt: skip
+        writes = [Write(a.id, pa.fields(), JobEvent.MOVED, None, frozenset({JobState.QUEUED})),
+                  Write(b.id, pb.fields(), JobEvent.MOVED, None, frozenset({JobState.QUEUED}))]  # fmt: skip
         assert await store.update_all(writes) is None
         after = await store.get(a.id)
         assert after is not None and after.place is None and after.priority == 0

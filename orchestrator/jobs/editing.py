@@ -18,7 +18,7 @@ from orchestrator import logging as olog
 from orchestrator.core import lifecycle, queue
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import Edit
-from orchestrator.core.models import HELD, WAITING, Code, JobState
+from orchestrator.core.models import HELD, WAITING, Code, JobEvent, JobState
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.planning import Planning
 from orchestrator.plan import declared
@@ -101,10 +101,11 @@ class Editing:
             data = {"changed": sorted(k for k in ("text", "paths", "priority") if getattr(change, k) is not None)}
             if how is Edit.STOP_PLAN:
                 await self.planning.cancel(job_id)  # its plan read the old text: it must not be stored
+            expect, event = {job.state}, JobEvent.EDITED
             if how is Edit.IN_PLACE:
-                done = await self.board.update(job_id, {job.state}, event="edited", data=data, **fields)
+                done = await self.board.update(job_id, expect, event=event, data=data, **fields)
             else:
-                done = await self.board.transition(job_id, {job.state}, JobState.QUEUED, "edited", data=data, **fields)
+                done = await self.board.transition(job_id, expect, JobState.QUEUED, event, data=data, **fields)
             if done is None:
                 continue  # it moved on meanwhile (planned, started): decide again on where it is now
             olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_EDITED, changed=data["changed"], replan=how)
@@ -124,7 +125,7 @@ class Editing:
             waiting = await self.store.team_jobs(PLACED)
             spot, room = place_before(target, waiting, job.id)
             data = {"before": before, "priority": spot.priority, "place": spot.place}
-            moved = Write(job_id, spot.fields(), "moved", data, WAITING)
+            moved = Write(job_id, spot.fields(), JobEvent.MOVED, data, WAITING)
             kept = Write(before, {}, None, None, WAITING)  # still waiting, or the move means nothing
             done = await self.board.update_all([*room, moved, kept])
             if done is None:
@@ -145,8 +146,8 @@ class Editing:
                     raise EditError(not_waiting(j, "switched"))
             pa, pb = queue.switched(ja, jb)
             done = await self.board.update_all([
-                Write(a, pa.fields(), "moved", {"switched": b, **pa.fields()}, WAITING),
-                Write(b, pb.fields(), "moved", {"switched": a, **pb.fields()}, WAITING),
+                Write(a, pa.fields(), JobEvent.MOVED, {"switched": b, **pa.fields()}, WAITING),
+                Write(b, pb.fields(), JobEvent.MOVED, {"switched": a, **pb.fields()}, WAITING),
             ])  # fmt: skip
             if done is None:
                 continue
