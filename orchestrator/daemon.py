@@ -58,7 +58,7 @@ from orchestrator.proc import sandbox as sandboxes
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import Runner, registry
 from orchestrator.runners import task as runners_task
-from orchestrator.service import intake, systemd, unit
+from orchestrator.service import intake, unit
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
 from orchestrator.store import EX_STATE, EX_TEMPFAIL, StoreUnreachable, StoreUnusable
@@ -219,11 +219,9 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        store = await engine.open_store(
-            self.cfg, self.paths, self._stop, lambda status: systemd.notify(f"STATUS={status}")
-        )
-        parts.push_async_callback(store.close)
         notifier = Notifier()
+        store = await engine.open_store(self.cfg, self.paths, self._stop, status=notifier.status)
+        parts.push_async_callback(store.close)
         parts.push_async_callback(notifier.close)
         # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
         no_cgroups = await asyncio.to_thread(process.use_cgroups)

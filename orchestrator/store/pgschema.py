@@ -149,7 +149,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (node, runner)
     );
     """,
-    # 4: a node's process groups and its clones are kept in its own file, never here (a row of them here, which
+    # 4: a job's place in the queue once a person moved it (`switch`, `move --before`); NULL: its id.
+    """
+    ALTER TABLE jobs ADD COLUMN place DOUBLE PRECISION;
+    """,
+    # 5: a node's process groups and its clones are kept in its own file, never here (a row of them here, which
     # any node or anyone with the database could write, made a node signal a process group or work in a path).
     # The landing journal keeps only pushes onto the shared remote; a node's checkouts are journaled at home.
     """

@@ -142,7 +142,11 @@ MIGRATIONS: tuple[str, ...] = (
         until REAL NOT NULL
     );
     """,
-    # 10: team mode: this node's clones of the team's repositories (shared repository → local path), kept on the
+    # 10: a job's place in the queue once a person moved it (`switch`, `move --before`); NULL: its id.
+    """
+    ALTER TABLE jobs ADD COLUMN place REAL;
+    """,
+    # 11: team mode: this node's clones of the team's repositories (shared repository → local path), kept on the
     # node beside its process groups and landing journal, never in the shared store (a teammate could forge them).
     """
     CREATE TABLE clones (

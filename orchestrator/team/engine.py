@@ -28,11 +28,11 @@ BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
 
 
 async def open_store(
-    cfg: Config, paths: Paths, stop: asyncio.Event | None = None, waiting: Callable[[str], object] | None = None
+    cfg: Config, paths: Paths, stop: asyncio.Event | None = None, status: Callable[[str], None] | None = None
 ) -> Store:
     """The store `cfg` names: StoreUnusable / StoreUnreachable (with what to do) when it cannot be used. A team's
     PostgreSQL that does not answer is asked again with a growing pause for up to `team.start_wait` seconds (or
-    until `stop` is set): a node started before its database comes up with it. `waiting` is told each pause (the
+    until `stop` is set): a node started before its database comes up with it, saying so through `status` (the
     service manager's status line)."""
     if not cfg.store.url:
         return await Store.open(paths.db)
@@ -47,7 +47,7 @@ async def open_store(
     # What the node keeps for itself (its processes, its checkouts' journal, its clones) stays in its own file.
     local = await Store.open(paths.db)
     try:
-        store = await _connect(cfg, local, stop, waiting)
+        store = await _connect(cfg, local, stop, status)
     except BaseException:
         await local.close()
         raise
@@ -63,7 +63,7 @@ async def open_store(
 
 
 async def _connect(
-    cfg: Config, local: Store, stop: asyncio.Event | None, waiting: Callable[[str], object] | None
+    cfg: Config, local: Store, stop: asyncio.Event | None, status: Callable[[str], None] | None
 ) -> PgStore:
     """The team's store, asked again with a growing pause for up to `team.start_wait` seconds."""
     from orchestrator.store.postgres import PgStore
@@ -86,8 +86,8 @@ async def _connect(
             if pause <= 0 or (stop is not None and stop.is_set()):
                 raise
             olog.get().warning(olog.Event.TEAM_STORE_LOST, error=str(e), retry_in=round(pause, 1), starting=True)
-            if waiting is not None:
-                waiting(f"waiting for the team's PostgreSQL (again in {pause:.0f} s)")
+            if status is not None:
+                status(f"waiting for the team's PostgreSQL (again in {pause:.0f} s)")
             await _pause(pause, stop)
             attempt += 1
 
