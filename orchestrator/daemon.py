@@ -232,8 +232,7 @@ class Daemon:
         # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
         claude = SharedClaude(self.cfg.anthropic)
         parts.push_async_callback(claude.close)
-        # In team mode an unconfined job could reach the shared store: `auto` requires the sandbox there.
-        mode = "bwrap" if self.cfg.store.url and self.cfg.jobs.sandbox == "auto" else self.cfg.jobs.sandbox
+        mode = sandboxes.mode_for(self.cfg.jobs.sandbox, team=bool(self.cfg.store.url))
         sandbox = await asyncio.to_thread(sandboxes.resolve, mode, self._hidden())
         await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
