@@ -54,6 +54,9 @@ class Event(StrEnum):
     JOB_CLEANED = "job.cleaned"
     JOB_REQUEUED = "job.requeued"
     JOB_CHANGED = "job.changed"
+    JOB_OVER_QUOTA = "job.over_quota"
+    """A running job's disk use passed `jobs.max_bytes`, or its disk's free room fell under `jobs.min_free_bytes`:
+    it is stopped (code TooBig or NoSpace)."""
     JOB_OVERLAP = "job.overlap"
     ADMISSION_ADMITTED = "admission.admitted"
     ADMISSION_DEFERRED = "admission.deferred"

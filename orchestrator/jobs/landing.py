@@ -244,7 +244,7 @@ class Lander:
     async def _landed(
         self, job: Job, sha: str, reason: str, log: structlog.typing.FilteringBoundLogger, *, noop: bool = False
     ) -> None:
-        done = await self.board.transition(
+        done = await self.board.settle(
             job.id,
             LANDING,
             JobState.LANDED,
@@ -309,7 +309,7 @@ class Lander:
 
     async def _fail(self, job: Job, event: str, code: Code, reason: str) -> None:
         """The job did not land and will not by itself; its branch and worktree stay for a person."""
-        await self.board.transition(
+        await self.board.settle(
             job.id,
             LANDING,
             JobState.FAILED,
@@ -338,7 +338,7 @@ class Lander:
                 f"conflict in {', '.join(conflicts)} with {job.branch}; re-queued on the new head "
                 f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
             )
-        await self.board.transition(
+        await self.board.settle(
             job.id, LANDING, JobState.QUEUED, "requeued", **fresh_attempt(job), code=code, data=data, reason=reason
         )
         log.info(olog.Event.JOB_REQUEUED, code=code, attempt=job.attempts + 2, kept=kept)
@@ -349,7 +349,7 @@ class Lander:
         conflicts = list(result.conflicts)
         log.warning(olog.Event.LANDING_CONFLICT, code=Code.CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
         await self.pool.release(Path(job.repo), job.id, keep=True)
-        await self.board.transition(
+        await self.board.settle(
             job.id,
             LANDING,
             JobState.CONFLICTED,
