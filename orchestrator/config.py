@@ -298,6 +298,9 @@ class TeamConfig:
     """After a landing, fast-forward this node's own clone's branch too (its checkout, when that is clean)."""
     git_timeout: float = 120.0
     """Seconds one fetch or push to the shared remote may take."""
+    start_wait: float = 60.0
+    """Seconds a node that starts before its PostgreSQL waits for it (asking again after 1, 2, 4 … 15 s) before it
+    exits 75 for the service manager to start it again: a bounded back-off, below the unit's start limit."""
 
     def node_name(self) -> str:
         return self.node or _host_name()
@@ -423,7 +426,8 @@ output_cap = 20000        # characters of tool output the model sees
 
 [store]
 url = ""                  # "": SQLite in the state dir; "postgresql://user@host/db": shared by a team's daemons
-                          # (pip install 'orchestrator[team]'; the password from PGPASSWORD or ~/.pgpass)
+                          # (pip install -e '.[team]' in the checkout; the password from PGPASSWORD in the
+                          # env file, or ~/.pgpass: never in this file)
 
 [team]                    # with a PostgreSQL store: this daemon as one node of the team
 node = ""                 # its name (default: the host name)
@@ -432,6 +436,7 @@ lease = 30                # seconds its hold on its jobs lasts unrenewed; then o
 publish = "push"          # landing onto the shared remote: a push with --force-with-lease as the compare-and-swap
 follow = false            # also fast-forward this node's own clone (and its clean checkout) after a landing
 git_timeout = 120         # seconds one fetch or push may take
+start_wait = 60           # seconds a start waits for PostgreSQL (retrying) before it exits 75 to be restarted
 
 # Agent CLIs as `command` runners (`--runner NAME`). Three profiles are shipped and work as they are:
 # `claude-code`, `aider` and `codex` (`orchestrator runners` lists them and what each still lacks here).
@@ -639,6 +644,8 @@ def _validate_team(store: StoreConfig, team: TeamConfig) -> None:
         raise ConfigError("team.lease: must be at least 2 seconds (nodes renew it every third of it)")
     if team.git_timeout <= 0:
         raise ConfigError("team.git_timeout: must be positive")
+    if team.start_wait < 0:
+        raise ConfigError("team.start_wait: must be 0 (exit at once) or more seconds")
     if team.publish not in PUBLISH:
         raise ConfigError(f"team.publish: {team.publish!r}; use one of {', '.join(PUBLISH)}")
 

@@ -219,9 +219,9 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        store = await engine.open_store(self.cfg, self.paths)
-        parts.push_async_callback(store.close)
         notifier = Notifier()
+        store = await engine.open_store(self.cfg, self.paths, self._stop, status=notifier.status)
+        parts.push_async_callback(store.close)
         parts.push_async_callback(notifier.close)
         # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
         no_cgroups = await asyncio.to_thread(process.use_cgroups)

@@ -10,13 +10,13 @@ re-reads the jobs they wait for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
-from orchestrator.core.models import JobState
-from orchestrator.store import Store, StoreFull
+from orchestrator.core.models import JobEvent, JobState
+from orchestrator.store import Store, StoreFull, Write
 
 SETTLE_RETRY = (1.0, 30.0)
 """Seconds before a move that waits for room on a full disk is tried again: doubled each time, up to the second."""
@@ -94,7 +94,7 @@ class Board:
         job_id: int,
         expect: Collection[JobState],
         to: JobState,
-        event: str,
+        event: JobEvent,
         *,
         data: dict[str, Any] | None = None,
         beside: Collection[int] | None = None,
@@ -111,7 +111,7 @@ class Board:
         job_id: int,
         expect: Collection[JobState],
         to: JobState,
-        event: str,
+        event: JobEvent,
         *,
         data: dict[str, Any] | None = None,
         **fields: Any,
@@ -135,7 +135,7 @@ class Board:
         job_id: int,
         expect: Collection[JobState],
         *,
-        event: str | None = None,
+        event: JobEvent | None = None,
         data: dict[str, Any] | None = None,
         **fields: Any,
     ) -> Job | None:
@@ -144,6 +144,15 @@ class Board:
         if job is not None:
             await self._announce_job(job, moved=False)
         return job
+
+    async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
+        """`Store.update_all` (fields of several jobs, all or none), then announced; None when any had moved on."""
+        jobs = await self.store.update_all(writes)
+        for job in jobs or ():
+            self._tell(job)
+        if jobs:
+            await self.announce()
+        return jobs
 
     async def _announce_job(self, job: Job, *, moved: bool) -> None:
         self._tell(job)

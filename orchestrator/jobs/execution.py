@@ -22,7 +22,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import RunEnd
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.workspace import ResultRefused
@@ -54,11 +54,18 @@ ESCAPE_RECHECK = 0.5
 
 @dataclass
 class Stop:
-    """Why a job's task was cancelled: a person cancelled it, or the daemon is stopping."""
+    """Why a job's task was cancelled: a person cancelled it, the daemon is stopping, or the daemon stopped it (a
+    limit passed, its state could not be stored: failed)."""
 
     state: JobState
     reason: str
     code: Code = Code.INTERRUPTED
+
+    @property
+    def event(self) -> JobEvent:
+        """What its job's history records: cancelled, failed, or interrupted (the daemon stopping)."""
+        events = {JobState.CANCELLED: JobEvent.CANCELLED, JobState.FAILED: JobEvent.FAILED}
+        return events.get(self.state, JobEvent.INTERRUPTED)
 
 
 INTERRUPTED = Stop(
@@ -177,7 +184,7 @@ class Executor:
             job_id,
             RUNNING,
             stop.state,
-            str(stop.state),
+            stop.event,
             finished_at=time.time(),
             reason=stop.reason,
             code=stop.code,
@@ -221,7 +228,7 @@ class Executor:
                     RUNNING,
                     code=Code.RATE_LIMITED,
                     reason=reason,
-                    event="rate_limited",
+                    event=JobEvent.RATE_LIMITED,
                     data={"code": Code.RATE_LIMITED, "until": until, "seconds": seconds, "wait": waits, "held": held},
                 ),
                 job,
@@ -359,7 +366,9 @@ class Executor:
             if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
                 log.warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
                 job = _still(
-                    await self.board.update(job.id, RUNNING, event="outside_claim", data={"paths": sorted(wide)[:50]}),
+                    await self.board.update(
+                        job.id, RUNNING, event=JobEvent.OUTSIDE_CLAIM, data={"paths": sorted(wide)[:50]}
+                    ),
                     job,
                 )
             job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
@@ -396,7 +405,7 @@ class Executor:
             with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await self.pool.release(repo, job.id, keep=True)
             code, reason = _failure(e)
-            step = lifecycle.Step(JobState.FAILED, RUNNING, "failed", code, reason)
+            step = lifecycle.Step(JobState.FAILED, RUNNING, JobEvent.FAILED, code, reason)
             job = await self._end(job, step, finished_at=time.time(), data={"code": code})
             log.error(olog.Event.JOB_FAILED, code=code, reason=job.reason, exc_info=code is Code.RUNNER_ERROR)
             return job

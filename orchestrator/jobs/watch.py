@@ -20,7 +20,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims, growth
 from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job
-from orchestrator.core.models import ACTIVE, ANY, JobState, JobView
+from orchestrator.core.models import ACTIVE, ANY, JobEvent, JobState, JobView
 from orchestrator.git import merging
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.facts import GitFacts
@@ -107,7 +107,7 @@ class OverlapWatch:
             job.id,
             {JobState.RUNNING},
             grown=job.grown | g.paths,
-            event="claim_grown",
+            event=JobEvent.CLAIM_GROWN,
             data={"paths": grown[:50], "held_by": held_by},
         )
         if written is None:
@@ -159,11 +159,13 @@ class OverlapWatch:
                 later.id,
                 ACTIVE,
                 land_after=(*current.land_after, earlier.id),
-                event="overlap",
+                event=JobEvent.OVERLAP,
                 data={"other": earlier.id, "paths": sorted(meet)},
             )
         if job.id != later.id:
-            await self.board.store.update(job.id, ANY, event="overlap", data={"other": other.id, "paths": sorted(meet)})
+            await self.board.store.update(
+                job.id, ANY, event=JobEvent.OVERLAP, data={"other": other.id, "paths": sorted(meet)}
+            )
         task = asyncio.create_task(self._check_hunks(job, other, meet))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -209,5 +211,5 @@ class OverlapWatch:
             else "same files, disjoint hunks: merges clean so far",
         )
         await self.board.store.update(
-            job.id, ANY, event="overlap_checked", data={"other": other.id, "conflicts": list(conflicts)}
+            job.id, ANY, event=JobEvent.OVERLAP_CHECKED, data={"other": other.id, "conflicts": list(conflicts)}
         )

@@ -41,7 +41,7 @@ import asyncpg
 
 from orchestrator import logging as olog
 from orchestrator.core.job import FIELDS, Job, encode, fresh_attempt, from_row
-from orchestrator.core.models import ACTIVE, OPEN, Code, JobState
+from orchestrator.core.models import ACTIVE, OPEN, Code, JobEvent, JobState
 from orchestrator.core.records import Intent
 from orchestrator.core.urls import shown
 from orchestrator.store.base import DuplicateTicket, RemoteOf, StoreUnreachable, StoreUnusable, Write
@@ -63,6 +63,10 @@ def _q(name: str) -> str:
 
 _INSERT_COLS = ", ".join(_q(c) for c in (*_COLUMNS, "repo_key", "remote"))
 _INSERT_ARGS = ", ".join(f"${i}" for i in range(1, len(_COLUMNS) + 3))
+
+
+class _Missed(Exception):
+    """An all-or-nothing batch found a job outside the states its write expects: its transaction is rolled back."""
 
 
 class PgStore(PgRecords, Store):
@@ -108,12 +112,20 @@ class PgStore(PgRecords, Store):
         lease: float = 30.0,
         hold: int = 4,
     ) -> PgStore:
-        """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached. `remote_of`
-        names the shared repository of a clone a job is queued in."""
+        """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached (try again
+        later), StoreUnusable when it refuses this node's login or has no such database (no retry fixes those).
+        `remote_of` names the shared repository of a clone a job is queued in."""
+        pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
         try:
-            pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
             await pool.fetchval("SELECT 1")  # min_size 0 connects on first use: ask now, for a clear error
+        except (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError) as e:
+            await pool.close()
+            raise StoreUnusable(
+                f"the team's PostgreSQL at {shown(url)} refuses this node: {type(e).__name__}: {e}. Check the role "
+                "and database exist (docs/team.md) and PGPASSWORD in the service's env file"
+            ) from None
         except (*CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
+            await pool.close()
             raise StoreUnreachable(
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
                 "[store] url), then start the daemon again"
@@ -242,9 +254,8 @@ class PgStore(PgRecords, Store):
                 )
             )
             await conn.execute(
-                "INSERT INTO job_events (job_id, at, kind, data, node, write_id) "
-                "VALUES ($1, $2, 'enqueued', $3, $4, $5)",
-                job_id, now, json.dumps({"state": "queued", "node": self.node}), self.node, wid,
+                "INSERT INTO job_events (job_id, at, kind, data, node, write_id) VALUES ($1, $2, $3, $4, $5, $6)",
+                job_id, now, JobEvent.ENQUEUED, json.dumps({"state": "queued", "node": self.node}), self.node, wid,
             )  # fmt: skip
             if ticket is not None:
                 await conn.execute(
@@ -363,7 +374,7 @@ class PgStore(PgRecords, Store):
                           SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}))
                       AND j.remote IN (SELECT key FROM node_repos WHERE node = $1)
                       AND j.labels::jsonb <@ $2::jsonb
-                    ORDER BY j.priority DESC, j.id
+                    ORDER BY j.priority DESC, COALESCE(j.place, j.id), j.id
                     LIMIT greatest($3 - (SELECT count(*) FROM jobs
                                          WHERE node = $1 AND state IN ('queued', 'planning', 'planned')), 0)
                     FOR UPDATE OF j SKIP LOCKED
@@ -375,8 +386,8 @@ class PgStore(PgRecords, Store):
             ids = [int(r[0]) for r in rows]
             if ids:
                 await conn.executemany(
-                    "INSERT INTO job_events (job_id, at, kind, data, node) VALUES ($1, $2, 'claimed', $3, $4)",
-                    [(i, time.time(), json.dumps({"node": self.node}), self.node) for i in ids],
+                    "INSERT INTO job_events (job_id, at, kind, data, node) VALUES ($1, $2, $3, $4, $5)",
+                    [(i, time.time(), JobEvent.CLAIMED, json.dumps({"node": self.node}), self.node) for i in ids],
                 )
                 await self._notify(conn, ids)
             return ids
@@ -421,20 +432,22 @@ class PgStore(PgRecords, Store):
         steps: list[Write] = []
         base = {"node": job.node, "by": self.node}
         if landed is not None:
-            steps.append(Write(job.id, {"landed_sha": landed, "finished_at": time.time(), "reason": f"landed at "
-                               f"{landed[:12]} (found on the remote after {why})", "code": Code.LANDED}, "landed",
-                               {**base, "sha": landed}, frozenset({JobState.LANDING}), JobState.LANDED))  # fmt: skip
+            found = f"landed at {landed[:12]} (found on the remote after {why})"
+            steps.append(Write(job.id, {"landed_sha": landed, "finished_at": time.time(), "reason": found,
+                               "code": Code.LANDED}, JobEvent.LANDED, {**base, "sha": landed},
+                               frozenset({JobState.LANDING}), JobState.LANDED))  # fmt: skip
         elif job.state is JobState.QUEUED:
-            steps.append(Write(job.id, {}, "released", base, frozenset({JobState.QUEUED}), JobState.QUEUED))
+            steps.append(Write(job.id, {}, JobEvent.RELEASED, base, frozenset({JobState.QUEUED}), JobState.QUEUED))
         else:
             if job.state is JobState.RUNNING:
-                steps.append(Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, "interrupted", base,
+                steps.append(Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, JobEvent.INTERRUPTED, base,
                                    frozenset({JobState.RUNNING}), JobState.INTERRUPTED))  # fmt: skip
                 source = JobState.INTERRUPTED
             else:
                 source = job.state
-            steps.append(Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, "requeued",
-                               {**base, "why": "taken over"}, frozenset({source}), JobState.QUEUED))  # fmt: skip
+            steps.append(Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED},
+                               JobEvent.REQUEUED, {**base, "why": "taken over"}, frozenset({source}),
+                               JobState.QUEUED))  # fmt: skip
         rows = await self._write(steps, holder=job.node)
         return self._job(rows[-1]) if rows[-1] is not None else None
 
@@ -473,12 +486,16 @@ class PgStore(PgRecords, Store):
 
     # -- jobs: guarded writes -----------------------------------------------------------------------
 
-    async def _write(self, writes: Sequence[Write], *, changed: bool = True, holder: str | None = None) -> list[Any]:
+    async def _write(
+        self, writes: Sequence[Write], *, changed: bool = True, holder: str | None = None, atomic: bool = False
+    ) -> list[Any]:
         wid = uuid.uuid4().hex
         now = time.time()
 
         async def work(conn: asyncpg.Connection) -> list[Any]:
             rows = [await self._write_one(conn, w, now, wid, holder) for w in writes]
+            if atomic and any(r is None for r in rows):
+                raise _Missed  # rolls the transaction back: all or none
             done = [w for w, r in zip(writes, rows, strict=True) if r is not None]
             await self._notify(conn, [w.job_id for w in done], landed=any(w.to is JobState.LANDED for w in done))
             return rows
@@ -492,7 +509,10 @@ class PgStore(PgRecords, Store):
             return [await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", w.job_id) if w.job_id in done else None
                     for w in writes]  # fmt: skip
 
-        rows = await self._db.run(work, again=again)
+        try:
+            rows = await self._db.run(work, again=again)
+        except _Missed:
+            return [None] * len(writes)
         self._written(writes, rows, changed)
         return rows
 
@@ -578,15 +598,15 @@ class PgStore(PgRecords, Store):
         for job in running:
             await self._write(
                 [
-                    Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, "interrupted", {"node": self.node},
+                    Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, JobEvent.INTERRUPTED, {"node": self.node},
                           frozenset({JobState.RUNNING}), JobState.INTERRUPTED),
-                    Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, "requeued",
+                    Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, JobEvent.REQUEUED,
                           {"why": "daemon restarted"}, frozenset({JobState.INTERRUPTED}), JobState.QUEUED),
                 ]
             )  # fmt: skip
         for job in planning:
             await self.transition(
-                job.id, {JobState.PLANNING}, JobState.QUEUED, "requeued", data={"why": "daemon restarted"}
+                job.id, {JobState.PLANNING}, JobState.QUEUED, JobEvent.REQUEUED, data={"why": "daemon restarted"}
             )
         landing = [j.id for j in await self.jobs([JobState.LANDING])]
         return {"requeued": [j.id for j in (*running, *planning)], "landing": landing}

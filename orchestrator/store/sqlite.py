@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from orchestrator import logging as olog
 from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
-from orchestrator.core.models import Claim, Code, JobState
+from orchestrator.core.models import Claim, Code, JobEvent, JobState
 from orchestrator.core.records import Group, Intent
 from orchestrator.store.base import DuplicateTicket, StoreFull, StoreUnusable, Write
 from orchestrator.store.reserve import Reserve
@@ -114,6 +114,17 @@ def _check_fields(fields: dict[str, Any]) -> None:
         raise lifecycle.MoveError("a job's state changes only through `Store.transition`")
 
 
+def _checked(writes: Sequence[Write]) -> Sequence[Write]:
+    """`writes`, each checked: known fields, an allowed move, at least one state expected."""
+    for w in writes:
+        _check_fields(w.fields)
+        if w.to is not None:
+            lifecycle.check(w.expect, w.to)
+        elif not w.expect:
+            raise ValueError("an update must expect at least one state")
+    return writes
+
+
 def _in(values: Collection[Any]) -> str:
     """The placeholders of an `IN (...)` list."""
     return ", ".join("?" * len(values))
@@ -145,9 +156,21 @@ def _write_one(conn: sqlite3.Connection, w: Write, now: float) -> sqlite3.Row | 
     return row
 
 
-def _write_sync(conn: sqlite3.Connection, writes: Sequence[Write], now: float) -> list[sqlite3.Row | None]:
-    with transaction(conn):
-        return [_write_one(conn, w, now) for w in writes]
+class _Missed(Exception):
+    """An all-or-nothing batch found a job outside the states its write expects: the batch is rolled back."""
+
+
+def _write_sync(
+    conn: sqlite3.Connection, writes: Sequence[Write], now: float, atomic: bool = False
+) -> list[sqlite3.Row | None]:
+    try:
+        with transaction(conn):
+            rows = [_write_one(conn, w, now) for w in writes]
+            if atomic and any(r is None for r in rows):
+                raise _Missed
+            return rows
+    except _Missed:
+        return [None] * len(writes)
 
 
 T = TypeVar("T")
@@ -241,9 +264,11 @@ class Store:
         argv: Sequence[str] | None = None,
         land: str = "auto",
         labels: Sequence[str] = (),
+        place: float | None = None,
     ) -> Job:
         """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises).
-        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too)."""
+        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too). `place`: its place in
+        the queue (None: its id, after every job queued before it; `core.queue`)."""
         now = time.time()
         job = Job(
             id=0,
@@ -260,6 +285,7 @@ class Store:
             argv=None if argv is None else tuple(argv),
             land=land,
             labels=tuple(sorted(set(labels))),
+            place=place,
         )
         job_id = await self._insert(job, ticket)
         self._changed.add(job_id)
@@ -356,7 +382,7 @@ class Store:
         job_id: int,
         expect: Collection[JobState],
         to: JobState,
-        event: str,
+        event: JobEvent,
         *,
         data: dict[str, Any] | None = None,
         beside: Collection[int] | None = None,
@@ -377,7 +403,7 @@ class Store:
         job_id: int,
         expect: Collection[JobState],
         *,
-        event: str | None = None,
+        event: JobEvent | None = None,
         data: dict[str, Any] | None = None,
         **fields: Any,
     ) -> Job | None:
@@ -395,19 +421,21 @@ class Store:
         `changed=False`: the writer needs not see these jobs again in `take_changed` (a round's own
         deferral reasons, which it keeps in memory; re-reading thousands of them made the next round slow).
         """
-        for w in writes:
-            _check_fields(w.fields)
-            if w.to is not None:
-                lifecycle.check(w.expect, w.to)
-            elif not w.expect:
-                raise ValueError("an update must expect at least one state")
-        rows = await self._write(writes, changed=changed)
+        rows = await self._write(_checked(writes), changed=changed)
         return [w.job_id for w, row in zip(writes, rows, strict=True) if row is not None]
 
-    async def _write(self, writes: Sequence[Write], *, changed: bool = True) -> list[sqlite3.Row | None]:
+    async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
+        """Several jobs' guarded writes, all or none, in one transaction (two jobs switching places): the jobs
+        after them, or None (nothing written) when any job is no longer in what its write expects."""
+        rows = await self._write(_checked(writes), atomic=True)
+        return None if any(r is None for r in rows) else [self._job(r) for r in rows]
+
+    async def _write(
+        self, writes: Sequence[Write], *, changed: bool = True, atomic: bool = False
+    ) -> list[sqlite3.Row | None]:
         """The writes in one transaction, in ONE call to the database thread (a call per statement cost each
-        job's every state change a dozen thread hand-offs)."""
-        rows = await self._db.call(_write_sync, writes, time.time())
+        job's every state change a dozen thread hand-offs); `atomic`: every one or none."""
+        rows = await self._db.call(_write_sync, writes, time.time(), atomic)
         self._written(writes, rows, changed)
         return rows
 
@@ -481,14 +509,14 @@ class Store:
                 job_id,
                 {JobState.RUNNING},
                 JobState.INTERRUPTED,
-                "interrupted",
+                JobEvent.INTERRUPTED,
                 reason="the daemon stopped while this job ran; it keeps its place: `orchestrator retry` runs it "
                 "again, `orchestrator cancel` gives its place up",
                 code=Code.INTERRUPTED,
             )
         for job_id in planning:
             await self.transition(
-                job_id, {JobState.PLANNING}, JobState.QUEUED, "requeued", data={"why": "daemon restarted"}
+                job_id, {JobState.PLANNING}, JobState.QUEUED, JobEvent.REQUEUED, data={"why": "daemon restarted"}
             )
         landing = [j.id for j in await self.jobs([JobState.LANDING])]
         return {"interrupted": running, "requeued": planning, "landing": landing}
@@ -519,7 +547,7 @@ class Store:
         rows = await self._db.fetchall("SELECT at, kind, data FROM job_events WHERE job_id = ? ORDER BY id", (job_id,))
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
 
-    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
+    async def event_jobs(self, kind: JobEvent) -> list[tuple[int, dict[str, Any]]]:
         """(job id, data) of every event of one kind, oldest first (e.g. `overlap` for calibration)."""
         rows = await self._db.fetchall("SELECT job_id, data FROM job_events WHERE kind = ? ORDER BY id", (kind,))
         return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
@@ -647,7 +675,7 @@ def _add_job_sync(
         cur = conn.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({_in(_COLUMNS)})", values)
         job_id = cur.lastrowid
         assert job_id is not None
-        conn.execute(_EVENT_SQL, (job_id, now, "enqueued", json.dumps({"state": "queued"})))
+        conn.execute(_EVENT_SQL, (job_id, now, JobEvent.ENQUEUED, json.dumps({"state": "queued"})))
         if ticket is not None:
             try:
                 conn.execute(
