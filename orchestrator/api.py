@@ -99,6 +99,9 @@ class Api:
                 web.post("/jobs/{id}/land", self.land),
                 web.post("/jobs/{id}/reject", self.reject),
                 web.post("/jobs/{id}/revise", self.revise),
+                web.post("/jobs/{id}/edit", self.edit),
+                web.post("/jobs/{id}/move", self.move),
+                web.post("/jobs/{id}/switch", self.switch),
                 web.get("/jobs/{id}/diff", self.diff),
                 web.post("/jobs/{id}/retry", self.retry),
                 web.get("/jobs/{id}/log", self.log),
@@ -181,6 +184,20 @@ class Api:
         feedback = field(await _body(request), "feedback", str, required=True)
         job = await self.jobs.revise(_job_id(request), feedback)
         return web.json_response(job.to_json())
+
+    async def edit(self, request: web.Request) -> web.Response:
+        job = await self.jobs.edit(_job_id(request), await _body(request))
+        return web.json_response(job.to_json())
+
+    async def move(self, request: web.Request) -> web.Response:
+        before = field(await _body(request), "before", int, required=True)
+        job = await self.jobs.move(_job_id(request), before)
+        return web.json_response(job.to_json())
+
+    async def switch(self, request: web.Request) -> web.Response:
+        other = field(await _body(request), "with", int, required=True)
+        jobs = await self.jobs.switch(_job_id(request), other)
+        return web.json_response({"jobs": [j.to_json() for j in jobs]})
 
     async def diff(self, request: web.Request) -> web.Response:
         against = request.query.get("against", "base")

@@ -218,7 +218,7 @@ def test_each_break_the_review_found_fails_the_rule(why):
 
 
 JOB_WRITES = frozenset(
-    {"add_job", "transition", "update", "update_many", "delete_job", "recover", "claim", "take_over"}
+    {"add_job", "transition", "update", "update_many", "update_all", "delete_job", "recover", "claim", "take_over"}
 )
 """The store's methods that write a job."""
 BOARD = "orchestrator.jobs.board"

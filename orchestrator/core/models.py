@@ -127,6 +127,10 @@ class JobEvent(StrEnum):
     """A person retried it: a fresh attempt from the queue."""
     REVISED = "revised"
     """A person sent it back to its agent with feedback."""
+    EDITED = "edited"
+    """A person changed its text, paths or priority while it waited (`orchestrator edit`)."""
+    MOVED = "moved"
+    """A person moved it in the queue (`move --before`, `switch`): its priority and place are in the event."""
     APPROVED = "approved"
     """Review mode: a person approved it for landing."""
     REJECTED = "rejected"
@@ -274,7 +278,7 @@ class JobView:
     actual: frozenset[str] = frozenset()
     """Paths the job has really touched so far (its diff against its base, untracked files included)."""
     priority: int = 0
-    """Higher runs first; ties go by id (FIFO)."""
+    """Higher runs first; ties go by place (`order_key`)."""
     after: tuple[int, ...] = ()
     """Jobs that must land before this one may start (`--after`)."""
     mergeable: frozenset[str] = frozenset()
@@ -285,10 +289,14 @@ class JobView:
     """A revision: it goes on in the worktree it kept, from its own base, whatever its branch did since."""
     resting: bool = False
     """An active job waiting for its model API's rate limit to end: it holds its paths but no slot."""
+    place: float | None = None
+    """Where it stands among the jobs of its priority once a person moved it; None: at its id (first queued, first
+    served)."""
 
     @property
-    def order_key(self) -> tuple[int, int]:
-        return (-self.priority, self.id)
+    def order_key(self) -> tuple[int, float, int]:
+        """The queue's order: higher priority first, then the lower place (its id unless a person moved it)."""
+        return (-self.priority, self.id if self.place is None else self.place, self.id)
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
@@ -439,6 +447,8 @@ class Code(StrEnum):
     """A person sent it back to its agent with review feedback: it runs again in its worktree (`revise`)."""
     RATE_LIMITED = "RateLimited"
     """Its runner's model API said it is rate- or usage-limited: it waits, then goes on by itself (bounded)."""
+    EDITED = "Edited"
+    """A person changed its text or paths while it waited (`orchestrator edit`): it is planned again."""
 
 
 class Outcome(StrEnum):

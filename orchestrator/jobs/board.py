@@ -158,6 +158,15 @@ class Board:
         (`Store.recover`); nobody listens yet."""
         return await self.store.recover()
 
+    async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
+        """`Store.update_all` (fields of several jobs, all or none), then announced; None when any had moved on."""
+        jobs = await self.store.update_all(writes)
+        for job in jobs or ():
+            self._tell(job)
+        if jobs:
+            await self.announce()
+        return jobs
+
     async def _announce_job(self, job: Job, *, moved: bool) -> None:
         self._tell(job)
         if moved and job.state.terminal:

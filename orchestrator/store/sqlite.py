@@ -112,6 +112,17 @@ def _check_fields(fields: dict[str, Any]) -> None:
         raise lifecycle.MoveError("a job's state changes only through `Store.transition`")
 
 
+def _checked(writes: Sequence[Write]) -> Sequence[Write]:
+    """`writes`, each checked: known fields, an allowed move, at least one state expected."""
+    for w in writes:
+        _check_fields(w.fields)
+        if w.to is not None:
+            lifecycle.check(w.expect, w.to)
+        elif not w.expect:
+            raise ValueError("an update must expect at least one state")
+    return writes
+
+
 def _in(values: Collection[Any]) -> str:
     """The placeholders of an `IN (...)` list."""
     return ", ".join("?" * len(values))
@@ -143,9 +154,21 @@ def _write_one(conn: sqlite3.Connection, w: Write, now: float) -> sqlite3.Row | 
     return row
 
 
-def _write_sync(conn: sqlite3.Connection, writes: Sequence[Write], now: float) -> list[sqlite3.Row | None]:
-    with transaction(conn):
-        return [_write_one(conn, w, now) for w in writes]
+class _Missed(Exception):
+    """An all-or-nothing batch found a job outside the states its write expects: the batch is rolled back."""
+
+
+def _write_sync(
+    conn: sqlite3.Connection, writes: Sequence[Write], now: float, atomic: bool = False
+) -> list[sqlite3.Row | None]:
+    try:
+        with transaction(conn):
+            rows = [_write_one(conn, w, now) for w in writes]
+            if atomic and any(r is None for r in rows):
+                raise _Missed
+            return rows
+    except _Missed:
+        return [None] * len(writes)
 
 
 class Store:
@@ -229,9 +252,11 @@ class Store:
         argv: Sequence[str] | None = None,
         land: str = "auto",
         labels: Sequence[str] = (),
+        place: float | None = None,
     ) -> Job:
         """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises).
-        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too)."""
+        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too). `place`: its place in
+        the queue (None: its id, after every job queued before it; `core.queue`)."""
         now = time.time()
         job = Job(
             id=0,
@@ -248,6 +273,7 @@ class Store:
             argv=None if argv is None else tuple(argv),
             land=land,
             labels=tuple(sorted(set(labels))),
+            place=place,
         )
         job_id = await self._insert(job, ticket)
         self._changed.add(job_id)
@@ -382,19 +408,21 @@ class Store:
         `changed=False`: the writer needs not see these jobs again in `take_changed` (a round's own
         deferral reasons, which it keeps in memory; re-reading thousands of them made the next round slow).
         """
-        for w in writes:
-            _check_fields(w.fields)
-            if w.to is not None:
-                lifecycle.check(w.expect, w.to)
-            elif not w.expect:
-                raise ValueError("an update must expect at least one state")
-        rows = await self._write(writes, changed=changed)
+        rows = await self._write(_checked(writes), changed=changed)
         return [w.job_id for w, row in zip(writes, rows, strict=True) if row is not None]
 
-    async def _write(self, writes: Sequence[Write], *, changed: bool = True) -> list[sqlite3.Row | None]:
+    async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
+        """Several jobs' guarded writes, all or none, in one transaction (two jobs switching places): the jobs
+        after them, or None (nothing written) when any job is no longer in what its write expects."""
+        rows = await self._write(_checked(writes), atomic=True)
+        return None if any(r is None for r in rows) else [self._job(r) for r in rows]
+
+    async def _write(
+        self, writes: Sequence[Write], *, changed: bool = True, atomic: bool = False
+    ) -> list[sqlite3.Row | None]:
         """The writes in one transaction, in ONE call to the database thread (a call per statement cost each
-        job's every state change a dozen thread hand-offs)."""
-        rows = await self._db.call(_write_sync, writes, time.time())
+        job's every state change a dozen thread hand-offs); `atomic`: every one or none."""
+        rows = await self._db.call(_write_sync, writes, time.time(), atomic)
         self._written(writes, rows, changed)
         return rows
 
