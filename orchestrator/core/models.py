@@ -333,6 +333,8 @@ class Snapshot:
     """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
     limited: Mapping[str, float] = field(default_factory=dict)
     """Runners whose model API is rate-limited, each with the UNIX time the limit ends (`jobs.limits`)."""
+    disk_low: str = ""
+    """Why no job may start for lack of disk (the workspaces' disk is under `jobs.min_free_bytes`); empty: room."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -377,6 +379,9 @@ class Reason(StrEnum):
     RATE_LIMITED = "RateLimited"
     """Its runner's model API is rate- or usage-limited (a job of that runner met the limit): it starts when the
     limit ends."""
+    NO_SPACE = "NoSpace"
+    """The disk that holds the workspaces has less free room than `jobs.min_free_bytes`: nothing new starts until
+    there is room."""
 
 
 class Code(StrEnum):
