@@ -31,6 +31,7 @@ from orchestrator.jobs import escapes, joblog, quota
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
+from orchestrator.jobs.retire import retire_attempt
 from orchestrator.llm import pricing
 from orchestrator.paths import Paths
 from orchestrator.runners import Runner, ratelimit
@@ -263,6 +264,11 @@ class Executor:
                 if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
                     raise RuntimeError(f"its worktree {worktree} is gone; nothing to go on from")
             else:
+                if await asyncio.to_thread(self.pool.path_for(repo, job.id).exists):
+                    # An earlier attempt's workspace, kept (its node lost the job, or stopped): this attempt starts
+                    # afresh, that one's work kept on its attempt branch.
+                    kept = await retire_attempt(self.pool, job)
+                    log.info(olog.Event.ATTEMPT_KEPT, branch=kept, why="a fresh workspace for this attempt")
                 worktree = await self.pool.acquire(repo, job.id, base)
                 if self.on_acquired is not None:
                     self.on_acquired(repo, base)

@@ -24,7 +24,9 @@ import structlog
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import Then
 from orchestrator.git import remote as rmt
-from orchestrator.git.outcomes import LandResult
+from orchestrator.git import repos
+from orchestrator.git.outcomes import LandOutcome, LandResult
+from orchestrator.git.worktrees import branch_name
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.recovery import StoreJournal
 from orchestrator.store.postgres import PgStore
@@ -51,6 +53,8 @@ class TeamLander(Lander):
 
     async def _git_land(self, job: Job) -> LandResult:
         assert job.result is not None
+        if (why := await asyncio.to_thread(_not_own_result, Path(job.repo), job)) is not None:
+            return LandResult(LandOutcome.FAULT, None, "", (), (), why)
         remote = await asyncio.to_thread(clones.remote_of, job.repo, job.branch)
         store = self.team_store
 
@@ -71,3 +75,22 @@ class TeamLander(Lander):
                 timeout=team.git_timeout,
                 **self._landing(job),
             )
+
+
+def _not_own_result(repo: Path, job: Job) -> str | None:
+    """Why the result the shared store names for `job` is not this node's to push (None: it is). A push carries the
+    result's whole history onto the team's remote, so it must be the commit this node made of the job's files, on
+    the job's branch in this clone: never a commit the store names otherwise (another commit of the clone, a
+    private branch's), whoever wrote that there."""
+    branch = branch_name(job.id)
+    try:
+        head = repos.branch_head(repo, branch)
+    except repos.RepoError:
+        head = None
+    if head == job.result:
+        return None
+    return (
+        f"the result the team's store names for job {job.id} ({str(job.result)[:12]}) is not the head of its branch "
+        f"{branch} in this clone ({head[:12] if head else 'no such branch'}): not pushed (the record was changed "
+        "outside this node); retry the job"
+    )
