@@ -197,6 +197,14 @@ class Scheduler:
         await asyncio.gather(*self.running.values(), return_exceptions=True)
         return sorted(cut)
 
+    async def settled(self, job_id: int) -> None:
+        """Until the task of `job_id`, if it has one, has ended. A round that read the job planned just before it
+        was cancelled may still start a task for it: the task's move to `running` fails while the job stays
+        cancelled, but it would start the job's next attempt, admitted on nothing, were that planned first."""
+        task = self.running.get(job_id)
+        if task is not None:
+            await asyncio.wait({task})
+
     async def stop_job(self, job_id: int, stop: Stop) -> bool:
         """End a job's runner task with `stop` (it writes the stop's state itself); False if it has none."""
         task = self.running.get(job_id)
