@@ -130,11 +130,15 @@ class Scheduler:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Decide, act, sleep until woken. In burst mode, return once nothing is open."""
-        self._last_wake = time.monotonic()
+    async def load(self) -> None:
+        """What a stopped daemon left in force, read before anyone asks (the API answers from these): the run-time
+        controls, and the rate limits its jobs met."""
         self.controls = await self.board.store.controls()
-        await self.executor.limits.load()  # the rate limits a stopped daemon met, still in force
+        await self.executor.limits.load()
+
+    async def run(self) -> None:
+        """Decide, act, sleep until woken (`load` first). In burst mode, return once nothing is open."""
+        self._last_wake = time.monotonic()
         for job in await self.board.store.jobs([JobState.LANDING]):
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
