@@ -24,7 +24,7 @@ if [ ! -x "$CACHE/bin/llama-server" ]; then
   cmake --build "$work/build" --target llama-server -j"$(nproc)"
   install -m 0755 "$work/build/bin/llama-server" "$CACHE/bin/llama-server"
 fi
-MODEL=$CACHE/$("$PY" -c 'from orchestrator.bench.llama_server import MODEL_FILE; print(MODEL_FILE)')
-[ -f "$MODEL" ] || "$PY" -m orchestrator.bench.llama_model "$MODEL"
+MODEL=$CACHE/$("$PY" -c 'from orchestrator.lab.bench.llama_server import MODEL_FILE; print(MODEL_FILE)')
+[ -f "$MODEL" ] || "$PY" -m orchestrator.lab.bench.llama_model "$MODEL"
 echo "llama-server: $CACHE/bin/llama-server"
 echo "model:        $MODEL"

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import gc
 import os
+import pwd
 import signal
 import sys
 from dataclasses import dataclass, replace
@@ -33,8 +34,8 @@ from orchestrator.chat.api import ChatApi
 from orchestrator.chat.pipeline import ChatPlane
 from orchestrator.config import EX_CONFIG, Config
 from orchestrator.core.models import ACTIVE, OPEN, JobState
-from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs import landing_check
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor
 from orchestrator.jobs.facts import GitFacts
@@ -52,15 +53,16 @@ from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
-from orchestrator.runners import Runner, jobpath, process, registry
-from orchestrator.runners import sandbox as sandboxes
+from orchestrator.proc import jobpath, process
+from orchestrator.proc import sandbox as sandboxes
+from orchestrator.proc.sandbox import Sandbox
+from orchestrator.runners import Runner, registry
 from orchestrator.runners import task as runners_task
-from orchestrator.runners.sandbox import Sandbox
-from orchestrator.service import intake
+from orchestrator.service import intake, unit
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
 from orchestrator.store import EX_STATE, EX_TEMPFAIL, StoreUnreachable, StoreUnusable
-from orchestrator.team import engine
+from orchestrator.team import engine, reach
 
 ROUND_GRACE = 10.0
 """Seconds the scheduler may take to finish the round under way at shutdown before it is cancelled."""
@@ -217,24 +219,22 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        store = await engine.open_store(self.cfg, self.paths)
-        parts.push_async_callback(store.close)
         notifier = Notifier()
+        store = await engine.open_store(self.cfg, self.paths, self._stop, status=notifier.status)
+        parts.push_async_callback(store.close)
         parts.push_async_callback(notifier.close)
         # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
         no_cgroups = await asyncio.to_thread(process.use_cgroups)
         log.info(olog.Event.PROCESS_CGROUPS, used=not no_cgroups, reason=no_cgroups or None)
         # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
         await end_survivors(store, grace=self.cfg.jobs.kill_grace)
-        recovered = await store.recover()
+        board = Board(store)
+        recovered = await board.recover()
         # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
         claude = SharedClaude(self.cfg.anthropic)
         parts.push_async_callback(claude.close)
-        sandbox = await asyncio.to_thread(
-            sandboxes.resolve,
-            self.cfg.jobs.sandbox,
-            (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
-        )
+        mode = sandboxes.mode_for(self.cfg.jobs.sandbox, team=bool(self.cfg.store.url))
+        sandbox = await asyncio.to_thread(sandboxes.resolve, mode, self._hidden())
         await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
@@ -244,11 +244,10 @@ class Daemon:
             # Half-made worktrees first: they make every `git worktree list` in the repo fail.
             with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
                 await asyncio.to_thread(
-                    git_landing.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
+                    landing_check.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
                 )
             with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                 workspaces[repo] = await pool.recover(Path(repo))
-        board = Board(store)
         # Interrupted landings next: the user's checkouts are level before anything lands again.
         await settle_landings(board, pool)
         plane = JobPlane.load(
@@ -307,6 +306,13 @@ class Daemon:
         spool.start()
         return plane, notifier
 
+    def _hidden(self) -> tuple[str, ...]:
+        """What no confined job may see: the daemon's dirs, its env file and, in team mode, the store's sockets and
+        password files (`team.reach`)."""
+        homes = (Path(os.environ.get("HOME") or Path.home()), Path(pwd.getpwuid(os.getuid()).pw_dir))
+        own = (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir, unit.env_file())
+        return (*map(str, own), *reach.hidden(self.cfg.store.url, os.environ, homes))
+
     async def _join_team(
         self,
         parts: contextlib.AsyncExitStack,
@@ -317,8 +323,8 @@ class Daemon:
         """Team mode: this node's workspaces of jobs it no longer holds are retired (their work kept on a branch),
         so it can claim them afresh; then its lease loop starts (stopped first at shutdown, after the API)."""
         from orchestrator.jobs.retire import retire_attempt
+        from orchestrator.store.postgres import PgStore
         from orchestrator.team.node import TeamNode
-        from orchestrator.team.pgstore import PgStore
 
         store = plane.board.store
         assert isinstance(store, PgStore)

@@ -14,11 +14,11 @@ import aiohttp
 
 
 class OllamaDouble:
-    """`python -m orchestrator.doubles.ollama` on a free port; stopped by `stop()`."""
+    """`python -m orchestrator.lab.doubles.ollama` on a free port; stopped by `stop()`."""
 
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.doubles.ollama", "--port", "0", "--profile", "fast", *args],
+            [sys.executable, "-m", "orchestrator.lab.doubles.ollama", "--port", "0", "--profile", "fast", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, TypeVar
 
-from orchestrator.doubles.anthropic import AnthropicDouble, Script
-from orchestrator.doubles.openai import OpenAIDouble
-from orchestrator.doubles.openai import Script as ChatScript
-from orchestrator.doubles.responses import ResponsesDouble
-from orchestrator.doubles.responses import Script as ResponsesScript
+from orchestrator.lab.doubles.anthropic import AnthropicDouble, Script
+from orchestrator.lab.doubles.openai import OpenAIDouble
+from orchestrator.lab.doubles.openai import Script as ChatScript
+from orchestrator.lab.doubles.responses import ResponsesDouble
+from orchestrator.lab.doubles.responses import Script as ResponsesScript
 
 D = TypeVar("D", bound="AbstractAsyncContextManager[Any]")
 

@@ -19,8 +19,8 @@ from orchestrator.daemon import JobPlane
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.paths import resolve
+from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import registry
-from orchestrator.runners.sandbox import Sandbox
 from orchestrator.store import Store
 
 

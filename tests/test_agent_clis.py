@@ -1,7 +1,7 @@
 """Real agent CLIs through the real daemon, under bubblewrap, against local stand-ins of their model APIs.
 
 Claude Code (npm) and aider (PyPI) run as `command` runners as a user configures them; the model is a
-scripted protocol double (`orchestrator.doubles`) speaking the Messages API or the OpenAI chat API, started
+scripted protocol double (`orchestrator.lab.doubles`) speaking the Messages API or the OpenAI chat API, started
 by the test. Each test asserts what landed on the branch, and nothing else of how the job's workspace is
 made.
 """
@@ -15,12 +15,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
-from orchestrator.doubles.openai import chat_message
-from orchestrator.doubles.openai import error_reply as openai_error
-from orchestrator.doubles.responses import error_reply as responses_error
-from orchestrator.doubles.responses import exec_command, output_message
-from orchestrator.doubles.script import Conversations, Turn, text_of
+from orchestrator.lab.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
+from orchestrator.lab.doubles.openai import chat_message
+from orchestrator.lab.doubles.openai import error_reply as openai_error
+from orchestrator.lab.doubles.responses import error_reply as responses_error
+from orchestrator.lab.doubles.responses import exec_command, output_message
+from orchestrator.lab.doubles.script import Conversations, Turn, text_of
 from tests import clis
 from tests.conftest import git
 from tests.doubles import anthropic_double, openai_double, responses_double

@@ -6,29 +6,47 @@ import json
 import subprocess
 import sys
 
-from orchestrator.bench import history as hist
-from orchestrator.bench import jobs as jobs_bench
-from orchestrator.bench import replayrepo
-from orchestrator.bench import schedule as sched
 from orchestrator.git.commits import commit_worktree
+from orchestrator.lab.bench import history as hist
+from orchestrator.lab.bench import jobs as jobs_bench
+from orchestrator.lab.bench import replayrepo
+from orchestrator.lab.bench import schedule as sched
 from orchestrator.runners import replay
 from tests.conftest import git, workspace
 
 MERGEABLE = ("CHANGES*",)
 
 
-def test_ideal_schedule_never_overtakes_an_overlapping_earlier_job():
+def test_the_list_schedule_never_overtakes_an_overlapping_earlier_job():
     """List scheduling: disjoint jobs fill the slots; a later job waits behind an earlier one it overlaps or is
     kept apart from on risk; each `--risk` value is a `local` row of its own."""
     a, b = frozenset({"a.py"}), frozenset({"b.py"})
-    assert sched.ideal_makespan([2, 2, 2], [a, b, frozenset({"c.py"})], slots=2) == 4
+    assert sched.list_makespan([2, 2, 2], [a, b, frozenset({"c.py"})], slots=2) == 4
     # Job 2 (b) must not start before job 1 (a, then b) although a slot is free: job 1 waits on job 0.
-    assert sched.ideal_makespan([3, 1, 1], [a, a | b, b], slots=4) == 5
-    assert sched.ideal_makespan([1, 1, 1], [a, None, b], slots=4) == 3, "a job that runs alone runs alone"
-    assert sched.ideal_makespan([2, 2], [a, b], slots=2, apart=[(0, 1)]) == 4, "kept apart on risk"
+    assert sched.list_makespan([3, 1, 1], [a, a | b, b], slots=4) == 5
+    assert sched.list_makespan([1, 1, 1], [a, None, b], slots=4) == 3, "a job that runs alone runs alone"
+    assert sched.list_makespan([2, 2], [a, b], slots=2, apart=[(0, 1)]) == 4, "kept apart on risk"
     assert sched.over_serialized_pairs([a, b], [a, b], apart=[(0, 1)]) == 1
     rows = jobs_bench._rows(["one-per-repo", "claims"], ["declared", "local"], [0.03, 0.1])
     assert [r.name for r in rows] == ["one-per-repo", "claims/declared", "claims/local", "claims/local@0.1"]
+
+
+def test_the_ideal_is_a_bound_no_schedule_beats():
+    """The ideal is at most any schedule's makespan: the work over every slot, the longest job, and only for claims
+    fixed before the queue runs (declared) the chain of overlapping jobs, which run in queue order; claims that a
+    re-plan changes (local evidence) bound nothing, though the list schedule of the final claims runs them apart."""
+    a, b = frozenset({"a.py"}), frozenset({"b.py"})
+    assert sched.lower_bound([2, 2, 2], slots=2) == 3
+    assert sched.lower_bound([5, 1], slots=4) == 5
+    assert sched.lower_bound([3, 1, 1], slots=4, fixed=[a, a | b, b]) == 5, "a, then a+b, then b: one chain"
+    assert sched.lower_bound([1, 1, 1], slots=1) == 3
+    # Jobs admitted side by side on their claims at admission, re-planned to overlap by the end: the list schedule
+    # of the final claims (2 + 2) is longer than what the daemon ran (2): it is no bound, the ideal is.
+    ran_side_by_side = 2.0
+    assert sched.list_makespan([2, 2], [a, a], slots=2) > ran_side_by_side
+    assert sched.lower_bound([2, 2], slots=2) <= ran_side_by_side
+    local = jobs_bench.Row("claims", "local")
+    assert not jobs_bench._fixed(local) and jobs_bench._fixed(jobs_bench.Row("oracle", "oracle"))
 
 
 def test_over_serialised_pairs_count_claims_that_overlap_where_real_files_do_not():
@@ -46,7 +64,7 @@ def test_the_tables_fit_an_80_column_terminal_with_every_figure_whole():
 
     from rich.console import Console
 
-    from orchestrator.bench.report.table import GROUPS, OVERHEAD, print_table
+    from orchestrator.lab.bench.report.table import GROUPS, OVERHEAD, print_table
 
     row = {"policy": "claims", "predictor": "local@0.1", "makespan_s": 123.45, "ideal_s": 101.5, "ratio_ideal": 1.216}
     row |= {k: 88 for _, cols in GROUPS for k, _ in cols if k not in row} | {"ratio_one_per_repo": 0.743}
@@ -163,3 +181,93 @@ def test_real_replay_counts_a_change_main_already_holds_as_not_lost(make_repo):
     ]
     r = replayrepo.ReplayRepo(repo, (first, same, other), other, start)
     assert replayrepo.serial(r, changes, [1.0, 0.0, 0.0]) == ([2], [], 0)
+
+
+def test_a_recorded_move_touches_both_paths(make_repo):
+    """A commit that moves files is a deletion and an addition in the history: the oracle claims both paths."""
+    repo = make_repo(files={"tests/two/t0.py": "a\n" * 5, "tests/two/t1.py": "b\n" * 5, "x.py": "x\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    git(repo, "mv", "tests/two", "tests/one")
+    git(repo, "commit", "-qm", "move the tests")
+    (repo / "x.py").write_text("y\n")
+    git(repo, "commit", "-qam", "edit x")
+    moved, edited = hist.from_repo(repo, f"{start}..HEAD")
+    assert sorted(moved.files) == [f"tests/{d}/t{n}.py" for d in ("one", "two") for n in (0, 1)]
+    assert edited.files == ("x.py",)
+
+
+def test_a_changelog_line_reworded_by_a_later_landed_change_is_not_lost(make_repo):
+    """A union-merged changelog: a change whose line a later change rewords is not lost when both landed, in
+    either order; it is lost when the rewording did not land and main lacks its line."""
+    repo = make_repo(files={"CHANGES.md": "# changes\n\n- older\n", "x.py": "x\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    (repo / "CHANGES.md").write_text("# changes\n\n- older\n- add a\n")
+    (repo / "x.py").write_text("a\n")
+    git(repo, "commit", "-qam", "add a")
+    add = git(repo, "rev-parse", "HEAD")
+    (repo / "CHANGES.md").write_text("# changes\n\n- older\n- add a, reworded\n")
+    git(repo, "commit", "-qam", "reword a")
+    reword = git(repo, "rev-parse", "HEAD")
+    changes = [hist.Change(0, add, "add a", ("CHANGES.md", "x.py"), 2), hist.Change(1, reword, "r", ("CHANGES.md",), 2)]
+    r = replayrepo.ReplayRepo(repo, (add, reword), reword, start)
+    mergeable = ("CHANGES*",)
+    assert replayrepo.serial(r, changes, [1.0, 2.0], mergeable)[0] == []
+    assert replayrepo.serial(r, changes, [2.0, 1.0], mergeable)[0] == [], "landed the other way round"
+    git(repo, "reset", "-q", "--hard", start)
+    (repo / "x.py").write_text("a\n")
+    git(repo, "commit", "-qam", "x only")
+    assert replayrepo.serial(r, changes, [1.0, 0.0], mergeable)[0] == [0, 1], (
+        "its line is gone, and nothing reworded it"
+    )
+
+
+def test_rows_are_shown_as_they_finish_and_a_failed_row_as_failed(tmp_path, monkeypatch):
+    """Each row's line is printed the moment it finishes; a row that raises is reported failed with why while
+    the rows after it still run; the tables show every row, the run exits 1 and keeps its repositories."""
+    from click.testing import CliRunner
+
+    done: list[str] = []
+
+    def run_row(row, changes, make, slots, scale, work, progress):
+        if row.policy == "claims":
+            raise OSError("index does not contain tests/x.py at stage 0")
+        done.append(row.name)
+        per_job = [{"job": 1, "state": "landed", "runs": 1, "duration_s": 1.0, "wait_s": 0.0, "beside": [],
+                    "met": [], "conflicts": 0, "waited_for": {"Overlap": [2]}}]  # fmt: skip
+        return {"policy": row.policy, "predictor": row.label, "jobs": 1, "makespan_s": 2.0 + len(done),
+                "ideal_s": 2.0, "ratio_ideal": 1.0, "list_s": 2.0, "ratio_list": 1.0, "conflicts": 0, "lost": 0,
+                "broken": 0, "per_job": per_job}  # fmt: skip
+
+    monkeypatch.setattr(jobs_bench, "run_row", run_row)
+    keep = tmp_path / "keep"
+    args = ["--last", "3", "--policy", "one-per-repo,claims,oracle", "--predictor", "local", "--keep", str(keep)]
+    out = CliRunner().invoke(jobs_bench.main, [*args, "--per-job"])
+    assert out.exit_code == 1, out.output
+    assert done == ["one-per-repo", "oracle"], "the row after the failed one still ran"
+    assert "one-per-repo/oracle: makespan 3.00 s" in out.stderr
+    assert "claims/local: FAILED: OSError: index does not contain tests/x.py" in out.stderr
+    assert "1 row(s) failed (claims/local)" in out.stderr and str(keep) in out.stderr
+    assert "claims/local failed: OSError" in out.stdout and "oracle/oracle" in out.stdout
+    assert "Overlap 2" in out.stdout and "alone" in out.stdout, "the per-job table"
+    kept = [json.loads(line) for line in (keep / "rows.jsonl").read_text().splitlines()]
+    assert [r.get("failed", "")[:7] for r in kept] == ["", "OSError", ""]
+
+
+def test_the_chart_has_a_title_and_shows_each_rows_conflicts():
+    """The `--plot` chart says what was replayed on what machine, and over each row's bars its conflicts (and any
+    redone, lost or broken work): a row that ran fast because it conflicted does not look like a win."""
+    from orchestrator.lab.bench.report import plot
+
+    rows = [
+        {"policy": "claims", "predictor": "local", "makespan_s": 50.0, "list_s": 48.0, "ideal_s": 40.0,
+         "conflicts": 3, "redone": 2, "lost": 0, "broken": 0},
+        {"policy": "one-per-repo", "predictor": "oracle", "makespan_s": 90.0, "list_s": 90.0, "ideal_s": 40.0,
+         "conflicts": 0, "redone": 0, "lost": 0, "broken": 0},
+    ]  # fmt: skip
+    info = {"changes": 30, "history": "/x/flask-history.jsonl", "machine": {"cores": 2, "ram_mb": 24000}}
+    fig = plot.figure(rows, info)
+    ax = fig.axes[0]
+    assert ax.get_title() == "jobs bench: 30 changes of flask-history.jsonl replayed, makespan per policy (2 cores, " \
+        "24000 MB RAM)"
+    said = [t.get_text() for t in ax.texts]
+    assert said == ["3 conflicts\n2 redone", "0 conflicts"], said

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench import tickets
 from orchestrator.core.models import Policy
+from orchestrator.lab.bench import tickets
 from tests.conftest import git
 from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
 

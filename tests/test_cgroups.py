@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from orchestrator.runners import cgroups, process
+from orchestrator.proc import cgroups, process
 from tests.harness import until
 
 AVAILABLE, WHY = cgroups.find()

@@ -200,7 +200,7 @@ def test_bench_chat_runs_on_the_llama_server_backend(tmp_path: Path) -> None:
     binary = cache / "bin" / "llama-server"
     binary.write_text(f'#!/bin/sh\nexec {sys.executable} {fake} "$@"\n')
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
-    from orchestrator.bench.llama_server import MODEL_FILE
+    from orchestrator.lab.bench.llama_server import MODEL_FILE
 
     (cache / MODEL_FILE).write_bytes(b"GGUF")
     argv = tmp_path / "argv"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from orchestrator.core import admission, claims, growth
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, ClaimSource, JobState, JobView, Policy, Reason, Risk, Snapshot
-from orchestrator.doubles.anthropic import tool_use_message
+from orchestrator.lab.doubles.anthropic import tool_use_message
 from tests.conftest import git
 from tests.doubles import anthropic_double
 from tests.harness import until

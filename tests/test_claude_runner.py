@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.client import Client
-from orchestrator.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
+from orchestrator.lab.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
 from tests.conftest import git
 from tests.doubles import anthropic_double
 
@@ -178,9 +178,9 @@ async def test_no_key_fails_clearly(tmp_path):
     from orchestrator.core.job import Job
     from orchestrator.core.models import JobState
     from orchestrator.llm.shared import SharedClaude
+    from orchestrator.proc.sandbox import Sandbox
     from orchestrator.runners.base import RunContext
     from orchestrator.runners.claude import ClaudeRunner
-    from orchestrator.runners.sandbox import Sandbox
 
     runner = ClaudeRunner(SharedClaude(AnthropicConfig()), AgentConfig(), "claude-sonnet-4-5", Sandbox())
     job = Job(id=1, repo=str(tmp_path), branch="main", text="anything", runner="claude", state=JobState.RUNNING)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from orchestrator import config
-from orchestrator.runners import jobpath
+from orchestrator.proc import jobpath
 from orchestrator.runners.command import claimed_files, expand, remove_side_files
 from tests.conftest import git
 
@@ -121,7 +121,7 @@ def test_profiles_copy_only_sign_in_files_and_config_changes_them_key_by_key(tmp
     from orchestrator.core.job import Job
     from orchestrator.core.models import JobState
     from orchestrator.runners.base import RunContext
-    from orchestrator.runners.sandbox import private_home
+    from orchestrator.runners.confined import private_home
 
     real = tmp_path / "real"
     (real / ".claude" / "projects" / "-other").mkdir(parents=True)

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from orchestrator.bench import crash
+from orchestrator.lab.bench import crash
 
 
 @pytest.mark.timeout(240)

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.bench.simulate import run_virtual, simulate
-from orchestrator.doubles.engine import Engine, Profile
-from orchestrator.doubles.ollama import PROFILES
+from orchestrator.lab.bench.simulate import run_virtual, simulate
+from orchestrator.lab.doubles.engine import Engine, Profile
+from orchestrator.lab.doubles.ollama import PROFILES
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,7 +81,7 @@ def test_gate_meets_the_chat_floors_on_the_seed_profile() -> None:
 def test_seed_profile_fits_the_named_seed_figures() -> None:
     """The shipped `seed` profile, naive pipeline: N=1 first-Ollama, done, drained and N=4 done-wall, drained
     within 12 % of the seed's table."""
-    from orchestrator.bench import calibrate
+    from orchestrator.lab.bench import calibrate
 
     errs = calibrate.errors(calibrate.rows(PROFILES["seed"]))
     off = {k: round(errs[k], 3) for k in calibrate.NAMED if abs(errs[k]) > 0.12}
@@ -90,8 +90,8 @@ def test_seed_profile_fits_the_named_seed_figures() -> None:
 
 def test_bench_sessions_differ_in_content_not_in_shape() -> None:
     """The chat benches' sessions: distinct messages and histories of one shape, history stored as extracted."""
-    from orchestrator.bench import turns
-    from orchestrator.bench.simulate import MemStore
+    from orchestrator.lab.bench import turns
+    from orchestrator.lab.bench.simulate import MemStore
 
     msgs = [turns.prompt(i) for i in range(64)]
     assert len(set(msgs)) == 64 and len({len(m.split()) for m in msgs}) == 1
@@ -105,10 +105,10 @@ def test_bench_sessions_differ_in_content_not_in_shape() -> None:
 def test_extraction_runs_one_at_a_time_beside_turns_and_in_parallel_after() -> None:
     """4 sessions on `seed` (3 slots): while turns are being answered at most one extraction runs, and only
     once no turn waits for a slot; with every turn answered, the pending ones share the slots."""
-    from orchestrator.bench import turns
-    from orchestrator.bench.simulate import EngineBackend, MemStore, _warm
     from orchestrator.chat.pipeline import ChatPlane
     from orchestrator.config import ChatConfig, OllamaConfig
+    from orchestrator.lab.bench import turns
+    from orchestrator.lab.bench.simulate import EngineBackend, MemStore, _warm
     from orchestrator.llm import ollama
     from orchestrator.llm.gate import Gate
 
@@ -144,9 +144,9 @@ def test_extraction_runs_one_at_a_time_beside_turns_and_in_parallel_after() -> N
 
 def test_closing_the_extractor_starts_no_further_extraction() -> None:
     """An extraction cancelled by `close` pokes the next session's pending one: after close, none runs."""
-    from orchestrator.bench.simulate import EngineBackend, MemStore
     from orchestrator.chat.memory import Extractor
     from orchestrator.config import OllamaConfig
+    from orchestrator.lab.bench.simulate import EngineBackend, MemStore
     from orchestrator.llm import ollama
     from orchestrator.llm.gate import Gate
 
@@ -174,10 +174,10 @@ def test_closing_the_extractor_starts_no_further_extraction() -> None:
 def test_classify_modes_decide_when_the_model_classifies_a_turn() -> None:
     """Two turns at once on one slot that the rules cannot classify: `rules` sends only the replies, `idle` lets
     the model classify only the turn nobody waits behind, `model` classifies both before their replies."""
-    from orchestrator.bench import turns
-    from orchestrator.bench.simulate import EngineBackend, MemStore, _warm
     from orchestrator.chat.pipeline import ChatPlane
     from orchestrator.config import ChatConfig, OllamaConfig
+    from orchestrator.lab.bench import turns
+    from orchestrator.lab.bench.simulate import EngineBackend, MemStore, _warm
     from orchestrator.llm import ollama
     from orchestrator.llm.gate import Gate
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from orchestrator.client import Client
-from orchestrator.doubles.anthropic import AnthropicDouble, Reply, tool_use_message
+from orchestrator.lab.doubles.anthropic import AnthropicDouble, Reply, tool_use_message
 from tests.conftest import git
 
 pytestmark = pytest.mark.timeout(120)
@@ -133,3 +134,18 @@ def test_plan_command_shows_evidence_and_stats_predict_reports(make_repo, daemon
     row = stats["repos"][str(repo.resolve())]["all"]
     # Three commits are no record: the claim's risk is unknown, so it ran alone and counts as not confident.
     assert row["jobs"] == 1 and row["confident"] == 0
+
+
+def test_plan_without_a_daemon_plans_in_process(make_repo, daemon_factory) -> None:
+    """With no daemon running, `plan` plans in this process with the configured planner: the same claim and
+    evidence as the daemon's, a note on stderr, stdout still the JSON; a bad repository is a clear refusal."""
+    repo = make_repo("r", {"src/api.py": "def serve():\n    pass\n", "tests/test_api.py": "x\n", "README.md": "r\n"})
+    d = daemon_factory()  # never started
+    out = d.cli("plan", "--repo", str(repo), "refactor src/api.py", "--json")
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert {e["path"]: e["kind"] for e in shown["evidence"]}["src/api.py"] == "named"
+    assert shown["base"] == git(repo, "rev-parse", "HEAD") and "no daemon running" in out.stderr
+    missing = d.cli("plan", "--repo", str(repo / "nowhere"), "x")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert not d.socket.exists(), "nothing started a daemon"

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.bench.simulate import EngineBackend, MemStore, run_virtual
 from orchestrator.chat.memory import Extractor
 from orchestrator.config import OllamaConfig
-from orchestrator.doubles.engine import Engine
-from orchestrator.doubles.ollama import PROFILES
+from orchestrator.lab.bench.simulate import EngineBackend, MemStore, run_virtual
+from orchestrator.lab.doubles.engine import Engine
+from orchestrator.lab.doubles.ollama import PROFILES
 from orchestrator.llm import ollama
 from orchestrator.llm.gate import Gate, Priority
 from tests.chatkit import OllamaDouble, get, turn, wait_for, write_config

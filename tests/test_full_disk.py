@@ -6,7 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from orchestrator.runners import process
+from orchestrator.proc import process
 from tests.smallfs import fill
 
 NOISY = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo $$ > {pid}; echo marker; exec sleep 60"

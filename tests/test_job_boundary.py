@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runners import sandbox
+from orchestrator.proc import sandbox
 from tests.conftest import git, write
 from tests.harness import until
 

@@ -14,7 +14,9 @@ import pytest
 
 from orchestrator.git import checkouts, landing
 from orchestrator.git.commits import commit_worktree
-from orchestrator.git.landing import Check, LandOutcome, advance, land, run_check
+from orchestrator.git.landing import LandOutcome, advance, land
+from orchestrator.jobs.landing_check import TAIL_BYTES, run_check
+from orchestrator.jobs.landing_check import ShellCheck as Check
 from tests.conftest import git, workspace, write
 
 
@@ -270,7 +272,7 @@ async def test_check_failure_logged(repo: Repo) -> None:
     big = "x" * 10_000
     result = await run_check(repo.root, repo.base, f"echo {big}; echo boom >&2; exit 3", timeout=30, log_path=log)
     assert (result.ok, result.returncode) == (False, 3)
-    assert result.output_tail.endswith("boom\n") and len(result.output_tail) <= landing.TAIL_BYTES
+    assert result.output_tail.endswith("boom\n") and len(result.output_tail) <= TAIL_BYTES
     assert big in log.read_text() and "[exit 3]" in log.read_text()
     assert worktrees(repo).count("worktree ") == 1
 

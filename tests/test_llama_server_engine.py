@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary, locate
+from orchestrator.lab.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary, locate
 from tests.chatkit import turn, wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -9,7 +9,7 @@ from pathlib import Path
 import ollama
 import pytest
 
-from orchestrator.bench.llama_server import LlamaServer, SetupMissing, locate
+from orchestrator.lab.bench.llama_server import LlamaServer, SetupMissing, locate
 
 FAKE = Path(__file__).parent / "fakes" / "llama_server.py"
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from orchestrator.config import AnthropicConfig, Secret
-from orchestrator.doubles.anthropic import AnthropicDouble, Reply, error_reply, text_message, tool_use_message
+from orchestrator.lab.doubles.anthropic import AnthropicDouble, Reply, error_reply, text_message, tool_use_message
 from orchestrator.llm.anthropic import Claude, ModelUnavailable
 
 PARAMS = {"model": "claude-haiku-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from orchestrator.doubles import ollama as double
+from orchestrator.lab.doubles import ollama as double
 from orchestrator.llm.gate import Gate, GatePolicy, Priority
 from orchestrator.llm.ollama import OllamaBackend, OllamaCode, OllamaError
 

@@ -11,9 +11,9 @@ import pytest
 
 from orchestrator.core.job import FIELDS
 from orchestrator.core.lifecycle import MoveError
-from orchestrator.core.models import Claim, JobState
+from orchestrator.core.models import Claim, JobEvent, JobState
 from orchestrator.store import Store
-from orchestrator.team.pgschema import MIGRATIONS as PG_MIGRATIONS
+from orchestrator.store.pgschema import MIGRATIONS as PG_MIGRATIONS
 from tests.conftest import bare_remote, git
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,21 +30,66 @@ def clones(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "a", tmp_path / "b"
 
 
-async def _node(url: str, name: str, **kw):
-    from orchestrator.team.pgstore import PgStore
+_HOMES: list[Path] = []
 
-    return await PgStore.connect(url, node=name, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw)
+
+@pytest.fixture(autouse=True)
+def _homes(tmp_path: Path):
+    """Where each node keeps its own file (its processes, its checkouts' journal, its clones)."""
+    _HOMES.append(tmp_path / "homes")
+    yield
+    _HOMES.pop()
+
+
+async def _node(url: str, name: str, **kw):
+    """Node `name`'s store: the team's database, and the node's own file (the same one across its restarts)."""
+    from orchestrator.store.postgres import PgStore
+    from orchestrator.team.clones import remote_of
+
+    home = _HOMES[-1] / name
+    home.mkdir(parents=True, exist_ok=True)
+    local = await Store.open(home / "orchestrator.db")
+    return await PgStore.connect(
+        url, node=name, remote_of=remote_of, local=local, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw
+    )
 
 
 def test_every_store_method_is_postgresql_s_own():
     """The PostgreSQL store overrides every public method of the SQLite store (none falls through to SQLite)."""
-    from orchestrator.team.pgstore import PgStore
+    from orchestrator.store.postgres import PgStore
 
     public = {n for n, v in vars(Store).items() if not n.startswith("_") and inspect.isfunction(v)}
     # Engine-free: the caches over `_render_json`, the guarded writes over `_write`, enqueue over `_insert`.
-    public -= {"take_changed", "jobs_json", "transition", "update", "update_many", "add_job"}
+    public -= {"take_changed", "jobs_json", "transition", "update", "update_many", "update_all", "add_job"}
     engine = public | {"_write", "_render_json", "_migrate", "_insert", "_job"}
     assert sorted(n for n in engine if getattr(PgStore, n) is getattr(Store, n)) == []
+
+
+async def test_a_node_claims_the_team_queue_in_its_order_and_a_switch_is_all_or_nothing(pg_url, clones):
+    """A node takes queued jobs in the queue's order, places included (a job moved before the others first); two
+    jobs switching places are written both or neither."""
+    from orchestrator.core import queue
+    from orchestrator.store import Write
+
+    a = await _node(pg_url, "a", hold=1)
+    try:
+        jobs = [await a.add_job(repo=str(clones[0]), branch="main", text=f"j{i}", runner="shell") for i in range(3)]
+        last = await a.add_job(repo=str(clones[0]), branch="main", text="first", runner="shell", place=0.5)
+        assert await a.claim() == [last.id]
+        first, second = jobs[0], jobs[1]
+        await a.transition(second.id, {Q}, JobState.CANCELLED, JobEvent.CANCELLED)
+        pa, pb = queue.switched(first, second)
+        writes = [Write(first.id, pa.fields(), JobEvent.MOVED, None, frozenset({Q})),
+                  Write(second.id, pb.fields(), JobEvent.MOVED, None, frozenset({Q}))]  # fmt: skip
+        assert await a.update_all(writes) is None
+        assert (await a.get(first.id)).place is None
+        pa, pb = queue.switched(first, jobs[2])
+        writes = [Write(first.id, pa.fields(), JobEvent.MOVED, None, frozenset({Q})),
+                  Write(jobs[2].id, pb.fields(), JobEvent.MOVED, None, frozenset({Q}))]  # fmt: skip
+        done = await a.update_all(writes)
+        assert done is not None and [j.place for j in done] == [float(jobs[2].id), float(first.id)]
+    finally:
+        await a.close()
 
 
 async def test_same_columns_migrations_and_guarded_transitions(pg_url, clones):
@@ -202,11 +247,16 @@ async def test_a_write_survives_a_postgresql_restart(pg_url, postgres, clones):
 async def test_postgresql_down_is_a_clear_error(tmp_path):
     """No server at the URL: StoreUnreachable names it and says what to do."""
     from orchestrator.store import StoreUnreachable
-    from orchestrator.team.pgstore import PgStore
+    from orchestrator.store.postgres import PgStore
+    from orchestrator.team.clones import remote_of
 
     url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
-    with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
-        await PgStore.connect(url, node="a")
+    local = await Store.open(tmp_path / "orchestrator.db")
+    try:
+        with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
+            await PgStore.connect(url, node="a", remote_of=remote_of, local=local)
+    finally:
+        await local.close()
 
 
 async def test_rate_limits_are_kept_per_node_and_a_later_end_stands(pg_url, tmp_path):

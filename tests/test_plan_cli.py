@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from orchestrator.doubles.anthropic import text_message
-from orchestrator.doubles.script import Conversations
+from orchestrator.lab.doubles.anthropic import text_message
+from orchestrator.lab.doubles.script import Conversations
 from tests import clis
 from tests.conftest import git
 from tests.doubles import anthropic_double

@@ -9,7 +9,7 @@ import pytest
 from orchestrator.config import AnthropicConfig, Config, PlanConfig
 from orchestrator.core.job import Job
 from orchestrator.core.models import ClaimSource, JobState
-from orchestrator.doubles.anthropic import AnthropicDouble, Reply, error_reply, text_message, tool_use_message
+from orchestrator.lab.doubles.anthropic import AnthropicDouble, Reply, error_reply, text_message, tool_use_message
 from orchestrator.plan import composite
 from orchestrator.plan.base import Kind, Note
 from tests.conftest import git

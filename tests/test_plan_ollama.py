@@ -9,7 +9,7 @@ import pytest
 from orchestrator.config import Config, OllamaConfig, PlanConfig
 from orchestrator.core.job import Job
 from orchestrator.core.models import ClaimSource, JobState
-from orchestrator.doubles.ollama import Profile, start
+from orchestrator.lab.doubles.ollama import Profile, start
 from orchestrator.llm.gate import Gate
 from orchestrator.plan import composite
 from orchestrator.plan.base import Note

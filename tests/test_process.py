@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runners import process
-from orchestrator.runners.process import CallbackOwner, Group
+from orchestrator.proc import process
+from orchestrator.proc.process import CallbackOwner, Group
 
 
 async def test_owner_records_the_group_before_the_command_runs(tmp_path: Path) -> None:
@@ -159,6 +159,17 @@ def test_environment_is_an_allow_list() -> None:
     }
 
 
+def test_the_store_s_variables_never_pass_whatever_a_runner_names() -> None:
+    """PGPASSWORD, PGHOST, PGPASSFILE (the daemon's way into the team's store) pass to no command, even through a
+    runner's `*` pattern; a value the runner's own config writes still does."""
+    environ = {"PATH": "/bin", "PGPASSWORD": "pw", "PGHOST": "/run/postgresql", "PGPASSFILE": "/h/.pgpass", "K": "v"}
+    assert process.environment(["*"], {"PGDATABASE": "tests"}, environ=environ) == {
+        "PATH": "/bin",
+        "K": "v",
+        "PGDATABASE": "tests",
+    }
+
+
 def test_survivors_are_ended_and_recycled_pids_are_left_alone(tmp_path: Path) -> None:
     """`end_groups` kills a recorded group that still runs, and spares a pid whose start time does not match."""
     survivor = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -175,3 +186,28 @@ def test_survivors_are_ended_and_recycled_pids_are_left_alone(tmp_path: Path) ->
         for p in (survivor, stranger):
             p.kill()
             p.wait()
+
+
+def test_a_record_without_its_boot_or_start_time_names_no_group() -> None:
+    """A record that cannot be checked (start time 0, an empty boot id, another boot's) never makes the daemon
+    signal the group it names, here a real `setsid` process group of the user's."""
+    stranger = subprocess.Popen(["setsid", "sleep", "60"], stdin=subprocess.DEVNULL)  # not a leader: no fork
+    try:
+        deadline = time.monotonic() + 5
+        while (process._stat(stranger.pid) or ("", 0))[1] != stranger.pid:  # until setsid made it a leader
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        start, boot = process._start_time(stranger.pid), process.boot_id()
+        unchecked = [
+            Group(stranger.pid, 0, ""),
+            Group(stranger.pid, 0, boot),
+            Group(stranger.pid, start, ""),
+            Group(stranger.pid, start, "another-boot"),
+        ]
+        assert [process.is_ours(g) for g in unchecked] == [False] * 4
+        assert asyncio.run(process.end_groups(unchecked, grace=0.5)) == []
+        assert stranger.poll() is None
+        assert process.is_ours(Group(stranger.pid, start, boot))  # what the daemon itself records is checkable
+    finally:
+        stranger.kill()
+        stranger.wait()

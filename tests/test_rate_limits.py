@@ -17,7 +17,7 @@ from orchestrator.commands import fit
 from orchestrator.config import PROFILES, ConfigError, RunnerTemplate, parse
 from orchestrator.core.admission import decide
 from orchestrator.core.models import Claim, ClaimSource, JobView, Policy, Reason, Snapshot
-from orchestrator.doubles.anthropic import error_reply
+from orchestrator.lab.doubles.anthropic import error_reply
 from orchestrator.runners import ratelimit
 from tests.doubles import anthropic_double
 

@@ -11,8 +11,8 @@ import pytest
 from orchestrator import testhook
 from orchestrator.git import remote as rmt
 from orchestrator.git.journal import Intent
-from orchestrator.git.landing import Check
 from orchestrator.git.outcomes import LandOutcome
+from orchestrator.jobs.landing_check import ShellCheck as Check
 from tests.conftest import bare_remote, git, write
 
 

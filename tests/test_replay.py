@@ -112,6 +112,60 @@ def test_conflict_theirs_also_settles_a_file_the_base_lacks(make_repo, tmp_path)
     assert (ws / "new.txt").read_text() == "one\ntwo\n"
 
 
+def test_conflict_theirs_deletes_a_file_the_base_modified(make_repo, tmp_path):
+    """A recorded deletion of a file its replay base has modified since (modify/delete) applies with `conflict:
+    theirs`: the file is gone, the rest of the base stays; without it the conflict names the file."""
+    repo = make_repo(files={"tests/old.py": "1\n", "keep.txt": "k\n"})
+    git(repo, "checkout", "-qb", "side")
+    git(repo, "rm", "-q", "tests/old.py")
+    git(repo, "commit", "-qm", "drop old")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    write(repo, {"tests/old.py": "1\n2\n", "keep.txt": "k moved\n"})
+    git(repo, "commit", "-qam", "main edits old")
+    ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
+    with pytest.raises(replay.ReplayError, match=r"conflict in tests/old\.py"):
+        replay.apply_commit(ws, sha)
+    assert replay.apply_commit(ws, sha, theirs=True) == ["tests/old.py"]
+    assert not (ws / "tests/old.py").exists() and (ws / "keep.txt").read_text() == "k moved\n"
+
+
+def test_conflict_theirs_moves_files_the_base_lacks(make_repo, tmp_path):
+    """A recorded move of files its replay base does not have yet (they came with a change that has not
+    landed: rename/delete) applies with `conflict: theirs`: the files at their new place, none at the old."""
+    repo = make_repo(files={"a.txt": "a\n"})
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {f"tests/two/t{n}.py": f"test {n}\n" * 5 for n in range(3)})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "add tests")
+    git(repo, "mv", "tests/two", "tests/one")
+    git(repo, "commit", "-qm", "move tests")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
+    replay.apply_commit(ws, sha, theirs=True)
+    assert sorted(p.name for p in (ws / "tests/one").iterdir()) == ["t0.py", "t1.py", "t2.py"]
+    assert not (ws / "tests/two").exists()
+
+
+def test_conflict_theirs_keeps_both_entries_of_a_changelog(make_repo, tmp_path):
+    """An entry recorded beside another one (changes made in parallel, merged later) replays onto a base that has
+    the other: a union-mergeable file keeps both entries, as its landing would; other files take the recorded
+    side of a conflicting hunk."""
+    repo = make_repo(files={"CHANGES.md": "# changes\n\n- older\n", "a.py": "a\n"})
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {"CHANGES.md": "# changes\n\n- older\n- recorded entry\n", "a.py": "recorded\n"})
+    git(repo, "commit", "-qam", "recorded")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    write(repo, {"CHANGES.md": "# changes\n\n- older\n- landed entry\n", "a.py": "landed\n"})
+    git(repo, "commit", "-qam", "landed first")
+    ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
+    replay.apply_commit(ws, sha, theirs=True, mergeable=lambda p: p.startswith("CHANGES"))
+    assert (ws / "CHANGES.md").read_text() == "# changes\n\n- older\n- landed entry\n- recorded entry\n"
+    assert (ws / "a.py").read_text() == "recorded\n"
+
+
 def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path):
     """A commit replay and a patch replay run as jobs and land; a change that does not apply fails with why."""
     repo = make_repo()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.doubles.anthropic import tool_use_message
+from orchestrator.lab.doubles.anthropic import tool_use_message
 from tests.conftest import git
 from tests.doubles import anthropic_double
 from tests.harness import until

@@ -1,9 +1,9 @@
 """`orchestrator runners`: the runners a job can name (`enqueue --runner NAME`), and whether each can run here.
 
-The built-in ones, then one per `[runners.NAME]` of the config file: its command, whether that command is
-on PATH, and which of the variables it is given (`pass_env`) are set in this environment (presence only:
-values are never printed). With the daemon up, a configured runner it has not loaded (the config changed
-since it started) says so.
+The built-in ones, then one per `[runners.NAME]` of the config file: its command, where a job finds it (on a
+job's PATH, looked for from inside a job's sandbox: `proc.visible`) or why a job cannot, and which of the
+variables it is given (`pass_env`) are set in this environment (presence only: values are never printed).
+With the daemon up, a configured runner it has not loaded (the config changed since it started) says so.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import click
 
 from orchestrator import paths
 from orchestrator.client import Client, Unreachable
+from orchestrator.commands import fit, term
 from orchestrator.commands.common import emit, err, json_option
+from orchestrator.proc import visible
 
 BUILTIN = {
     "shell": "the job's text is a /bin/sh script run in its workspace (or an exact argv after `enqueue --`)",
@@ -34,7 +36,13 @@ def _patterns_set(names: tuple[str, ...]) -> dict[str, bool]:
     return {n: any(fnmatch.fnmatchcase(k, n) and v for k, v in os.environ.items()) for n in names}
 
 
-def rows(cfg: Any, loaded: list[str] | None) -> list[dict[str, Any]]:
+def sights(cfg: Any, p: paths.Paths) -> dict[str, visible.Sight]:
+    """Each command runner's CLI as a job would look for it: on a job's PATH, from inside a job's sandbox."""
+    named = {name: t.argv[0] for name, t in cfg.runners.items()}
+    return visible.commands(named, cfg.jobs.sandbox, bool(cfg.store.url), (p.state_dir, p.config_dir, p.runtime_dir))
+
+
+def rows(cfg: Any, loaded: list[str] | None, seen: dict[str, visible.Sight] | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name, what in BUILTIN.items():
         row: dict[str, Any] = {"name": name, "kind": "built-in", "what": what}
@@ -42,14 +50,15 @@ def rows(cfg: Any, loaded: list[str] | None) -> list[dict[str, Any]]:
             row["env"] = {"ANTHROPIC_API_KEY": bool(cfg.anthropic.api_key)}
         out.append(row)
     for name, t in cfg.runners.items():
-        found = shutil.which(t.argv[0])
+        sight = (seen or {}).get(name)
         out.append(
             {
                 "name": name,
                 "kind": "command",
                 "what": shlex.join(t.argv),
                 "command": t.argv[0],
-                "found": found,
+                "found": sight.inside if sight is not None and sight.ok else None,
+                "problem": sight.problem if sight is not None else None,
                 "env": _patterns_set(t.pass_env),
                 "scratch_home": t.scratch_home,
                 "loaded": None if loaded is None else name in loaded,
@@ -57,6 +66,43 @@ def rows(cfg: Any, loaded: list[str] | None) -> list[dict[str, Any]]:
         )
     for row in out:
         row["default"] = row["name"] == cfg.jobs.default_runner
+    return out
+
+
+def variables(env: dict[str, bool]) -> str:
+    """Which of the variables a runner is given are set here, in one line: the set ones by name, the rest
+    counted (a CLI needs one of its providers' keys, not all of them; `--json` lists each)."""
+    given = [k for k, v in env.items() if v]
+    unset = [k for k, v in env.items() if not v]
+    if len(env) == 1:
+        return f"{next(iter(env))} {'set' if given else 'unset'}"
+    if not unset:
+        return f"all of its {len(given)} variables set"
+    if given:
+        return f"{', '.join(given)} set; {len(unset)} more it may use unset"
+    return f"none of its {len(unset)} variables set ({unset[0]}, ...)"
+
+
+def lines(table: list[dict[str, Any]], width: int) -> list[str]:
+    """The runners on lines of at most `width` columns: name, kind and what it runs, then under it whether its
+    command is found and which of its variables are set."""
+    name_w = max(len(r["name"]) for r in table)
+    hang = " " * (name_w + 12)
+    room = max(width - len(hang), 20)
+    out = []
+    for r in table:
+        what = r["what"] + ("  (default)" if r["default"] else "")
+        said = fit.fill(what, room) if r["kind"] == "built-in" else [fit.cut_middle(what, room)]
+        out.append(f"{r['name']:<{name_w}}  {r['kind']:<8}  {said[0]}")
+        out += [hang + part for part in said[1:]]
+        notes = []
+        if r["kind"] == "command":
+            notes.append(r["problem"] or f"{r['command']}: {r['found']}")
+            if r["loaded"] is False:
+                notes.append("not loaded by the running daemon: restart it")
+        if r.get("env"):
+            notes.append(variables(r["env"]))
+        out += [hang + part for note in notes for part in fit.fill(note, room, indent="  ")]
     return out
 
 
@@ -76,19 +122,11 @@ def runners(as_json: bool) -> None:
         loaded = list(Client(p.socket, timeout=2).health().get("runners") or []) or None
     except (Unreachable, OSError):
         loaded = None
-    table = rows(cfg, loaded)
+    table = rows(cfg, loaded, sights(cfg, p))
     if as_json:
         emit(table)
         return
-    width = max(len(r["name"]) for r in table)
-    for r in table:
-        line = f"{r['name']:<{width}}  {r['kind']:<8}  {r['what']}" + ("  (default)" if r["default"] else "")
-        notes = []
-        if r["kind"] == "command":
-            notes.append(f"{r['command']}: {r['found'] or 'not found on PATH'}")
-            if r["loaded"] is False:
-                notes.append("not loaded by the running daemon: restart it")
-        notes += [f"{k} {'set' if v else 'unset'}" for k, v in (r.get("env") or {}).items()]
-        click.echo(line + (f"\n{'':<{width}}            " + "; ".join(notes) if notes else ""))
+    for line in lines(table, shutil.get_terminal_size().columns - 1):
+        term.echo(line)
     if not cfg.runners:
         err("no agent CLIs configured: `orchestrator config example` shows [runners.NAME] examples")

@@ -154,6 +154,9 @@ class Job:
     feedback: str = field(default="", metadata=PLAIN)
     """The feedback of the revision under way ("" when none): stored with the move that starts it and kept until
     its round ends, so a revision waiting for admission (of a failed job) or cut by a crash keeps what it was told."""
+    place: float | None = field(default=None, metadata=PLAIN)
+    """Its place among the waiting jobs of its priority once a person moved it (`switch`, `move --before`,
+    `enqueue --before`); None: its id, the order jobs were queued in (`JobView.order_key`)."""
 
     @property
     def subject(self) -> str:
@@ -193,6 +196,7 @@ class Job:
             runner=self.runner,
             kept=bool(self.feedback),
             resting=self.resting,
+            place=self.place,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -210,3 +214,21 @@ def from_row(row: Any) -> Job:
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def fresh_attempt(job: Job) -> dict[str, Any]:
+    """The fields of a job moved back to the queue for a fresh attempt, planned anew on the current head (its
+    claim stays until then: it keeps the job's place, see `rounds.keeps_place`)."""
+    return {
+        "attempts": job.attempts + 1,
+        "base": None,
+        "result": None,
+        "actual": frozenset(),
+        "worktree": None,
+        "started_at": None,
+        "finished_at": None,
+        "exit_code": None,
+        "land_after": (),
+        "decision": None,
+        "feedback": "",
+    }

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from orchestrator.core.models import CANCELLABLE, Code, JobState
+from orchestrator.core.models import CANCELLABLE, Code, JobEvent, JobState
 
 Q, PLANNING, P = JobState.QUEUED, JobState.PLANNING, JobState.PLANNED
 RUNNING, LANDING, READY = JobState.RUNNING, JobState.LANDING, JobState.READY
@@ -72,7 +72,7 @@ class Step:
 
     to: JobState
     expect: frozenset[JobState]
-    event: str
+    event: JobEvent
     code: str
     reason: str
 
@@ -102,10 +102,10 @@ def after_run(end: RunEnd) -> Step:
     if not end.ok:
         code = end.code or (Code.RUNNER_FAILED if end.exit_code is not None else Code.TIMED_OUT)
         reason = f"{end.summary}; worktree kept at {end.worktree} (see `orchestrator logs {i}`)"
-        return Step(FAILED, frozenset({RUNNING}), "failed", str(code), reason)
+        return Step(FAILED, frozenset({RUNNING}), JobEvent.FAILED, str(code), reason)
     if not end.changed and not end.revised:
         reason = f"{end.summary} but changed nothing: nothing landed (`orchestrator logs {i}` says what it did)"
-        return Step(UNCHANGED, frozenset({RUNNING}), "finished", Code.NO_CHANGES, reason)
+        return Step(UNCHANGED, frozenset({RUNNING}), JobEvent.FINISHED, Code.NO_CHANGES, reason)
     if not end.changed:
         end = replace(end, summary=f"{end.summary}; this round changed nothing more")
     if end.review:
@@ -113,9 +113,9 @@ def after_run(end: RunEnd) -> Step:
             f"{end.summary + '; ' if end.revised else ''}ready for review: `orchestrator diff {i}`, then "
             f"`orchestrator land {i}`, `orchestrator revise {i} FEEDBACK` or `orchestrator reject {i}`"
         )
-        return Step(READY, frozenset({RUNNING}), "finished", Code.READY, reason)
+        return Step(READY, frozenset({RUNNING}), JobEvent.FINISHED, Code.READY, reason)
     done = f"{end.summary}; waits for its landing" if end.revised else "finished; waits for its landing"
-    return Step(LANDING, frozenset({RUNNING}), "finished", Code.FINISHED, done)
+    return Step(LANDING, frozenset({RUNNING}), JobEvent.FINISHED, Code.FINISHED, done)
 
 
 class Landed(StrEnum):
@@ -206,6 +206,29 @@ def on_revise(state: JobState, *, worktree_kept: bool) -> Revise:
     if state in (FAILED, INTERRUPTED):
         return Revise.ADMIT if worktree_kept else Revise.NO_WORKTREE
     return Revise.NOT_NOW
+
+
+class Edit(StrEnum):
+    """How to edit a waiting job (`on_edit`)."""
+
+    IN_PLACE = "in-place"
+    """Its fields change and it stays where it is: a new priority, or a queued job's new text or paths (it has no
+    plan yet)."""
+    REPLAN = "replan"
+    """Planned: its text or paths changed, so its claim is stale; it goes back to queued and is planned again."""
+    STOP_PLAN = "stop-plan"
+    """Its plan may be running on the old text: stop it, then back to queued."""
+    NOT_NOW = "not-now"
+    """It started, or ended: nothing to edit."""
+
+
+def on_edit(state: JobState, *, replan: bool) -> Edit:
+    """What an edit of a job in `state` does; `replan`: its text or paths change (its claim with them)."""
+    if state not in (Q, PLANNING, P):
+        return Edit.NOT_NOW
+    if not replan or state is Q:
+        return Edit.IN_PLACE
+    return Edit.STOP_PLAN if state is PLANNING else Edit.REPLAN
 
 
 class Cancel(StrEnum):

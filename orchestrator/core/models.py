@@ -77,6 +77,74 @@ VIEW_ORDER: tuple[JobState, ...] = (
 """How views list the jobs that are not over: what waits for a person's review first, then nearest to landing."""
 
 
+class JobEvent(StrEnum):
+    """What happened to a job, as stored in its history (`job_events.kind`; `orchestrator logs --events` shows it).
+
+    A closed set: every write of a job names one of these, and readers (calibration, views, tests) match on them.
+    """
+
+    ENQUEUED = "enqueued"
+    """Queued by `enqueue`, the git hook or a ticket."""
+    CLAIMED = "claimed"
+    """Team mode: a node took it from the team's queue."""
+    RELEASED = "released"
+    """Team mode: put back in the team's queue, held by no node (its node's lease ended)."""
+    PLANNING = "planning"
+    """Its plan started."""
+    PLANNED = "planned"
+    """Its claim and base are stored: it waits for admission."""
+    REPLAN = "replan"
+    """Back to the queue to be planned again (its branch moved in its claim, or could not be read)."""
+    DEFERRED = "deferred"
+    """Admission made it wait; the reason says for what (stored when the reason changes)."""
+    ADMITTED = "admitted"
+    """Admission let it start: it runs."""
+    RATE_LIMITED = "rate_limited"
+    """Its runner met the model API's rate limit: it waits in its worktree for the limit to lift."""
+    OUTSIDE_CLAIM = "outside_claim"
+    """It wrote paths outside its claim (listed in the event)."""
+    CLAIM_GROWN = "claim_grown"
+    """Its claim grew to paths it touched outside it (no other active job held them)."""
+    OVERLAP = "overlap"
+    """It and another active job touched a common path (calibration counts these)."""
+    OVERLAP_CHECKED = "overlap_checked"
+    """The watch merged the two overlapping jobs' trees in memory: a real conflict, or disjoint hunks."""
+    FINISHED = "finished"
+    """Its runner ended well: it lands, waits for review, or changed nothing."""
+    FAILED = "failed"
+    """Its runner, its planning, admission or its landing failed it."""
+    CHECK_FAILED = "check_failed"
+    """The landing check failed on the merged result: not landed."""
+    INTERRUPTED = "interrupted"
+    """The daemon stopped (or its node was lost) while it ran."""
+    CANCELLED = "cancelled"
+    """A person cancelled it."""
+    SUPERSEDED = "superseded"
+    """Cancelled because a newer job of its ticket was queued."""
+    REQUEUED = "requeued"
+    """Back to the queue for a fresh attempt (a conflict, a rewritten branch, a restart, a taken-over node)."""
+    RETRIED = "retried"
+    """A person retried it: a fresh attempt from the queue."""
+    REVISED = "revised"
+    """A person sent it back to its agent with feedback."""
+    EDITED = "edited"
+    """A person changed its text, paths or priority while it waited (`orchestrator edit`)."""
+    MOVED = "moved"
+    """A person moved it in the queue (`move --before`, `switch`): its priority and place are in the event."""
+    APPROVED = "approved"
+    """Review mode: a person approved it for landing."""
+    REJECTED = "rejected"
+    """Review mode: a person rejected it; nothing landed."""
+    LANDING_WAITS = "landing_waits"
+    """Its landing waits (a person's uncommitted change in the way, a full disk, an unreachable remote)."""
+    LANDING_RECOVERED = "landing_recovered"
+    """After a restart: a landing the journal held was found finished or put back."""
+    LANDED = "landed"
+    """Its changes are on the target branch."""
+    CONFLICTED = "conflicted"
+    """Its changes conflict with the target branch, for good: left for a person."""
+
+
 class ClaimSource(StrEnum):
     """Where a claim came from, strongest first."""
 
@@ -210,7 +278,7 @@ class JobView:
     actual: frozenset[str] = frozenset()
     """Paths the job has really touched so far (its diff against its base, untracked files included)."""
     priority: int = 0
-    """Higher runs first; ties go by id (FIFO)."""
+    """Higher runs first; ties go by place (`order_key`)."""
     after: tuple[int, ...] = ()
     """Jobs that must land before this one may start (`--after`)."""
     mergeable: frozenset[str] = frozenset()
@@ -221,10 +289,14 @@ class JobView:
     """A revision: it goes on in the worktree it kept, from its own base, whatever its branch did since."""
     resting: bool = False
     """An active job waiting for its model API's rate limit to end: it holds its paths but no slot."""
+    place: float | None = None
+    """Where it stands among the jobs of its priority once a person moved it; None: at its id (first queued, first
+    served)."""
 
     @property
-    def order_key(self) -> tuple[int, int]:
-        return (-self.priority, self.id)
+    def order_key(self) -> tuple[int, float, int]:
+        """The queue's order: higher priority first, then the lower place (its id unless a person moved it)."""
+        return (-self.priority, self.id if self.place is None else self.place, self.id)
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
@@ -261,6 +333,8 @@ class Snapshot:
     """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
     limited: Mapping[str, float] = field(default_factory=dict)
     """Runners whose model API is rate-limited, each with the UNIX time the limit ends (`jobs.limits`)."""
+    disk_low: str = ""
+    """Why no job may start for lack of disk (the workspaces' disk is under `jobs.min_free_bytes`); empty: room."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -305,6 +379,9 @@ class Reason(StrEnum):
     RATE_LIMITED = "RateLimited"
     """Its runner's model API is rate- or usage-limited (a job of that runner met the limit): it starts when the
     limit ends."""
+    NO_SPACE = "NoSpace"
+    """The disk that holds the workspaces has less free room than `jobs.min_free_bytes`: nothing new starts until
+    there is room."""
 
 
 class Code(StrEnum):
@@ -360,7 +437,13 @@ class Code(StrEnum):
     REJECTED = "Rejected"
     """A person rejected it in review; its branch is kept."""
     NO_SPACE = "NoSpace"
-    """Its landing waits: a checkout of its branch lacks the free space the landing writes there."""
+    """A disk is full: its landing waits for free space in a checkout of its branch; or, while it ran, the
+    daemon's state could not be written (it stopped, its paths and slot free)."""
+    TOO_BIG = "TooBig"
+    """It grew past a size limit: its workspace past `jobs.max_bytes` (stopped), or a file or its whole result
+    past what a job may commit (nothing committed)."""
+    BAD_NAMES = "BadNames"
+    """It left files whose names cannot be committed (`.GIT`, `git~1`, not UTF-8): nothing committed."""
     REWRITTEN = "Rewritten"
     """Its target branch was rewritten (its base dropped): it was re-queued to be planned on the new head."""
     REMOTE_UNREACHABLE = "RemoteUnreachable"
@@ -369,6 +452,8 @@ class Code(StrEnum):
     """A person sent it back to its agent with review feedback: it runs again in its worktree (`revise`)."""
     RATE_LIMITED = "RateLimited"
     """Its runner's model API said it is rate- or usage-limited: it waits, then goes on by itself (bounded)."""
+    EDITED = "Edited"
+    """A person changed its text or paths while it waited (`orchestrator edit`): it is planned again."""
 
 
 class Outcome(StrEnum):

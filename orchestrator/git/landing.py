@@ -2,10 +2,11 @@
 
 One loop for every target (`land_on`): read the target's head → refuse a head that no longer contains the job's
 base (the target was rewritten: merging would bring back history it dropped; the job is planned again) → merge
-in memory → run the landing check on the result if there is one (`Check`, in a scratch worktree) → swap the
-target to the result; HEAD_MOVED, and all of it again on the new head (a check passed on one merge says nothing
-about another). What each outcome says is `git.outcomes`. A target is a branch of this repository (`Branch`,
-`land`) or a team's shared remote (`git.remote`, where the swap is a push with a lease).
+in memory → run the landing check on the result if there is one (a `Check` handed in by the caller, such as
+`jobs.landing_check`'s command in a scratch worktree) → swap the target to the result; HEAD_MOVED, and all of it
+again on the new head (a check passed on one merge says nothing about another). What each outcome says is
+`git.outcomes`. A target is a branch of this repository (`Branch`, `land`) or a team's shared remote
+(`git.remote`, where the swap is a push with a lease).
 
 On a branch the swap is `prepare` (every checkout of the branch checked, the intent journaled), then `move`
 (the ref, then the checkouts).
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,14 +46,9 @@ from orchestrator.git.checkouts import FAULT, SPACE_MARGIN
 from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.merging import LandStyle, Mergeable, merge_for_landing
 from orchestrator.git.outcomes import LandOutcome, LandResult
-from orchestrator.git.workspace import Workspace, WorkspaceError, remove_tree
-from orchestrator.runners import process
-from orchestrator.runners.sandbox import Sandbox
 
-TAIL_BYTES = process.TAIL_BYTES
-"""How much of a check's output `CheckResult.output_tail` keeps."""
-KILL_GRACE = 2.0
-"""Seconds between SIGTERM and SIGKILL for a check that timed out."""
+REFLOG = "orchestrator: "
+"""How every reflog entry the daemon writes begins: the git hook tells the commit that ran it from a landing by it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +57,7 @@ class CheckResult:
     returncode: int | None
     """The command's exit status (negative: killed by that signal); None if it never ran."""
     output_tail: str
-    """The last `TAIL_BYTES` of stdout and stderr, interleaved as written."""
+    """The end of its stdout and stderr, interleaved as written."""
     timed_out: bool = False
 
 
@@ -98,7 +93,7 @@ def advance(
     HEAD_MOVED if it does not (nothing changed); USER_DIRTY if a checkout of the branch has uncommitted
     work at paths that differ between the two heads, NO_SPACE if its file system is too full (nothing changed);
     FAULT if the ref or a checkout cannot be written (put back: nothing changed); else LANDED, with every
-    checkout of the branch updated in index and work tree. Reflog message: "orchestrator: land job N".
+    checkout of the branch updated in index and work tree. Reflog message: "orchestrator: land job N" (`REFLOG`).
     """
     prepared = prepare(repo_path, branch, expected_head, new_sha, job_id=job_id, journal=journal)
     return prepared if isinstance(prepared, LandResult) else move(prepared)
@@ -156,7 +151,7 @@ def move(p: Prepared) -> LandResult:
     """The ref (compare-and-swap), then every checkout; all put back if any step fails (sync: run in a thread)."""
     refname = p.ref.name
     try:
-        p.ref.set_target(p.new, f"orchestrator: {p.what}")  # CAS against the target `ref` was looked up with
+        p.ref.set_target(p.new, f"{REFLOG}{p.what}")  # CAS against the target `ref` was looked up with
     except (pygit2.GitError, OSError) as e:  # a lock it cannot take, a file it cannot write: OSError
         p.journal.end(p.token)
         now = p.repo.lookup_reference(refname).target
@@ -192,7 +187,7 @@ def _update_checkouts(p: Prepared) -> tuple[LandResult, bool]:
             if checkouts.read_tree(done, new, old) is not None:
                 stuck[str(done)] = checkouts.put_back(p.repo, done, p.changed, old)
         stuck = {c: ps for c, ps in stuck.items() if ps}
-        if checkouts.swap_back(p.repo, p.ref.name, new, old, f"orchestrator: undo {p.what}"):
+        if checkouts.swap_back(p.repo, p.ref.name, new, old, f"{REFLOG}undo {p.what}"):
             if stuck:
                 where = "; ".join(f"{c}: {outcomes.some(ps)}" for c, ps in stuck.items())
                 message = (
@@ -218,34 +213,22 @@ def _update_checkouts(p: Prepared) -> tuple[LandResult, bool]:
     ), True
 
 
-@dataclass(frozen=True, slots=True)
-class Check:
-    """A repository's landing check: a shell command run on the merged result before the branch moves."""
+class Check(Protocol):
+    """A repository's landing check, handed in by the caller (`jobs.landing_check`): run on the merged result
+    before the target moves."""
 
-    command: str
-    timeout: float
-    log_path: Path | None = None
-    scratch_root: Path | None = None
-    owner: process.Owner | None = None
-    sandbox: Sandbox | None = None
-    """Where the check runs: the merged result is the job's code, confined like the job itself."""
+    @property
+    def command(self) -> str:
+        """What it runs, as the person who configured it wrote it."""
+        ...
 
     async def run(self, repo_path: Path, sha: str) -> CheckResult:
-        """This check on the commit `sha` of the repository at `repo_path` (`run_check`)."""
-        return await run_check(
-            repo_path,
-            sha,
-            self.command,
-            timeout=self.timeout,
-            log_path=self.log_path,
-            scratch_root=self.scratch_root,
-            owner=self.owner,
-            sandbox=self.sandbox,
-        )
+        """This check on the commit `sha` of the repository at `repo_path`."""
+        ...
 
     def status(self, ran: CheckResult) -> str:
         """How a run of it ended, for a person."""
-        return f"timed out after {self.timeout:g}s" if ran.timed_out else f"exited {ran.returncode}"
+        ...
 
 
 class Landing(TypedDict, total=False):
@@ -378,78 +361,6 @@ def contains(repo_path: Path, head: str, base: str) -> bool:
     except (KeyError, ValueError, pygit2.GitError):
         return False
     return h == b or repo.descendant_of(h, b)
-
-
-async def run_check(
-    repo_path: Path,
-    sha: str,
-    command: str,
-    *,
-    timeout: float,
-    log_path: Path | None = None,
-    scratch_root: Path | None = None,
-    owner: process.Owner | None = None,
-    sandbox: Sandbox | None = None,
-) -> CheckResult:
-    """Run the shell `command` in a scratch workspace at `sha`, confined like a job; always remove it.
-
-    The workspace is made like a job's (its own git dir, no shared writable git state), and the command
-    runs in `sandbox` when there is one: the merged result is the job's code, so the check is the job's
-    code running. Through `process.run`: its own process group, recorded by `owner`; on timeout the group
-    gets SIGTERM, then SIGKILL after `KILL_GRACE`, and whatever it left running is ended once it exits
-    (its workspace is about to go). Output is appended to `log_path` if given.
-    """
-    if sandbox is not None and (why := sandbox.check()):
-        return CheckResult(False, None, why)
-    scratch = Path(tempfile.mkdtemp(prefix="orchestrator-check-", dir=scratch_root))
-    ws = Workspace(scratch / sha[:12])
-    tmp = scratch / "tmp"
-    try:
-        try:
-            await asyncio.to_thread(ws.create, repo_path, sha, None)
-        except (WorkspaceError, repos.RepoError, OSError) as e:
-            return CheckResult(False, None, f"could not make a workspace at {sha}: {e}")
-        tmp.mkdir(mode=0o700)
-        prefix = sandbox.confine(ws.root, tmp=tmp, repo=repo_path) if sandbox is not None else []
-        env = process.environment((), {"TMPDIR": str(tmp)} if prefix else None)
-        done = await process.run(
-            command,
-            cwd=ws.root,
-            env=env,
-            timeout=timeout,
-            log_path=log_path,
-            grace=KILL_GRACE,
-            owner=owner,
-            what=f"landing check in {ws.root}",
-            prefix=prefix,
-        )
-        return CheckResult(done.ok, done.returncode, done.output_tail, timed_out=done.timed_out)
-    finally:
-        await asyncio.to_thread(remove_tree, scratch)
-
-
-def remove_stale_scratch(repo_path: Path, scratch_root: Path, state_root: Path | None = None) -> list[str]:
-    """On start: the landing-check workspaces a killed daemon left under `scratch_root`, removed.
-
-    Also git's metadata of the linked worktrees older versions made there (under `state_root`, default
-    `scratch_root`): a half-made one with an empty `commondir` makes every `git worktree list` in the
-    repository fail, the user's included.
-    """
-    root = scratch_root.resolve()
-    ours = (state_root or scratch_root).resolve()
-    admin_root = repos.common_dir(repos.open_repo(repo_path)) / "worktrees"
-    for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
-        pointer = admin / "gitdir"
-        try:
-            target = Path(pointer.read_text().strip()).parent.resolve()
-        except OSError:
-            continue
-        if target.is_relative_to(root) or (target.is_relative_to(ours) and not (admin / "commondir").is_file()):
-            remove_tree(admin)
-    stale = [str(p) for p in sorted(root.glob("orchestrator-check-*"))] if root.is_dir() else []
-    for path in stale:
-        remove_tree(Path(path))
-    return stale
 
 
 # ---- the ref and the checkouts -------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def merge_conflicts(
         repo,
         index,
         union=lambda: repo.merge_trees(ancestor, ours, theirs, favor=MergeFavor.UNION),
-        is_union=_union_paths(repo, attr_commit, mergeable),
+        is_union=union_paths(repo, attr_commit, mergeable),
     )
 
 
@@ -112,7 +112,7 @@ def merge_for_landing(
     theirs = repo.revparse_single(job_commit).peel(pygit2.Commit)
     if ours.id == theirs.id or repo.descendant_of(ours.id, theirs.id):
         return MergeResult(head=str(ours.id), sha=str(ours.id), conflicts=(), kind="noop")
-    return _STYLES[style](repo, ours, theirs, _union_paths(repo, ours.id, mergeable), message)
+    return _STYLES[style](repo, ours, theirs, union_paths(repo, ours.id, mergeable), message)
 
 
 def _merge(
@@ -208,7 +208,7 @@ def _tree(repo: pygit2.Repository, treeish: str | pygit2.Oid) -> pygit2.Tree:
     return obj.peel(pygit2.Tree)
 
 
-def _union_paths(repo: pygit2.Repository, commit: pygit2.Oid | None, mergeable: Mergeable | None) -> Mergeable:
+def union_paths(repo: pygit2.Repository, commit: pygit2.Oid | None, mergeable: Mergeable | None) -> Mergeable:
     """Mergeable by the caller's rule or by the `merge=union` attribute.
 
     libgit2 applies `merge=union` itself, but reads `.gitattributes` only from the checkout and its

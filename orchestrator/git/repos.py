@@ -17,12 +17,6 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DiffFind
 
-GIT_LOCATION_ENV: tuple[str, ...] = (
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-)  # fmt: skip
-"""Inherited from a git hook, these would point git at the wrong repository: never passed on."""
-
 __all__ = [
     "RepoError",
     "branch_head",
@@ -31,11 +25,22 @@ __all__ = [
     "default_branch",
     "gitattributes_union",
     "open_repo",
+    "worktrees",
 ]
 
 
 class RepoError(ValueError):
     """A repository, branch or revision the user named cannot be used; the message says how to fix it."""
+
+
+def borrowed_dirs(repo: Path) -> list[Path]:
+    """The repository's work dir and object dir: a job's own git dir borrows its objects, so a sandbox shows
+    both to it read-only (just the path when it is no repository)."""
+    try:
+        common = common_dir(open_repo(repo))
+    except RepoError:
+        return [repo]
+    return [repo, common / "objects"]
 
 
 def canonical(path: Path | str) -> Path:
@@ -80,6 +85,29 @@ def open_repo(path: Path | str) -> pygit2.Repository:
 def common_dir(repo: pygit2.Repository) -> Path:
     """The git dir shared by a repository and all its linked worktrees (resolved)."""
     return _common_dir(Path(repo.path)).resolve()
+
+
+def worktrees(repo: pygit2.Repository) -> list[tuple[Path, Path]]:
+    """Every checkout of the repository (its main work tree, then each linked worktree), with the file holding
+    its HEAD: read from git's own files (the common dir's `HEAD`, each `worktrees/<name>/gitdir`), as `git
+    worktree list` does, without a process. A linked worktree whose directory is gone is left out."""
+    common = common_dir(repo)
+    found = []
+    top = repo if Path(repo.path).resolve() == common else open_repo(common)
+    if not top.is_bare and top.workdir:
+        found.append((Path(top.workdir), common / "HEAD"))
+    admin_root = common / "worktrees"
+    for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
+        try:
+            pointer = Path((admin / "gitdir").read_text().strip())
+        except (FileNotFoundError, NotADirectoryError):
+            # The worktree pool renames and prunes its own worktrees beside a landing: one vanished as
+            # we read. Never the user's (the pool only removes its own).
+            continue
+        path = (pointer if pointer.is_absolute() else (admin / pointer).resolve()).parent
+        if path.is_dir():
+            found.append((path, admin / "HEAD"))
+    return found
 
 
 def branch_head(repo_path: Path | str, branch: str) -> str:

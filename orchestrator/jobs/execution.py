@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -21,11 +22,12 @@ from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import RunEnd
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
+from orchestrator.git.workspace import ResultRefused
 from orchestrator.git.worktrees import WorktreePool
-from orchestrator.jobs import escapes, joblog
+from orchestrator.jobs import escapes, joblog, quota
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
@@ -34,6 +36,7 @@ from orchestrator.paths import Paths
 from orchestrator.runners import Runner, ratelimit
 from orchestrator.runners import get as get_runner
 from orchestrator.runners.base import RunContext, RunResult
+from orchestrator.store import StoreFull
 
 OnChange = Callable[[int, frozenset[str]], Awaitable[None]]
 HeldBy = Callable[[int, str], Awaitable[str | None]]
@@ -51,11 +54,18 @@ ESCAPE_RECHECK = 0.5
 
 @dataclass
 class Stop:
-    """Why a job's task was cancelled: a person cancelled it, or the daemon is stopping."""
+    """Why a job's task was cancelled: a person cancelled it, the daemon is stopping, or the daemon stopped it (a
+    limit passed, its state could not be stored: failed)."""
 
     state: JobState
     reason: str
     code: Code = Code.INTERRUPTED
+
+    @property
+    def event(self) -> JobEvent:
+        """What its job's history records: cancelled, failed, or interrupted (the daemon stopping)."""
+        events = {JobState.CANCELLED: JobEvent.CANCELLED, JobState.FAILED: JobEvent.FAILED}
+        return events.get(self.state, JobEvent.INTERRUPTED)
 
 
 INTERRUPTED = Stop(
@@ -78,6 +88,15 @@ def _still(written: Job | None, job: Job) -> Job:
     if written is None:
         raise _Moved(job)
     return written
+
+
+def _failure(e: Exception) -> tuple[Code, str]:
+    """A job's code and reason for an error its run did not expect: a full disk says so, and what to do."""
+    if isinstance(e, StoreFull):
+        return Code.NO_SPACE, str(e)
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return Code.NO_SPACE, f"a disk is full ({e}): free space there, then `orchestrator revise` or `retry` it"
+    return Code.RUNNER_ERROR, f"{type(e).__name__}: {e}"
 
 
 class Executor:
@@ -104,6 +123,40 @@ class Executor:
         self.on_change = on_change
         self.on_acquired = on_acquired
         self.stops: dict[int, Stop] = {}
+        self._tasks: dict[int, asyncio.Task[Any]] = {}
+        """Each running job's task (the one `run` runs in), for `halt`."""
+
+    def halt(self, job_id: int, stop: Stop) -> bool:
+        """End a running job's task with `stop` (its cancel arm writes it), from anywhere on the loop without waiting
+        for it; False when it has no task running here."""
+        task = self._tasks.get(job_id)
+        if task is None or task.done():
+            return False
+        self.stops.setdefault(job_id, stop)
+        task.cancel()
+        return True
+
+    async def _report(self, job_id: int, paths: frozenset[str]) -> None:
+        """The watch's new set for a running job; a job whose paths cannot be stored (a full disk) is stopped: it
+        could not be kept apart from the others, and it may be what filled the disk."""
+        try:
+            await self.on_change(job_id, paths)
+        except StoreFull as e:
+            reason = f"{e}; it was stopped: what it touches could not be stored"
+            self.halt(job_id, Stop(JobState.FAILED, reason, Code.NO_SPACE))
+
+    async def _guard(self, job_id: int, paths: list[Path]) -> None:
+        """Stop the job once its disk use or its disk's free room is over a limit (`jobs.quota`)."""
+        j = self.cfg.jobs
+        if not (j.max_bytes or j.min_free_bytes):
+            return
+        try:
+            over = await quota.guard(paths, j.max_bytes, j.min_free_bytes)
+        except Exception:  # noqa: BLE001 - the measure broke, not the job: it runs on unmeasured, and the log says why
+            olog.get(job_id=job_id).exception(olog.Event.STEP_FAILED, step="measure the job's disk use")
+            return
+        olog.get(job_id=job_id).warning(olog.Event.JOB_OVER_QUOTA, code=over.code, reason=over.reason)
+        self.halt(job_id, Stop(JobState.FAILED, over.reason, over.code))
 
     async def _written(self, repo: Path, before: escapes.CheckoutState) -> list[str]:
         """Paths of the user's checkout the job wrote while it ran (see `escapes`). A first finding is looked at
@@ -118,8 +171,8 @@ class Executor:
 
     async def _end(self, job: Job, step: lifecycle.Step, **fields: Any) -> Job:
         """Write `step` (from `running`), which ends the round (and any revision's feedback with it); the job as
-        stored, whoever moved it last."""
-        done = await self.board.transition(
+        stored, whoever moved it last. On a full disk it waits for room (`Board.settle`)."""
+        done = await self.board.settle(
             job.id, step.expect, step.to, step.event, code=step.code, reason=step.reason, feedback="", **fields
         )
         if done is not None:
@@ -127,11 +180,11 @@ class Executor:
         return await self.board.store.get(job.id) or job
 
     async def _stop_write(self, job_id: int, stop: Stop) -> Job | None:
-        return await self.board.transition(
+        return await self.board.settle(
             job_id,
             RUNNING,
             stop.state,
-            str(stop.state),
+            stop.event,
             finished_at=time.time(),
             reason=stop.reason,
             code=stop.code,
@@ -175,7 +228,7 @@ class Executor:
                     RUNNING,
                     code=Code.RATE_LIMITED,
                     reason=reason,
-                    event="rate_limited",
+                    event=JobEvent.RATE_LIMITED,
                     data={"code": Code.RATE_LIMITED, "until": until, "seconds": seconds, "wait": waits, "held": held},
                 ),
                 job,
@@ -199,12 +252,16 @@ class Executor:
         base: str = job.base
         repo = Path(job.repo)
         watcher: ChangeWatcher | None = None
+        guard: asyncio.Task[None] | None = None
+        if (me := asyncio.current_task()) is not None:
+            self._tasks[job.id] = me
         try:
             runner = get_runner(job.runner, self.runners)
             if resume:
-                worktree = Path(job.worktree or "")
+                # Where the pool keeps the job's workspace: a path in the record is never taken on its word.
+                worktree = self.pool.path_for(repo, job.id)
                 if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
-                    raise RuntimeError(f"its worktree {job.worktree or ''} is gone; nothing to go on from")
+                    raise RuntimeError(f"its worktree {worktree} is gone; nothing to go on from")
             else:
                 worktree = await self.pool.acquire(repo, job.id, base)
                 if self.on_acquired is not None:
@@ -217,8 +274,11 @@ class Executor:
                 runner=job.runner,
                 claim=sorted(job.claim.paths),
             )
-            watcher = ChangeWatcher(worktree, base, lambda paths: self.on_change(job.id, paths))
+            watcher = ChangeWatcher(
+                worktree, base, functools.partial(self._report, job.id), limit=self.cfg.jobs.max_tracked_paths
+            )
             await watcher.start()
+            guard = asyncio.create_task(self._guard(job.id, [worktree, self.paths.job_private(job.id)]))
             ctx = RunContext(
                 job=job,
                 worktree=worktree,
@@ -251,10 +311,27 @@ class Executor:
                         code=Code.WROTE_OUTSIDE,
                     )
             await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
+            guard.cancel()
             await watcher.stop()
             watcher = None
+            sha: str | None = None
+            if result.ok:
+                # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside).
+                try:
+                    sha = await asyncio.to_thread(
+                        commits.commit_worktree,
+                        worktree,
+                        message=job.commit_text,
+                        job_id=job.id,
+                        base=base,
+                        repo_path=repo,
+                        stack=bool(resume),
+                    )
+                except ResultRefused as refused:
+                    result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
+                    await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
             if not result.ok:
-                actual = await asyncio.to_thread(actual_paths, worktree, base)
+                actual = await asyncio.to_thread(actual_paths, worktree, base, limit=self.cfg.jobs.max_tracked_paths)
                 await self.pool.release(repo, job.id, keep=True)
                 step = lifecycle.after_run(
                     RunEnd(job.id, False, result.exit_code, result.code, result.summary, worktree=str(worktree))
@@ -269,17 +346,7 @@ class Executor:
                 )
                 log.warning(olog.Event.JOB_FAILED, code=step.code, reason=job.reason, exit_code=result.exit_code)
                 return job
-            # A revision's change goes on top of its earlier result (the branch moves forward, nothing is kept aside).
-            sha = await asyncio.to_thread(
-                commits.commit_worktree,
-                worktree,
-                message=job.commit_text,
-                job_id=job.id,
-                base=base,
-                repo_path=repo,
-                stack=bool(resume),
-            )
-            actual = await asyncio.to_thread(actual_paths, worktree, base)
+            actual = await asyncio.to_thread(actual_paths, worktree, base, limit=self.cfg.jobs.max_tracked_paths)
             step = lifecycle.after_run(
                 RunEnd(
                     job.id,
@@ -300,12 +367,14 @@ class Executor:
             if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
                 log.warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
                 job = _still(
-                    await self.board.update(job.id, RUNNING, event="outside_claim", data={"paths": sorted(wide)[:50]}),
+                    await self.board.update(
+                        job.id, RUNNING, event=JobEvent.OUTSIDE_CLAIM, data={"paths": sorted(wide)[:50]}
+                    ),
                     job,
                 )
             job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
             event = olog.Event.JOB_READY if step.to is JobState.READY else olog.Event.JOB_FINISHED
-            log.info(event, result=sha, actual=sorted(actual))
+            log.info(event, result=sha, actual=sorted(actual)[:50], touched=len(actual))
             return job
         except _Moved as moved:
             # Someone else moved it on (it is no longer `running`): its worktree is kept, nothing more is written.
@@ -325,7 +394,9 @@ class Executor:
             with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await asyncio.shield(self.pool.release(repo, job.id, keep=True))
             await asyncio.shield(self._stop_write(job.id, stop))
-            event = olog.Event.JOB_CANCELLED if stop.state is JobState.CANCELLED else olog.Event.DAEMON_CANCELLED
+            event = {JobState.CANCELLED: olog.Event.JOB_CANCELLED, JobState.FAILED: olog.Event.JOB_FAILED}.get(
+                stop.state, olog.Event.DAEMON_CANCELLED
+            )
             log.warning(event, code=stop.code, reason=stop.reason)
             raise
         except Exception as e:
@@ -334,9 +405,13 @@ class Executor:
                     await asyncio.wait_for(watcher.stop(), 5)
             with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await self.pool.release(repo, job.id, keep=True)
-            step = lifecycle.Step(JobState.FAILED, RUNNING, "failed", Code.RUNNER_ERROR, f"{type(e).__name__}: {e}")
-            job = await self._end(job, step, finished_at=time.time(), data={"code": Code.RUNNER_ERROR})
-            log.error(olog.Event.JOB_FAILED, code=Code.RUNNER_ERROR, reason=job.reason, exc_info=True)
+            code, reason = _failure(e)
+            step = lifecycle.Step(JobState.FAILED, RUNNING, JobEvent.FAILED, code, reason)
+            job = await self._end(job, step, finished_at=time.time(), data={"code": code})
+            log.error(olog.Event.JOB_FAILED, code=code, reason=job.reason, exc_info=code is Code.RUNNER_ERROR)
             return job
         finally:
+            if guard is not None:
+                guard.cancel()
+            self._tasks.pop(job.id, None)
             structlog.contextvars.unbind_contextvars("job_id", "repo")

@@ -23,17 +23,18 @@ from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
-from orchestrator.core.job import Job
+from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Landed, Then
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.git import commits, repos
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.landing_check import ShellCheck
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
-from orchestrator.jobs.retire import fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import retire_attempt
 from orchestrator.paths import Paths
-from orchestrator.runners.sandbox import Sandbox
+from orchestrator.proc.sandbox import Sandbox
 
 LANDING = frozenset({JobState.LANDING})
 USER_DIRTY_RETRY = (1.0, 30.0)  # first and longest wait before trying again when the user's changes are in the way
@@ -180,7 +181,8 @@ class Lander:
             if landed is not None:
                 await self._landed(job, landed, f"landed on {job.branch} at {landed[:12]}; then {reason}", log)
             else:
-                await self._fail(job, "failed", Code.LANDING_FAILED, f"{reason}; not landed, {job.branch} not moved")
+                why = f"{reason}; not landed, {job.branch} not moved"
+                await self._fail(job, JobEvent.FAILED, Code.LANDING_FAILED, why)
             return Then.END
         outcome = Landed(str(result.outcome))
         if outcome is not Landed.USER_DIRTY and self._waiting.get(job.id):
@@ -210,12 +212,12 @@ class Lander:
             return commits.job_message(job.commit_text, job.id)
         return f"Merge orchestrator job {job.id}: {job.subject}"
 
-    def _check(self, job: Job) -> git_landing.Check | None:
+    def _check(self, job: Job) -> ShellCheck | None:
         """The repo's landing check for this job's landing, if it has one."""
         repo_cfg = self.cfg.repo(job.repo)
         if not repo_cfg.check:
             return None
-        return git_landing.Check(
+        return ShellCheck(
             repo_cfg.check,
             repo_cfg.check_timeout,
             log_path=self.paths.job_log(job.id),
@@ -243,11 +245,11 @@ class Lander:
     async def _landed(
         self, job: Job, sha: str, reason: str, log: structlog.typing.FilteringBoundLogger, *, noop: bool = False
     ) -> None:
-        done = await self.board.transition(
+        done = await self.board.settle(
             job.id,
             LANDING,
             JobState.LANDED,
-            "landed",
+            JobEvent.LANDED,
             landed_sha=sha,
             finished_at=time.time(),
             reason=reason or f"landed on {job.branch} at {sha[:12]}",
@@ -284,7 +286,7 @@ class Lander:
             LANDING,
             reason=reason,
             code=code,
-            event="landing_waits",
+            event=JobEvent.LANDING_WAITS,
             data={"user_paths": list(result.user_paths), "code": code},
         )
         log.warning(olog.Event.LANDING_WAITING, code=code, user_paths=list(result.user_paths), reason=reason)
@@ -295,7 +297,7 @@ class Lander:
         if outcome is Landed.CHECK_FAILED:
             await self._fail(
                 job,
-                "check_failed",
+                JobEvent.CHECK_FAILED,
                 Code.CHECK_FAILED,
                 f"the landing check `{self.cfg.repo(job.repo).check}` failed on the merged "
                 f"result; not landed; worktree kept (see `orchestrator logs {job.id}`)",
@@ -304,11 +306,11 @@ class Lander:
             return
         reason = f"landing failed: {result.message}; its result {job.result} is kept on branch {branch_name(job.id)}"
         log.error(olog.Event.JOB_FAILED, code=Code.LANDING_FAILED, reason=reason)
-        await self._fail(job, "failed", Code.LANDING_FAILED, reason)
+        await self._fail(job, JobEvent.FAILED, Code.LANDING_FAILED, reason)
 
-    async def _fail(self, job: Job, event: str, code: Code, reason: str) -> None:
+    async def _fail(self, job: Job, event: JobEvent, code: Code, reason: str) -> None:
         """The job did not land and will not by itself; its branch and worktree stay for a person."""
-        await self.board.transition(
+        await self.board.settle(
             job.id,
             LANDING,
             JobState.FAILED,
@@ -337,8 +339,15 @@ class Lander:
                 f"conflict in {', '.join(conflicts)} with {job.branch}; re-queued on the new head "
                 f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
             )
-        await self.board.transition(
-            job.id, LANDING, JobState.QUEUED, "requeued", **fresh_attempt(job), code=code, data=data, reason=reason
+        await self.board.settle(
+            job.id,
+            LANDING,
+            JobState.QUEUED,
+            JobEvent.REQUEUED,
+            **fresh_attempt(job),
+            code=code,
+            data=data,
+            reason=reason,
         )
         log.info(olog.Event.JOB_REQUEUED, code=code, attempt=job.attempts + 2, kept=kept)
 
@@ -348,11 +357,11 @@ class Lander:
         conflicts = list(result.conflicts)
         log.warning(olog.Event.LANDING_CONFLICT, code=Code.CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
         await self.pool.release(Path(job.repo), job.id, keep=True)
-        await self.board.transition(
+        await self.board.settle(
             job.id,
             LANDING,
             JobState.CONFLICTED,
-            "conflicted",
+            JobEvent.CONFLICTED,
             finished_at=time.time(),
             code=Code.CONFLICT,
             data={"conflicts": conflicts, "code": Code.CONFLICT},

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pygit2
 
@@ -17,24 +16,6 @@ from orchestrator.core.job import Job
 from orchestrator.git import commits, repos
 from orchestrator.git.workspace import Workspace
 from orchestrator.git.worktrees import WorktreeError, WorktreePool
-
-
-def fresh_attempt(job: Job) -> dict[str, Any]:
-    """The fields of a job moved back to the queue for a fresh attempt, planned anew on the current head (its
-    claim stays until then: it keeps the job's place, see `rounds.keeps_place`)."""
-    return {
-        "attempts": job.attempts + 1,
-        "base": None,
-        "result": None,
-        "actual": frozenset(),
-        "worktree": None,
-        "started_at": None,
-        "finished_at": None,
-        "exit_code": None,
-        "land_after": (),
-        "decision": None,
-        "feedback": "",
-    }
 
 
 def _keep_branch(repo_path: Path, job: Job) -> str | None:
@@ -89,8 +70,9 @@ async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
     """
     repo = Path(job.repo)
     log = olog.get(job_id=job.id, repo=job.repo)
-    # Where the pool put it, not only `job.worktree`: a crash may come between the checkout and that record.
-    worktree = Path(job.worktree) if job.worktree else pool.path_for(repo, job.id)
+    # Where the pool puts it, never where the record says: a crash may come between the checkout and that record,
+    # and in team mode the record is the shared store's, which no path on this machine is taken from.
+    worktree = pool.path_for(repo, job.id)
     try:
         await asyncio.to_thread(_commit_leftovers, job, worktree)
     except (WorktreeError, pygit2.GitError, repos.RepoError, OSError, KeyError, ValueError) as e:

@@ -34,25 +34,28 @@ from orchestrator.core.models import (
     OPEN,
     Code,
     Decision,
+    JobEvent,
     JobState,
     JobView,
     Outcome,
     Reason,
     Snapshot,
 )
-from orchestrator.jobs import rounds
+from orchestrator.jobs import quota, rounds
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.facts import GitFacts
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.watch import OverlapWatch
-from orchestrator.store import Write
+from orchestrator.store import StoreFull, Write
 
 ROUND_SLICE = 50
 """Decisions made between two yields to the event loop in one round (a wake-up cuts a full pass short there)."""
 EXPLAIN_EVERY = 2.0
 """Seconds between full passes over a queue whose tail cannot start (every slot taken, or a landing in flight)."""
+FULL_RETRY = 5.0
+"""Seconds before a round that found the database's disk full is tried again."""
 EXPLAIN_PER_JOB = 0.005
 """...and more for a long queue (5 s at 1,000 waiting), so these passes stay a small share of the daemon's time."""
 PLANNED = frozenset({JobState.PLANNED})
@@ -146,6 +149,10 @@ class Scheduler:
             self.heartbeat = time.monotonic()
             try:
                 await self._round()
+            except StoreFull as e:  # nothing can be stored: decide again once there may be room, quietly
+                olog.get().warning(olog.Event.SCHEDULER_ERROR, error=str(e), retry_in=FULL_RETRY)
+                await asyncio.sleep(FULL_RETRY)
+                self.wake()
             except Exception as e:  # noqa: BLE001 - a bad round must not take running jobs down with it
                 olog.get().error(olog.Event.SCHEDULER_ERROR, error=f"{type(e).__name__}: {e}", exc_info=True)
                 await asyncio.sleep(1.0)
@@ -229,7 +236,7 @@ class Scheduler:
 
     async def _decide_round(self) -> None:
         store = self.board.store
-        await store.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
+        await self.board.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
         for job in await store.jobs([JobState.QUEUED]):
             await self.planning.submit(job)
         # A job whose task is starting (admitted, its move to `running` not stored yet) is active already: it is
@@ -299,9 +306,7 @@ class Scheduler:
             # One transaction for the round's changed reasons, each only while its job is still planned (a
             # cancel or a supersede meanwhile keeps its own reason). Not marked changed: the planned mirror's
             # reason, code and decision of a waiting job are never read (`live` serves the latest decision).
-            written = await store.update_many(writes, changed=False)
-            for job_id in written if self.board.subscribed else ():  # no wake: a deferral changes no decision
-                self.board.publish({"type": "job", "job": self.live(by_id[job_id]).to_json()})
+            await self.board.note_reasons(writes, lambda job_id: self.live(by_id[job_id]))
         if complete:
             self._explained = time.monotonic()
             self._repo_facts.commit()
@@ -353,10 +358,25 @@ class Scheduler:
             dead=frozenset(i for i, st in states.items() if st in DEAD),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
             limited=self.executor.limits.active(),
+            disk_low=await self._disk_low(),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
             policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )
         return snapshot, heads
+
+    async def _disk_low(self) -> str:
+        """Why nothing may start for lack of disk (`Snapshot.disk_low`): the workspaces' disk under its floor."""
+        floor = self.cfg.jobs.min_free_bytes
+        if not floor:
+            return ""
+        where = self.executor.paths.state_dir
+        room = await asyncio.to_thread(quota.free, where)
+        if room is None or room >= floor:
+            return ""
+        return (
+            f"the disk that holds {where} has {quota.size(room)} free, less than jobs.min_free_bytes "
+            f"({quota.size(floor)})"
+        )
 
     def _defer(self, job: Job, decision: Decision, writes: list[Write]) -> None:
         """Keep a deferred job's live decision; store and log it only when its reason code changes.
@@ -376,7 +396,7 @@ class Scheduler:
             Write(
                 job.id,
                 {"decision": decision.to_json(), "reason": decision.message, "code": decision.reason},
-                "deferred",
+                JobEvent.DEFERRED,
                 {"reason": str(decision.reason), "code": str(decision.reason)},
                 expect=PLANNED,
             )
@@ -418,7 +438,7 @@ class Scheduler:
                 job.id,
                 PLANNED,
                 JobState.QUEUED,
-                "replan",
+                JobEvent.REPLAN,
                 decision=decision.to_json(),
                 reason=fields["message"],
                 code=decision.reason,
@@ -429,7 +449,7 @@ class Scheduler:
                 job.id,
                 PLANNED,
                 JobState.FAILED,
-                "failed",
+                JobEvent.FAILED,
                 finished_at=time.time(),
                 decision=decision.to_json(),
                 reason=decision.message,
@@ -455,7 +475,7 @@ class Scheduler:
                     job.id,
                     PLANNED,
                     JobState.RUNNING,
-                    "admitted",
+                    JobEvent.ADMITTED,
                     beside=beside,
                     **fresh,
                     decision=decision.to_json(),

@@ -21,24 +21,26 @@ from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.config import Config
 from orchestrator.core import claims
-from orchestrator.core.job import Job
+from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Cancel, Revise, on_cancel, on_revise
-from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobState
+from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobEvent, JobState
 from orchestrator.git import repos
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import retire, review
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.editing import Change, EditError, Editing
 from orchestrator.jobs.execution import Stop
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.privatedirs import PrivateDirs
 from orchestrator.jobs.recovery import CLEANUP_ERRORS
-from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import AttemptKept, retire_attempt
 from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
+from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
-from orchestrator.team.clones import NotShared
+from orchestrator.store import NotShared, Write
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
 MAX_FEEDBACK = 32_000
@@ -78,6 +80,7 @@ class Jobs:
         self.planning = planning
         self.lander = lander
         self.private_dirs = private_dirs
+        self.editing = Editing(board, planning, scheduler.wake)
         self._locks: dict[int, asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
@@ -141,8 +144,23 @@ class Jobs:
             if dep not in known:
                 raise BadRequest(f"--after {dep}: no such job (`orchestrator status` lists the jobs)")
         labels = str_list(data, "labels")
+        before = field(data, "before", int)
+        place: float | None = None
+        room: list[Write] = []
+        if before is not None:
+            if data.get("priority") is not None:
+                raise BadRequest(f"--before {before} gives the job that job's priority: leave out --priority")
+            try:
+                spot, room = await self.editing.place_for_new(before)
+            except EditError as e:
+                raise BadRequest(str(e)) from None
+            place, priority = spot.place, spot.priority
         try:
-            job = await self.store.add_job(
+            await self.editing.make_room(room)
+        except EditError as e:
+            raise JobError(str(e)) from None
+        try:
+            job = await self.board.add(
                 repo=str(repo),
                 branch=branch,
                 text=text,
@@ -155,6 +173,7 @@ class Jobs:
                 land=land,
                 ticket=ticket,
                 labels=labels,
+                place=place,
             )
         except NotShared as e:  # team mode: a clone with no shared remote
             raise BadRequest(str(e)) from None
@@ -166,8 +185,42 @@ class Jobs:
             priority=priority,
             after=after,
         )
-        self.scheduler.wake()
         return job
+
+    # -- editing the queue ----------------------------------------------------------------------------
+
+    async def edit(self, job_id: int, data: dict[str, Any]) -> Job:
+        """Change a waiting job's `text`, `paths` (its declared ones) or `priority` (see `jobs.editing`)."""
+        text = field(data, "text", str)
+        if text is not None and not text.strip():
+            raise BadRequest("the new text is empty: say what the job should do")
+        paths = tuple(sorted(declared.claim(str_list(data, "paths")).paths)) if "paths" in data else None
+        change = Change(text, paths, field(data, "priority", int))
+        if change == Change():
+            raise BadRequest("nothing to edit: give a new text, paths or priority")
+        async with self._one_at_a_time(job_id):
+            try:
+                return await self.editing.edit(job_id, change)
+            except EditError as e:
+                raise JobError(str(e)) from None
+
+    async def move(self, job_id: int, before: int) -> Job:
+        """Put a waiting job just before another waiting one in the queue."""
+        async with self._one_at_a_time(job_id):
+            try:
+                return await self.editing.move(job_id, before)
+            except EditError as e:
+                raise JobError(str(e)) from None
+
+    async def switch(self, a: int, b: int) -> list[Job]:
+        """Two waiting jobs take each other's place in the queue."""
+        if a == b:
+            raise BadRequest(f"job {a} cannot switch with itself: name two jobs")
+        async with self._one_at_a_time(min(a, b)), self._one_at_a_time(max(a, b)):
+            try:
+                return await self.editing.switch(a, b)
+            except EditError as e:
+                raise JobError(str(e)) from None
 
     # -- steering -------------------------------------------------------------------------------------
 
@@ -176,7 +229,7 @@ class Jobs:
         job_id: int,
         *,
         reason: str = "cancelled by request",
-        event: str = "cancelled",
+        event: JobEvent = JobEvent.CANCELLED,
         data: dict[str, Any] | None = None,
         only: frozenset[JobState] = CANCELLABLE,
     ) -> Job:
@@ -276,7 +329,7 @@ class Jobs:
                 grown = job.grown | claims.outside(job.actual, job.view().claim.paths)
                 extra = {"grown": grown, "finished_at": None, "exit_code": None, "decision": None}
             moved = await self.board.transition(
-                job_id, {job.state}, to, "revised", revisions=round_, feedback=feedback, reason=reason,
+                job_id, {job.state}, to, JobEvent.REVISED, revisions=round_, feedback=feedback, reason=reason,
                 code=Code.REVISED, data=data, **extra,
             )  # fmt: skip
             if moved is None:
@@ -315,7 +368,7 @@ class Jobs:
                 job_id,
                 {job.state},
                 JobState.QUEUED,
-                "retried",
+                JobEvent.RETRIED,
                 **fresh_attempt(job),
                 reason="retried" + (f"; previous attempt kept on {kept}" if kept else ""),
                 code=Code.RETRIED,
@@ -340,12 +393,10 @@ class Jobs:
                 raise JobError(f"job {job_id} is a dependency (--after) of open jobs {waiting}; clean it once they end")
             await self.pool.clean(Path(job.repo), job_id)
             dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
-            if not await self.store.delete_job(job_id, ENDED):
+            if not await self.board.forget(job_id, ENDED):
                 raise JobError(f"job {job_id} changed while it was being cleaned; `orchestrator show {job_id}`")
-            self.board.publish({"type": "removed", "id": job_id})
             await asyncio.to_thread(self.private_dirs.remove, job_id)  # its private dir, log and transcript
             olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
-            await self.board.announce()
             return dropped
 
     async def control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
@@ -389,3 +440,16 @@ async def resolve(data: dict[str, Any]) -> tuple[Path, str, str]:
     branch = field(data, "branch", str) or await asyncio.to_thread(repos.default_branch, repo)
     head = await asyncio.to_thread(repos.branch_head, repo, branch)
     return repo, branch, head
+
+
+async def plan_for(planner: Planner, data: dict[str, Any]) -> dict[str, Any]:
+    """The claim `planner` makes for a request's text (`repo`, `text`, optional `branch`, `base`, `paths`), with
+    the evidence for each path; nothing is queued. What `orchestrator plan` prints, from the daemon or in-process."""
+    text = field(data, "text", str, default="")
+    repo, branch, head = await resolve(data)
+    base = field(data, "base", str)
+    base = await asyncio.to_thread(repos.resolve_rev, repo, base) if base else head
+    paths = sorted(declared.claim(str_list(data, "paths")).paths)
+    probe = Job(0, str(repo), branch, text, "", JobState.QUEUED, declared=tuple(paths))
+    plan = await planner.plan(probe, base)
+    return {"repo": str(repo), "branch": branch, "base": base, **plan.to_json()}

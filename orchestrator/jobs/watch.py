@@ -20,7 +20,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims, growth
 from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job
-from orchestrator.core.models import ACTIVE, ANY, JobState, JobView
+from orchestrator.core.models import ACTIVE, ANY, JobEvent, JobState, JobView
 from orchestrator.git import merging
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.facts import GitFacts
@@ -47,11 +47,11 @@ class OverlapWatch:
 
     async def changed(self, job_id: int, actual: frozenset[str]) -> None:
         """A running job's actual paths changed: store them; paths outside its claim ask admission to join it."""
-        job = await self.board.store.update(job_id, {JobState.RUNNING}, actual=actual)
+        job = await self.board.update(job_id, {JobState.RUNNING}, actual=actual)
         if job is None:
             return  # it stopped running meanwhile: its end state has its paths
         self.actual[job_id] = actual
-        olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual))
+        olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual)[:50], n=len(actual))
         async with self._growing:  # one growth decision at a time: two jobs growing into one path see each other
             await self._grow(job, actual)
 
@@ -107,7 +107,7 @@ class OverlapWatch:
             job.id,
             {JobState.RUNNING},
             grown=job.grown | g.paths,
-            event="claim_grown",
+            event=JobEvent.CLAIM_GROWN,
             data={"paths": grown[:50], "held_by": held_by},
         )
         if written is None:
@@ -159,11 +159,13 @@ class OverlapWatch:
                 later.id,
                 ACTIVE,
                 land_after=(*current.land_after, earlier.id),
-                event="overlap",
+                event=JobEvent.OVERLAP,
                 data={"other": earlier.id, "paths": sorted(meet)},
             )
         if job.id != later.id:
-            await self.board.store.update(job.id, ANY, event="overlap", data={"other": other.id, "paths": sorted(meet)})
+            await self.board.update(
+                job.id, ANY, event=JobEvent.OVERLAP, data={"other": other.id, "paths": sorted(meet)}
+            )
         task = asyncio.create_task(self._check_hunks(job, other, meet))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -208,6 +210,6 @@ class OverlapWatch:
             if conflicts
             else "same files, disjoint hunks: merges clean so far",
         )
-        await self.board.store.update(
-            job.id, ANY, event="overlap_checked", data={"other": other.id, "conflicts": list(conflicts)}
+        await self.board.update(
+            job.id, ANY, event=JobEvent.OVERLAP_CHECKED, data={"other": other.id, "conflicts": list(conflicts)}
         )

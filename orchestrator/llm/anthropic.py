@@ -9,7 +9,7 @@ planner to local evidence) or fail the job with that reason.
 
 The official SDK (`anthropic.AsyncAnthropic`) does the HTTP; its own retries are off because its
 `retry-after` handling has no upper bound. `ANTHROPIC_BASE_URL` (or `anthropic.base_url`) points it at
-another server speaking the same Messages API, such as the protocol double in `orchestrator.doubles`.
+another server speaking the same Messages API, such as the protocol double in `orchestrator.lab.doubles`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from orchestrator.core.job import Job
 from orchestrator.plan.base import Note, Plan
 from orchestrator.plan.composite import MODELS, ModelUnusable
 from orchestrator.plan.prompt import model_plan, parse_input, user_message
-from orchestrator.runners import process
+from orchestrator.proc import process
 from orchestrator.runners.command import claude_result, expand
 from orchestrator.store import Store
 
@@ -122,7 +122,7 @@ class CliPlanner:
     async def _sandbox(self) -> str | None:
         """bwrap's path when it works here (probed once, off the event loop)."""
         if self.bwrap is True:
-            from orchestrator.runners import sandbox
+            from orchestrator.proc import sandbox
 
             found = shutil.which("bwrap")
             ok = found is not None and await asyncio.to_thread(sandbox.probe, found) is None

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners.base import Runner, UnknownRunner
 from orchestrator.runners.replay import ReplayRunner
-from orchestrator.runners.sandbox import Sandbox
 from orchestrator.runners.shell import ShellRunner
 
 if TYPE_CHECKING:
@@ -23,7 +23,10 @@ def registry(
 ) -> dict[str, Runner]:
     """Every runner this daemon offers, by name."""
     sandbox = sandbox or Sandbox()
-    runners: dict[str, Runner] = {"shell": ShellRunner(sandbox), "replay": ReplayRunner()}
+    replay = ReplayRunner()
+    if cfg is not None:  # a replay merges changelogs as landings do
+        replay = ReplayRunner(lambda repo: (*cfg.jobs.mergeable, *cfg.repo(repo).mergeable))
+    runners: dict[str, Runner] = {"shell": ShellRunner(sandbox), "replay": replay}
     if cfg is not None and claude is not None:
         from orchestrator.runners.claude import ClaudeRunner
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from orchestrator.core.job import Job
 from orchestrator.paths import open_private
-from orchestrator.runners.process import KILL_GRACE, LOG_CAP, Owner
+from orchestrator.proc.process import KILL_GRACE, LOG_CAP, Owner
 
 Held = Callable[[str], Awaitable[str | None]]
 """(repo-relative path) → why the job should not write it now, or None."""

@@ -26,10 +26,11 @@ from orchestrator.core.models import Code
 from orchestrator.llm.pricing import Usage
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import open_private, private_dir
-from orchestrator.runners import process
+from orchestrator.proc import process
+from orchestrator.proc.sandbox import Sandbox
+from orchestrator.runners import confined
 from orchestrator.runners.agent_tools import TOOLS, Outcome, Tools
 from orchestrator.runners.base import RunContext, RunResult, note
-from orchestrator.runners.sandbox import Sandbox
 
 SYSTEM = """\
 You are a careful software engineer working alone in a git worktree of the user's repository, on one task.
@@ -131,8 +132,8 @@ class ClaudeRunner:
             journal.line(f"[run] {command}")
             result = await process.run(
                 command,
-                prefix=self.sandbox.prefix(ctx),
-                env=self.sandbox.env(ctx, process.environment((), _job_vars(ctx))),
+                prefix=confined.prefix(self.sandbox, ctx),
+                env=confined.env(self.sandbox, ctx, process.environment((), _job_vars(ctx))),
                 timeout=timeout,
                 what=f"job {ctx.job.id} runner claude: run",
                 **ctx.process_options(),

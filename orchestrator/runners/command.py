@@ -29,9 +29,10 @@ from typing import Any
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
 from orchestrator.paths import open_private
-from orchestrator.runners import process, ratelimit
+from orchestrator.proc import process, visible
+from orchestrator.proc.sandbox import Sandbox
+from orchestrator.runners import confined, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
-from orchestrator.runners.sandbox import Sandbox, private_home
 
 PATHS = "{paths}"
 
@@ -203,10 +204,15 @@ class CommandRunner:
         }
         home = None
         if t.scratch_home:
-            home = await asyncio.to_thread(private_home, ctx, t.home_files)
+            home = await asyncio.to_thread(confined.private_home, ctx, t.home_files)
             extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
-        env = self.sandbox.env(ctx, process.environment(t.pass_env, extra))
+        env = confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra))
+        # A CLI a job cannot see would fail with only bwrap's `execvp NAME: No such file`: say where it is instead.
+        sight = await asyncio.to_thread(visible.look, self.sandbox, argv[0], env.get("PATH", ""))
+        if sight.problem is not None:
+            await asyncio.to_thread(note, ctx.log_path, f"[{self.name} was not started: {sight.problem}]")
+            return RunResult(False, None, sight.problem, code=Code.RUNNER_ERROR)
         timeout = t.timeout or ctx.timeout
         # A CLI that would retry a rate limit on its own is stopped: the daemon waits. Only by its profile's signs,
         # read where that CLI prints them: what its agent or tools print is the job's own output.
@@ -214,7 +220,7 @@ class CommandRunner:
         watch = ratelimit.Watch(signs) if signs is not None else None
         result = await process.run(
             argv,
-            prefix=self.sandbox.prefix(ctx, home=home),
+            prefix=confined.prefix(self.sandbox, ctx, home=home),
             env=env,
             timeout=timeout,
             what=f"job {ctx.job.id} runner {self.name}",

@@ -27,12 +27,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 
 from orchestrator import logging as olog
+from orchestrator.core import claims
+from orchestrator.git import merging
+from orchestrator.git.merging import Mergeable
 from orchestrator.git.workspace import Workspace
 from orchestrator.runners.base import RunContext, RunResult, note
 
@@ -97,10 +101,11 @@ def parse(text: str) -> ReplaySpec:
     )
 
 
-def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
+def apply_commit(worktree: Path, rev: str, theirs: bool = False, mergeable: Mergeable | None = None) -> list[str]:
     """Cherry-pick `rev`'s change (against its first parent) into the worktree, uncommitted. Returns its paths.
 
-    `theirs`: a conflicting hunk takes the recorded change's side (`-X theirs`) instead of failing."""
+    `theirs`: a conflicting hunk takes the recorded change's side (`-X theirs`) instead of failing, but in a
+    union-mergeable file (`mergeable`, or `merge=union`) both sides' lines stay, as a landing merges them."""
     ws = Workspace.at(worktree)
     repo = ws.repo()
     try:
@@ -108,7 +113,7 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
     head = repo[ws.head()].peel(pygit2.Commit)
-    tree = replayed_tree(repo, commit, head.tree, theirs)
+    tree = replayed_tree(repo, commit, head.tree, theirs, mergeable)
     changed = sorted(_paths(head.tree.diff_to_tree(tree)))
     # Write the merged tree into the workspace (its admin index follows), leaving HEAD where it is: the
     # daemon commits the result like any runner's.
@@ -116,28 +121,73 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False) -> list[str]:
     return changed
 
 
-def replayed_tree(repo: pygit2.Repository, commit: pygit2.Commit, onto: pygit2.Tree, theirs: bool) -> pygit2.Tree:
+def replayed_tree(
+    repo: pygit2.Repository,
+    commit: pygit2.Commit,
+    onto: pygit2.Tree,
+    theirs: bool,
+    mergeable: Mergeable | None = None,
+) -> pygit2.Tree:
     """`onto` with `commit`'s change (against its first parent) merged in, three-way; with `theirs`, each
-    conflict settled with the recorded side (a file it deleted, deleted). ReplayError on a conflict left."""
+    conflict settled with the recorded side (a file it deleted, deleted), except that a union-mergeable file
+    (`mergeable`, or `merge=union`: a changelog) keeps the lines of both, as a person adding an entry beside
+    another does. ReplayError on a conflict left."""
     base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
     assert isinstance(base_tree, pygit2.Tree)
     favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
     index = repo.merge_trees(base_tree, onto, commit.tree, favor=favor)
-    if index.conflicts and theirs:  # what favouring a side leaves (a file one side deleted): the recorded side
-        for _, _, recorded in list(index.conflicts):
-            if recorded is not None:
-                del index.conflicts[recorded.path]
-                index.add(pygit2.IndexEntry(recorded.path, recorded.id, recorded.mode))
-        for ancestor, ours, _ in list(index.conflicts or ()):
-            path = (ancestor or ours).path
-            del index.conflicts[path]
-            index.remove(path)  # the recorded change deleted it
+    if theirs:
+        _union_merged(repo, index, base_tree, onto, commit, mergeable)
+    if index.conflicts and theirs:
+        _settle_theirs(index)
     if index.conflicts:
         paths = sorted({(e.path) for entries in index.conflicts for e in entries if e is not None})
         raise ReplayError(f"commit {commit.id} does not apply on this base: conflict in {', '.join(paths)}")
     tree = repo.get(index.write_tree(repo))
     assert isinstance(tree, pygit2.Tree)
     return tree
+
+
+def _union_merged(
+    repo: pygit2.Repository,
+    index: pygit2.Index,
+    base: pygit2.Tree,
+    onto: pygit2.Tree,
+    commit: pygit2.Commit,
+    mergeable: Mergeable | None,
+) -> None:
+    """The union-mergeable files the recorded change edits, merged line-wise union into `index` (in place of the
+    recorded side a conflicting hunk took): an entry it adds beside one `onto` has keeps both."""
+    is_union = merging.union_paths(repo, commit.id, mergeable)
+    touched = [p for p in _paths(base.diff_to_tree(commit.tree)) if is_union(p)]
+    if not touched:
+        return
+    union = repo.merge_trees(base, onto, commit.tree, favor=pygit2.enums.MergeFavor.UNION)
+    for path in touched:
+        try:
+            entry = union[path]
+        except KeyError:  # deleted, or no line-wise matter (binary): the recorded side stands
+            continue
+        left = index.conflicts
+        if left is not None and path in left:
+            del left[path]
+        index.add(pygit2.IndexEntry(path, entry.id, entry.mode))
+
+
+def _settle_theirs(index: pygit2.Index) -> None:
+    """What favouring a side leaves (a file one side deleted or moved) settled with the recorded side: the
+    file as the recorded change left it, or, where it has none (it deleted or moved the file), no file.
+
+    A conflict's entries live only at stages 1-3: dropping them leaves nothing at the path (stage 0), which
+    is the deletion; a conflict may name up to three paths (a rename on one side), each dropped."""
+    for entries in list(index.conflicts or ()):
+        for path in {e.path for e in entries if e is not None}:
+            left = index.conflicts
+            if left is not None and path in left:
+                del left[path]
+        recorded = entries[2]
+        if recorded is not None:
+            index.add(pygit2.IndexEntry(recorded.path, recorded.id, recorded.mode))
 
 
 def apply_patch(worktree: Path, patch_file: Path) -> list[str]:
@@ -168,6 +218,10 @@ class ReplayRunner:
     name = "replay"
     rerun_safe = True  # applies a recorded change to a fresh worktree: the same result every time
 
+    def __init__(self, mergeable: Callable[[str], tuple[str, ...]] = lambda repo: ()) -> None:
+        self.mergeable = mergeable
+        """A repository's union-mergeable path patterns (`jobs.mergeable` and the repo's own)."""
+
     def task(self, text: str) -> str:
         """The free text around the spec (a commit's message): the spec's lines name a commit and a wait,
         not what the change is about, and a JSON spec says nothing of it."""
@@ -192,7 +246,9 @@ class ReplayRunner:
         await asyncio.sleep(spec.after)
         try:
             if spec.commit:
-                paths = await asyncio.to_thread(apply_commit, ctx.worktree, spec.commit, spec.theirs)
+                patterns = self.mergeable(ctx.job.repo)
+                union = (lambda path: claims.matches(path, patterns)) if patterns else None
+                paths = await asyncio.to_thread(apply_commit, ctx.worktree, spec.commit, spec.theirs, union)
             else:
                 assert spec.patch is not None
                 paths = await asyncio.to_thread(apply_patch, ctx.worktree, Path(spec.patch))

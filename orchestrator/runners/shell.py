@@ -8,9 +8,10 @@ SIGTERM then SIGKILL, so no process outlives its job. A long text goes through a
 from __future__ import annotations
 
 from orchestrator.core.models import Code
-from orchestrator.runners import process
+from orchestrator.proc import process
+from orchestrator.proc.sandbox import Sandbox
+from orchestrator.runners import confined
 from orchestrator.runners.base import RunContext, RunResult
-from orchestrator.runners.sandbox import Sandbox
 
 
 def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:
@@ -41,8 +42,8 @@ class ShellRunner:
         # An argv job runs exactly as given (exec, no shell, no re-splitting); a text job through sh.
         result = await process.run(
             list(ctx.job.argv) if ctx.job.argv else ctx.job.text,
-            prefix=self.sandbox.prefix(ctx),
-            env=self.sandbox.env(ctx, job_env(ctx)),
+            prefix=confined.prefix(self.sandbox, ctx),
+            env=confined.env(self.sandbox, ctx, job_env(ctx)),
             timeout=ctx.timeout,
             what=f"job {ctx.job.id} runner shell",
             **ctx.process_options(),

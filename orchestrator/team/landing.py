@@ -27,9 +27,9 @@ from orchestrator.git import remote as rmt
 from orchestrator.git.outcomes import LandResult
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.recovery import StoreJournal
+from orchestrator.store.postgres import PgStore
 from orchestrator.team import clones
 from orchestrator.team.facts import Fetches
-from orchestrator.team.pgstore import PgStore
 
 
 class TeamLander(Lander):

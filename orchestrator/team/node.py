@@ -24,9 +24,9 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Stop
 from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.store import StoreUnreachable
+from orchestrator.store.postgres import PgStore
 from orchestrator.team import clones
 from orchestrator.team.facts import TeamFacts
-from orchestrator.team.pgstore import PgStore
 
 ERRORS = (StoreUnreachable, rmt.RemoteError, clones.NotShared, OSError)
 

@@ -1,7 +1,0 @@
-"""How the jobs benchmark shows its rows: a rich table on stdout, and an optional PNG chart."""
-
-from __future__ import annotations
-
-from orchestrator.bench.report.table import print_table
-
-__all__ = ["print_table"]

@@ -1,0 +1,297 @@
+"""How good are the claims? Replay a repository's own history through the local planner.
+
+For each authored change (oldest first, by commit time): plan from its message on its parent commit,
+with the co-change history of the changes before it only, and compare the claim with the files the
+change really touched (union-mergeable files such as changelogs left out, as admission leaves them out).
+Printed per basis (what the confidence rests on) and in total: recall, precision, confident share and
+confident-miss rate; and, over every pair of changes within `--window` of each other (as if queued
+together), how many the claims would have run concurrently, and how many of those really overlapped.
+
+Merge commits are not replayed: a job is one authored change with its own message, while a merge's files
+(against its first parent) are a whole branch's sum and its subject ("Merge branch 'x'") names none of
+them; the commits it brings are replayed instead, each on its own parent. `--merges` replays the
+first-parent line as it is (each merge one change, the commits it brings none), for comparison.
+
+    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--merges] [--json]
+    orchestrator bench predict --history [FILE.jsonl] [--limit N] [--json]
+    orchestrator bench predict --tickets FILE --repos DIR [--only R,..] [--risk 0.03] [--scope source|all] [--json]
+
+`--history` replays a touch-pattern file (`{"sha", "parent", "subject", "files": [[path, +, -], ...]}` per
+line, oldest first; without FILE the one that ships with the package, 496 changes of a public project) on
+a repository synthesised with those paths and commits. It has subjects and paths but no file contents and
+no message bodies, so only part of local evidence is measured there (`SYNTHESISED_MEASURES`); a real
+repository (`--repo`) measures all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core import claims
+from orchestrator.core.admission import decide
+from orchestrator.core.models import JobView, Policy, Snapshot
+from orchestrator.git import repos
+from orchestrator.lab.bench import tickets
+from orchestrator.lab.bench.history import bundled
+from orchestrator.plan import accuracy, record
+from orchestrator.plan.accuracy import Record
+from orchestrator.plan.evidence import local_plan
+from orchestrator.plan.history import Change, History, mine
+
+SYNTHESISED_MEASURES = {
+    "measured": [
+        "paths, file names, modules and file stems named in subjects",
+        "test files by naming convention",
+        "co-change and widening from the replayed history",
+        "past changes described in the same words",
+        "words confirmed by past changes",
+    ],
+    "not_measured": [
+        "identifiers resolved to their definitions (no file contents)",
+        "tests found by their imports (no file contents)",
+        "message bodies (subjects only)",
+    ],
+}
+"""What a replay of a touch-pattern history (subjects and paths, no contents) can and cannot measure."""
+MERGES_LEFT_OUT = (
+    "authored changes, merge commits not replayed: a merge's files are its whole branch's sum and its subject "
+    "(\"Merge branch 'x'\") describes none of them; the commits it brings are replayed each on its own parent"
+)
+"""What a replayed change is (a job is one authored change with its own message); `--merges` for the old way."""
+BUNDLED = "bundled"
+"""`--history` without a file: the history that ships with the package."""
+WARMUP = 1000
+"""Changes before the replayed range that seed the history (when the range leaves room)."""
+RISK = 0.03
+"""`plan.risk` for the `risk` rows: pairs admitted on their estimated risk, as the daemon does by default."""
+
+
+def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> list[Record]:
+    """Plan changes[start:] each on its parent, the history growing one change at a time; the record the
+    risk is estimated from is the changes before `start` (`plan.record`), nothing of the replayed range."""
+    calibration = record.fit(record.replay(repo, changes[:start], policy.mergeable), policy.mergeable)
+    history = History(changes[:start])
+    out = []
+    commits = repos.open_repo(repo)
+    for n, change in enumerate(changes[start:]):
+        commit = commits[change.sha]
+        parents = getattr(commit, "parent_ids", [])
+        message = getattr(commit, "message", change.subject)
+        actual, _ = claims.split_mergeable(change.files, policy.mergeable)
+        if parents and actual:
+            plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable, calibration)
+            out.append(Record(n, str(repo), plan.claim, plan.basis, actual))
+        history.add(change)
+    return out
+
+
+def summarise(records: list[Record], window: int, policy: Policy) -> dict[str, Any]:
+    """Per basis and in total (`accuracy.summary`), and the pairs of changes the claims would have run
+    concurrently, among those within `window` of each other, with how many really overlapped; and the
+    same in total with calibrated thresholds (`calibrated`)."""
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        groups[r.basis].append(r)
+    groups["all"] = records
+    thresholds = calibrated(records, policy, window)
+    confident = [r.confident(replace(policy, min_confidence=t)) for r, t in zip(records, thresholds, strict=True)]
+    risky = replace(policy, risk=RISK, max_concurrent=8, per_repo=8)
+    return {
+        "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
+        "pairs": pairs(records, [r.confident(policy) for r in records], window),
+        "risk": {"plan_risk": RISK, **pairs(records, [], window, risky)},
+        "calibrated": {
+            "all": accuracy.summary(records, policy, confident),
+            "pairs": pairs(records, confident, window),
+            "raised": sum(t > policy.min_confidence for t in thresholds),
+            "thresholds": sorted(set(thresholds)),
+        },
+    }
+
+
+def calibrated(records: list[Record], policy: Policy, lag: int) -> list[float]:
+    """The threshold calibration would have set for each change (`accuracy.threshold`), learning only from
+    the changes at least `lag` before it: those nearer were still running, their outcome unknown."""
+    return [accuracy.threshold([q for q in records if q.job_id <= r.job_id - lag], policy) for r in records]
+
+
+def pairs(records: list[Record], confident: list[bool], window: int, policy: Policy | None = None) -> dict[str, int]:
+    """Of the pairs of changes within `window` of each other: how many admission would have run concurrently
+    (both claims confident under `confident`, and with `policy` the pure admission decision, risk included,
+    one active and the other waiting), how many of those really overlapped, and how many pairs that did not
+    overlap were held apart."""
+    n = concurrent = bad = apart = 0
+    views = [JobView(i + 1, "repo", "main", r.claim) for i, r in enumerate(records)]
+    for i, a in enumerate(records):
+        for j in range(i + 1, min(len(records), i + 1 + window)):
+            b = records[j]
+            n += 1
+            real = bool(claims.PathIndex(a.actual).meeting(b.actual))
+            if policy is not None:
+                snap = Snapshot(active=(views[i],), waiting=(views[j],), policy=policy)
+                together = decide(views[j], snap).admitted
+            else:
+                together = confident[i] and confident[j] and not claims.PathIndex(a.claim.paths).meeting(b.claim.paths)
+            concurrent += together
+            bad += together and real
+            apart += not together and not real
+    return {
+        "window": window,
+        "pairs": n,
+        "concurrent": concurrent,
+        "really_overlapped": bad,
+        "disjoint_held_apart": apart,
+    }
+
+
+def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
+    """A repository with the history's paths and commits (one line per change in each touched file)."""
+    rows = [json.loads(line) for line in history_file.read_text().splitlines() if line.strip()]
+    if limit:
+        rows = rows[-(limit + WARMUP) :]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    lines = []
+    mark = 0
+    for n, row in enumerate(rows, 1):
+        msg = (row.get("subject") or f"change {n}").encode()
+        lines.append(b"commit refs/heads/main\n")
+        lines.append(f"mark :{n}\n".encode())
+        lines.append(f"committer Replay <replay@example.com> {int(row.get('time', n))} +0000\n".encode())
+        lines.append(f"data {len(msg)}\n".encode() + msg + b"\n")
+        if mark:
+            lines.append(f"from :{mark}\n".encode())
+        for path, *_ in row.get("files", []):
+            body = f"{path}\nchange {n}\n".encode()
+            lines.append(f"M 100644 inline {path}\ndata {len(body)}\n".encode() + body + b"\n")
+        mark = n
+    subprocess.run(["git", "-C", str(root), "fast-import", "--quiet"], input=b"".join(lines), check=True)
+    return [r.get("sha", "") for r in rows]
+
+
+def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8, merges: bool = False) -> dict[str, Any]:
+    head = rev_range.split("..", 1)[1] if rev_range and ".." in rev_range else (rev_range or "HEAD")
+    since = rev_range.split("..", 1)[0] if rev_range and ".." in rev_range else None
+    head_sha = repos.resolve_rev(repo, head or "HEAD")
+    since_sha = repos.resolve_rev(repo, since) if since else None
+    limit = limit or 100_000
+    changes, _ = mine(repo, head_sha, since_sha, limit + WARMUP, first_parent=merges)
+    start = max(0, len(changes) - limit)
+    if since_sha and start < WARMUP:
+        before, _ = mine(repo, since_sha, None, WARMUP - start, first_parent=merges)
+        changes, start = before + changes, start + len(before)
+    if start < record.MIN_RECORD:  # nothing before the replayed changes: the first third is their record
+        start = len(changes) // 3
+    t = time.perf_counter()
+    policy = Policy()
+    outcomes = replay(repo, changes, start, policy)
+    elapsed = time.perf_counter() - t
+    out = summarise(outcomes, window, policy)
+    out.update(repo=str(repo), range=f"{since_sha or ''}..{head_sha}", replayed=len(outcomes))
+    out["changes"] = "first-parent line, merges included" if merges else MERGES_LEFT_OUT
+    out["seconds"] = round(elapsed, 2)
+    out["ms_per_plan"] = round(1000 * elapsed / max(1, len(outcomes)), 1)
+    return out
+
+
+def _print(r: dict[str, Any]) -> None:
+    print(f"predict: {r['replayed']} changes of {r['repo']} replayed, local evidence only ({r['ms_per_plan']} ms/plan)")
+    cols = ("jobs", "confident_share", "recall", "precision", "confident_miss_rate")
+    print(f"  {'basis':<10}" + "".join(f"{'changes' if c == 'jobs' else c:>21}" for c in cols))
+    for basis, row in r["by_basis"].items():
+        print(f"  {basis:<10}" + "".join(f"{'-' if row[c] is None else row[c]!s:>21}" for c in cols))
+    if "synthesised" in r:
+        print("  no file contents or message bodies here: not measured: " + "; ".join(r["synthesised"]["not_measured"]))
+    c = r["calibrated"]
+    print(f"  {'calibrated':<10}" + "".join(f"{'-' if c['all'][k] is None else c['all'][k]!s:>21}" for k in cols))
+    print(f"  (calibrated: thresholds learnt from earlier changes, {c['raised']} changes judged above the default)")
+    for label, p in (("", r["pairs"]), ("calibrated: ", c["pairs"])):
+        print(
+            f"  {label}pairs within {p['window']} changes: {p['pairs']}; the claims run {p['concurrent']} "
+            f"concurrently, {p['really_overlapped']} of which really overlapped"
+        )
+    k = r["risk"]
+    print(
+        f"  on risk (plan.risk {k['plan_risk']:.0%}): {k['concurrent']} of {k['pairs']} pairs run concurrently, "
+        f"{k['really_overlapped']} of which really overlapped; {k['disjoint_held_apart']} disjoint pairs held apart"
+    )
+    print(f"  {r['changes']}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="orchestrator bench predict", description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, help="a repository to replay")
+    parser.add_argument("--range", dest="rev_range", help="A..B: the changes after A up to B (or B: up to B)")
+    parser.add_argument("--limit", type=int, help="replay at most the last N changes")
+    parser.add_argument(
+        "--history",
+        nargs="?",
+        const=BUNDLED,
+        help="a touch-pattern JSON lines file to replay instead (alone: the one that ships with the package)",
+    )
+    parser.add_argument(
+        "--merges",
+        action="store_true",
+        help="replay the first-parent line instead: each merge as one change, the commits it brings not at all",
+    )
+    parser.add_argument("--window", type=int, default=8, help="pairs of changes at most this far apart")
+    parser.add_argument(
+        "--tickets", type=Path, help="a ticket set (JSON lines with gold files) to plan at each ticket's base instead"
+    )
+    parser.add_argument("--repos", type=Path, default=Path("."), help="with --tickets: where the clones are")
+    parser.add_argument("--only", default="", help="with --tickets: only these repositories (comma-separated)")
+    parser.add_argument("--risk", type=float, default=RISK, help="with --tickets: plan.risk (default 0.03)")
+    parser.add_argument(
+        "--frontier", default="", help="with --tickets: other plan.risk values to admit the same plans at (0.01,0.05)"
+    )
+    parser.add_argument(
+        "--scope", choices=("source", "all"), default="source", help="with --tickets: leave tests and docs out"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout")
+    args = parser.parse_args(argv)
+    if sum(map(bool, (args.repo, args.history, args.tickets))) != 1:
+        parser.error(
+            "give one of --repo PATH, --history [FILE.jsonl] (alone: the history that ships with it) "
+            "or --tickets FILE --repos DIR"
+        )
+    try:
+        if args.tickets:
+            only = [o.strip() for o in args.only.split(",") if o.strip()]
+            frontier = [float(x) for x in args.frontier.split(",") if x.strip()]
+            r = tickets.run(args.tickets, args.repos, args.limit, args.risk, args.scope, only, frontier)
+            if args.json:
+                print(json.dumps(r, indent=2))
+            else:
+                tickets.print_report(r)
+            return
+        if args.history:
+            history = bundled() if args.history == BUNDLED else Path(args.history)
+            if not history.is_file():
+                parser.error(f"--history {history}: no such file")
+            with tempfile.TemporaryDirectory(prefix="orchestrator-predict-") as tmp:
+                synthesise(history, Path(tmp) / "repo", args.limit)
+                r = run(Path(tmp) / "repo", None, args.limit, args.window, args.merges)
+                r["repo"] = f"{history} (synthesised)"
+                r["synthesised"] = SYNTHESISED_MEASURES
+        else:
+            r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window, args.merges)
+    except (repos.RepoError, tickets.TicketsError) as e:
+        print(f"orchestrator: {e}", file=sys.stderr)
+        sys.exit(2)
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        _print(r)
+
+
+if __name__ == "__main__":
+    main()

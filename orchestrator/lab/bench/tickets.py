@@ -1,0 +1,375 @@
+"""`bench predict --tickets FILE`: real tickets with the files their fixes changed, planned at their base.
+
+A ticket set is JSON lines, one ticket each: `{"instance_id", "repo": "owner/name", "base_commit",
+"problem_statement", "gold_files": [...], "test_files": [...]}` (the shape of SWE-bench). The
+repositories must be cloned locally (`--repos DIR` holds them as `DIR/name`, `DIR/owner+name` or
+`DIR/owner/name`); every base commit must be in the clone.
+
+Per repository, oldest base first: its history is mined once, each ticket sees only the changes that are
+ancestors of its base; its record (`plan.record`) is replayed once, on the changes before the earliest
+base (nothing from any ticket's future). Each ticket is planned by local evidence at its base, timed
+(the tree index moved there first, reported apart: a daemon plans at a branch head the index is at).
+
+Then every pair of tickets of one repository is put to admission (`core.admission.decide`, the pure
+decision the daemon makes): one active, the other waiting. A pair *truly overlaps* when its gold files
+meet. Reported: FN-concurrency (truly overlapping pairs admission lets run at once, over all truly
+overlapping pairs) and over-serialisation (disjoint pairs held apart, over all disjoint pairs), per
+repository and overall, beside published anchors. `--scope source` (the default) leaves tests and docs
+out of claims and risks, as the gold files leave them out; `--scope all` keeps them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core import claims
+from orchestrator.core.admission import clear_caches, decide
+from orchestrator.core.models import Claim, JobView, Policy, Snapshot
+from orchestrator.core.risk import Escapes, pair_risk
+from orchestrator.plan import index as index_mod
+from orchestrator.plan import record
+from orchestrator.plan.evidence import local_plan
+from orchestrator.plan.history import KEEP, History, mine
+from orchestrator.plan.kinds import is_doc, is_test
+
+MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
+ANCHORS = (
+    ("LocAgent (Claude 3.5), top-5 files", 0.067, 0.125),
+    ("BM25 + graph ranking (no LLM), top-5 files", 0.057, 0.415),
+    ("oracle directories", 0.0, 0.081),
+    ("one job per repository", 0.0, 1.0),
+)
+"""Published FN-concurrency / over-serialisation figures on the same kind of data."""
+BUCKETS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.35, 1.0)
+"""Edges of the estimated-risk bins the calibration table reports."""
+
+
+class TicketsError(ValueError):
+    """The ticket set or a repository cannot be read; the message says what to do."""
+
+
+@dataclass
+class Ticket:
+    id: str
+    repo: str
+    base: str
+    text: str
+    gold: frozenset[str]
+    tests: frozenset[str]
+    time: int = 0
+    claim: Claim = field(default_factory=Claim)
+    seconds: float = 0.0
+    move_seconds: float = 0.0
+    rank: int | None = None
+    p_gold: float = 0.0
+
+
+def load(path: Path, limit: int | None = None) -> list[Ticket]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise TicketsError(f"cannot read the ticket set {path}: {e.strerror}; pass a JSON-lines file") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(
+                Ticket(
+                    str(row["instance_id"]),
+                    str(row["repo"]),
+                    str(row["base_commit"]),
+                    str(row["problem_statement"]),
+                    frozenset(row["gold_files"]),
+                    frozenset(row.get("test_files") or ()),
+                )
+            )
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise TicketsError(
+                f"{path}:{n}: not a ticket ({e}); each line needs instance_id, repo, base_commit, "
+                "problem_statement and gold_files"
+            ) from None
+    if not out:
+        raise TicketsError(f"{path} holds no ticket")
+    return out[:limit] if limit else out
+
+
+def clone_of(repos_dir: Path, name: str) -> Path:
+    """The local clone of `owner/name` under `repos_dir`."""
+    owner, _, short = name.partition("/")
+    for cand in (repos_dir / short, repos_dir / f"{owner}+{short}", repos_dir / owner / short, repos_dir / name):
+        if (cand / ".git").exists() or (cand / "HEAD").exists():
+            return cand
+    raise TicketsError(
+        f"no clone of {name} under {repos_dir}: `git clone https://github.com/{name} {repos_dir / short}`"
+    )
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise TicketsError(f"`git {' '.join(args[:3])}` in {repo} failed: {out.stderr.strip()[:200]}")
+    return out.stdout
+
+
+def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay: int = record.REPLAY) -> dict[str, Any]:
+    """Plan every ticket of one repository (see the module's docstring); returns the record's facts."""
+    for t in tickets:
+        try:
+            t.time = int(_git(clone, "show", "-s", "--format=%ct", t.base + "^{commit}").strip())
+        except TicketsError:
+            msg = f"{t.id}: base commit {t.base[:12]} is not in {clone}: clone a fork with its full history"
+            raise TicketsError(msg) from None
+    tickets.sort(key=lambda t: t.time)
+    first, last = tickets[0].base, tickets[-1].base
+    span = int(_git(clone, "rev-list", "--count", "--no-merges", f"{first}..{last}").strip() or 0)
+    changes, _ = mine(clone, last, None, span + KEEP + replay)
+    t0 = time.perf_counter()
+    before = _ancestors(clone, first, KEEP + replay)
+    past = [c for c in changes if c.sha in before]
+    samples = record.replay(clone, past, MERGEABLE, replay, tip=first)
+    calibration = record.fit(samples, MERGEABLE, scope)
+    record_s = time.perf_counter() - t0
+    index = index_mod.for_repo(clone)
+    for t in tickets:
+        mine_ = _ancestors(clone, t.base, KEEP)
+        history = History([c for c in changes if c.sha in mine_][-KEEP:])
+        start = time.perf_counter()
+        with index.lock:
+            index.move(t.base)
+        t.move_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        plan = local_plan(clone, t.base, t.text, history, MERGEABLE, calibration)
+        t.seconds = time.perf_counter() - start
+        t.claim = plan.claim
+        ranked = [str(r["path"]) for r in plan.ranking]
+        gold = sorted(t.gold)[0] if t.gold else ""
+        t.rank = ranked.index(gold) + 1 if gold in ranked else None
+        t.p_gold = next((float(r["p"]) for r in plan.ranking if r["path"] == gold), 0.0)
+    return {
+        "replayed": len(samples),
+        "calibration": calibration.to_json() if calibration is not None else None,
+        "record_seconds": round(record_s, 1),
+    }
+
+
+def _ancestors(clone: Path, rev: str, n: int) -> frozenset[str]:
+    return frozenset(_git(clone, "rev-list", "--no-merges", f"--max-count={n}", rev).split())
+
+
+def scoped(claim: Claim, scope: str) -> Claim:
+    """The claim as the ticket set judges it: `source` leaves tests and docs out (gold files are source)."""
+    if scope == "all":
+        return claim
+    keep = frozenset(p for p in claim.paths if not is_test(p) and not is_doc(p))
+    risk = claim.risk
+    if risk is not None:
+        risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not is_test(p) and not is_doc(p)))
+    return replace(claim, paths=keep, risk=risk)
+
+
+def pairs(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, Any]:
+    """Every pair of one repository's tickets put to admission: one active, the other waiting."""
+    clear_caches()
+    views = [JobView(i + 1, "repo", "main", scoped(t.claim, scope)) for i, t in enumerate(tickets)]
+    fn = overlapping = over = disjoint = 0
+    for (i, a), (j, b) in itertools.combinations(enumerate(tickets), 2):
+        together = decide(views[j], Snapshot(active=(views[i],), waiting=(views[j],), policy=policy)).admitted
+        if claims.PathIndex(a.gold).meeting(b.gold):
+            overlapping += 1
+            fn += together
+        else:
+            disjoint += 1
+            over += not together
+    return {
+        "pairs": overlapping + disjoint,
+        "overlapping": overlapping,
+        "fn_concurrency": round(fn / overlapping, 4) if overlapping else None,
+        "fn_pairs": fn,
+        "over_serialisation": round(over / disjoint, 4) if disjoint else None,
+        "held_apart": over,
+    }
+
+
+def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]:
+    """For each pair of one repository's tickets whose claims are disjoint and both estimated: the risk
+    admission estimates for it, and whether their gold files really meet."""
+    scoped_ = [scoped(t.claim, scope) for t in tickets]
+    escapes = [Escapes.of(c.risk) for c in scoped_]
+    out = []
+    for (i, a), (j, b) in itertools.combinations(enumerate(tickets), 2):
+        ca, cb = scoped_[i], scoped_[j]
+        if escapes[i] is None or escapes[j] is None or claims.PathIndex(ca.paths).meeting(cb.paths):
+            continue
+        met = bool(claims.PathIndex(a.gold).meeting(b.gold))
+        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths), met))
+    return out
+
+
+def calibration(points: Sequence[tuple[float, bool]]) -> list[dict[str, Any]]:
+    """The pairs' estimated risk against what happened, per bin of `BUCKETS`: how many, their mean estimate,
+    and how often they really met. A frontier moves only with how well the estimate orders the pairs; where
+    it is off by a factor, `plan.risk` means that much less or more on such texts."""
+    out = []
+    for lo, hi in itertools.pairwise(BUCKETS):
+        got = [(r, m) for r, m in points if lo <= r < hi or (hi == BUCKETS[-1] and r == hi)]
+        if got:
+            out.append(
+                {
+                    "from": lo,
+                    "to": hi,
+                    "pairs": len(got),
+                    "estimated": round(statistics.fmean(r for r, _ in got), 4),
+                    "met": round(sum(m for _, m in got) / len(got), 4),
+                    "met_pairs": sum(m for _, m in got),
+                }
+            )
+    return out
+
+
+def summary(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, Any]:
+    known = [t for t in tickets if claims.ambiguity(scoped(t.claim, scope), policy) is None]
+    covered = [t for t in known if t.gold and claims.PathIndex(scoped(t.claim, scope).paths).meeting(t.gold) == t.gold]
+    secs = sorted(t.seconds for t in tickets)
+    return {
+        "tickets": len(tickets),
+        "beside_others": len(known),
+        "claims_covering_gold": len(covered),
+        "claim_paths_median": statistics.median(len(t.claim.paths) for t in tickets) if tickets else 0,
+        "gold_top1": sum(t.rank == 1 for t in tickets),
+        "gold_top5": sum(t.rank is not None and t.rank <= 5 for t in tickets),
+        "plan_p50_s": round(_pct(secs, 0.5), 3),
+        "plan_p95_s": round(_pct(secs, 0.95), 3),
+        "plan_max_s": round(secs[-1], 3) if secs else 0.0,
+        "move_p95_s": round(_pct(sorted(t.move_seconds for t in tickets), 0.95), 3),
+    }
+
+
+def _pct(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1)))]
+
+
+def run(
+    path: Path,
+    repos_dir: Path,
+    limit: int | None,
+    risk: float,
+    scope: str,
+    only: Sequence[str] = (),
+    frontier: Sequence[float] = (),
+) -> dict:
+    tickets = load(path, limit)
+    by_repo: dict[str, list[Ticket]] = defaultdict(list)
+    for t in tickets:
+        if not only or t.repo in only or t.repo.split("/")[-1] in only:
+            by_repo[t.repo].append(t)
+    policy = Policy(max_concurrent=8, per_repo=8, mergeable=MERGEABLE, risk=risk)
+    rows: dict[str, Any] = {}
+    totals: dict[str, int] = defaultdict(int)
+    points: list[tuple[float, bool]] = []
+    for name, ts in sorted(by_repo.items()):
+        clone = clone_of(repos_dir, name)
+        facts = plan_repo(clone, ts, scope)
+        row = {**summary(ts, policy, scope), **pairs(ts, policy, scope), "record": facts}
+        points += estimates(ts, scope)
+        rows[name] = row
+        print(
+            f"  {name}: {len(ts)} tickets, FN-concurrency {_fmt(row['fn_concurrency'])}, "
+            f"over-serialisation {_fmt(row['over_serialisation'])}",
+            file=sys.stderr,
+        )
+        for k in ("pairs", "overlapping", "fn_pairs", "held_apart"):
+            totals[k] += row[k]
+    every = [t for ts in by_repo.values() for t in ts]
+    others = []
+    for r in frontier:  # the same plans admitted at other thresholds
+        p = replace(policy, risk=r)
+        got = [pairs(ts, p, scope) for ts in by_repo.values()]
+        ov, fn = sum(g["overlapping"] for g in got), sum(g["fn_pairs"] for g in got)
+        dj, held = sum(g["pairs"] - g["overlapping"] for g in got), sum(g["held_apart"] for g in got)
+        others.append(
+            {
+                "risk": r,
+                "fn_concurrency": round(fn / ov, 4) if ov else None,
+                "over_serialisation": round(held / dj, 4) if dj else None,
+            }
+        )
+    disjoint = totals["pairs"] - totals["overlapping"]
+    overall = {
+        **summary(every, policy, scope),
+        **dict(totals),
+        "fn_concurrency": round(totals["fn_pairs"] / totals["overlapping"], 4) if totals["overlapping"] else None,
+        "over_serialisation": round(totals["held_apart"] / disjoint, 4) if disjoint else None,
+    }
+    return {
+        "tickets_file": str(path),
+        "scope": scope,
+        "risk": risk,
+        "repos": rows,
+        "overall": overall,
+        "anchors": [{"method": m, "fn_concurrency": f, "over_serialisation": o} for m, f, o in ANCHORS],
+        "frontier": others,
+        "calibration": calibration(points),
+        "per_ticket": [
+            {
+                "id": t.id,
+                "repo": t.repo,
+                "claim": sorted(t.claim.paths),
+                "risk_known": t.claim.risk is not None,
+                "gold": sorted(t.gold),
+                "gold_rank": t.rank,
+                "gold_p": round(t.p_gold, 4),
+                "seconds": round(t.seconds, 3),
+            }
+            for t in every
+        ],
+    }
+
+
+def print_report(r: dict[str, Any]) -> None:
+    print(f"predict: {r['overall']['tickets']} tickets of {r['tickets_file']}, local evidence only, "
+          f"plan.risk {r['risk']:.0%}, scope {r['scope']}")  # fmt: skip
+    cols = ("tickets", "beside", "pairs", "overlap", "FN-conc", "over-ser", "top1", "top5", "plan p50", "p95")
+    print("  " + f"{'repository':<28}" + "".join(f"{c:>10}" for c in cols))
+
+    def line(name: str, row: dict[str, Any]) -> None:
+        vals = (
+            row["tickets"], row["beside_others"], row["pairs"], row["overlapping"],
+            _fmt(row["fn_concurrency"]), _fmt(row["over_serialisation"]), row["gold_top1"], row["gold_top5"],
+            f"{row['plan_p50_s']:.2f}s", f"{row['plan_p95_s']:.2f}s",
+        )  # fmt: skip
+        print("  " + f"{name:<28}" + "".join(f"{v!s:>10}" for v in vals))
+
+    for name, row in r["repos"].items():
+        line(name, row)
+    line("overall", r["overall"])
+    for f in r.get("frontier", ()):
+        fn, over = _fmt(f["fn_concurrency"]), _fmt(f["over_serialisation"])
+        print(f"  at plan.risk {f['risk']:.0%}: FN-concurrency {fn}, over-serialisation {over}")
+    if r.get("calibration"):
+        print("  estimated risk of the pairs with disjoint claims against how often their fixes really met:")
+        for b in r["calibration"]:
+            print(
+                f"    {b['from']:>4.0%} to {b['to']:>4.0%}: {b['pairs']:>5} pairs, estimated {b['estimated']:>6.1%}, "
+                f"met {b['met']:>6.1%} ({b['met_pairs']})"
+            )
+    print("  anchors (published, same kind of data): FN-concurrency / over-serialisation")
+    for a in r["anchors"]:
+        print(f"    {a['method']:<46} {_fmt(a['fn_concurrency']):>8} {_fmt(a['over_serialisation']):>8}")
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
