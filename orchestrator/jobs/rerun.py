@@ -53,6 +53,7 @@ async def requeue(
     to = lifecycle.on_conflict(job.attempts, policy, behind=rerun.settles)
     data: dict[str, Any] = {
         "code": Code.CONFLICT,
+        "why": rerun.reason,
         "conflicts": list(rerun.conflicts[:50]),
         "behind": list(rerun.behind),
         "ran_s": round(ran, 3),
