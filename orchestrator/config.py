@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
+from orchestrator.core import on_end
 from orchestrator.core.models import LAND_STYLES, Policy
 
 EX_CONFIG = 78
@@ -62,6 +63,8 @@ class JobsConfig:
     """The longest one wait, whatever the API asks for."""
     rate_limit_waits: int = 5
     """Waits one job may make; rate-limited once more, it fails with code RateLimited."""
+    max_tracked_paths: int = 10_000
+    """Paths a running job's actual set lists at most; past that it claims the whole repository until it ends."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,13 @@ PROFILES: Mapping[str, RunnerTemplate] = {
 
 OUTPUTS = ("", "claude-json")
 
+RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
+"""The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
+`runners.ratelimit.SIGNS` (the names are the config's, so loading it needs no runner)."""
+
+PUBLISH = ("push",)
+"""How a landing may reach a team's shared remote (`[team] publish`); each is one of `git.remote.PUBLISHERS`."""
+
 
 @dataclass(frozen=True)
 class OllamaConfig:
@@ -282,6 +292,9 @@ class TeamConfig:
     """After a landing, fast-forward this node's own clone's branch too (its checkout, when that is clean)."""
     git_timeout: float = 120.0
     """Seconds one fetch or push to the shared remote may take."""
+    start_wait: float = 60.0
+    """Seconds a node that starts before its PostgreSQL waits for it (asking again after 1, 2, 4 … 15 s) before it
+    exits 75 for the service manager to start it again: a bounded back-off, below the unit's start limit."""
 
     def node_name(self) -> str:
         return self.node or _host_name()
@@ -359,6 +372,7 @@ land = "auto"             # auto | review: review holds finished jobs `ready` fo
 rate_limit_wait = 60      # a rate-limited job's first wait when the API names no time (doubles each time)
 rate_limit_max_wait = 3600  # the longest one wait, whatever the API asks
 rate_limit_waits = 5      # waits per job; limited once more, it fails (code RateLimited)
+max_tracked_paths = 10000  # a running job's touched paths listed at most; past that it claims the whole repo
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -408,7 +422,8 @@ output_cap = 20000        # characters of tool output the model sees
 
 [store]
 url = ""                  # "": SQLite in the state dir; "postgresql://user@host/db": shared by a team's daemons
-                          # (pip install 'orchestrator[team]'; the password from PGPASSWORD or ~/.pgpass)
+                          # (pip install -e '.[team]' in the checkout; the password from PGPASSWORD in the
+                          # env file, or ~/.pgpass: never in this file)
 
 [team]                    # with a PostgreSQL store: this daemon as one node of the team
 node = ""                 # its name (default: the host name)
@@ -417,6 +432,7 @@ lease = 30                # seconds its hold on its jobs lasts unrenewed; then o
 publish = "push"          # landing onto the shared remote: a push with --force-with-lease as the compare-and-swap
 follow = false            # also fast-forward this node's own clone (and its clean checkout) after a landing
 git_timeout = 120         # seconds one fetch or push may take
+start_wait = 60           # seconds a start waits for PostgreSQL (retrying) before it exits 75 to be restarted
 
 # Agent CLIs as `command` runners (`--runner NAME`). Three profiles are shipped and work as they are:
 # `claude-code`, `aider` and `codex` (`orchestrator runners` lists them and what each still lacks here).
@@ -516,11 +532,9 @@ def _validate(cfg: Config) -> None:
     if cfg.daemon.max_connections < 1:
         raise ConfigError("daemon.max_connections: must be at least 1")
     if cfg.jobs.on_end:
-        from orchestrator.jobs.notify import TemplateError, check_template
-
         try:
-            check_template(cfg.jobs.on_end)
-        except TemplateError as e:
+            on_end.check(cfg.jobs.on_end)
+        except on_end.TemplateError as e:
             raise ConfigError(f"jobs.{e}") from None
     for path, rc in cfg.repos.items():
         if rc.land_style not in LAND_STYLES:
@@ -531,6 +545,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.log_max_bytes: must be at least 4096")
     if cfg.jobs.kill_grace < 0:
         raise ConfigError("jobs.kill_grace: must not be negative")
+    if cfg.jobs.max_tracked_paths < 1:
+        raise ConfigError("jobs.max_tracked_paths: must be at least 1")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
     if not 0 <= cfg.ollama.turn_slots <= cfg.ollama.parallel:
@@ -570,8 +586,6 @@ def _validate(cfg: Config) -> None:
         if land not in ("auto", "review") and not (land == "" and key != "jobs.land"):
             raise ConfigError(f"{key}: {land!r}; use auto or review")
     _validate_team(cfg.store, cfg.team)
-    from orchestrator.runners.ratelimit import SIGNS  # late: runners.command imports this module
-
     for name, t in cfg.runners.items():
         if not t.argv or not t.argv[0]:
             raise ConfigError(f'runners.{name}.argv: name the command, e.g. ["claude", "-p", "{{prompt}}"]')
@@ -579,9 +593,9 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
-        if t.rate_limits and t.rate_limits not in SIGNS:
+        if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
-                f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, SIGNS))}"
+                f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"
             )
 
 
@@ -623,10 +637,10 @@ def _validate_team(store: StoreConfig, team: TeamConfig) -> None:
         raise ConfigError("team.lease: must be at least 2 seconds (nodes renew it every third of it)")
     if team.git_timeout <= 0:
         raise ConfigError("team.git_timeout: must be positive")
-    from orchestrator.git.remote import PUBLISHERS
-
-    if team.publish not in PUBLISHERS:
-        raise ConfigError(f"team.publish: {team.publish!r}; use one of {', '.join(PUBLISHERS)}")
+    if team.start_wait < 0:
+        raise ConfigError("team.start_wait: must be 0 (exit at once) or more seconds")
+    if team.publish not in PUBLISH:
+        raise ConfigError(f"team.publish: {team.publish!r}; use one of {', '.join(PUBLISH)}")
 
 
 def parse(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import gc
 import os
+import pwd
 import signal
 import sys
 from dataclasses import dataclass, replace
@@ -57,11 +58,11 @@ from orchestrator.proc import sandbox as sandboxes
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import Runner, registry
 from orchestrator.runners import task as runners_task
-from orchestrator.service import intake
+from orchestrator.service import intake, unit
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
 from orchestrator.store import EX_STATE, EX_TEMPFAIL, StoreUnreachable, StoreUnusable
-from orchestrator.team import engine
+from orchestrator.team import engine, reach
 
 ROUND_GRACE = 10.0
 """Seconds the scheduler may take to finish the round under way at shutdown before it is cancelled."""
@@ -219,9 +220,9 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        store = await engine.open_store(self.cfg, self.paths)
-        parts.push_async_callback(store.close)
         notifier = Notifier()
+        store = await engine.open_store(self.cfg, self.paths, self._stop, status=notifier.status)
+        parts.push_async_callback(store.close)
         parts.push_async_callback(notifier.close)
         # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
         no_cgroups = await asyncio.to_thread(process.use_cgroups)
@@ -232,11 +233,9 @@ class Daemon:
         # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
         claude = SharedClaude(self.cfg.anthropic)
         parts.push_async_callback(claude.close)
-        sandbox = await asyncio.to_thread(
-            sandboxes.resolve,
-            self.cfg.jobs.sandbox,
-            (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir),
-        )
+        # In team mode an unconfined job could reach the shared store: `auto` requires the sandbox there.
+        mode = "bwrap" if self.cfg.store.url and self.cfg.jobs.sandbox == "auto" else self.cfg.jobs.sandbox
+        sandbox = await asyncio.to_thread(sandboxes.resolve, mode, self._hidden())
         await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
@@ -307,6 +306,13 @@ class Daemon:
         notifier.start(open_jobs, lambda: plane.scheduler.heartbeat)
         spool.start()
         return plane, notifier
+
+    def _hidden(self) -> tuple[str, ...]:
+        """What no confined job may see: the daemon's dirs, its env file and, in team mode, the store's sockets and
+        password files (`team.reach`)."""
+        homes = (Path(os.environ.get("HOME") or Path.home()), Path(pwd.getpwuid(os.getuid()).pw_dir))
+        own = (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir, unit.env_file())
+        return (*map(str, own), *reach.hidden(self.cfg.store.url, os.environ, homes))
 
     async def _join_team(
         self,

@@ -100,18 +100,42 @@ def started(make_repo, daemon_factory):
     return repo, d
 
 
+def outside_tmp() -> Path:
+    """A private temp dir that is not under /tmp (which the sandbox empties), for what must stay where a sandboxed
+    job could see it unless the daemon hides it: a PostgreSQL socket dir laid out as a distribution installs one."""
+    import tempfile
+
+    for base in (Path("/var/tmp"), Path.home() / ".cache"):
+        real = Path(os.path.realpath(base))
+        if real.is_dir() and os.access(real, os.W_OK) and not real.is_relative_to("/tmp"):
+            made = Path(tempfile.mkdtemp(prefix="orch-test-", dir=real))
+            made.chmod(0o755)  # others may pass through, as through /run: what lies within says who may read it
+            return made
+    pytest.skip("no writable temp dir outside /tmp (/var/tmp, ~/.cache) for the PostgreSQL socket dir")
+
+
 @pytest.fixture(scope="session")
 def postgres():
-    """A real PostgreSQL server for the session (initdb + pg_ctl in a temp dir, as an unprivileged user when root
-    runs the tests); skipped, saying what to install, where the server programs or the driver are missing."""
+    """A real PostgreSQL server for the session (initdb + pg_ctl in a dir outside /tmp, its socket dir mode 755 as
+    a distribution's, as an unprivileged user when root runs the tests); skipped, saying what to install, where
+    the server programs or the driver are missing."""
     from orchestrator.lab.localpg import INSTALL_HINT, LocalPostgres, find_bindir
 
     if find_bindir() is None:
         pytest.skip(f"PostgreSQL tests need the server: {INSTALL_HINT}")
     pytest.importorskip("asyncpg", reason="PostgreSQL tests need the driver: pip install -e '.[team]'")
-    server = LocalPostgres(port=55432).start()
+    server = LocalPostgres(outside_tmp() / "pg", port=55432).start()
+    # The node role's password as a node gets it (from its environment): for the daemons the tests start and the
+    # stores they open in-process. Never in a URL: the config refuses a URL with a password.
+    before = os.environ.get("PGPASSWORD")
+    os.environ.update(server.env())
     yield server
+    if before is None:
+        os.environ.pop("PGPASSWORD", None)
+    else:
+        os.environ["PGPASSWORD"] = before
     server.remove()
+    os.rmdir(server.root.parent)
 
 
 @pytest.fixture

@@ -268,3 +268,23 @@ def test_rows_are_shown_as_they_finish_and_a_failed_row_as_failed(tmp_path, monk
     assert "Overlap 2" in out.stdout and "alone" in out.stdout, "the per-job table"
     kept = [json.loads(line) for line in (keep / "rows.jsonl").read_text().splitlines()]
     assert [r.get("failed", "")[:7] for r in kept] == ["", "OSError", ""]
+
+
+def test_the_chart_has_a_title_and_shows_each_rows_conflicts():
+    """The `--plot` chart says what was replayed on what machine, and over each row's bars its conflicts (and any
+    redone, lost or broken work): a row that ran fast because it conflicted does not look like a win."""
+    from orchestrator.lab.bench.report import plot
+
+    rows = [
+        {"policy": "claims", "predictor": "local", "makespan_s": 50.0, "list_s": 48.0, "ideal_s": 40.0,
+         "conflicts": 3, "redone": 2, "lost": 0, "broken": 0},
+        {"policy": "one-per-repo", "predictor": "oracle", "makespan_s": 90.0, "list_s": 90.0, "ideal_s": 40.0,
+         "conflicts": 0, "redone": 0, "lost": 0, "broken": 0},
+    ]  # fmt: skip
+    info = {"changes": 30, "history": "/x/flask-history.jsonl", "machine": {"cores": 2, "ram_mb": 24000}}
+    fig = plot.figure(rows, info)
+    ax = fig.axes[0]
+    assert ax.get_title() == "jobs bench: 30 changes of flask-history.jsonl replayed, makespan per policy (2 cores, " \
+        "24000 MB RAM)"
+    said = [t.get_text() for t in ax.texts]
+    assert said == ["3 conflicts\n2 redone", "0 conflicts"], said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,8 +11,9 @@ import pygit2
 import pytest
 from pygit2.enums import ConfigLevel
 
+from orchestrator.core.models import Code
 from orchestrator.git.commits import ForeignWorktree, commit_worktree
-from orchestrator.git.workspace import WorkspaceError
+from orchestrator.git.workspace import ResultRefused, WorkspaceError
 from tests.conftest import git, workspace, write
 
 
@@ -126,9 +128,38 @@ def test_a_file_over_the_cap_fails_the_commit(job: tuple[Path, Path, str]) -> No
     repo, wt, _ = job
     with open(wt / "huge.bin", "wb") as f:
         f.truncate(2 * 1024 * 1024)  # sparse: costs no disk
-    with pytest.raises(WorkspaceError, match=r"huge\.bin is 2 MiB, over the 1 MiB"):
+    with pytest.raises(WorkspaceError, match=r"'huge\.bin' is 2 MiB, over the 1 MiB"):
         commit(job, max_file=1024 * 1024)
     assert git(repo, "branch", "--list", "orchestrator/1") == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        (b"git~1", "'git~1' (a name git refuses)"),
+        (b".GIT/config", "'.GIT/' (a name git refuses)"),
+        (b"sub/.Git/x", "'sub/.Git/' (a name git refuses)"),
+        (b".git.", "'.git.' (a name git refuses)"),
+        (b"p\xff", "'p\\xff' (not UTF-8)"),
+        (b"GIT~1/hooks/post-checkout", "'GIT~1/hooks/post-checkout' (a name git refuses)"),
+    ],
+)
+def test_a_name_git_cannot_store_is_refused_by_name(job: tuple[Path, Path, str], name: bytes, shown: str) -> None:
+    """A file whose name git refuses (or that is not UTF-8) fails the commit with a message that names it and says
+    what to do; no blob, commit or branch is written, whatever else the job left."""
+    repo, wt, _ = job
+    write(wt, {"fine.txt": "ok\n"})
+    path = os.path.join(os.fsencode(wt), name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"unique content of a refused file\n")
+    with pytest.raises(ResultRefused) as refused:
+        commit(job)
+    assert refused.value.code is Code.BAD_NAMES
+    assert shown in str(refused.value) and "rename or delete them" in str(refused.value)
+    assert git(repo, "branch", "--list", "orchestrator/1") == ""
+    blob = str(pygit2.hash(b"unique content of a refused file\n"))
+    assert subprocess.run(["git", "cat-file", "-e", blob], cwd=repo).returncode != 0, "no blob was written"
 
 
 def test_an_existing_branch_of_that_name_is_kept_not_overwritten(job: tuple[Path, Path, str]) -> None:

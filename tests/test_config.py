@@ -56,6 +56,9 @@ def test_env_overrides(tmp_path):
         ('[repos."/tmp"]\ncheck_timeout = -1\n', "check_timeout"),
         ('[jobs]\ndefault_runner = "nosuch"\n', "jobs.default_runner"),
         ("[daemon]\nheader_timeout = 0\n", "daemon.header_timeout"),
+        ('[jobs]\non_end = ["notify-send", "{nope}"]\n', "jobs.on_end"),
+        ('[runners.mine]\nargv = ["mine"]\nrate_limits = "nosuch"\n', "runners.mine.rate_limits"),
+        ('[team]\npublish = "carrier-pigeon"\n', "team.publish"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path, text, key):
@@ -64,6 +67,36 @@ def test_invalid_config_names_the_key(tmp_path, text, key):
     p.write_text(text)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         config.load(p, env={})
+
+
+def test_config_names_what_the_layers_implement():
+    """The names config accepts are exactly those the layers it configures implement (config imports none)."""
+    from orchestrator.core.models import LAND_STYLES
+    from orchestrator.git.merging import LandStyle
+    from orchestrator.git.remote import PUBLISHERS
+    from orchestrator.runners.ratelimit import SIGNS
+
+    assert set(config.RATE_LIMIT_SIGNS) == set(SIGNS)
+    assert set(config.PUBLISH) == set(PUBLISHERS)
+    assert set(LAND_STYLES) == set(LandStyle.__args__)
+    assert all(t.rate_limits in config.RATE_LIMIT_SIGNS for t in config.PROFILES.values() if t.rate_limits)
+
+
+def test_loading_config_imports_no_layer_it_configures(tmp_path):
+    """Config validation reads only data: loading a full config imports no git, runners or jobs module."""
+    p = tmp_path / "c.toml"
+    p.write_text(
+        '[jobs]\non_end = ["notify-send", "{summary}"]\n[runners.mine]\nargv = ["mine"]\nrate_limits = "aider"\n'
+        '[team]\npublish = "push"\n'
+    )
+    code = (
+        "import sys; from orchestrator import config; "
+        f"config.load(__import__('pathlib').Path({str(p)!r}), env={{}}); "
+        "print(sorted(m for m in sys.modules if m.startswith(('orchestrator.git', 'orchestrator.runners', "
+        "'orchestrator.jobs'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_bad_env_override_is_an_error(tmp_path):

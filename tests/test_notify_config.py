@@ -59,7 +59,9 @@ def test_config_show_names_where_each_value_came_from(tmp_path):
     assert (rows["jobs.per_repo"]["value"], rows["jobs.per_repo"]["source"]) == (3, "file")
     assert rows["jobs.min_confidence"]["source"] == "default"
     text = run_cli(home, "config", "show").stdout
-    assert any(line.startswith("jobs.per_repo") and line.endswith("# file") for line in text.splitlines())
+    lines = text.splitlines()
+    jobs = lines[lines.index("[jobs]") + 1 :]
+    assert any(line.split()[0] == "per_repo" and line.endswith("# file") for line in jobs), text
     (home / "config" / "config.toml").write_text('[jobs]\non_end = ["notify-send", "{nope}"]\n')
     bad = run_cli(home, "config", "show")
     assert bad.returncode == 78 and "on_end" in bad.stderr and "{summary}" in bad.stderr

@@ -32,8 +32,11 @@ def clones(tmp_path: Path) -> tuple[Path, Path]:
 
 async def _node(url: str, name: str, **kw):
     from orchestrator.store.postgres import PgStore
+    from orchestrator.team.clones import remote_of
 
-    return await PgStore.connect(url, node=name, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw)
+    return await PgStore.connect(
+        url, node=name, remote_of=remote_of, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw
+    )
 
 
 def test_every_store_method_is_postgresql_s_own():
@@ -203,10 +206,11 @@ async def test_postgresql_down_is_a_clear_error(tmp_path):
     """No server at the URL: StoreUnreachable names it and says what to do."""
     from orchestrator.store import StoreUnreachable
     from orchestrator.store.postgres import PgStore
+    from orchestrator.team.clones import remote_of
 
     url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
     with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
-        await PgStore.connect(url, node="a")
+        await PgStore.connect(url, node="a", remote_of=remote_of)
 
 
 async def test_rate_limits_are_kept_per_node_and_a_later_end_stands(pg_url, tmp_path):

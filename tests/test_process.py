@@ -159,6 +159,17 @@ def test_environment_is_an_allow_list() -> None:
     }
 
 
+def test_the_store_s_variables_never_pass_whatever_a_runner_names() -> None:
+    """PGPASSWORD, PGHOST, PGPASSFILE (the daemon's way into the team's store) pass to no command, even through a
+    runner's `*` pattern; a value the runner's own config writes still does."""
+    environ = {"PATH": "/bin", "PGPASSWORD": "pw", "PGHOST": "/run/postgresql", "PGPASSFILE": "/h/.pgpass", "K": "v"}
+    assert process.environment(["*"], {"PGDATABASE": "tests"}, environ=environ) == {
+        "PATH": "/bin",
+        "K": "v",
+        "PGDATABASE": "tests",
+    }
+
+
 def test_survivors_are_ended_and_recycled_pids_are_left_alone(tmp_path: Path) -> None:
     """`end_groups` kills a recorded group that still runs, and spares a pid whose start time does not match."""
     survivor = subprocess.Popen(["sleep", "60"], start_new_session=True)

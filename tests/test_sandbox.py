@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.proc import sandbox
-from tests.conftest import git
+from tests.conftest import git, outside_tmp
 
 
 def _bwrap_works() -> bool:
@@ -57,6 +57,41 @@ def test_with_bwrap_a_job_cannot_write_the_users_checkout_or_home(make_repo, dae
     # The job's own commit stayed in its own git dir: the daemon committed the files itself.
     assert "own commit" not in git(repo, "log", "--format=%s", "main")
     assert any(e["event"] == "sandbox.ready" for e in d.events())
+
+
+@needs_bwrap
+def test_hidden_dirs_read_empty_and_hidden_files_read_empty():
+    """What the sandbox is told to hide is out of a confined command's sight: a dir (a socket dir) is empty, a file
+    (a password file) reads as nothing, also where it lies inside a dir shown again; the rest reads as on the host."""
+    tmp_path = outside_tmp()  # not under /tmp, which every confined command sees empty anyway
+    try:
+        _hidden_dirs_and_files(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _hidden_dirs_and_files(tmp_path: Path) -> None:
+    import subprocess
+
+    sockets, secret, state = tmp_path / "sockets", tmp_path / "secret", tmp_path / "state"
+    shown = state / "repo"  # a dir inside a hidden one, shown again read-only (as a repository in a hidden home)
+    for d in (sockets, shown):
+        d.mkdir(parents=True)
+    (sockets / ".s.PGSQL.5432").write_text("socket")
+    (state / "orchestrator.db").write_text("db")
+    secret.write_text("password")
+    (shown / ".pgpass").write_text("password")
+    (shown / "visible").write_text("visible")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    found = shutil.which("bwrap")
+    assert found is not None
+    hidden = (str(sockets), str(state), str(secret), str(shown / ".pgpass"), "/no/such")
+    argv = sandbox.Sandbox(bwrap=found, hidden=hidden).confine(ws, tmp=ws, readonly=[shown])
+    script = f"ls -A {sockets}; ls {state}; cat {secret} {shown}/.pgpass {shown}/visible"
+    out = subprocess.run([*argv, "sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stdout) == (0, "repo\nvisible"), out.stderr
+    assert secret.read_text() == "password"
 
 
 def test_without_a_sandbox_a_write_to_the_checkout_fails_the_job(make_repo, daemon_factory):

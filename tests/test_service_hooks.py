@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -37,8 +38,6 @@ def _commit(d: Daemon, repo: Path, message: str, files: dict[str, str] | None = 
 def _install(d: Daemon, repo: Path) -> None:
     out = d.cli("hook", "install", "--repo", str(repo))
     assert out.returncode == 0, out.stderr
-
-
 
 
 def _log_lines(d: Daemon) -> list[str]:
@@ -214,7 +213,7 @@ def test_repository_copies_are_the_installed_scripts() -> None:
         assert subprocess.run(["sh", "-n", str(root / hook)], timeout=30).returncode == 0
 
 
-RECORDER = "#!/bin/sh\necho \"$*\" >> \"$0.calls\"\n"
+RECORDER = '#!/bin/sh\necho "$*" >> "$0.calls"\n'
 
 
 def test_only_a_commit_that_can_queue_starts_the_python_side(make_repo, tmp_path) -> None:
@@ -281,3 +280,99 @@ def test_trailers_of_someone_elses_commits_queue_nothing_unless_opted_in(make_re
     assert any("not queued: a cherry-pick" in ln for ln in log), log
     assert any("post-rewrite" in ln and "not queued: authored by else@example.org" in ln for ln in log), log
     assert "orchestrator.foreignTickets true" in next(ln for ln in log if "not queued" in ln)
+
+
+# A user's own post-commit hook that takes a while (a linter, a notifier): it holds the commit until a landing has
+# moved the branch (or half a second passes), the window in which the orchestrator hook, chained after it, reads it.
+SLOW_USERS_HOOK = """#!/bin/sh
+start=$(git rev-parse HEAD)
+i=0
+while [ "$(git rev-parse HEAD)" = "$start" ] && [ $i -lt 10 ]; do sleep 0.05; i=$((i + 1)); done
+"""
+
+
+def _git_beside_landings(d: Daemon, repo: Path, *args: str) -> None:
+    """Run git as a user would while the daemon lands on the checkout: again when a landing holds the index."""
+    for _ in range(100):
+        out = subprocess.run(["git", *args], cwd=repo, env=d.env, capture_output=True, text=True, timeout=30)
+        if out.returncode == 0:
+            return
+        assert "index.lock" in out.stderr, out.stderr
+        time.sleep(0.05)
+    raise AssertionError(f"git {args[0]}: the index stayed locked")
+
+
+@pytest.mark.timeout(300)
+def test_every_commit_is_queued_while_landings_move_the_checked_out_branch(make_repo, daemon_factory) -> None:
+    """50 trailer commits on the checked-out main while the daemon lands jobs on it: 50 jobs, 50 hook.log lines."""
+    repo = make_repo()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}).start()
+    hook = repo / ".git" / "hooks" / "post-commit"
+    hook.write_text(SLOW_USERS_HOOK)
+    hook.chmod(0o755)
+    _install(d, repo)
+    texts = [f"echo {k} > out-{k}.txt" for k in range(50)]
+    for k, text in enumerate(texts):
+        write(repo, {f"mine/{k}": "x"})
+        _git_beside_landings(d, repo, "add", "-A")
+        _git_beside_landings(
+            d, repo, "commit", "-q", "-m", f"change {k}\n\nOrchestrator: {text}\nOrchestrator-Paths: out-{k}.txt"
+        )
+    jobs = _wait("50 jobs", lambda: len(js := d.cli_json("status")) >= len(texts) and js, timeout=60)
+    assert sorted(j["text"] for j in jobs) == sorted(texts)
+    lines = _wait("50 hook.log lines", lambda: len(ls := _log_lines(d)) >= len(texts) and ls, timeout=60)
+    assert len(lines) == len(texts) and all("sent: queued" in ln for ln in lines), lines
+    moved = [ln for ln in git(repo, "reflog", "HEAD", "--format=%gs").splitlines() if ln.startswith("orchestrator: ")]
+    assert moved, "no landing moved the branch while the commits were made: the test proves nothing"
+
+
+def test_hook_status_says_when_heads_reflog_is_off(make_repo, daemon_factory) -> None:
+    """The hook names its commit from HEAD's reflog: with the reflog off, install and status say how to turn it on."""
+    repo = make_repo()
+    d = daemon_factory()
+    git(repo, "config", "core.logAllRefUpdates", "false")
+    out = d.cli("hook", "install", "--repo", str(repo))
+    assert out.returncode == 0 and "git config core.logAllRefUpdates true" in out.stderr + out.stdout, out
+    out = d.cli("hook", "status", "--repo", str(repo), "--json")
+    status = {h["hook"]: h for h in json.loads(out.stdout)["hooks"]}
+    assert out.returncode == 1 and "core.logAllRefUpdates" in status["post-commit"]["detail"]
+    git(repo, "config", "core.logAllRefUpdates", "true")
+    status = {h["hook"]: h for h in d.cli_json("hook", "status", "--repo", str(repo))["hooks"]}
+    assert status["post-commit"]["python_ok"] and status["post-commit"]["detail"] == "ok"
+
+
+# What a landing does to the checked-out branch: a commit on top, the ref moved with the daemon's reflog message.
+LANDING_NOW = """#!/bin/sh
+landed=$(git commit-tree -p HEAD -m "Merge orchestrator job 9: theirs" "HEAD^{tree}")
+git update-ref -m "orchestrator: land job 9" HEAD "$landed"
+"""
+
+
+def test_the_hook_names_its_own_commit_when_a_landing_moved_the_branch_first(make_repo, tmp_path) -> None:
+    """A landing between the commit and the hook reading it: both our hook and another tool's line name the commit."""
+    python = tmp_path / "python-recorder"
+    python.write_text(RECORDER)
+    python.chmod(0o755)
+    calls = Path(str(python) + ".calls")
+    repo = make_repo()
+    (repo / ".git" / "hooks" / "post-commit").write_text(LANDING_NOW)
+    (repo / ".git" / "hooks" / "post-commit").chmod(0o755)
+    hooks.install(repo, python=str(python))  # the landing runs first, as a chained hook
+    write(repo, {"a.txt": "1"})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "mine\n\nOrchestrator: true mine")
+    assert git(repo, "log", "-1", "--format=%s") == "Merge orchestrator job 9: theirs"
+    _wait("the hook's Python start", lambda: calls.exists() and calls.read_text())
+    assert calls.read_text().split()[2:] == ["post-commit", git(repo, "rev-parse", "HEAD~1"), "main"]
+    # Another tool owns the hooks (husky): the line `hook install` prints for it names the commit the same way.
+    hooks.uninstall(repo)
+    calls.unlink()
+    git(repo, "config", "core.hooksPath", ".husky")
+    (repo / ".husky").mkdir()
+    (repo / ".husky" / "post-commit").write_text(LANDING_NOW + hooks.run_line("post-commit", str(python)) + "\n")
+    (repo / ".husky" / "post-commit").chmod(0o755)
+    write(repo, {"a.txt": "2"})
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-qm", "mine again\n\nOrchestrator: true again")
+    _wait("the husky line's Python start", lambda: calls.exists() and calls.read_text())
+    assert calls.read_text().split()[2:] == ["post-commit", git(repo, "rev-parse", "HEAD~1"), "main"]

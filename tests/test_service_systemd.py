@@ -49,24 +49,41 @@ def test_rendered_unit_verifies_clean(tmp_path: Path, scope: tuple[str, ...]) ->
     assert (out.returncode, out.stdout + out.stderr) == (0, "")
 
 
-@needs_analyze
-def test_repository_unit_verifies_and_matches_render(tmp_path: Path) -> None:
-    """`systemd/orchestrator.service` is the generic rendering (only the exit code list may lag) and verifies."""
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
+def test_repository_unit_is_the_render():
+    """`systemd/orchestrator.service` is the generic rendering, line for line: one source of truth."""
     shipped = (ROOT / "systemd" / unit.NAME).read_text()
-
-    def strip(text: str) -> list[str]:
-        return [ln for ln in text.splitlines() if not ln.startswith("RestartPreventExitStatus=")]
-
-    assert strip(shipped) == strip(unit.render()), (
+    assert shipped == unit.render(), (
         "systemd/orchestrator.service is stale: python -m orchestrator.service.unit > systemd/orchestrator.service"
     )
-    prevent = next(ln for ln in shipped.splitlines() if ln.startswith("RestartPreventExitStatus="))
-    assert "78" in prevent.partition("=")[2].split()
+
+
+@needs_analyze
+def test_repository_unit_verifies(tmp_path: Path) -> None:
+    """The shipped unit passes `systemd-analyze verify` (system and user scope) with no output at all."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
     for scope in ((), ("--user",)):
         out = _verify(ROOT / "systemd" / unit.NAME, *scope, runtime=runtime)
         assert (out.returncode, out.stdout + out.stderr) == (0, "")
+
+
+def test_a_node_waiting_for_its_database_is_restarted_and_never_trips_the_start_limit() -> None:
+    """Exit 75 (the team's PostgreSQL not up) is restarted, 65 and 78 are not; a node that waits `start_wait` on
+    each start before exiting 75 never starts more often than the start limit allows, so it comes up whenever
+    the database does."""
+    from orchestrator.config import TeamConfig
+
+    lines = unit.render().splitlines()
+    prevent = next(ln for ln in lines if ln.startswith("RestartPreventExitStatus=")).partition("=")[2].split()
+    assert prevent == ["65", "78"] and "Restart=on-failure" in lines
+    interval, burst = unit.START_LIMIT
+    assert f"StartLimitIntervalSec={interval}" in lines and f"StartLimitBurst={burst}" in lines
+    cycle = TeamConfig().start_wait + unit.RESTART_SEC
+    assert f"RestartSec={unit.RESTART_SEC}" in lines
+    starts = [i * cycle for i in range(50)]
+    assert max(sum(1 for t in starts if end - interval < t <= end) for end in starts) <= burst
+    timeout = int(next(ln for ln in lines if ln.startswith("TimeoutStartSec=")).partition("=")[2])
+    assert TeamConfig().start_wait + 15 < timeout  # the wait and a last connect fit in a start
 
 
 def test_unit_has_the_service_contract() -> None:

@@ -196,18 +196,3 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
-
-
-def test_postgresql_down_at_start_is_a_clear_error_and_exit_code(tmp_path):
-    """A daemon whose PostgreSQL is not there exits 75 (try again later) saying which server and what to do."""
-    home = tmp_path / "home"
-    (home / "config").mkdir(parents=True)
-    (home / "config" / "config.toml").write_text(
-        f'[store]\nurl = "postgresql://nobody@/x?host={tmp_path}&port=1"\n\n[team]\nnode = "a"\n'
-    )
-    env = {**os.environ, "ORCHESTRATOR_HOME": str(home), "ORCHESTRATOR_SANDBOX": "none"}
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "daemon"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 75, done.stderr
-    assert "cannot reach the team's PostgreSQL" in done.stderr and "Start it" in done.stderr

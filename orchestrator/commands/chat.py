@@ -8,6 +8,7 @@ import urllib.parse
 
 import click
 
+from orchestrator.commands import term
 from orchestrator.commands.common import FAILED, REJECTED, api_call, client, err, json_option
 
 
@@ -23,13 +24,14 @@ def chat(session: str, end: bool, as_json: bool, text: tuple[str, ...]) -> None:
     Exit 1 when the turn failed (the model server down, a timeout); 2 when refused (busy: retry later).
     """
     failed = None
+    shown = sys.stdout.isatty()  # a model's words on a terminal: they must not drive it (`term.output`)
     # Quoted: a name such as `../x` reaches the daemon as the name it is (which says what names may be).
     path = f"/chat/{urllib.parse.quote(session, safe='')}"
     for ev in client().post_lines(path, {"text": " ".join(text), "end": end}):
         if as_json:
             click.echo(json.dumps(ev))
         elif ev["event"] == "token":
-            sys.stdout.write(ev["text"])
+            sys.stdout.write(term.output(ev["text"], colours=False) if shown else ev["text"])
             sys.stdout.flush()
         elif ev["event"] == "intent":
             err(f"[{session}] intent: {ev['intent']} ({ev['source']})")

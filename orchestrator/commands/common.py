@@ -7,6 +7,7 @@ Data goes to stdout, human messages to stderr. Exit codes: 0 ok, 1 failed, 2 rej
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -16,6 +17,7 @@ import click
 
 from orchestrator import paths
 from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.commands import term
 from orchestrator.core import models
 
 OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT, UNCHANGED = 0, 1, 2, 3, 4, 5
@@ -29,7 +31,19 @@ CANCELLABLE_STATES = tuple(sorted(models.CANCELLABLE))
 
 
 def err(message: str) -> None:
-    click.echo(message, err=True)
+    """A message for a person, on stderr; what a job put in it cannot drive the terminal (`term.output`)."""
+    click.echo(term.output(message, colours=False), err=True)
+
+
+def tell(*lines: str) -> None:
+    """Lines for a person on stderr, every string from a job in them made visible; on a terminal, each broken
+    between words to its width (a `quoted command` whole)."""
+    from orchestrator.commands import fit
+
+    width = shutil.get_terminal_size().columns - 1 if sys.stderr.isatty() else None
+    for line in lines:
+        for part in fit.fill(line, width, indent="  ") if width else [line]:
+            term.echo(part, err=True)
 
 
 def client() -> Client:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import click
 
 from orchestrator.client import Unreachable
+from orchestrator.commands import fit, term
 from orchestrator.commands.common import (
     FAILED,
     FAILED_STATES,
@@ -22,8 +25,11 @@ from orchestrator.commands.common import (
     emit,
     err,
     json_option,
+    tell,
 )
 from orchestrator.core import models
+
+OPEN_STATES = ",".join(sorted(models.OPEN))
 
 
 class ArgvCommand(click.Command):
@@ -124,7 +130,36 @@ def enqueue(
     else:
         click.echo(job["id"])
         claim = ", ".join(job["claim"]["paths"]) or "no paths declared: it will run alone in its repo"
-        err(f"job {job['id']} queued on {job['branch']} of {job['repo']} ({claim})")
+        term.echo(f"job {job['id']} queued on {job['branch']} of {job['repo']} ({claim})", err=True)
+
+
+KEY = 12
+"""The width of `show`'s field names: each value starts one column after it."""
+
+
+def width() -> int | None:
+    """The columns a view's lines are broken to: the terminal's, or `COLUMNS`; None (not broken) in a pipe."""
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return max(shutil.get_terminal_size().columns - 1, 40)
+    return None
+
+
+def say(text: str, *, first: str = "", hang: int = 0, cols: int | None = None) -> None:
+    """One thing on as many lines as it needs, every string from the job in it made visible: `first` (a field
+    name) then `text`, broken between words at `cols`, its later lines indented by `hang`."""
+    text = term.visible(text)
+    if cols is None:
+        term.echo(first + text)
+        return
+    for n, part in enumerate(fit.fill(text, max(cols - max(len(first), hang), 20))):
+        term.echo((first if n == 0 else " " * hang) + part)
+
+
+def block(first: str, text: str, *, hang: int, cols: int | None) -> None:
+    """A many-line value (a job's text): each of its lines on lines of its own, indented under the first and made
+    visible, so that no line of it can pass for a field of the view."""
+    for n, line in enumerate(text.strip("\n").split("\n")):
+        say(line.rstrip(), first=f"{first:<{hang}}" if n == 0 else " " * hang, hang=hang, cols=cols)
 
 
 @click.command()
@@ -137,6 +172,11 @@ def show(job_id: int, as_json: bool) -> None:
     if as_json:
         emit(job)
         return
+    cols = width()
+
+    def put(key: str, text: str) -> None:
+        say(text, first=f"{key:<{KEY}} ", hang=KEY + 1, cols=cols)
+
     for key in (
         "id",
         "state",
@@ -157,26 +197,32 @@ def show(job_id: int, as_json: bool) -> None:
         "finished_at",
         "land",
     ):
-        if job.get(key) not in (None, ""):  # a field that does not apply yet is left out, never "None"
-            click.echo(f"{key:12} {json.dumps(job[key]) if key == 'argv' else job[key]}")
-    click.echo(
-        f"{'claim':12} {', '.join(job['claim']['paths']) or '-'} "
-        f"(confidence {job['claim']['confidence']}, {job['claim']['source']})"
-    )
+        value = job.get(key)
+        if value in (None, ""):  # a field that does not apply yet is left out, never "None"
+            continue
+        if key == "text":
+            block(key, value, hang=KEY + 1, cols=cols)  # many lines, each its own
+        else:
+            put(key, json.dumps(value) if key == "argv" else str(value))
+    claim = job["claim"]
+    paths = ", ".join(claim["paths"]) or "-"
+    put("claim", f"{paths} (confidence {claim['confidence']}, {claim['source']})")
     if job.get("grown"):
-        click.echo(f"{'grown':12} {', '.join(job['grown'])} (touched while it ran, outside its claim)")
-    click.echo(f"{'actual':12} {', '.join(job['actual']) or '-'}")
+        put("grown", f"{', '.join(job['grown'])} (touched while it ran, outside its claim)")
+    put("actual", ", ".join(job["actual"]) or "-")
     if u := job.get("usage"):
         cost = "unknown cost" if u.get("cost_usd") is None else f"${u['cost_usd']:.4f}"
-        click.echo(
-            f"{'usage':12} {u.get('model', '')}: {u.get('calls', 0)} calls, {u.get('input_tokens', 0)} in, "
+        said = (
+            f"{u.get('model', '')}: {u.get('calls', 0)} calls, {u.get('input_tokens', 0)} in, "
             f"{u.get('output_tokens', 0)} out, {u.get('cache_read_tokens', 0)} cache read, "
             f"{u.get('cache_write_tokens', 0)} cache write tokens; {cost}"
         )
-    click.echo("events:")
+        put("usage", said)
+    term.echo("events:")
     for ev in job["events"]:
         extra = {k: v for k, v in ev.items() if k not in ("at", "kind")}
-        click.echo(f"  {time.strftime('%H:%M:%S', time.localtime(ev['at']))} {ev['kind']} {json.dumps(extra)}")
+        at = time.strftime("%H:%M:%S", time.localtime(ev["at"]))
+        say(f"{ev['kind']} {json.dumps(extra)}", first=f"  {at} ", hang=11, cols=cols)
 
 
 @click.command()
@@ -189,38 +235,54 @@ def why(job_id: int, as_json: bool) -> None:
     if as_json:
         emit(data)
         return
+    cols = width()
     code = f" ({data['code']})" if data.get("code") else ""
     where = f" on node {data['node']}" if data.get("node") else ""
-    click.echo(f"job {data['id']} is {data['state']}{where}{code}: {data['reason']}")
-    click.echo(f"next: {data['next']}")
+    say(f"job {data['id']} is {data['state']}{where}{code}: {data['reason']}", hang=2, cols=cols)
+    say(f"next: {data['next']}", hang=2, cols=cols)
     d = data.get("decision")
+    if d and d.get("blocking") and (held := fit.review_holds(client().jobs(OPEN_STATES)).get(job_id)):
+        who = f"job {held[0]}" if len(held) == 1 else f"jobs {', '.join(map(str, held))}"
+        said = (
+            f"held by {who} in review, which keeps its paths and its slot until a person lands or rejects it: "
+            f"`orchestrator diff {held[0]}` shows it, `orchestrator land {held[0]}` lands it, "
+            f"`orchestrator reject {held[0]}` drops it"
+        )
+        say(said, hang=2, cols=cols)
     if d:
-        click.echo(f"decision: {d['reason']} — {d['message']}")
+        say(f"decision: {d['reason']} — {d['message']}", hang=2, cols=cols)
         if d.get("shared"):
-            click.echo(f"shared (union-merged): {', '.join(d['shared'])}")
+            say(f"shared (union-merged): {', '.join(d['shared'])}", hang=2, cols=cols)
         for c in d.get("checks", []):
-            click.echo(f"  [{'ok' if c['ok'] else 'no'}] {c['name']}: {c['detail']}")
+            say(f"[{'ok' if c['ok'] else 'no'}] {c['name']}: {c['detail']}", first="  ", hang=7, cols=cols)
     if data.get("land_after"):
-        click.echo(f"lands after: {', '.join(map(str, data['land_after']))}")
+        say(f"lands after: {', '.join(map(str, data['land_after']))}", hang=2, cols=cols)
     if data.get("outside_claim"):
-        click.echo(f"outside its claim: {', '.join(data['outside_claim'])} (touched, though its claim named them not)")
+        said = f"outside its claim: {', '.join(data['outside_claim'])} (touched, though its claim named them not)"
+        say(said, hang=2, cols=cols)
     if data.get("grown"):
-        click.echo(f"claim grown by: {', '.join(data['grown'])} (admission keeps other jobs away from them)")
+        said = f"claim grown by: {', '.join(data['grown'])} (admission keeps other jobs away from them)"
+        say(said, hang=2, cols=cols)
 
 
 @click.command()
 @click.argument("job_id", type=int, required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("--transcript", is_flag=True, help="The agent CLI's conversation (Claude Code's), turn by turn.")
+@click.option("--raw", is_flag=True, help="On a terminal too, the bytes as they are (escape sequences obeyed).")
 @json_option
 @api_call
-def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> None:
+def logs(job_id: int | None, follow: bool, transcript: bool, raw: bool, as_json: bool) -> None:
     """Print a job's output (the runner's stdout and stderr); without ID, every job's.
 
     With -f, waits for a queued job to start, follows it to its end and exits with its outcome (0
     landed, 1 ended without landing). Each attempt starts with a `==> attempt N` line and ends with the
     runner's exit status. With --transcript, the conversation an agent CLI had (its prompts, answers and
     tool calls), kept on the job when its runner reads the CLI's output (`output = "claude-json"`).
+
+    On a terminal, the output keeps its lines, tabs and colours, and every other control character is shown
+    escaped (`\\x1b]0;...`): the job wrote it, so it must not set your window title, clipboard or screen.
+    Piped to a file or a program, it is written as the job wrote it (as with --raw).
     """
     c = client()
     if transcript:
@@ -233,7 +295,7 @@ def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> N
         else:
             for entry in entries:
                 for line in transcript_lines(entry):
-                    click.echo(line)
+                    term.echo(line)
         return
     ids = [job_id] if job_id is not None else [j["id"] for j in c.jobs()]
     if follow and job_id is None:
@@ -243,7 +305,9 @@ def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> N
         job = c.job(ids[0])
         if job["state"] in models.WAITING:
             code = f" ({job['code']})" if job.get("code") else ""
-            err(f"job {job['id']} is {job['state']}{code}: {job['reason'] or 'waits to start'}; its output follows")
+            said = f"job {job['id']} is {job['state']}{code}: {job['reason'] or 'waits to start'}; its output follows"
+            term.echo(said, err=True)
+    shown = not raw and sys.stdout.isatty()
     for i in ids:
         stream = c.stream(f"/jobs/{i}/log?follow={'1' if follow else '0'}")
         if as_json:
@@ -251,6 +315,11 @@ def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> N
             continue
         if job_id is None:
             click.echo(f"==> job {i} <==")
+        if shown:
+            for text in term.chunks(stream):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            continue
         for chunk in stream:
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
@@ -261,7 +330,7 @@ def logs(job_id: int | None, follow: bool, transcript: bool, as_json: bool) -> N
         job = c.job(ids[0])
         code = f" ({job['code']})" if job.get("code") else ""
         if not as_json:
-            err(f"job {job['id']}: {job['state']}{code} — {job['reason']}")
+            term.echo(f"job {job['id']}: {job['state']}{code} — {job['reason']}", err=True)
         if job["state"] in FAILED_STATES:
             sys.exit(FAILED)
         if job["state"] == "unchanged":
@@ -333,18 +402,22 @@ def plan(
         emit(data)
         return
     claim = data["claim"]
-    click.echo(f"base        {data['base']} ({data['branch']})")
-    click.echo(f"claim       {', '.join(claim['paths']) or '-'}")
-    click.echo(f"confidence  {claim['confidence']} ({claim['source']}, from {data.get('basis', 'none')})")
-    for e in data.get("evidence", []):
-        click.echo(f"  {e['path']:<40} {e['kind']:<9} {e['why']}")
-    for n in data.get("notes", []):
-        err(f"note: {n['code']}: {n['reason']}")
+    cols = width()
+    say(f"{data['base']} ({data['branch']})", first="base        ", hang=12, cols=cols)
+    say(", ".join(claim["paths"]) or "-", first="claim       ", hang=12, cols=cols)
+    say(f"{claim['confidence']} ({claim['source']}, from {data.get('basis', 'none')})", first="confidence  ", hang=12,
+        cols=cols)  # fmt: skip
+    evidence = data.get("evidence", [])
+    room = min(max((len(term.visible(e["path"])) for e in evidence), default=0), 32)
+    for e in evidence:
+        path = f"{fit.cut_middle(term.visible(e['path']), room):<{room}}"
+        say(f"{e['kind']:<9} {e['why']}", first=f"  {path} ", hang=room + 3, cols=cols)
+    tell(*(f"note: {n['code']}: {n['reason']}" for n in data.get("notes", [])))
     if data.get("plan_text"):
-        click.echo("plan:")
-        click.echo(data["plan_text"])
+        term.echo("plan:")
+        click.echo(term.output(data["plan_text"], colours=False))
     if not claim["paths"]:
-        err("no paths predicted: this job would run alone in its repo")
+        tell("no paths predicted: this job would run alone in its repo")
 
 
 def _plan_here(body: dict[str, Any]) -> dict[str, Any]:

@@ -6,9 +6,18 @@ from pathlib import Path
 
 import click
 
+from orchestrator.commands import term
 from orchestrator.commands.common import api_call, client, emit, err, json_option
 
-COLUMNS = ("jobs", "confident_share", "recall", "precision", "confident_miss_rate", "confident_collision_rate")
+COLUMNS = (
+    ("jobs", "jobs"),
+    ("confident_share", "confident"),
+    ("recall", "recall"),
+    ("precision", "precision"),
+    ("confident_miss_rate", "conf. miss"),
+    ("confident_collision_rate", "conf. meet"),
+)
+"""Each figure's key (as `--json` names it) and its column's heading: the table fits 80 columns."""
 
 
 @click.group()
@@ -31,7 +40,15 @@ def predict(repo: Path | None, as_json: bool) -> None:
         return
     for name, r in data["repos"].items():
         note = " (raised by calibration)" if r["raised"] else ""
-        click.echo(f"{name}: min confidence {r['min_confidence']:.2f}{note}")
-        click.echo(f"  {'basis':<10}" + "".join(f"{c:>26}" for c in COLUMNS))
+        term.echo(f"{name}: min confidence {r['min_confidence']:.2f}{note}")
+        term.echo(f"  {'basis':<10}" + "".join(f"{h:>11}" for _, h in COLUMNS))
         for basis, row in [("all", r["all"]), *r["by_basis"].items()]:
-            click.echo(f"  {basis:<10}" + "".join(f"{'-' if row[c] is None else row[c]!s:>26}" for c in COLUMNS))
+            term.echo(f"  {basis:<10}" + "".join(f"{_figure(row[c]):>11}" for c, _ in COLUMNS))
+    err("conf. miss: the share of confident claims that missed a path their job touched;")
+    err("conf. meet: the share whose job touched a path outside its claim that another running job held")
+
+
+def _figure(value: object) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from orchestrator.client import ApiError, Client
+from orchestrator.commands import term
 from orchestrator.commands.common import (
     CANCELLABLE_STATES,
     ENDED_STATES,
@@ -66,11 +67,11 @@ def each(
             refused += 1
             done.append({"id": i, "error": e.message})
             if not as_json:
-                err(f"job {i}: {e.message}")
+                term.echo(f"job {i}: {e.message}", err=True)
             continue
         done.append(result)
         if not as_json:
-            err(line(result))
+            term.echo(line(result), err=True)
     if as_json:
         emit(done)
     elif not ids:

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from orchestrator.commands import term
 from orchestrator.commands.common import api_call, client, emit, err, json_option
 from orchestrator.commands.queue import each
 
@@ -27,9 +28,10 @@ def diff(job_id: int, against_head: bool, as_json: bool) -> None:
         emit(data)
         return
     if data.get("conflicts"):
-        err(f"job {job_id} conflicts with the branch head in: {', '.join(data['conflicts'])}")
+        term.echo(f"job {job_id} conflicts with the branch head in: {', '.join(data['conflicts'])}", err=True)
         sys.exit(1)
-    sys.stdout.write(data["diff"])
+    # The job wrote what the diff shows: on a terminal, nothing in it may drive the terminal (`term.output`).
+    sys.stdout.write(term.output(data["diff"], colours=False) if sys.stdout.isatty() else data["diff"])
     if not data["diff"]:
         err(f"job {job_id}: no difference against {data['against']}")
 
@@ -73,4 +75,4 @@ def revise(job_id: int, feedback: str, as_json: bool) -> None:
         if job["state"] == "planned"
         else "`orchestrator watch` shows it ready again once its runner is done"
     )
-    err(f"job {job['id']}: {job['reason']}; {then}")
+    term.echo(f"job {job['id']}: {job['reason']}; {then}", err=True)

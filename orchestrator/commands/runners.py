@@ -18,6 +18,7 @@ import click
 
 from orchestrator import paths
 from orchestrator.client import Client, Unreachable
+from orchestrator.commands import fit, term
 from orchestrator.commands.common import emit, err, json_option
 
 BUILTIN = {
@@ -60,6 +61,43 @@ def rows(cfg: Any, loaded: list[str] | None) -> list[dict[str, Any]]:
     return out
 
 
+def variables(env: dict[str, bool]) -> str:
+    """Which of the variables a runner is given are set here, in one line: the set ones by name, the rest
+    counted (a CLI needs one of its providers' keys, not all of them; `--json` lists each)."""
+    given = [k for k, v in env.items() if v]
+    unset = [k for k, v in env.items() if not v]
+    if len(env) == 1:
+        return f"{next(iter(env))} {'set' if given else 'unset'}"
+    if not unset:
+        return f"all of its {len(given)} variables set"
+    if given:
+        return f"{', '.join(given)} set; {len(unset)} more it may use unset"
+    return f"none of its {len(unset)} variables set ({unset[0]}, ...)"
+
+
+def lines(table: list[dict[str, Any]], width: int) -> list[str]:
+    """The runners on lines of at most `width` columns: name, kind and what it runs, then under it whether its
+    command is found and which of its variables are set."""
+    name_w = max(len(r["name"]) for r in table)
+    hang = " " * (name_w + 12)
+    room = max(width - len(hang), 20)
+    out = []
+    for r in table:
+        what = r["what"] + ("  (default)" if r["default"] else "")
+        said = fit.fill(what, room) if r["kind"] == "built-in" else [fit.cut_middle(what, room)]
+        out.append(f"{r['name']:<{name_w}}  {r['kind']:<8}  {said[0]}")
+        out += [hang + part for part in said[1:]]
+        notes = []
+        if r["kind"] == "command":
+            notes.append(f"{r['command']}: {r['found'] or 'not found on PATH'}")
+            if r["loaded"] is False:
+                notes.append("not loaded by the running daemon: restart it")
+        if r.get("env"):
+            notes.append(variables(r["env"]))
+        out += [hang + part for note in notes for part in fit.fill(note, room, indent="  ")]
+    return out
+
+
 @click.command()
 @json_option
 def runners(as_json: bool) -> None:
@@ -80,15 +118,7 @@ def runners(as_json: bool) -> None:
     if as_json:
         emit(table)
         return
-    width = max(len(r["name"]) for r in table)
-    for r in table:
-        line = f"{r['name']:<{width}}  {r['kind']:<8}  {r['what']}" + ("  (default)" if r["default"] else "")
-        notes = []
-        if r["kind"] == "command":
-            notes.append(f"{r['command']}: {r['found'] or 'not found on PATH'}")
-            if r["loaded"] is False:
-                notes.append("not loaded by the running daemon: restart it")
-        notes += [f"{k} {'set' if v else 'unset'}" for k, v in (r.get("env") or {}).items()]
-        click.echo(line + (f"\n{'':<{width}}            " + "; ".join(notes) if notes else ""))
+    for line in lines(table, shutil.get_terminal_size().columns - 1):
+        term.echo(line)
     if not cfg.runners:
         err("no agent CLIs configured: `orchestrator config example` shows [runners.NAME] examples")

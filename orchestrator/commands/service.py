@@ -14,6 +14,7 @@ from typing import TypeVar
 import click
 
 from orchestrator import paths
+from orchestrator.commands import term
 from orchestrator.commands.common import FAILED, OK, REJECTED, emit, err, json_option
 
 T = TypeVar("T")
@@ -127,7 +128,7 @@ def hook_status(repo: Path, as_json: bool) -> None:
         emit({"repo": str(repo), "hooks": [s.to_json() for s in states]})
     else:
         for s in states:
-            click.echo(f"{s.hook:13} {s.state:10} {'chained ' if s.chained else ''}{s.detail}")
+            term.echo(f"{s.hook:13} {s.state:10} {'chained ' if s.chained else ''}{s.detail}")
     sys.exit(OK if all(s.state == "installed" and s.python_ok for s in states) else FAILED)
 
 
@@ -165,5 +166,5 @@ def doctor(as_json: bool) -> None:
         emit({"ok": not failed, "checks": [c.to_json() for c in checks]})
     else:
         for c in checks:
-            click.echo(f"{c.level:4}  {c.name:12} {c.detail}")
+            term.echo(f"{c.level:4}  {c.name:12} {c.detail}")
     sys.exit(FAILED if failed else OK)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from typing import Any
 import click
 
 from orchestrator import paths
+from orchestrator.commands import fit, term
 from orchestrator.commands.common import emit, err, json_option
 
 
@@ -123,6 +125,42 @@ def show(as_json: bool) -> None:
     err(f"config file: {p.config_file}" + ("" if p.config_file.exists() else " (absent: defaults)"))
     if notice:
         err(notice)
-    width = max(len(r["key"]) for r in rows)
+    for line in lines(rows, shutil.get_terminal_size().columns - 1):
+        term.echo(line)
+
+
+NAME_MAX = 24
+"""A setting's name column is at most this wide: a longer name has a line of its own, its value under it."""
+
+
+def lines(rows: list[dict[str, Any]], width: int) -> list[str]:
+    """The settings as TOML-like sections (`[jobs]`, `[runners."aider"]`), each value beside its name and then its
+    source (`# default`), lined up, a long value broken between words to `width` columns."""
+    out: list[str] = []
+    sections: dict[str, list[tuple[str, str, str]]] = {}
     for r in rows:
-        click.echo(f"{r['key']:<{width}}  {json.dumps(r['value']):<24}  # {r['source']}")
+        section, _, name = r["key"].rpartition(".")
+        sections.setdefault(section, []).append((name, json.dumps(r["value"]), f"# {r['source']}"))
+    for section, items in sections.items():
+        out.append(f"[{section}]")
+        name_w = min(max(len(n) for n, _, _ in items), NAME_MAX)
+        hang = " " * (name_w + 4)
+        room = max(width - len(hang), 20)
+        fits = room - 2 - max(len(src) for _, _, src in items)
+        value_w = max((len(v) for _, v, _ in items if len(v) <= fits), default=0)
+        for name, value, source in items:
+            if len(name) > name_w:
+                out.append(f"  {name}")
+                first = hang
+            else:
+                first = f"  {name:<{name_w}}  "
+            if len(value) <= value_w:
+                out.append(f"{first}{value:<{value_w}}  {source}")
+                continue
+            parts = fit.fill(value, room)
+            out += [(first if n == 0 else hang) + p for n, p in enumerate(parts)]
+            if len(out[-1]) + 2 + len(source) <= width:
+                out[-1] += f"  {source}"
+            else:
+                out.append(hang + source)
+    return out

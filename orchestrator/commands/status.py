@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from orchestrator import paths
-from orchestrator.commands import fit
+from orchestrator.commands import fit, term
 from orchestrator.commands.common import (
     FAILED,
     FAILED_STATES,
@@ -24,61 +24,35 @@ from orchestrator.commands.common import (
     emit_lines,
     err,
     json_option,
+    tell,
 )
 from orchestrator.core import models
 
-STATE_STYLE = {
-    "running": "green",
-    "landing": "cyan",
-    "ready": "bold magenta",
-    "landed": "dim",
-    "unchanged": "yellow",
-    "failed": "red",
-    "conflicted": "red",
-    "cancelled": "yellow",
-    "interrupted": "yellow",
-}
-
+OPEN_STATES = tuple(sorted(models.OPEN))
 
 def job_line(
-    j: dict[str, Any], width: int, *, wide: bool = False, now: float | None = None, nodes: bool | None = None
-) -> list[tuple[str, str]]:
-    """One job as (text, style) cells on one line of `width` columns; the reason takes what is left, cut from
-    the middle so its end (what to do) stays. `wide` keeps every field whole. `nodes` (team mode; default: when
-    the job names one): a column with the node that holds or ran the job (`@-` while none has it)."""
-    now = time.time() if now is None else now
-    started = fit.ts(j.get("started_at")) or fit.ts(j.get("created_at")) or now
-    ended = fit.ts(j.get("finished_at"))
-    cells = [
-        (f"{j['id']:>4}", "bold"),
-        (f"{j['state']:<11}", STATE_STYLE.get(j["state"], "")),
-        (f"{fit.age((ended or now) - started):>4}", "dim"),
-        (fit.cut_end(Path(j["repo"]).name, 14) if not wide else Path(j["repo"]).name, "blue"),
-        (fit.cut_end(j["text"], 24) if not wide else j["text"], ""),
-        (j.get("code") or "-", "magenta"),
-    ]
-    if nodes or (nodes is None and j.get("node")):
-        cells.insert(2, (f"@{fit.cut_end(j.get('node') or '-', 9):<9}", "cyan"))
-    used = sum(len(t) for t, _ in cells) + len(cells)
-    reason = fit.reason(j) if wide else fit.cut_middle(fit.reason(j), max(width - used, 0))
-    return [*cells, (reason, "")]
-
-
-def print_jobs(jobs: list[dict[str, Any]], wide: bool) -> None:
-    from rich.console import Console
+    j: dict[str, Any], lay: fit.Layout, *, now: float | None = None, held: list[int] | None = None
+) -> Any:
+    """One job as a rich `Text` line of `lay.width` columns (see `fit.row`)."""
     from rich.text import Text
+
+    line = Text()
+    for n, (text, style) in enumerate(fit.row(j, lay, now=now, held=held)):
+        if n and not text.startswith("\n"):
+            line.append(" ")
+        line.append(text, style=style)
+    return line
+
+
+def print_jobs(jobs: list[dict[str, Any]], wide: bool, holds: dict[int, list[int]]) -> None:
+    from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=wide)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=wide, width=100)  # piped: a line a job, 100 columns
-    width = console.width
-    nodes = any(j.get("node") for j in jobs)
+    lay = fit.layout(jobs, console.width - 1, wide=wide, under=console.is_terminal)
     for j in jobs:
-        line = Text()
-        for n, (text, style) in enumerate(job_line(j, width - 1, wide=wide, nodes=nodes)):
-            if n:
-                line.append(" ")
-            line.append(text, style=style)
+        line = job_line(j, lay, held=holds.get(j["id"]))
         console.print(line, no_wrap=not wide, overflow="ellipsis" if not wide else "fold", crop=not wide)
 
 
@@ -111,19 +85,27 @@ def status(state: str | None, repo: Path | None, since: str | None, wide: bool, 
     if as_json:
         emit_lines(jobs)
         return
+    holds = fit.review_holds(jobs)
+    listed = {j["id"] for j in jobs}
+    blocking = {b for j in jobs if j["state"] in fit.WAITING for b in (j.get("decision") or {}).get("blocking", ())}
+    if blocking - listed:
+        # What holds a listed job back may not be listed (`--state waiting`, `--repo`, a slot of another repo).
+        others = [j for j in client().jobs(",".join(OPEN_STATES)) if j["id"] not in listed]
+        holds = {i: r for i, r in fit.review_holds(jobs + others).items() if i in listed}
     if jobs:
-        print_jobs(jobs, wide)
-    err(fit.summary(jobs))
+        print_jobs(jobs, wide, holds)
+    said = [fit.summary(jobs)]
     if ready := [j["id"] for j in jobs if j["state"] == "ready"]:
-        err(fit.review_hint(ready))
+        said.append(fit.review_hint(ready, holds))
     paused = sorted(scope for scope, c in client().controls().items() if c["paused"])
     if paused:
         where = "every repo" if "*" in paused else ", ".join(paused)
-        err(f"paused: {where} (nothing new starts there; `orchestrator resume` lifts it)")
+        said.append(f"paused: {where} (nothing new starts there; `orchestrator resume` lifts it)")
     from orchestrator.commands.settings import restart_notice
 
     if notice := restart_notice(paths.resolve()):
-        err(notice)
+        said.append(notice)
+    tell(*said)
 
 
 def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
@@ -140,7 +122,7 @@ def progress_line(jobs: list[dict[str, Any]], width: int) -> str:
             parts.append(f"{j['id']} landing, {j['code']}")
         else:
             parts.append(f"{j['id']} {j['state']}")
-    return fit.cut_end(f"waiting for {len(open_)} of {len(jobs)} jobs: " + " · ".join(parts), width)
+    return fit.cut_end(term.visible(f"waiting for {len(open_)} of {len(jobs)} jobs: " + " · ".join(parts)), width)
 
 
 ENDED = models.ENDED
@@ -184,7 +166,8 @@ def wait(job_ids: tuple[int, ...], timeout: float | None, quiet: bool, as_json: 
         emit(jobs)
     else:
         for j in jobs:
-            err(f"job {j['id']}: {j['state']}" + (f" ({j['code']})" if j.get("code") else "") + f" — {j['reason']}")
+            code = f" ({j['code']})" if j.get("code") else ""
+            term.echo(f"job {j['id']}: {j['state']}{code} — {j['reason']}", err=True)
     if not data["done"]:
         err(f"orchestrator: timed out after {timeout:g}s; {sum(j['state'] not in ENDED for j in jobs)} still open")
         sys.exit(TIMED_OUT)

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from orchestrator.client import ApiError, Client, Unreachable
-from orchestrator.commands import fit
+from orchestrator.commands import fit, term
 from orchestrator.commands.common import api_call, client, json_option
 from orchestrator.commands.status import job_line
 from orchestrator.core import models
@@ -152,53 +152,76 @@ def render(view: View, width: int, repo: str | None) -> Any:
     from rich.text import Text
 
     with view.lock:
-        jobs = [j for j in view.jobs.values() if repo is None or j["repo"] == repo]
+        every = list(view.jobs.values())
         controls, landing, note = dict(view.controls), list(view.landing), view.note
         selected, message = view.selected, view.message
+    jobs = [j for j in every if repo is None or j["repo"] == repo]
     open_ = [j for j in jobs if j["state"] in OPEN]
-    team = any(j.get("node") for j in jobs)  # team mode: a column with each job's node
+    holds = fit.review_holds(every)  # a job in review may hold back a job of another repo (a slot)
     head = Text()
     head.append("orchestrator watch", style="bold")
     head.append(f"  {fit.summary(open_)}", style="")
     if controls.get("*", {}).get("paused"):
         head.append("  · daemon PAUSED", style="bold yellow")
-    if selected is not None:
-        head.append("  · ↑↓ choose · d diff · l land · r reject", style="magenta")
-    head.append("  · q quits", style="dim")
-    parts: list[Any] = [head]
+    keys = " · ".join([*(["↑↓ choose · d diff · l land · r reject"] if selected is not None else []), "q quits"])
+    if len(head) + 4 + len(keys) > width:  # a narrow terminal: the keys on a line of their own
+        parts: list[Any] = [head, Text(keys, style="magenta")]
+    else:
+        parts = [head + Text(f"  · {keys}", style="magenta")]
     if note:
-        parts.append(Text(note, style="bold red"))
+        parts.append(Text(term.visible(note), style="bold red"))
     if message:
-        parts.append(Text(message, style="bold"))
+        parts.append(Text(term.visible(message), style="bold"))
+    parts += [Text(said, style="magenta") for said in holding(holds, width)]
     by_repo: dict[str, list[dict[str, Any]]] = {}
     for j in sorted(open_, key=lambda j: (ORDER[j["state"]], j["id"])):
         by_repo.setdefault(j["repo"], []).append(j)
     if not by_repo:
         parts.append(Text("no running, waiting or ready jobs", style="dim"))
+    lay = fit.layout(open_, width - 3, repo=False)
     for path, rows in sorted(by_repo.items()):
-        title = Text(f"\n{Path(path).name}", style="bold blue")
-        title.append(f"  {path}", style="dim")
+        name = term.visible(Path(path).name)
+        title = Text(f"\n{name}", style="bold blue")
         c = controls.get(path, {})
+        said = []
         if c.get("paused"):
-            title.append("  PAUSED", style="bold yellow")
+            said.append(("PAUSED", "bold yellow"))
         if c.get("slots") is not None:
-            title.append(f"  {c['slots']} slots", style="yellow")
-        for r, branch in landing:
-            if r == path:
-                title.append(f"  landing into {branch} in flight", style="cyan")
+            said.append((f"{c['slots']} slots", "yellow"))
+        said += [(f"landing into {term.visible(branch)} in flight", "cyan") for r, branch in landing if r == path]
+        room = width - len(name) - sum(len(t) + 2 for t, _ in said) - 2
+        if room >= 12:
+            title.append(f"  {fit.cut_middle(term.visible(path), room)}", style="dim")
+        for text, style in said:
+            title.append(f"  {text}", style=style)
+        title.no_wrap, title.overflow = True, "ellipsis"
         parts.append(title)
         for j in rows:
             line = Text("› " if j["id"] == selected else "  ", style="bold magenta")
-            for n, (text, style) in enumerate(job_line(j, width - 3, nodes=team)):
-                if n:
-                    line.append(" ")
-                line.append(text, style=style)
+            line.append_text(job_line(j, lay, held=holds.get(j["id"])))
             line.no_wrap, line.overflow = True, "ellipsis"
             parts.append(line)
     ended = [j for j in jobs if j["state"] not in OPEN]
     if ended:
         parts.append(Text(f"\nended: {fit.summary(ended)}", style="dim"))
     return Group(*parts)
+
+
+def holding(holds: dict[int, list[int]], width: int) -> list[str]:
+    """For each job in review that holds back waiting jobs, a line that says so and what to do about it."""
+    by_ready: dict[int, list[int]] = {}
+    for waiting, ready in holds.items():
+        for r in ready:
+            by_ready.setdefault(r, []).append(waiting)
+    lines = []
+    for r, held in sorted(by_ready.items()):
+        who = f"job {held[0]}" if len(held) == 1 else f"jobs {', '.join(map(str, sorted(held)))}"
+        said = (
+            f"job {r} in review holds back {who}: select it and press d (its diff), l (land) or r (reject); "
+            f"or `orchestrator land {r}`"
+        )
+        lines += fit.fill(said, width, indent="  ")
+    return lines
 
 
 def page(text: str) -> None:
@@ -239,7 +262,7 @@ class Review:
             except ApiError as e:
                 self.say(f"job {job}: {e.message}")
                 return
-            pager(data["diff"] or f"job {job}: no difference against its base\n")
+            pager(term.output(data["diff"], colours=False) or f"job {job}: no difference against its base\n")
             self.say(f"job {job}: its diff was shown")
         elif key == "l":
             self._call(job, "landing", self.c.land)

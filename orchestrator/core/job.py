@@ -212,3 +212,21 @@ def from_row(row: Any) -> Job:
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def fresh_attempt(job: Job) -> dict[str, Any]:
+    """The fields of a job moved back to the queue for a fresh attempt, planned anew on the current head (its
+    claim stays until then: it keeps the job's place, see `rounds.keeps_place`)."""
+    return {
+        "attempts": job.attempts + 1,
+        "base": None,
+        "result": None,
+        "actual": frozenset(),
+        "worktree": None,
+        "started_at": None,
+        "finished_at": None,
+        "exit_code": None,
+        "land_after": (),
+        "decision": None,
+        "feedback": "",
+    }

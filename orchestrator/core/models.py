@@ -363,7 +363,13 @@ class Code(StrEnum):
     REJECTED = "Rejected"
     """A person rejected it in review; its branch is kept."""
     NO_SPACE = "NoSpace"
-    """Its landing waits: a checkout of its branch lacks the free space the landing writes there."""
+    """A disk is full: its landing waits for free space in a checkout of its branch; or, while it ran, the
+    daemon's state could not be written (it stopped, its paths and slot free)."""
+    TOO_BIG = "TooBig"
+    """It grew past a size limit: its workspace past `jobs.max_bytes` (stopped), or a file or its whole result
+    past what a job may commit (nothing committed)."""
+    BAD_NAMES = "BadNames"
+    """It left files whose names cannot be committed (`.GIT`, `git~1`, not UTF-8): nothing committed."""
     REWRITTEN = "Rewritten"
     """Its target branch was rewritten (its base dropped): it was re-queued to be planned on the new head."""
     REMOTE_UNREACHABLE = "RemoteUnreachable"

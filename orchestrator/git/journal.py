@@ -25,20 +25,8 @@ from typing import Protocol
 
 import pygit2
 
+from orchestrator.core.records import Intent
 from orchestrator.git import repos
-
-
-@dataclass(frozen=True, slots=True)
-class Intent:
-    repo: str
-    branch: str
-    """The full ref name, `refs/heads/<branch>`."""
-    old: str
-    new: str
-    checkouts: tuple[str, ...]
-    job_id: int | None
-    at: float
-    """When the intent was stored (time.time()); a lock file older than this is not ours."""
 
 
 class Journal(Protocol):

@@ -47,6 +47,9 @@ from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.merging import LandStyle, Mergeable, merge_for_landing
 from orchestrator.git.outcomes import LandOutcome, LandResult
 
+REFLOG = "orchestrator: "
+"""How every reflog entry the daemon writes begins: the git hook tells the commit that ran it from a landing by it."""
+
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
@@ -90,7 +93,7 @@ def advance(
     HEAD_MOVED if it does not (nothing changed); USER_DIRTY if a checkout of the branch has uncommitted
     work at paths that differ between the two heads, NO_SPACE if its file system is too full (nothing changed);
     FAULT if the ref or a checkout cannot be written (put back: nothing changed); else LANDED, with every
-    checkout of the branch updated in index and work tree. Reflog message: "orchestrator: land job N".
+    checkout of the branch updated in index and work tree. Reflog message: "orchestrator: land job N" (`REFLOG`).
     """
     prepared = prepare(repo_path, branch, expected_head, new_sha, job_id=job_id, journal=journal)
     return prepared if isinstance(prepared, LandResult) else move(prepared)
@@ -148,7 +151,7 @@ def move(p: Prepared) -> LandResult:
     """The ref (compare-and-swap), then every checkout; all put back if any step fails (sync: run in a thread)."""
     refname = p.ref.name
     try:
-        p.ref.set_target(p.new, f"orchestrator: {p.what}")  # CAS against the target `ref` was looked up with
+        p.ref.set_target(p.new, f"{REFLOG}{p.what}")  # CAS against the target `ref` was looked up with
     except (pygit2.GitError, OSError) as e:  # a lock it cannot take, a file it cannot write: OSError
         p.journal.end(p.token)
         now = p.repo.lookup_reference(refname).target
@@ -184,7 +187,7 @@ def _update_checkouts(p: Prepared) -> tuple[LandResult, bool]:
             if checkouts.read_tree(done, new, old) is not None:
                 stuck[str(done)] = checkouts.put_back(p.repo, done, p.changed, old)
         stuck = {c: ps for c, ps in stuck.items() if ps}
-        if checkouts.swap_back(p.repo, p.ref.name, new, old, f"orchestrator: undo {p.what}"):
+        if checkouts.swap_back(p.repo, p.ref.name, new, old, f"{REFLOG}undo {p.what}"):
             if stuck:
                 where = "; ".join(f"{c}: {outcomes.some(ps)}" for c, ps in stuck.items())
                 message = (

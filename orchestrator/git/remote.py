@@ -41,11 +41,12 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, Unpack
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pygit2
 
 from orchestrator import testhook
+from orchestrator.core.urls import shown
 from orchestrator.git import landing, repos
 from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.outcomes import LandOutcome, LandResult
@@ -78,18 +79,6 @@ class RemoteError(RuntimeError):
 # -- naming a remote -------------------------------------------------------------------------------------------
 
 _SCP = re.compile(r"^(?:(?P<user>[^@/]+)@)?(?P<host>[^:/]+):(?P<path>(?!/).*)$")
-
-
-def shown(url: str) -> str:
-    """`url` with its password (if any) replaced by `***`: what messages and logs may carry."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def identity(url: str) -> str:

@@ -29,6 +29,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,15 +37,18 @@ import pygit2
 from pygit2.enums import FileStatus
 
 from orchestrator import beneath
+from orchestrator.core.models import Code
 from orchestrator.git import repos
 from orchestrator.paths import open_private, private_dir
 
 __all__ = [
     "ADMIN",
     "MAX_FILE_BYTES",
+    "ResultRefused",
     "Workspace",
     "WorkspaceError",
     "remove_tree",
+    "shown_name",
 ]
 
 ADMIN = ".admin"
@@ -64,6 +68,15 @@ _INFO_FILES = ("exclude", "attributes")
 
 class WorkspaceError(RuntimeError):
     """A workspace could not be made, reset or read; the message carries git's own words."""
+
+
+class ResultRefused(WorkspaceError):
+    """What the job left cannot be its result as it is (a name git cannot store, a file or a result too big):
+    nothing was written. `code` says which (a `core.models.Code`); the message names the files and what to do."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +139,9 @@ class Workspace:
         repo = self.repo()
         index = repo.index
         status = repo.status(untracked_files="all")
+        added = FileStatus.WT_NEW | FileStatus.WT_TYPECHANGE
+        new = [p for p, f in status.items() if f & added and not p.endswith("/")]
+        _storable([*new, *_git_spelled(self.root, repo)])
         # Deletions first: a file that became a directory (or a link where a directory was) then adds cleanly.
         for path, flags in status.items():
             if flags & FileStatus.WT_DELETED and path in index:
@@ -147,7 +163,9 @@ class Workspace:
         return tree
 
     def changed(self, base: str) -> pygit2.Diff:
-        """`git diff <base>` of the files as they are now, untracked (not ignored) files as additions."""
+        """`git diff --no-renames <base>` of the files as they are now, untracked (not ignored) files as additions
+        (a rename is its two sides: finding renames would cost a content comparison per pair and name no other
+        path)."""
         repo = self.repo()
         base_tree = repo.revparse_single(base).peel(pygit2.Tree)
         flags = (
@@ -158,7 +176,6 @@ class Workspace:
         # base→index merged with index→workdir: the admin index's stat cache spares hashing every file.
         diff = repo.index.diff_to_tree(base_tree, flags=flags)
         diff.merge(repo.index.diff_to_workdir(flags))
-        diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES | pygit2.enums.DiffFind.FIND_FOR_UNTRACKED)
         return diff
 
     # -- making and resetting it --------------------------------------------------------------------
@@ -350,9 +367,85 @@ def _blob(repo: pygit2.Repository, root: beneath.Root, path: str, max_file: int)
 
 def _fits(path: str, size: int, max_file: int) -> None:
     if size > max_file:
-        raise WorkspaceError(
-            f"{path} is {size / 2**20:.0f} MiB, over the {max_file / 2**20:.0f} MiB a job may commit: make it "
-            "smaller, or keep it out of the repository (.gitignore)"
+        raise ResultRefused(
+            Code.TOO_BIG,
+            f"{shown_name(path)} is {size / 2**20:.0f} MiB, over the {max_file / 2**20:.0f} MiB a job may commit: make "
+            "it smaller, or keep it out of the repository (.gitignore)",
+        )
+
+
+_PROBE_OID = pygit2.Oid(hex="0" * 39 + "1")
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
+
+
+def shown_name(path: str) -> str:
+    """A file name for a message, quoted: bytes that are not UTF-8 as `\\xNN`, control characters escaped, so a
+    name can neither break a line nor hide in one."""
+    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return "'" + text.translate(_CONTROL) + "'"
+
+
+def _git_spelled(root: Path, repo: pygit2.Repository) -> list[str]:
+    """Directories (not ignored) named `.git` in another case (`.GIT`, `sub/.Git`): git skips them without a word,
+    so a job's files there would be dropped silently. Walked beneath the workspace (no link followed), ignored
+    directories not entered."""
+    found: list[str] = []
+    with beneath.Root(root) as top:
+        todo: list[tuple[str, ...]] = [()]
+        while todo:
+            names = todo.pop()
+            try:
+                fd = top.opendir(names) if names else os.dup(top.fd)
+            except (beneath.Escape, OSError):
+                continue  # gone, or a link now: git does not enter it either
+            try:
+                with os.scandir(fd) as entries:
+                    dirs = [e.name for e in entries if e.is_dir(follow_symlinks=False) and e.name != ".git"]
+            finally:
+                os.close(fd)
+            for name in dirs:
+                path = "/".join((*names, name))
+                if _ignored(repo, path + "/"):
+                    continue
+                if name.lower() == ".git":
+                    found.append(path + "/")
+                else:
+                    todo.append((*names, name))
+    return found
+
+
+def _ignored(repo: pygit2.Repository, path: str) -> bool:
+    try:
+        return bool(repo.path_is_ignored(path))
+    except (pygit2.GitError, UnicodeError):
+        return False
+
+
+def _storable(paths: Iterable[str]) -> None:
+    """ResultRefused (BadNames) naming every path git would not store (its own checks: `.git` in any case or
+    spelling a file system folds to it, `git~1`, `.`/`..` segments) or that is not UTF-8 (git would store those
+    bytes, but they break checkouts and tools elsewhere: a name a job made by accident or on purpose)."""
+    probe = pygit2.Index()  # in memory: libgit2 checks each name as it would on `git add`
+    bad: list[str] = []
+    for path in paths:
+        why = ""
+        try:
+            path.encode()
+        except UnicodeEncodeError:
+            why = " (not UTF-8)"
+        else:
+            try:
+                probe.add(pygit2.IndexEntry(path, _PROBE_OID, pygit2.enums.FileMode.BLOB))
+            except (pygit2.GitError, ValueError):
+                why = " (a name git refuses)"
+        if why:
+            bad.append(shown_name(path) + why)
+    if bad:
+        shown = ", ".join(sorted(bad)[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        raise ResultRefused(
+            Code.BAD_NAMES,
+            f"it left files whose names cannot be committed: {shown}; rename or delete them (or ignore them in "
+            ".gitignore)",
         )
 
 

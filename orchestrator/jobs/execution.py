@@ -24,6 +24,7 @@ from orchestrator.core.lifecycle import RunEnd
 from orchestrator.core.models import ACTIVE, Code, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
+from orchestrator.git.workspace import ResultRefused
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import escapes, joblog
 from orchestrator.jobs.board import Board
@@ -262,7 +263,9 @@ class Executor:
                 runner=job.runner,
                 claim=sorted(job.claim.paths),
             )
-            watcher = ChangeWatcher(worktree, base, lambda paths: self.on_change(job.id, paths))
+            watcher = ChangeWatcher(
+                worktree, base, lambda paths: self.on_change(job.id, paths), limit=self.cfg.jobs.max_tracked_paths
+            )
             await watcher.start()
             ctx = RunContext(
                 job=job,
@@ -313,8 +316,24 @@ class Executor:
             await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
             await watcher.stop()
             watcher = None
+            sha: str | None = None
+            if result.ok:
+                # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside).
+                try:
+                    sha = await asyncio.to_thread(
+                        commits.commit_worktree,
+                        worktree,
+                        message=job.commit_text,
+                        job_id=job.id,
+                        base=base,
+                        repo_path=repo,
+                        stack=bool(resume),
+                    )
+                except ResultRefused as refused:
+                    result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
+                    await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
             if not result.ok:
-                actual = await asyncio.to_thread(actual_paths, worktree, base)
+                actual = await asyncio.to_thread(actual_paths, worktree, base, limit=self.cfg.jobs.max_tracked_paths)
                 await self.pool.release(repo, job.id, keep=True)
                 step = lifecycle.after_run(
                     RunEnd(job.id, False, result.exit_code, result.code, result.summary, worktree=str(worktree))
@@ -329,17 +348,7 @@ class Executor:
                 )
                 log.warning(olog.Event.JOB_FAILED, code=step.code, reason=job.reason, exit_code=result.exit_code)
                 return job
-            # A revision's change goes on top of its earlier result (the branch moves forward, nothing is kept aside).
-            sha = await asyncio.to_thread(
-                commits.commit_worktree,
-                worktree,
-                message=job.commit_text,
-                job_id=job.id,
-                base=base,
-                repo_path=repo,
-                stack=bool(resume),
-            )
-            actual = await asyncio.to_thread(actual_paths, worktree, base)
+            actual = await asyncio.to_thread(actual_paths, worktree, base, limit=self.cfg.jobs.max_tracked_paths)
             step = lifecycle.after_run(
                 RunEnd(
                     job.id,
@@ -365,7 +374,7 @@ class Executor:
                 )
             job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
             event = olog.Event.JOB_READY if step.to is JobState.READY else olog.Event.JOB_FINISHED
-            log.info(event, result=sha, actual=sorted(actual))
+            log.info(event, result=sha, actual=sorted(actual)[:50], touched=len(actual))
             return job
         except _Moved as moved:
             # Someone else moved it on (it is no longer `running`): its worktree is kept, nothing more is written.

@@ -23,7 +23,7 @@ from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
-from orchestrator.core.job import Job
+from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Landed, Then
 from orchestrator.core.models import Code, JobState
 from orchestrator.git import commits, repos
@@ -32,7 +32,7 @@ from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.landing_check import ShellCheck
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreJournal, StoreOwner
-from orchestrator.jobs.retire import fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import retire_attempt
 from orchestrator.paths import Paths
 from orchestrator.proc.sandbox import Sandbox
 

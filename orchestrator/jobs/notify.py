@@ -1,7 +1,7 @@
 """Notifications: run the configured `on_end` command when a job ends (landed, failed, cancelled, ...).
 
 `[jobs] on_end = ["notify-send", "orchestrator: {summary}"]` is an argv template, never a shell line:
-each word is formatted with the job's fields (`FIELDS`), and the command also finds them in its
+each word is formatted with the job's fields (`core.on_end`), and the command also finds them in its
 environment (`ORCHESTRATOR_JOB_ID`, `ORCHESTRATOR_JOB_STATE`, `ORCHESTRATOR_REPO`, `ORCHESTRATOR_BRANCH`,
 `ORCHESTRATOR_CODE`, `ORCHESTRATOR_REASON`, `ORCHESTRATOR_SUMMARY`, `ORCHESTRATOR_SUBJECT`). It runs
 through `process.run` (owned, bounded by `NOTIFY_TIMEOUT`, killed as a group), off the job's own path:
@@ -17,18 +17,13 @@ from pathlib import Path
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code
+from orchestrator.core.on_end import render
 from orchestrator.proc import process
 
 NOTIFY_TIMEOUT = 30.0
 """Seconds an `on_end` command may take before its group is killed."""
-FIELDS = ("id", "state", "repo", "repo_name", "branch", "code", "reason", "subject", "summary")
-"""What an `on_end` word may name in braces, e.g. "{summary}"."""
 PASS_ENV = ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")
 """What a desktop notifier needs from the daemon's environment, beyond `process.BASE_ENV`."""
-
-
-class TemplateError(ValueError):
-    """An `on_end` word names a field that does not exist."""
 
 
 def fields(job: Job) -> dict[str, str]:
@@ -46,19 +41,6 @@ def fields(job: Job) -> dict[str, str]:
         "subject": job.subject,
         "summary": f"job {job.id} {job.state}{code} in {name}: {job.subject}",
     }
-
-
-def render(template: Sequence[str], values: dict[str, str]) -> list[str]:
-    """Each word of `template` formatted with `values` (no shell: a value never becomes two words)."""
-    try:
-        return [word.format_map(values) for word in template]
-    except (KeyError, IndexError, ValueError) as e:
-        raise TemplateError(f"on_end: {e} is not a field; use {', '.join('{' + f + '}' for f in FIELDS)}") from None
-
-
-def check_template(template: Sequence[str]) -> None:
-    """Raise TemplateError now (at config load) rather than at the first job's end."""
-    render(template, dict.fromkeys(FIELDS, "x"))
 
 
 def environment(job: Job) -> dict[str, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pygit2
 
@@ -17,24 +16,6 @@ from orchestrator.core.job import Job
 from orchestrator.git import commits, repos
 from orchestrator.git.workspace import Workspace
 from orchestrator.git.worktrees import WorktreeError, WorktreePool
-
-
-def fresh_attempt(job: Job) -> dict[str, Any]:
-    """The fields of a job moved back to the queue for a fresh attempt, planned anew on the current head (its
-    claim stays until then: it keeps the job's place, see `rounds.keeps_place`)."""
-    return {
-        "attempts": job.attempts + 1,
-        "base": None,
-        "result": None,
-        "actual": frozenset(),
-        "worktree": None,
-        "started_at": None,
-        "finished_at": None,
-        "exit_code": None,
-        "land_after": (),
-        "decision": None,
-        "feedback": "",
-    }
 
 
 def _keep_branch(repo_path: Path, job: Job) -> str | None:

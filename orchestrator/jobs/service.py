@@ -21,7 +21,7 @@ from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.config import Config
 from orchestrator.core import claims
-from orchestrator.core.job import Job
+from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Cancel, Revise, on_cancel, on_revise
 from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobState
 from orchestrator.git import repos
@@ -33,13 +33,13 @@ from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.privatedirs import PrivateDirs
 from orchestrator.jobs.recovery import CLEANUP_ERRORS
-from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import AttemptKept, retire_attempt
 from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
-from orchestrator.team.clones import NotShared
+from orchestrator.store import NotShared
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
 MAX_FEEDBACK = 32_000

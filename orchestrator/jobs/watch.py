@@ -49,7 +49,7 @@ class OverlapWatch:
         if job is None:
             return  # it stopped running meanwhile: its end state has its paths
         self.actual[job_id] = actual
-        olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual))
+        olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual)[:50], n=len(actual))
         async with self._growing:  # one growth decision at a time: two jobs growing into one path see each other
             await self._grow(job, actual)
         self.conflicts.touched(job, actual)

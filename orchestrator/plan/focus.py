@@ -29,8 +29,9 @@ from orchestrator.core.risk import area_of
 from orchestrator.plan.base import Kind
 from orchestrator.plan.history import History
 from orchestrator.plan.index import TreeIndex
-from orchestrator.plan.rank import Ranking, is_doc, is_test
-from orchestrator.plan.score import Calibration, logit, path_class
+from orchestrator.plan.kinds import is_doc, is_test, path_class
+from orchestrator.plan.rank import Ranking
+from orchestrator.plan.score import Calibration, logit
 
 CLAIM_P = 0.4
 """A file at least this likely to be touched is claimed."""
@@ -104,7 +105,7 @@ class Focus:
     names: bool
     """The text names something of the repository (a path, a module, an identifier, a past change)."""
     kind: str = "source"
-    """The kind of its most likely file (`score.path_class`): what its escapes are calibrated by."""
+    """The kind of its most likely file (`kinds.path_class`): what its escapes are calibrated by."""
     grounded: bool = True
     """The text is short (its record calibrates its claims), or its most likely claimed file is one the text
     points at (a name, a frame, a definition, a past change in its words) and its claimed files are not all

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from orchestrator.plan.base import Kind
 from orchestrator.plan.history import History, tokens
 from orchestrator.plan.index import TreeIndex, grep_fixed, terms
-from orchestrator.plan.score import path_class
+from orchestrator.plan.kinds import is_doc, is_test, path_class
 from orchestrator.plan.text import Mentions, Where
 
 TOP_CONTENT = 40
@@ -61,25 +61,6 @@ GENERIC_STEMS = frozenset(
     models views types helpers compat version""".split()  # noqa: SIM905 - a word list reads better as prose
 )
 """File stems too common to be named by a bare word."""
-_TEST_DIR = re.compile(r"(^|/)(tests?|testing|spec|__tests__)/")
-_DOC_DIR = re.compile(r"(^|/)(docs?|documentation|examples?)/")
-_DOC_EXT = (".rst", ".md", ".adoc")
-
-
-def is_test(path: str) -> bool:
-    base = posixpath.basename(path)
-    return bool(
-        _TEST_DIR.search(path)
-        or base.startswith("test_")
-        or re.search(r"(_test|_spec|\.test|\.spec|_tests)\.\w+$", base)
-        or base in ("conftest.py", "tests.py")
-    )
-
-
-def is_doc(path: str) -> bool:
-    return bool(_DOC_DIR.search(path)) or path.endswith(_DOC_EXT)
-
-
 @dataclass
 class Candidate:
     """One file with the features of its evidence and the reasons behind them."""
@@ -352,7 +333,7 @@ def query_terms(m: Mentions) -> dict[str, float]:
 def content(
     index: TreeIndex, query: Mapping[str, float], limit: int = TOP_CONTENT, kind: str = "source"
 ) -> list[tuple[str, float]]:
-    """BM25 of the query over the tree's files of one kind (`score.path_class`: source, doc or config;
+    """BM25 of the query over the tree's files of one kind (`kinds.path_class`: source, doc or config;
     tests are not searched), best first."""
     n = max(1, len(index.facts))
     avg = index.avg_length() or 1.0

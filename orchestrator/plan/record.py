@@ -33,8 +33,9 @@ from orchestrator.plan import evidence, manifests
 from orchestrator.plan import focus as focus_mod
 from orchestrator.plan import index as index_mod
 from orchestrator.plan.history import MAX_FILES, Change, History, landings, title
+from orchestrator.plan.kinds import CLASSES, path_class
 from orchestrator.plan.rank import rank
-from orchestrator.plan.score import CLASSES, Calibration, area_pairs, path_class, platt
+from orchestrator.plan.score import Calibration, area_pairs, platt
 from orchestrator.plan.text import mentions
 
 REPLAY = 150

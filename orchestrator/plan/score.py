@@ -11,9 +11,10 @@ directory's often-changed files, `rest` is the chance of touching any one file n
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+
+from orchestrator.plan.kinds import path_class
 
 CAPS: Mapping[str, float] = {
     "trace": 3.0,
@@ -118,14 +119,6 @@ AREA_DEPTH = 3
 """Directory levels the record's area table goes down to."""
 AREA_PRIOR = 10.0
 """Pseudo-pairs by which an area's rate is pulled towards its parent area's."""
-CLASSES = ("source", "test", "doc", "config")
-"""Kinds of path the record learns escapes for apart (`path_class`)."""
-_CONFIG = re.compile(
-    r"(^|/)(\.github|\.circleci|\.gitlab|requirements)/|(^|/)[^/]*(requirements[^/]*\.(txt|in)|\.toml|\.cfg|\.ini|"
-    r"\.ya?ml|\.lock|Makefile|Dockerfile|setup\.py|noxfile\.py|tox\.ini|\.pre-commit-config\.yaml)$"
-)
-
-
 def _prefixes(area: str) -> list[str]:
     """ROOT, then the area's directories down to `AREA_DEPTH` (`a`, `a/b`, `a/b/c`)."""
     parts = [p for p in area.split("/") if p][:AREA_DEPTH]
@@ -147,17 +140,6 @@ def area_pairs(a: str, b: str) -> list[tuple[str, str]]:
         if x is not None and y is not None:
             out += [(x, y), (y, x)] if x != y else [(x, y)]
     return out
-
-
-def path_class(path: str) -> str:
-    """`test`, `doc`, `config` (CI, manifests, tool settings) or `source`."""
-    from orchestrator.plan.rank import is_doc, is_test  # the one definition of tests and docs
-
-    if is_test(path):
-        return "test"
-    if is_doc(path):
-        return "doc"
-    return "config" if _CONFIG.search(path) else "source"
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ from pathlib import Path
 import psutil
 
 from orchestrator import logging as olog
+from orchestrator.core.records import Group
 from orchestrator.paths import open_private, private_dir
 from orchestrator.proc import cgroups, jobpath
 from orchestrator.proc.cgroups import PREFIX, Cgroups
@@ -75,26 +76,15 @@ GIT_LOCATION_ENV: tuple[str, ...] = (
 )  # fmt: skip
 """Inherited from a git hook, these would point git at the wrong repository: never passed on."""
 
+STORE_ENV_PREFIX = "PG"
+"""libpq's and asyncpg's variables (PGHOST, PGPASSWORD, PGPASSFILE, ...): in team mode they name the daemon's
+way into the team's store, so none passes to a command, whatever its `pass_env` says."""
+
 RUN_MARK = "ORCHESTRATOR_RUN"
 """The environment variable that marks every process a command starts (see the module docstring)."""
 
 # The gate: wait for the owner to record the group, then become the command. EOF (daemon died) → never run.
 _GATE = 'IFS= read -r _ || exit 125; exec </dev/null; exec "$@"'
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """A process group the daemon started, as recorded in the store."""
-
-    pgid: int
-    start_time: int
-    """The leader's start time in clock ticks after boot (`/proc/<pid>/stat` field 22); 0 if unknown."""
-    boot_id: str
-    """The kernel's boot id when it started: a group from before a reboot is long gone."""
-    what: str = ""
-    """What runs, for a person: `job 3 runner shell`, `job 3 landing check`."""
-    mark: str = ""
-    """The `RUN_MARK` value its processes carry ("" for a group recorded before marks existed)."""
 
 
 def home_tag(home: object) -> str:
@@ -219,13 +209,16 @@ def environment(
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """A command's environment: `BASE_ENV` plus the names (or `fnmatch` patterns) in `pass_env` taken from
-    `environ` (the daemon's), then `extra` on top. Git location variables never pass through."""
+    `environ` (the daemon's), then `extra` on top. Git location variables and the store's (`PG*`) never pass
+    through."""
     source = os.environ if environ is None else environ
     patterns = (*BASE_ENV, *pass_env)
     env = {
         k: v
         for k, v in source.items()
-        if k not in GIT_LOCATION_ENV and any(fnmatch.fnmatchcase(k, p) for p in patterns)
+        if k not in GIT_LOCATION_ENV
+        and not k.startswith(STORE_ENV_PREFIX)
+        and any(fnmatch.fnmatchcase(k, p) for p in patterns)
     }
     if "PATH" in env:
         env["PATH"] = jobpath.job_path(env["PATH"])  # the user's login PATH first, never the daemon's venv

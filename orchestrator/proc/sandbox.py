@@ -9,7 +9,8 @@ What a confined command sees (`confine`):
 - the whole file system read-only, with these writable: its workspace (its files and its own git dir),
   its own tmp dir (`TMPDIR`), and a scratch HOME when its runner asks for one;
 - nothing of the daemon: its state dir (database, logs, other jobs' workspaces), its config dir (the
-  env file with API keys) and its runtime dir (the API socket) are empty dirs;
+  env file with API keys) and its runtime dir (the API socket) are empty dirs; in team mode nothing of the
+  shared store either (its socket dirs empty, its password and key files empty: `team.reach`);
 - no UNIX socket of the user's session: `/tmp` is a private, empty tmpfs (tmux, ssh-agent and X11
   sockets live there), and so are `$XDG_RUNTIME_DIR` and `/run/user` (the user's D-Bus and systemd);
   what of the repository lay in them is shown again read-only;
@@ -52,7 +53,8 @@ class Sandbox:
     reason: str = ""
     """Why there is no sandbox (empty when there is one, or when none was asked for)."""
     hidden: tuple[str, ...] = field(default=())
-    """The daemon's own dirs (state, config, runtime) a confined command must not see."""
+    """What a confined command must not see: the daemon's own dirs (state, config, runtime) and secrets (the env
+    file; in team mode the store's socket dirs and password files). A dir reads as empty, a file as empty."""
 
     @property
     def active(self) -> bool:
@@ -94,7 +96,8 @@ def binds(
     """bwrap's arguments: read-only root, emptied session and daemon dirs, then what is shown again on top.
 
     Later mounts win: the read-only root first, then empty tmpfs over every hidden dir, then the dirs
-    that must be seen inside a hidden one, read-only (`shown`), then the writable ones.
+    that must be seen inside a hidden one, read-only (`shown`), then /dev/null over every hidden file
+    (one inside a dir shown again stays hidden), then the writable ones.
     """
     # No capability, whoever runs the daemon: bwrap started by root keeps them all otherwise, and
     # CAP_SYS_ADMIN in the job's mount namespace would remount the read-only root writable.
@@ -109,16 +112,25 @@ def binds(
             args += ["--ro-bind", p, p]
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     empty: list[Path] = []
+    files: list[Path] = []
     for d in (*SESSION_DIRS, *([runtime] if runtime else []), *hidden):
-        dir_ = Path(os.path.realpath(d))
-        if dir_.is_dir() and not _under(dir_, empty) and dir_ != Path("/"):
-            empty.append(dir_)
-    for dir_ in empty:
+        real = Path(os.path.realpath(d))
+        if real.is_dir() and real != Path("/"):
+            empty.append(real)
+        elif real.exists():
+            files.append(real)
+    empty = [d for d in empty if not _under(d, [e for e in empty if e != d])]
+    for dir_ in sorted(set(empty)):
         args += ["--tmpfs", str(dir_)]
+    again: list[Path] = []
     for wanted in shown:
         real = Path(os.path.realpath(wanted))
         if real.exists() and _under(real, empty):
             args += ["--ro-bind", str(real), str(real)]
+            again.append(real)
+    for file in sorted(set(files)):
+        if not _under(file, empty) or _under(file, again):
+            args += ["--dev-bind", "/dev/null", str(file)]  # reads as empty (a plain bind is nodev: EACCES)
     writable = [workspace, tmp, *([home] if home is not None else [])]
     for w in writable:
         bound = os.path.realpath(w)

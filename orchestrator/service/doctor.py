@@ -2,11 +2,13 @@
 
 Levels: `ok`; `warn` (works without it, with less: no chat without Ollama, no Claude runner without a
 key, no sandbox without bubblewrap, no boot start without linger); `fail` (something is wrong: exit 1).
+In team mode also the shared PostgreSQL (reachable, the role's rights, the schema) and bubblewrap is a must.
 Secrets are checked for presence only and never printed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -184,15 +186,60 @@ def check_claude(cfg: config.Config, env_file: Path | None = None) -> Check:
     )
 
 
-def check_bwrap() -> Check:
+def check_bwrap(team: bool = False) -> Check:
+    """bubblewrap works here. Without it a job runs unconfined: a warning on one machine, a failure in team mode,
+    where an unconfined job can reach the team's store (and the daemon refuses to run jobs without it)."""
+    level = FAIL if team else WARN
+    why = " (team mode: an unconfined job could reach the team's store, so jobs refuse to run)" if team else ""
     exe = shutil.which("bwrap")
     if exe is None:
-        return Check("bubblewrap", WARN, "not installed: agents run unsandboxed; apt install bubblewrap")
+        return Check("bubblewrap", level, f"not installed: agents run unsandboxed{why}; apt install bubblewrap")
     probe = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-all", "true"]
     out = subprocess.run(probe, capture_output=True, text=True, timeout=10)
     if out.returncode != 0:
-        return Check("bubblewrap", WARN, f"{exe} cannot make a sandbox here: {out.stderr.strip()[:200]}")
+        return Check("bubblewrap", level, f"{exe} cannot make a sandbox here{why}: {out.stderr.strip()[:200]}")
     return Check("bubblewrap", OK, exe)
+
+
+def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]:
+    """Team mode's PostgreSQL: reachable with the password the service gets, the role no more than a node needs,
+    the schema this orchestrator's (`store.pgaudit`). Nothing in single-machine mode."""
+    url = cfg.store.url
+    if not url:
+        return []
+    from orchestrator.git.remote import shown
+
+    env_file = env_file or unit.env_file()
+    in_file = unit.read_env_file(env_file).get("PGPASSWORD")
+    out: list[Check] = []
+    if in_file and _mode(env_file) & 0o077:
+        out.append(Check("postgresql password", FAIL, f"PGPASSWORD is in {env_file}, which others can read: "
+                         f"chmod 600 {env_file}"))  # fmt: skip
+    try:
+        from orchestrator.store import pgaudit, pgschema
+
+        facts = asyncio.run(pgaudit.inspect(url, password=os.environ.get("PGPASSWORD") or in_file))
+    except ImportError as e:
+        return [*out, Check("postgresql", FAIL, f"the driver cannot be loaded ({e}): in the orchestrator checkout, "
+                            "pip install -e '.[team]'")]  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - any failure to connect is this check's answer, said with its cause
+        return [*out, Check("postgresql", FAIL, f"cannot reach {shown(url)} as the daemon would ({type(e).__name__}: "
+                            f"{e}): start the server, fix [store] url, or put PGPASSWORD in {env_file}")]  # fmt: skip
+    where = "over its UNIX socket (hidden from jobs)" if _socket_only(url) else (
+        "over TCP, which a job's network reaches too: it needs the password (hidden from jobs); docs/team.md says "
+        "how to close the port to jobs")  # fmt: skip
+    out.append(Check("postgresql", OK, f"{shown(url)} answers as {facts.role}, {where}"))
+    out += [Check(name, level, detail) for name, level, detail in pgaudit.verdict(facts, len(pgschema.MIGRATIONS))]
+    return out
+
+
+def _socket_only(url: str) -> bool:
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    parts = urlsplit(url)
+    hosts = [unquote(h) for h in parts.netloc.rpartition("@")[2].split(",") if h]
+    hosts += [h for k, v in parse_qsl(parts.query) if k == "host" for h in v.split(",")]
+    return bool(hosts) and all(h.startswith("/") for h in hosts)
 
 
 def run(p: paths.Paths | None = None) -> list[Check]:
@@ -206,8 +253,11 @@ def run(p: paths.Paths | None = None) -> list[Check]:
     checks += check_service()
     checks += check_hooks(known_repos(p, client))
     checks.append(check_spool(p, client is not None))
-    steps: list[Callable[[], Check]] = [check_bwrap]
+    team = cfg is not None and bool(cfg.store.url)
+    steps: list[Callable[[], Check]] = [lambda: check_bwrap(team)]
     if cfg is not None:
         steps = [lambda: check_ollama(cfg), lambda: check_claude(cfg), *steps]
     checks += [step() for step in steps]
+    if cfg is not None:
+        checks += check_store(cfg)
     return checks

@@ -1,7 +1,7 @@
 """What the git hook runs, in the background with its I/O closed: read the commit, send its tickets.
 
-    python -m orchestrator.service.hookrun post-commit SHA [BRANCH [picked]]   (read before HEAD moves on;
-                                                           `picked`: a cherry-pick was under way)
+    python -m orchestrator.service.hookrun post-commit SHA [BRANCH [picked]]   (SHA: the commit that ran the
+                                 hook, from HEAD's reflog; `picked`: a cherry-pick was under way)
     python -m orchestrator.service.hookrun post-rewrite rebase FILE   (FILE: git's "old new" lines; deleted)
 
 It runs in the repository's work tree (git runs hooks there). Tickets go to the daemon with a short
@@ -134,6 +134,8 @@ def post_commit(
 ) -> tuple[str, dict[str, Any] | None]:
     if in_rebase(git_dir):
         return "skipped: rebase under way (post-rewrite takes it)", None
+    # Another tool's hook found no reflog entry to name the commit (core.logAllRefUpdates off): HEAD now.
+    sha = sha or _git(repo, "rev-parse", "--verify", "HEAD").strip()
     try:
         found = commit_tickets(repo, sha, ticket_folder(repo), picked or picking(git_dir))
     except Foreign as why:

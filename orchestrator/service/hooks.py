@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.git.landing import REFLOG
 from orchestrator.service import tickets as tickets_mod
 
 HOOKS = ("post-commit", "post-rewrite")
@@ -37,8 +38,11 @@ def run_line(hook: str, python: str) -> str:
             f'[ "$1" = rebase ] && t=$(mktemp "${{TMPDIR:-/tmp}}/orchestrator-rewrite.XXXXXX") && cat >"$t" && '
             f'( {_q(python)} -m orchestrator.service.hookrun post-rewrite rebase "$t" </dev/null >/dev/null 2>&1 & )'
         )
+    # The commit: the newest entry of HEAD's reflog the daemon did not write (a landing may have moved the branch).
+    not_ours = f'$2 != "{REFLOG.strip()}" {{print $1; exit}}'
+    newest = f"git log -g -n 256 --format='%H %gs' HEAD 2>/dev/null | awk '{not_ours}'"
     return (
-        f'( {_q(python)} -m orchestrator.service.hookrun post-commit "$(git rev-parse HEAD)" '
+        f'( {_q(python)} -m orchestrator.service.hookrun post-commit "$({newest})" '
         '"$(git symbolic-ref -q --short HEAD)" </dev/null >/dev/null 2>&1 & )'
     )
 
@@ -84,15 +88,11 @@ g=.git
 if [ -f .git ] && read -r line <.git; then g=${{line#gitdir: }}; fi
 # In a rebase, post-rewrite takes the finished result once.
 [ -d "$g/rebase-merge" ] || [ -d "$g/rebase-apply" ] && exit $rc
-# The commit and its branch now, before the user's next command moves HEAD.
-sha= ref=
+# The branch HEAD names (a landing moves the branch, never what HEAD names).
+branch=
 if [ -f "$g/HEAD" ] && read -r h <"$g/HEAD"; then
-  case $h in
-    "ref: "*) ref=${{h#ref: }}; [ -f "$g/$ref" ] && read -r sha <"$g/$ref" ;;
-    *) sha=$h ;;
-  esac
+  case $h in "ref: refs/heads/"*) branch=${{h#ref: refs/heads/}} ;; esac
 fi
-case $ref in refs/heads/*) branch=${{ref#refs/heads/}} ;; *) branch= ;; esac
 picked=
 [ -f "$g/CHERRY_PICK_HEAD" ] || [ -f "$g/REVERT_HEAD" ] || [ -d "$g/sequencer" ] && picked=picked
 # Most commits name nothing to queue: tell them apart without a single fork. git leaves the message it
@@ -108,17 +108,29 @@ elif [ -z "$ask" ]; then
 fi
 [ -z "$ask" ] && [ -d {_q(tickets or ".")} ] && ask=tickets
 [ -n "$ask" ] || exit $rc
-# The commit's id, message and files: only a trailer or a changed ticket file starts the Python side.
-out=$(git -c core.quotePath=false log -1 --root --no-show-signature --format=%H%n%B --name-only \\
-  "${{sha:-HEAD}}" -- 2>/dev/null) || exit $rc
-nl='
-'
-case "$nl$out" in
-  *"$nl"{_ci("orchestrator")}:*|*"$nl"{_ci("orchestrator")}[[:space:]]*:*|{ticket_pattern(tickets)}) ;;
-  *) exit $rc ;;
-esac
-sha=${{out%%"$nl"*}}
+# The commit that ran this hook: the newest entry of HEAD's reflog that the daemon did not write. Not the
+# branch: a landing on the checked-out branch may have moved it since (even before a chained hook ended).
+sha= nl='
+' tab='	'
+if [ -f "$g/logs/HEAD" ] && entries=$(tail -n 256 "$g/logs/HEAD" 2>/dev/null); then
+  ifs=$IFS; IFS=$nl; set -f
+  for line in $entries; do
+    case ${{line#*"$tab"}} in {_q(REFLOG)}*) ;; *) x=${{line#* }}; sha=${{x%% *}} ;; esac
+  done
+  IFS=$ifs; set +f
+fi
+# Without a reflog (core.logAllRefUpdates off), HEAD as it is now.
+[ -n "$sha" ] || sha=$(git rev-parse -q --verify HEAD) || exit $rc
 command -v "$py" >/dev/null 2>&1 || exit $rc
+# A trailer line in the message: the Python side reads the commit and logs what it did. Otherwise its files
+# and message decide: only a changed ticket file or a trailer starts the Python side.
+if [ "$ask" != trailer ] && out=$(git -c core.quotePath=false log -1 --root --no-show-signature --format=%B \\
+  --name-only "$sha" -- 2>/dev/null); then
+  case "$nl$out" in
+    *"$nl"{_ci("orchestrator")}:*|*"$nl"{_ci("orchestrator")}[[:space:]]*:*|{ticket_pattern(tickets)}) ;;
+    *) exit $rc ;;
+  esac
+fi
 ( "$py" -m orchestrator.service.hookrun post-commit "$sha" "$branch" $picked </dev/null >/dev/null 2>&1 & )
 exit $rc
 """
@@ -215,8 +227,21 @@ def status(repo: Path) -> list[HookState]:
         baked = _tickets_of(text)
         if ok and hook == "post-commit" and baked is not None and baked != (wanted := configured_tickets(repo)):
             ok, detail = False, f"it looks for tickets in {baked!r}, the config says {wanted!r}: run `hook install`"
+        elif ok and hook == "post-commit" and not reflog_on(repo):
+            ok, detail = False, REFLOG_OFF
         out.append(HookState(hook, str(path), "installed", chained, py, ok, detail))
     return out
+
+
+REFLOG_OFF = (
+    "HEAD's reflog is off (core.logAllRefUpdates false): a landing between a commit and its hook can hide the "
+    "commit from the hook; `git config core.logAllRefUpdates true` turns it on"
+)
+
+
+def reflog_on(repo: Path) -> bool:
+    """HEAD's reflog is kept, where the hook finds the commit that ran it (git's default outside bare repos)."""
+    return _git(repo, "config", "--bool", "--get", "core.logAllRefUpdates").stdout.strip() != "false"
 
 
 def configured_tickets(repo: Path) -> str:
@@ -251,6 +276,8 @@ def install(repo: Path, python: str | None = None, home: str | None = None, tick
         tmp.chmod(0o755)
         tmp.replace(path)
         done.append(f"{hook}: installed ({path})")
+    if not reflog_on(repo):
+        done.append(f"warning: {REFLOG_OFF}")
     return done
 
 

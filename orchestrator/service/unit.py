@@ -14,11 +14,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from orchestrator import config
+from orchestrator.store import EX_STATE
 
 NAME = "orchestrator.service"
 
-NO_RESTART: tuple[int, ...] = (config.EX_CONFIG,)
-"""Exit codes that restarting cannot fix (a bad config, a database it must not open): no restart loop."""
+NO_RESTART: tuple[int, ...] = (EX_STATE, config.EX_CONFIG)
+"""Exit codes that restarting cannot fix (a database it must not open, a bad config): no restart loop. Never
+`EX_TEMPFAIL` (75): a team node whose PostgreSQL is not up yet exits so, to be started again."""
+
+RESTART_SEC = 5
+"""Seconds between a failed daemon and its restart."""
+START_LIMIT = (300, 5)
+"""At most 5 starts in 300 s, then systemd gives up (a crash loop). A node waiting for its PostgreSQL spends
+`[team] start_wait` (60 s) on each start before it exits 75, so its restarts stay under this limit for good:
+the bounded back-off is the wait's own (1, 2, 4, 8, 15 s between tries) plus `RESTART_SEC`."""
 
 GENERIC: tuple[str, ...] = ("/usr/bin/env", "orchestrator")
 """The entry point of the repository's example unit: `orchestrator` found on the unit's PATH."""
@@ -28,25 +37,8 @@ BASE_PATH = ("%h/.local/bin", "/usr/local/bin", "/usr/bin", "/bin")
 
 
 def no_restart_codes() -> tuple[int, ...]:
-    """`NO_RESTART` plus every `EX_*` exit code the package declares besides the generic ones."""
-    codes = set(NO_RESTART)
-    for module in _exit_code_modules():
-        for name, value in vars(module).items():
-            if name.startswith("EX_") and isinstance(value, int) and value not in (0, 1, 2, 3):
-                codes.add(value)
-    return tuple(sorted(codes))
-
-
-def _exit_code_modules() -> list[object]:
-    import importlib
-
-    out: list[object] = [config]
-    for name in ("orchestrator.store", "orchestrator.daemon", "orchestrator.cli", "orchestrator.exitcodes"):
-        try:
-            out.append(importlib.import_module(name))
-        except ImportError:
-            continue  # not every build has every module; the ones present are enough
-    return out
+    """The exit codes the unit does not restart, in order."""
+    return tuple(sorted(NO_RESTART))
 
 
 def entry_point() -> tuple[str, ...]:
@@ -78,8 +70,8 @@ def render(
 [Unit]
 Description=orchestrator: git-aware worktree orchestrator daemon
 # No network-online.target: a user manager has none, and the daemon needs no network to start.
-StartLimitIntervalSec=300
-StartLimitBurst=5
+StartLimitIntervalSec={START_LIMIT[0]}
+StartLimitBurst={START_LIMIT[1]}
 
 [Service]
 # Ready only once the API socket listens and recovery is done; STATUS= says what runs and waits.
@@ -87,8 +79,9 @@ Type=notify
 NotifyAccess=main
 ExecStart={exec_start}
 Restart=on-failure
-RestartSec=2
-# Exit codes a restart cannot fix (78: invalid config; 65: a database it must not open).
+RestartSec={RESTART_SEC}
+# Exit codes a restart cannot fix (78: invalid config; 65: a database it must not open). 75 (the team's
+# PostgreSQL not up yet, after waiting for it a minute) is restarted.
 RestartPreventExitStatus={codes}
 # Pings come only while the scheduler loop makes progress; a stuck loop is restarted.
 WatchdogSec={watchdog_sec}

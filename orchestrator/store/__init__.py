@@ -1,17 +1,18 @@
 """The store: every job, event and record the daemon keeps, behind one set of methods with two engines side by
 side: SQLite on one machine (`store.sqlite`), PostgreSQL shared by a team's nodes (`store.postgres`)."""
 
-from orchestrator.store.sqlite import (
+from orchestrator.store.base import (
     EX_STATE,
     EX_TEMPFAIL,
-    MIGRATIONS,
     DuplicateTicket,
-    Store,
+    NotShared,
     StoreUnreachable,
     StoreUnusable,
     Write,
 )
+from orchestrator.store.sqlite import MIGRATIONS, Store
 
 __all__ = [
-    "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "Store", "StoreUnreachable", "StoreUnusable", "Write"
+    "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "NotShared", "Store", "StoreUnreachable",
+    "StoreUnusable", "Write",
 ]  # fmt: skip

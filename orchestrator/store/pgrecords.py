@@ -13,8 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from orchestrator.git.journal import Intent
-from orchestrator.proc.process import Group
+from orchestrator.core.records import Group, Intent
 from orchestrator.store.pgconn import PgConnection
 
 

@@ -40,16 +40,15 @@ from typing import Any
 import asyncpg
 
 from orchestrator import logging as olog
-from orchestrator.core.job import FIELDS, Job, encode, from_row
+from orchestrator.core.job import FIELDS, Job, encode, fresh_attempt, from_row
 from orchestrator.core.models import ACTIVE, OPEN, Code, JobState
-from orchestrator.git.journal import Intent
-from orchestrator.git.remote import shown
-from orchestrator.jobs.retire import fresh_attempt
+from orchestrator.core.records import Intent
+from orchestrator.core.urls import shown
+from orchestrator.store.base import DuplicateTicket, RemoteOf, StoreUnreachable, StoreUnusable, Write
 from orchestrator.store.pgconn import CONNECTION_ERRORS, NOW, PgConnection
 from orchestrator.store.pgrecords import PgRecords, intent_of
 from orchestrator.store.pgschema import MIGRATIONS
-from orchestrator.store.sqlite import _COLUMNS, _LIVE, DuplicateTicket, Store, StoreUnreachable, StoreUnusable, Write
-from orchestrator.team import clones
+from orchestrator.store.sqlite import _COLUMNS, _LIVE, Store
 
 CHANNEL = "orchestrator_jobs"
 NODE_HELD = OPEN - {JobState.QUEUED}
@@ -69,7 +68,16 @@ _INSERT_ARGS = ", ".join(f"${i}" for i in range(1, len(_COLUMNS) + 3))
 class PgStore(PgRecords, Store):
     """A team's shared store, as node `node` sees it."""
 
-    def __init__(self, pool: asyncpg.Pool, url: str, node: str, labels: Sequence[str], lease: float, hold: int) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        url: str,
+        node: str,
+        labels: Sequence[str],
+        lease: float,
+        hold: int,
+        remote_of: RemoteOf,
+    ) -> None:
         db = PgConnection(pool, shown(url))
         super().__init__(db, None)  # type: ignore[arg-type]  # its `_db`: every method using it is overridden
         self._db: PgConnection = db  # type: ignore[assignment]
@@ -79,6 +87,7 @@ class PgStore(PgRecords, Store):
         self.labels = tuple(labels)
         self.lease = lease
         self.hold = hold
+        self.remote_of = remote_of
         self._paths: dict[str, str] = {}
         """This node's clone of each shared repository: repo key → local path."""
         self._listener: asyncpg.Connection | None = None
@@ -90,18 +99,34 @@ class PgStore(PgRecords, Store):
 
     @classmethod
     async def connect(
-        cls, url: str, *, node: str, labels: Sequence[str] = (), lease: float = 30.0, hold: int = 4
+        cls,
+        url: str,
+        *,
+        node: str,
+        remote_of: RemoteOf,
+        labels: Sequence[str] = (),
+        lease: float = 30.0,
+        hold: int = 4,
     ) -> PgStore:
-        """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached."""
+        """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached (try again
+        later), StoreUnusable when it refuses this node's login or has no such database (no retry fixes those).
+        `remote_of` names the shared repository of a clone a job is queued in."""
+        pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
         try:
-            pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
             await pool.fetchval("SELECT 1")  # min_size 0 connects on first use: ask now, for a clear error
+        except (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError) as e:
+            await pool.close()
+            raise StoreUnusable(
+                f"the team's PostgreSQL at {shown(url)} refuses this node: {type(e).__name__}: {e}. Check the role "
+                "and database exist (docs/team.md) and PGPASSWORD in the service's env file"
+            ) from None
         except (*CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as e:
+            await pool.close()
             raise StoreUnreachable(
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
                 "[store] url), then start the daemon again"
             ) from None
-        store = cls(pool, url, node, labels, lease, hold)
+        store = cls(pool, url, node, labels, lease, hold, remote_of)
         try:
             await store._migrate()
             await store._register()
@@ -210,7 +235,7 @@ class PgStore(PgRecords, Store):
     async def _insert(self, job: Job, ticket: tuple[str, str | None] | None) -> int:
         """The new job, its `enqueued` event and its ticket in one transaction, with its shared repository (its
         clone's remote: this node's clone of it is registered)."""
-        remote = await asyncio.to_thread(clones.remote_of, job.repo, job.branch)
+        remote = await asyncio.to_thread(self.remote_of, job.repo, job.branch)
         await self.register_clone(remote.identity, job.repo, shown(remote.url))
         now, repo = job.created_at, job.repo
         values = [encode(FIELDS[c], getattr(job, c)) for c in _COLUMNS]

@@ -20,21 +20,19 @@ import os
 import sqlite3
 import time
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
 from orchestrator.core.models import Claim, Code, JobState
-from orchestrator.git.journal import Intent
-from orchestrator.proc.process import Group
+from orchestrator.core.records import Group, Intent
+from orchestrator.store.base import DuplicateTicket, StoreUnusable, Write
 from orchestrator.store.schema import MIGRATIONS
 from orchestrator.store.sqlite_thread import Connection, transaction
 
-__all__ = [
-    "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "Store", "StoreUnreachable", "StoreUnusable", "Write"
-]  # fmt: skip
+__all__ = ["MIGRATIONS", "Store"]
 
 
 def _private(path: Path) -> None:
@@ -99,53 +97,12 @@ def _encode(name: str, value: Any) -> Any:
     return encode(FIELDS[name], value)
 
 
-@dataclass(frozen=True, slots=True)
-class Write:
-    """One job's field changes and event, written only while the job is in one of `expect`.
-
-    With `to`, the write moves the job to that state (a transition, checked against `core.lifecycle`);
-    without, it changes fields only and the job stays where it is.
-    """
-
-    job_id: int
-    fields: dict[str, Any]
-    event: str | None = None
-    data: dict[str, Any] | None = None
-    expect: frozenset[JobState] = frozenset()
-    to: JobState | None = None
-    beside: frozenset[int] | None = None
-    """A move to `running` in team mode: the other nodes' active jobs of its repository that admission saw (the
-    move applies only if no other node started one there since). The embedded store has no other nodes."""
-
-
 _EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
 _HISTORY_SQL = "SELECT id, role, content, at, extracted FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?"
 _MEMORIES_SQL = "SELECT content FROM memories WHERE session_id = ? ORDER BY id DESC LIMIT ?"
 
 JSON_CACHE_MAX = 20_000
 """Jobs whose rendered JSON `Store.jobs_json` keeps between calls (past that, each call renders them all)."""
-
-EX_STATE = 65
-"""Exit status of a daemon whose database cannot be used (corrupt, truncated, newer schema): EX_DATAERR.
-Restarting cannot fix it, so the systemd unit lists it in RestartPreventExitStatus."""
-
-
-class DuplicateTicket(ValueError):
-    """A job was queued under this ticket key already (idempotent intake: the earlier job stands)."""
-
-
-class StoreUnusable(RuntimeError):
-    """The database file cannot be used as it is; the message names the file and what to do."""
-
-
-class StoreUnreachable(RuntimeError):
-    """Team mode: PostgreSQL cannot be reached (down, wrong URL, refused); the message says which server and what
-    to do. Unlike an unusable store, trying again later may work."""
-
-
-EX_TEMPFAIL = 75
-"""Exit status of a daemon whose PostgreSQL cannot be reached at start (EX_TEMPFAIL: try again later)."""
-
 
 def _check_fields(fields: dict[str, Any]) -> None:
     unknown = set(fields) - set(_COLUMNS)

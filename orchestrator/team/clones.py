@@ -14,12 +14,9 @@ import pygit2
 
 from orchestrator.git import repos
 from orchestrator.git.remote import Remote, shown
+from orchestrator.store import NotShared
 
 REMOTE_NAME = "origin"
-
-
-class NotShared(ValueError):
-    """A local repository that has no remote to share: the message says how to give it one."""
 
 
 @lru_cache(maxsize=256)

@@ -8,33 +8,59 @@ pushed to it (`team.landing`) and this daemon's lease kept (`team.node`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import sys
+import time
+from collections.abc import Callable
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.paths import Paths
-from orchestrator.store import Store, StoreUnusable
+from orchestrator.store import Store, StoreUnreachable, StoreUnusable
 from orchestrator.team import clones
 
+BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
+"""Pauses between a starting node's tries to reach its PostgreSQL (the last one repeats) within `team.start_wait`."""
 
-async def open_store(cfg: Config, paths: Paths) -> Store:
-    """The store `cfg` names: StoreUnusable / StoreUnreachable (with what to do) when it cannot be used."""
+
+async def open_store(
+    cfg: Config, paths: Paths, stop: asyncio.Event | None = None, status: Callable[[str], None] | None = None
+) -> Store:
+    """The store `cfg` names: StoreUnusable / StoreUnreachable (with what to do) when it cannot be used. A team's
+    PostgreSQL that does not answer is asked again with a growing pause for up to `team.start_wait` seconds (or
+    until `stop` is set): a node started before its database comes up with it, saying so through `status` (the
+    service manager's status line)."""
     if not cfg.store.url:
         return await Store.open(paths.db)
     try:
         from orchestrator.store.postgres import PgStore
     except ImportError as e:
         raise StoreUnusable(
-            f"[store] url names PostgreSQL, and its driver cannot be loaded ({e}): pip install 'orchestrator[team]'"
+            f"[store] url names PostgreSQL, and its driver cannot be loaded ({e}): in the orchestrator checkout, "
+            "pip install -e '.[team]'"
         ) from None
 
-    store = await PgStore.connect(
-        cfg.store.url,
-        node=cfg.team.node_name(),
-        labels=cfg.team.labels,
-        lease=cfg.team.lease,
-        hold=max(2, cfg.jobs.max_concurrent),
-    )
+    deadline = time.monotonic() + cfg.team.start_wait
+    for attempt in itertools.count():
+        try:
+            store = await PgStore.connect(
+                cfg.store.url,
+                node=cfg.team.node_name(),
+                remote_of=clones.remote_of,
+                labels=cfg.team.labels,
+                lease=cfg.team.lease,
+                hold=max(2, cfg.jobs.max_concurrent),
+            )
+            break
+        except StoreUnreachable as e:
+            pause = min(BACKOFF[min(attempt, len(BACKOFF) - 1)], deadline - time.monotonic())
+            if pause <= 0 or (stop is not None and stop.is_set()):
+                raise
+            olog.get().warning(olog.Event.TEAM_STORE_LOST, error=str(e), retry_in=round(pause, 1), starting=True)
+            if status is not None:
+                status(f"waiting for the team's PostgreSQL (again in {pause:.0f} s)")
+            await _pause(pause, stop)
     # The clones named in the config are this node's from the start (others join when a job is queued in them).
     for path in cfg.repos:
         try:
@@ -44,6 +70,15 @@ async def open_store(cfg: Config, paths: Paths) -> Store:
             continue
         await store.register_clone(key, path, url)
     return store
+
+
+async def _pause(seconds: float, stop: asyncio.Event | None) -> None:
+    """Sleep, or less when the daemon is asked to stop meanwhile."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):  # the pause ran out: try again
+        await asyncio.wait_for(stop.wait(), seconds)
 
 
 def _pg_store() -> type[Store] | None:

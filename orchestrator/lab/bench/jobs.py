@@ -480,7 +480,7 @@ def main(
     else:
         print_table(rows, info, per_job=per_job)
     if plot_file is not None:
-        plot.write([r for r in rows if not r.get("failed")], plot_file)
+        plot.write([r for r in rows if not r.get("failed")], plot_file, info)
         click.echo(f"plot written to {plot_file}", err=True)
     if failed:
         names = ", ".join(f"{r['policy']}/{r['predictor']}" for r in failed)

@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, machine
+from orchestrator.lab.bench.report.team import print_report
 from orchestrator.lab.localpg import INSTALL_HINT, LocalPostgres, find_bindir
 
 
@@ -132,7 +133,8 @@ def run_team(
         for n in range(nodes):
             clone = work / f"clone{n}"
             _git(work, "clone", "-q", str(bare), clone.name)
-            d = Node(work / f"home{n}", _config(url, f"n{n}", slots, clone), {"ORCHESTRATOR_SANDBOX": "none"})
+            env = {"ORCHESTRATOR_SANDBOX": "none", **pg.env()}
+            d = Node(work / f"home{n}", _config(url, f"n{n}", slots, clone), env)
             daemons.append((stack.enter_context(d), clone))
         started = time.time()
         path_of: dict[int, str] = {}
@@ -196,7 +198,10 @@ def queue(n: int, sleep: float) -> list[tuple[str, str]]:
 @click.option("--repeat", type=int, default=3, show_default=True, help="Probe rounds (1, 2, 3 nodes, interleaved).")
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures here (JSON).")
 @click.option("--keep", is_flag=True, help="Keep the temp dir (homes, logs, remotes).")
-def main(n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Path | None, keep: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (default: tables).")
+def main(
+    n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Path | None, keep: bool, as_json: bool
+) -> None:
     """3 nodes × 2 slots vs 1 node × 6 slots on one queue; admission latency with 1, 2 and 3 nodes."""
     if find_bindir() is None:
         raise click.ClickException(f"bench team needs PostgreSQL's server programs: {INSTALL_HINT}")
@@ -225,7 +230,10 @@ def main(n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Pa
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     text = json.dumps(report, indent=2)
-    click.echo(text)
+    if as_json:
+        click.echo(text)
+    else:
+        print_report(report)
     if out:
         out.write_text(text + "\n")
     if keep:

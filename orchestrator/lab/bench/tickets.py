@@ -40,7 +40,7 @@ from orchestrator.plan import index as index_mod
 from orchestrator.plan import record
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import KEEP, History, mine
-from orchestrator.plan.rank import is_doc, is_test
+from orchestrator.plan.kinds import is_doc, is_test
 
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 ANCHORS = (

@@ -1,0 +1,224 @@
+"""The rooms of the code and what each may import: the table in docs/architecture.md is the rule, read here.
+
+Every import statement of the package counts (at module level, inside a function, under TYPE_CHECKING): a
+module may import its own room and the rooms on lower floors; rooms on one floor do not import each other;
+no two modules import each other, however indirectly; from outside the planner only its seam is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "orchestrator"
+DOC = ROOT / "docs" / "architecture.md"
+
+PLAN_SEAM = frozenset({"orchestrator.plan", "orchestrator.plan.base", "orchestrator.plan.composite",
+                       "orchestrator.plan.accuracy", "orchestrator.plan.declared"})  # fmt: skip
+"""What of the planner other rooms may import: its interface and the composite that picks the sources. Its
+heuristics (text, index, rank, score, focus, record, evidence, ...) are reached only through these."""
+SEAM_EXEMPT = frozenset({"lab"})
+"""The lab measures the heuristics themselves."""
+
+Edges = Mapping[str, Iterable[str]]
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _resolve(name: str, known: Mapping[str, Path]) -> str | None:
+    """The module an imported name lives in (`orchestrator.git.repos.RepoError` → `orchestrator.git.repos`)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(known: Mapping[str, Path]) -> dict[str, set[str]]:
+    """module → the package's modules it imports, from every import statement in it."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for mod, path in known.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base]).strip(".")
+                names = [f"{base}.{a.name}" for a in node.names]  # a submodule, or a name of `base`
+            else:
+                continue
+            for name in names:
+                if name == "orchestrator" or name.startswith("orchestrator."):
+                    target = _resolve(name, known)
+                    if target is not None and target != mod:
+                        edges[mod].add(target)
+    return edges
+
+
+def floors() -> tuple[dict[str, str], dict[str, int]]:
+    """From the doc's table: (file or directory under orchestrator/ → its room, room → its floor)."""
+    text = DOC.read_text()
+    section = text.split("## Rooms and what each may import", 1)[1].split("\n## ", 1)[0]
+    where: dict[str, str] = {}
+    floor: dict[str, int] = {}
+    for line in section.splitlines():
+        m = re.fullmatch(r"\|\s*(\d+)\s*\|([^|]*)\|.*\|", line.strip())
+        if not m:
+            continue
+        names = re.findall(r"`([^`]+)`", m.group(2))
+        room = names[0].rstrip("/").removesuffix(".py")
+        floor[room] = int(m.group(1))
+        for n in names:
+            where[n.rstrip("/")] = room
+    return where, floor
+
+
+def room_of(mod: str, where: Mapping[str, str]) -> str:
+    """The room of a module: its top-level directory, or its own file, as the table names them."""
+    parts = mod.split(".")
+    if len(parts) == 1:
+        return where["__init__.py"]
+    top = parts[1]
+    return where.get(top) or where.get(f"{top}.py") or f"(unlisted: {top})"
+
+
+def upward(edges: Edges, where: Mapping[str, str], floor: Mapping[str, int]) -> list[str]:
+    """Each import of a room on the same or a higher floor than the importer's own."""
+    out = []
+    for mod, targets in sorted(edges.items()):
+        a = room_of(mod, where)
+        for t in sorted(targets):
+            b = room_of(t, where)
+            if a != b and floor.get(b, 99) >= floor.get(a, -1):
+                out.append(f"{mod} ({a}, floor {floor.get(a)}) imports {t} ({b}, floor {floor.get(b)})")
+    return out
+
+
+def cycles(edges: Edges) -> list[list[str]]:
+    """The module import cycles: each strongly connected set of two or more modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def past_the_seam(edges: Edges, where: Mapping[str, str]) -> list[str]:
+    """Each import of a planner module behind its seam from another room."""
+    return [
+        f"{mod} imports {t}"
+        for mod, targets in sorted(edges.items())
+        for t in sorted(targets)
+        if t.startswith("orchestrator.plan.") and t not in PLAN_SEAM
+        and room_of(mod, where) not in ("plan", *SEAM_EXEMPT)
+    ]  # fmt: skip
+
+
+def breaks(edges: Edges) -> list[str]:
+    """Everything the rule finds wrong with this import graph."""
+    where, floor = floors()
+    found = upward(edges, where, floor) + [" ↔ ".join(c) for c in cycles(edges)] + past_the_seam(edges, where)
+    return found
+
+
+# -- the rule on the code as it is ----------------------------------------------------------------------------
+
+
+def test_every_module_is_in_a_room_of_the_table():
+    """Each top-level module and package of orchestrator/ is listed in docs/architecture.md's table."""
+    where, floor = floors()
+    assert len(floor) >= 10, "the table of rooms in docs/architecture.md could not be read"
+    unlisted = {room_of(m, where) for m in modules()} - set(floor)
+    assert not unlisted, f"add these to the table of rooms in docs/architecture.md: {sorted(unlisted)}"
+
+
+def test_no_room_imports_a_room_above_or_beside_it():
+    """A module imports only its own room and rooms on lower floors (the daemon's path never reaches the lab)."""
+    where, floor = floors()
+    assert upward(imports(modules()), where, floor) == []
+
+
+def test_no_import_cycle():
+    """No two modules import each other, directly or through others."""
+    assert cycles(imports(modules())) == []
+
+
+def test_the_planner_is_reached_through_its_seam():
+    """Outside plan/ (the lab aside), only the planner's interface and composite are imported."""
+    where, _ = floors()
+    assert past_the_seam(imports(modules()), where) == []
+
+
+# -- the rule catches each break the review found (issue: seven of eleven rules broken) ------------------------
+
+SEVEN = {
+    "git/landing reaches up into runners for the check": [("orchestrator.git.landing", "orchestrator.runners.base")],
+    "proc/process reaches up into git": [("orchestrator.proc.process", "orchestrator.git.repos")],
+    "config validation imports git": [("orchestrator.config", "orchestrator.git.remote")],
+    "config validation imports jobs": [("orchestrator.config", "orchestrator.jobs.notify")],
+    "config validation imports runners": [("orchestrator.config", "orchestrator.runners.ratelimit")],
+    "jobs/service imports team": [("orchestrator.jobs.service", "orchestrator.team.clones")],
+    "plan/rank and plan/score import each other": [
+        ("orchestrator.plan.rank", "orchestrator.plan.score"), ("orchestrator.plan.score", "orchestrator.plan.rank"),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("why", sorted(SEVEN))
+def test_each_break_the_review_found_fails_the_rule(why):
+    """Put back any one of the seven breaks of the layering and the rule reports it."""
+    edges = imports(modules())
+    assert breaks(edges) == []
+    broken = {m: set(t) for m, t in edges.items()}
+    for a, b in SEVEN[why]:
+        broken.setdefault(a, set()).add(b)
+    found = breaks(broken)
+    assert found, why
+    assert all(any(a in f and b in f for f in found) for a, b in SEVEN[why]), found
+
+
+def test_a_daemon_module_importing_the_lab_fails_the_rule():
+    """The daemon never imports the lab (benchmarks, protocol doubles): it sits above the daemon."""
+    edges = {m: set(t) for m, t in imports(modules()).items()}
+    edges["orchestrator.daemon"].add("orchestrator.lab.doubles.ollama")
+    assert any("orchestrator.lab.doubles.ollama" in f for f in breaks(edges))

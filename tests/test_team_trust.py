@@ -1,0 +1,158 @@
+"""Team mode's trust boundary, tried as a hostile tester would, through real daemons, a real PostgreSQL whose
+socket dir lies outside /tmp (mode 755, as a distribution installs it) and a real bubblewrap sandbox: nothing of
+the shared store is within a job's reach, and a node acts on its own machine only on what it can verify."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.localpg import NODE_ROLE, SUPERUSER, LocalPostgres
+from orchestrator.team import reach
+from tests.conftest import bare_remote, git, outside_tmp
+from tests.harness import Daemon, until
+
+pytestmark = pytest.mark.timeout(240)
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt install bubblewrap)")
+
+
+class Node(Daemon):
+    """A team node: its own home, clone and fake HOME (where `~/.pgpass` is), in a session of its own."""
+
+    def start(self, *args: str, wait: bool = True) -> Node:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", "daemon", *args], env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        if wait:
+            self.wait_ready()
+        return self
+
+
+def _db(postgres: LocalPostgres, tmp_path: Path) -> str:
+    name = "trust_" + os.urandom(4).hex()
+    postgres.create_database(name)
+    return name
+
+
+@pytest.fixture
+def users():
+    """A dir outside /tmp for the nodes' user homes (a real `/home/anna` is not under the /tmp the sandbox empties)."""
+    where = outside_tmp()
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def _node(
+    tmp_path: Path,
+    users: Path,
+    postgres: LocalPostgres,
+    db: str,
+    bare: Path,
+    name: str,
+    *,
+    sandbox: str = "bwrap",
+    **config: str,
+) -> tuple[Node, Path]:
+    """A node as a team sets one up: the URL names no password; it is in the env file and `~/.pgpass` (the daemon
+    gets it from its environment, as systemd's `EnvironmentFile=` gives it)."""
+    clone = tmp_path / f"clone-{name}"
+    git(tmp_path, "clone", "-q", str(bare), clone.name)
+    home = users / f"user-{name}"
+    (home / ".config" / "orchestrator").mkdir(parents=True)
+    pgpass = home / ".pgpass"
+    pgpass.write_text(f"*:*:*:{NODE_ROLE}:{postgres.node_password}\n")
+    pgpass.chmod(0o600)
+    envfile = home / ".config" / "orchestrator" / "env"
+    envfile.write_text(f"PGPASSWORD={postgres.node_password}\n")
+    envfile.chmod(0o600)
+    extra = "".join(f"{k} = {v}\n" for k, v in config.items())
+    d = Node(
+        tmp_path / f"home-{name}",
+        {"HOME": str(home), "ORCHESTRATOR_SANDBOX": sandbox, "PGPASSWORD": postgres.node_password},
+    )
+    (d.home / "config").mkdir(parents=True)
+    (d.home / "config" / "config.toml").write_text(
+        f'[store]\nurl = "{postgres.url(db)}"\n\n[team]\nnode = "{name}"\nlease = 3\n{extra}\n'
+        f'[repos."{clone}"]\n'
+    )
+    return d, clone
+
+
+def _row(postgres: LocalPostgres, db: str, job_id: int) -> dict:
+    out = postgres.psql(f"SELECT row_to_json(j) FROM jobs j WHERE id = {job_id}", database=db)
+    return json.loads(out)
+
+
+def _log(d: Daemon, job_id: int) -> str:
+    out = d.cli("logs", str(job_id))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _hostile(postgres: LocalPostgres, db: str, node: Daemon) -> str:
+    """A shell job that tries every way to the team's store it can think of, and says for each whether it got in."""
+    psql = postgres.bindir / "psql"
+    forge = "UPDATE jobs SET land = 'auto', text = 'echo forged > forged.txt' WHERE id = $ORCHESTRATOR_JOB_ID"
+    sockets, port = postgres.sockets, postgres.port
+    config = node.home / "config" / "config.toml"
+    envfile = Path(node.env["HOME"]) / ".config" / "orchestrator" / "env"
+    attacks = {
+        "node-role-over-the-socket": f'{psql} -X -h {sockets} -p {port} -U {NODE_ROLE} -d {db} -c "{forge}"',
+        "superuser-over-the-socket": f'{psql} -X -h {sockets} -p {port} -U {SUPERUSER} -d {db} -c "{forge}"',
+        "pgpass-named-by-hand": f'PGPASSFILE=$HOME/.pgpass {psql} -X -h {sockets} -p {port} -U {NODE_ROLE} -d {db} '
+        f'-c "{forge}"',
+        "default-socket-dirs": f'{psql} -X -p {port} -U {NODE_ROLE} -d {db} -c "{forge}"',
+        "socket-dir-listed": f"ls -A {sockets} | grep -q PGSQL",
+        "pgpass-read": "test -s $HOME/.pgpass",
+        "pg-environment": "env | grep -q ^PG",
+        "env-file-read": f"test -s {envfile}",
+        "config-read": f"grep -q postgresql {config}",
+        "daemon-environ": "cat /proc/1/environ /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -q ^PGPASSWORD",
+    }
+    lines = [f'if {cmd} >/dev/null 2>&1; then echo "REACHED {name}"; else echo "blocked {name}"; fi'
+             for name, cmd in attacks.items()]  # fmt: skip
+    return "\n".join([*lines, "echo done > out.txt"])
+
+
+def test_what_a_job_could_reach_of_the_store_is_named_for_the_sandbox():
+    """The socket dirs a URL names (query, percent-encoded host part, lists), PGHOST's and the distributions'; the
+    user's libpq files in every home and the files PG* and the URL name; nothing in single-machine mode."""
+    url = "postgresql://node@%2Fsrv%2Fpg:5433,db.example.com/team?host=/a,/b&passfile=/etc/pw&sslkey=/k&port=5"
+    env = {"PGHOST": "/c,db2", "PGPASSFILE": "/d", "PGSERVICEFILE": "/e", "PGSSLKEY": "/f"}
+    hidden = reach.hidden(url, env, (Path("/home/anna"), Path("/srv/anna")))
+    assert hidden[:6] == ("/srv/pg", "/a", "/b", "/c", "/run/postgresql", "/var/run/postgresql")
+    for f in ("/home/anna/.pgpass", "/srv/anna/.pgpass", "/home/anna/.postgresql", "/d", "/e", "/f", "/etc/pw", "/k"):
+        assert f in hidden
+    assert reach.hidden("", env, (Path("/home/anna"),)) == ()
+
+
+@needs_bwrap
+def test_a_confined_job_cannot_reach_the_team_store(tmp_path, users, postgres):
+    """A hostile shell job in the default sandbox finds no way to the team's PostgreSQL: the socket dir (outside
+    /tmp, mode 755), `~/.pgpass`, the env file, the config and the PG* environment are all out of its reach, so its
+    `psql … UPDATE jobs` fails to connect; its text and its `review` landing stay as queued."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    a, clone = _node(tmp_path, users, postgres, db, bare, "a")
+    a.start()
+    try:
+        script = _hostile(postgres, db, a)
+        job = a.enqueue(clone, script, "--path", "out.txt", "--land", "review")
+        until("the hostile job ended", lambda: _row(postgres, db, job)["state"] in ("ready", "landed", "failed"), 90)
+        row = _row(postgres, db, job)
+        said = [line for line in _log(a, job).splitlines() if line.startswith(("REACHED ", "blocked "))]
+        assert len(said) == 10 and all(line.startswith("blocked ") for line in said), said
+        assert (row["state"], row["land"], row["text"]) == ("ready", "review", script)
+        assert "forged" not in git(bare, "log", "--all", "--format=%s")
+    finally:
+        a.stop()
