@@ -20,11 +20,11 @@ from typing import Any
 from orchestrator import logging as olog
 from orchestrator.core import lifecycle
 from orchestrator.core.admission_index import plist
-from orchestrator.core.job import Job
+from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.models import Code, JobState
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
-from orchestrator.jobs.retire import AttemptKept, fresh_attempt, retire_attempt
+from orchestrator.jobs.retire import AttemptKept, retire_attempt
 
 RUNNING = frozenset({JobState.RUNNING})
 
