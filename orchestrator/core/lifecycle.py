@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from orchestrator.core.models import CANCELLABLE, Code, JobState
+from orchestrator.core.models import CANCELLABLE, Code, JobEvent, JobState
 
 Q, PLANNING, P = JobState.QUEUED, JobState.PLANNING, JobState.PLANNED
 RUNNING, LANDING, READY = JobState.RUNNING, JobState.LANDING, JobState.READY
@@ -73,7 +73,7 @@ class Step:
 
     to: JobState
     expect: frozenset[JobState]
-    event: str
+    event: JobEvent
     code: str
     reason: str
 
@@ -103,10 +103,10 @@ def after_run(end: RunEnd) -> Step:
     if not end.ok:
         code = end.code or (Code.RUNNER_FAILED if end.exit_code is not None else Code.TIMED_OUT)
         reason = f"{end.summary}; worktree kept at {end.worktree} (see `orchestrator logs {i}`)"
-        return Step(FAILED, frozenset({RUNNING}), "failed", str(code), reason)
+        return Step(FAILED, frozenset({RUNNING}), JobEvent.FAILED, str(code), reason)
     if not end.changed and not end.revised:
         reason = f"{end.summary} but changed nothing: nothing landed (`orchestrator logs {i}` says what it did)"
-        return Step(UNCHANGED, frozenset({RUNNING}), "finished", Code.NO_CHANGES, reason)
+        return Step(UNCHANGED, frozenset({RUNNING}), JobEvent.FINISHED, Code.NO_CHANGES, reason)
     if not end.changed:
         end = replace(end, summary=f"{end.summary}; this round changed nothing more")
     if end.review:
@@ -114,9 +114,9 @@ def after_run(end: RunEnd) -> Step:
             f"{end.summary + '; ' if end.revised else ''}ready for review: `orchestrator diff {i}`, then "
             f"`orchestrator land {i}`, `orchestrator revise {i} FEEDBACK` or `orchestrator reject {i}`"
         )
-        return Step(READY, frozenset({RUNNING}), "finished", Code.READY, reason)
+        return Step(READY, frozenset({RUNNING}), JobEvent.FINISHED, Code.READY, reason)
     done = f"{end.summary}; waits for its landing" if end.revised else "finished; waits for its landing"
-    return Step(LANDING, frozenset({RUNNING}), "finished", Code.FINISHED, done)
+    return Step(LANDING, frozenset({RUNNING}), JobEvent.FINISHED, Code.FINISHED, done)
 
 
 class Landed(StrEnum):

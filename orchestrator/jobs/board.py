@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from orchestrator.core.job import Job
-from orchestrator.core.models import JobState
+from orchestrator.core.models import JobEvent, JobState
 from orchestrator.store import Store
 
 SUBSCRIBER_BACKLOG = 4096
@@ -91,7 +91,7 @@ class Board:
         job_id: int,
         expect: Collection[JobState],
         to: JobState,
-        event: str,
+        event: JobEvent,
         *,
         data: dict[str, Any] | None = None,
         beside: Collection[int] | None = None,
@@ -108,7 +108,7 @@ class Board:
         job_id: int,
         expect: Collection[JobState],
         *,
-        event: str | None = None,
+        event: JobEvent | None = None,
         data: dict[str, Any] | None = None,
         **fields: Any,
     ) -> Job | None:

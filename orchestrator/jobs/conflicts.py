@@ -29,7 +29,7 @@ from orchestrator.core import claims
 from orchestrator.core.admission_index import plist
 from orchestrator.core.conflict import second
 from orchestrator.core.job import Job
-from orchestrator.core.models import ACTIVE, ANY, Code, JobState
+from orchestrator.core.models import ACTIVE, ANY, Code, JobEvent, JobState
 from orchestrator.git import merging
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.facts import GitFacts
@@ -140,7 +140,7 @@ class ConflictWatch:
             message=message,
         )
         await self.board.store.update(
-            a.id, ANY, event="overlap_checked", data={"other": b.id, "conflicts": list(conflicts[:50])}
+            a.id, ANY, event=JobEvent.OVERLAP_CHECKED, data={"other": b.id, "conflicts": list(conflicts[:50])}
         )
 
     async def _stop_second(self, a: Job, b: Job, conflicts: tuple[str, ...]) -> None:

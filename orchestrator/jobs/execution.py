@@ -21,7 +21,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import RunEnd
-from orchestrator.core.models import ACTIVE, Code, JobState
+from orchestrator.core.models import ACTIVE, Code, JobEvent, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.workspace import ResultRefused
@@ -58,6 +58,11 @@ class Stop:
     state: JobState
     reason: str
     code: Code = Code.INTERRUPTED
+
+    @property
+    def event(self) -> JobEvent:
+        """What its job's history records: cancelled, or interrupted (the daemon stopping)."""
+        return JobEvent.CANCELLED if self.state is JobState.CANCELLED else JobEvent.INTERRUPTED
 
 
 INTERRUPTED = Stop(
@@ -177,7 +182,7 @@ class Executor:
             job_id,
             RUNNING,
             stop.state,
-            str(stop.state),
+            stop.event,
             finished_at=time.time(),
             reason=stop.reason,
             code=stop.code,
@@ -221,7 +226,7 @@ class Executor:
                     RUNNING,
                     code=Code.RATE_LIMITED,
                     reason=reason,
-                    event="rate_limited",
+                    event=JobEvent.RATE_LIMITED,
                     data={"code": Code.RATE_LIMITED, "until": until, "seconds": seconds, "wait": waits, "held": held},
                 ),
                 job,
@@ -369,7 +374,9 @@ class Executor:
             if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
                 log.warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
                 job = _still(
-                    await self.board.update(job.id, RUNNING, event="outside_claim", data={"paths": sorted(wide)[:50]}),
+                    await self.board.update(
+                        job.id, RUNNING, event=JobEvent.OUTSIDE_CLAIM, data={"paths": sorted(wide)[:50]}
+                    ),
                     job,
                 )
             job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
@@ -403,7 +410,8 @@ class Executor:
                     await asyncio.wait_for(watcher.stop(), 5)
             with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
                 await self.pool.release(repo, job.id, keep=True)
-            step = lifecycle.Step(JobState.FAILED, RUNNING, "failed", Code.RUNNER_ERROR, f"{type(e).__name__}: {e}")
+            why = f"{type(e).__name__}: {e}"
+            step = lifecycle.Step(JobState.FAILED, RUNNING, JobEvent.FAILED, Code.RUNNER_ERROR, why)
             job = await self._end(job, step, finished_at=time.time(), data={"code": Code.RUNNER_ERROR})
             log.error(olog.Event.JOB_FAILED, code=Code.RUNNER_ERROR, reason=job.reason, exc_info=True)
             return job

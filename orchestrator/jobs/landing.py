@@ -25,7 +25,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Landed, Then
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.git import commits, repos
 from orchestrator.git import landing as git_landing
 from orchestrator.git.worktrees import WorktreePool, branch_name
@@ -181,7 +181,8 @@ class Lander:
             if landed is not None:
                 await self._landed(job, landed, f"landed on {job.branch} at {landed[:12]}; then {reason}", log)
             else:
-                await self._fail(job, "failed", Code.LANDING_FAILED, f"{reason}; not landed, {job.branch} not moved")
+                why = f"{reason}; not landed, {job.branch} not moved"
+                await self._fail(job, JobEvent.FAILED, Code.LANDING_FAILED, why)
             return Then.END
         outcome = Landed(str(result.outcome))
         if outcome is not Landed.USER_DIRTY and self._waiting.get(job.id):
@@ -248,7 +249,7 @@ class Lander:
             job.id,
             LANDING,
             JobState.LANDED,
-            "landed",
+            JobEvent.LANDED,
             landed_sha=sha,
             finished_at=time.time(),
             reason=reason or f"landed on {job.branch} at {sha[:12]}",
@@ -285,7 +286,7 @@ class Lander:
             LANDING,
             reason=reason,
             code=code,
-            event="landing_waits",
+            event=JobEvent.LANDING_WAITS,
             data={"user_paths": list(result.user_paths), "code": code},
         )
         log.warning(olog.Event.LANDING_WAITING, code=code, user_paths=list(result.user_paths), reason=reason)
@@ -296,7 +297,7 @@ class Lander:
         if outcome is Landed.CHECK_FAILED:
             await self._fail(
                 job,
-                "check_failed",
+                JobEvent.CHECK_FAILED,
                 Code.CHECK_FAILED,
                 f"the landing check `{self.cfg.repo(job.repo).check}` failed on the merged "
                 f"result; not landed; worktree kept (see `orchestrator logs {job.id}`)",
@@ -305,9 +306,9 @@ class Lander:
             return
         reason = f"landing failed: {result.message}; its result {job.result} is kept on branch {branch_name(job.id)}"
         log.error(olog.Event.JOB_FAILED, code=Code.LANDING_FAILED, reason=reason)
-        await self._fail(job, "failed", Code.LANDING_FAILED, reason)
+        await self._fail(job, JobEvent.FAILED, Code.LANDING_FAILED, reason)
 
-    async def _fail(self, job: Job, event: str, code: Code, reason: str) -> None:
+    async def _fail(self, job: Job, event: JobEvent, code: Code, reason: str) -> None:
         """The job did not land and will not by itself; its branch and worktree stay for a person."""
         await self.board.transition(
             job.id,
@@ -339,7 +340,14 @@ class Lander:
                 f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
             )
         await self.board.transition(
-            job.id, LANDING, JobState.QUEUED, "requeued", **fresh_attempt(job), code=code, data=data, reason=reason
+            job.id,
+            LANDING,
+            JobState.QUEUED,
+            JobEvent.REQUEUED,
+            **fresh_attempt(job),
+            code=code,
+            data=data,
+            reason=reason,
         )
         log.info(olog.Event.JOB_REQUEUED, code=code, attempt=job.attempts + 2, kept=kept)
 
@@ -353,7 +361,7 @@ class Lander:
             job.id,
             LANDING,
             JobState.CONFLICTED,
-            "conflicted",
+            JobEvent.CONFLICTED,
             finished_at=time.time(),
             code=Code.CONFLICT,
             data={"conflicts": conflicts, "code": Code.CONFLICT},

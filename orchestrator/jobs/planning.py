@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
-from orchestrator.core.models import ENDED, Code, JobState, Policy
+from orchestrator.core.models import ENDED, Code, JobEvent, JobState, Policy
 from orchestrator.git import repos
 from orchestrator.jobs.board import Board
 from orchestrator.plan import accuracy
@@ -64,7 +64,7 @@ class Planning:
         if job.id in self.tasks:
             return
         await self.refresh()
-        moved = await self.board.store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+        moved = await self.board.store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, JobEvent.PLANNING)
         if moved is None:
             return  # cancelled (or cleaned) since the round read it
         job = moved
@@ -76,7 +76,7 @@ class Planning:
         """Every ended job's predicted and actual paths, for calibration and `stats predict`."""
         store = self.board.store
         ended = await store.jobs(ENDED)
-        hit = accuracy.collisions(ended, await store.event_jobs("overlap"))
+        hit = accuracy.collisions(ended, await store.event_jobs(JobEvent.OVERLAP))
         return accuracy.records(ended, hit, self.policy())
 
     async def refresh(self, force: bool = False) -> None:
@@ -124,7 +124,7 @@ class Planning:
             await self._finish(
                 job,
                 JobState.FAILED,
-                "failed",
+                JobEvent.FAILED,
                 finished_at=time.time(),
                 reason=str(e),
                 code=Code.REPO_ERROR,
@@ -161,7 +161,7 @@ class Planning:
         done = await self._finish(
             job,
             JobState.PLANNED,
-            "planned",
+            JobEvent.PLANNED,
             base=head,
             claim=claim,
             plan_text=plan.text,
@@ -184,6 +184,6 @@ class Planning:
             notes=[n["code"] for n in notes],
         )
 
-    async def _finish(self, job: Job, to: JobState, event: str, **fields: Any) -> bool:
+    async def _finish(self, job: Job, to: JobState, event: JobEvent, **fields: Any) -> bool:
         """Store the outcome unless the job left `planning` meanwhile (cancelled): True if stored."""
         return await self.board.transition(job.id, {JobState.PLANNING}, to, event, **fields) is not None

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pygit2
 
 from orchestrator import logging as olog
-from orchestrator.core.models import JobState
+from orchestrator.core.models import JobEvent, JobState
 from orchestrator.git.journal import Intent, settle
 from orchestrator.git.repos import RepoError
 from orchestrator.git.worktrees import WorktreeError, WorktreePool
@@ -147,13 +147,15 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
                     job.id,
                     {JobState.LANDING},
                     JobState.LANDED,
-                    "landed",
+                    JobEvent.LANDED,
                     landed_sha=intent.new,
                     finished_at=time.time(),
                     data={**data, "sha": intent.new},
                     reason=f"landed job {job.id} at {intent.new[:12]}; {message}",
                 )
             else:
-                await board.update(job.id, {JobState.LANDING}, event="landing_recovered", data=data, reason=message)
+                await board.update(
+                    job.id, {JobState.LANDING}, event=JobEvent.LANDING_RECOVERED, data=data, reason=message
+                )
         await store.journal_end(entry)
     return settled

@@ -21,7 +21,7 @@ from orchestrator import logging as olog
 from orchestrator.core import lifecycle
 from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job, fresh_attempt
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.retire import AttemptKept, retire_attempt
@@ -71,7 +71,7 @@ async def requeue(
         )
         fields = {**fresh_attempt(job), "land_after": rerun.behind}
         done = await board.transition(
-            job.id, RUNNING, JobState.QUEUED, "requeued", code=Code.CONFLICT, reason=reason,
+            job.id, RUNNING, JobState.QUEUED, JobEvent.REQUEUED, code=Code.CONFLICT, reason=reason,
             data={**data, "kept": kept}, **fields,
         )  # fmt: skip
         log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, kept=kept, **data)
@@ -84,7 +84,7 @@ async def _conflicted(board: Board, pool: WorktreePool, job: Job, why: str, data
     await pool.release(Path(job.repo), job.id, keep=True)
     reason = f"{why}: its worktree {job.worktree or ''} is kept for a person (`orchestrator retry {job.id}`)"
     done = await board.transition(
-        job.id, RUNNING, JobState.CONFLICTED, "conflicted", finished_at=time.time(), code=Code.CONFLICT,
+        job.id, RUNNING, JobState.CONFLICTED, JobEvent.CONFLICTED, finished_at=time.time(), code=Code.CONFLICT,
         reason=reason, data=data,
     )  # fmt: skip
     olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, code=Code.CONFLICT, reason=reason)

@@ -17,7 +17,7 @@ import pygit2
 from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.core.job import Job
-from orchestrator.core.models import Code, JobState
+from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.git import merging, repos
 from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs.board import Board
@@ -72,7 +72,7 @@ async def land(board: Board, lander: Lander, job: Job) -> Job:
         job.id,
         READY,
         JobState.LANDING,
-        "approved",
+        JobEvent.APPROVED,
         reason="approved in review; waits for its landing",
         code=Code.FINISHED,
     )
@@ -93,7 +93,7 @@ async def reject(board: Board, pool: WorktreePool, job: Job) -> Job:
         job.id,
         READY,
         JobState.CANCELLED,
-        "rejected",
+        JobEvent.REJECTED,
         finished_at=time.time(),
         worktree=None,
         reason=f"rejected in review; not landed; its change stays on branch {kept}",

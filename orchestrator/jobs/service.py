@@ -23,7 +23,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims
 from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Cancel, Revise, on_cancel, on_revise
-from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobState
+from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobEvent, JobState
 from orchestrator.git import repos
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import retire, review
@@ -177,7 +177,7 @@ class Jobs:
         job_id: int,
         *,
         reason: str = "cancelled by request",
-        event: str = "cancelled",
+        event: JobEvent = JobEvent.CANCELLED,
         data: dict[str, Any] | None = None,
         only: frozenset[JobState] = CANCELLABLE,
     ) -> Job:
@@ -277,7 +277,7 @@ class Jobs:
                 grown = job.grown | claims.outside(job.actual, job.view().claim.paths)
                 extra = {"grown": grown, "finished_at": None, "exit_code": None, "decision": None}
             moved = await self.board.transition(
-                job_id, {job.state}, to, "revised", revisions=round_, feedback=feedback, reason=reason,
+                job_id, {job.state}, to, JobEvent.REVISED, revisions=round_, feedback=feedback, reason=reason,
                 code=Code.REVISED, data=data, **extra,
             )  # fmt: skip
             if moved is None:
@@ -315,7 +315,7 @@ class Jobs:
                 job_id,
                 {job.state},
                 JobState.QUEUED,
-                "retried",
+                JobEvent.RETRIED,
                 **fresh_attempt(job),
                 reason="retried" + (f"; previous attempt kept on {kept}" if kept else ""),
                 code=Code.RETRIED,

@@ -19,7 +19,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims, growth
 from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job
-from orchestrator.core.models import ACTIVE, ANY, JobState, JobView
+from orchestrator.core.models import ACTIVE, ANY, JobEvent, JobState, JobView
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.conflicts import ConflictWatch
 from orchestrator.jobs.facts import GitFacts
@@ -106,7 +106,7 @@ class OverlapWatch:
             job.id,
             {JobState.RUNNING},
             grown=job.grown | g.paths,
-            event="claim_grown",
+            event=JobEvent.CLAIM_GROWN,
             data={"paths": grown[:50], "held_by": held_by},
         )
         if written is None:
@@ -158,11 +158,13 @@ class OverlapWatch:
                 later.id,
                 ACTIVE,
                 land_after=(*current.land_after, earlier.id),
-                event="overlap",
+                event=JobEvent.OVERLAP,
                 data={"other": earlier.id, "paths": sorted(meet)},
             )
         if job.id != later.id:
-            await self.board.store.update(job.id, ANY, event="overlap", data={"other": other.id, "paths": sorted(meet)})
+            await self.board.store.update(
+                job.id, ANY, event=JobEvent.OVERLAP, data={"other": other.id, "paths": sorted(meet)}
+            )
 
     async def _lands_after(self, job_id: int, other: int) -> bool:
         """True if `job_id` already lands after `other`, directly or through open jobs between (a cycle else)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.core import claims
-from orchestrator.core.models import WAITING, Code
+from orchestrator.core.models import WAITING, Code, JobEvent
 from orchestrator.git import repos
 from orchestrator.jobs.service import JobError, Jobs
 from orchestrator.service.spool import Spool
@@ -97,7 +97,7 @@ async def _supersede(jobs: Jobs, repo: str, ticket_id: str, newer: int, commit: 
         try:
             # One guarded move: the job is cancelled with this reason, or it started meanwhile and runs on.
             await jobs.cancel(
-                job_id, reason=reason, event="superseded", data={"by": newer, "ticket": ticket_id}, only=WAITING
+                job_id, reason=reason, event=JobEvent.SUPERSEDED, data={"by": newer, "ticket": ticket_id}, only=WAITING
             )
         except JobError as e:
             olog.get(job_id=job_id, repo=repo).info(olog.Event.TICKET_SUPERSEDED, newer=newer, skipped=str(e))

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from orchestrator.core.models import JobState
+from orchestrator.core.models import JobEvent, JobState
 
 EX_STATE = 65
 """Exit status of a daemon whose database cannot be used (corrupt, truncated, newer schema): EX_DATAERR.
@@ -45,7 +45,7 @@ class Write:
 
     job_id: int
     fields: dict[str, Any]
-    event: str | None = None
+    event: JobEvent | None = None
     data: dict[str, Any] | None = None
     expect: frozenset[JobState] = frozenset()
     to: JobState | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from orchestrator.core.models import JobEvent
 from orchestrator.core.records import Group, Intent
 from orchestrator.store.pgconn import PgConnection
 
@@ -57,7 +58,7 @@ class PgRecords:
         rows = await self._db.fetch("SELECT at, kind, data FROM job_events WHERE job_id = $1 ORDER BY id", job_id)
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
 
-    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
+    async def event_jobs(self, kind: JobEvent) -> list[tuple[int, dict[str, Any]]]:
         rows = await self._db.fetch("SELECT job_id, data FROM job_events WHERE kind = $1 ORDER BY id", kind)
         return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
 

@@ -41,7 +41,7 @@ import asyncpg
 
 from orchestrator import logging as olog
 from orchestrator.core.job import FIELDS, Job, encode, fresh_attempt, from_row
-from orchestrator.core.models import ACTIVE, OPEN, Code, JobState
+from orchestrator.core.models import ACTIVE, OPEN, Code, JobEvent, JobState
 from orchestrator.core.records import Intent
 from orchestrator.core.urls import shown
 from orchestrator.store.base import DuplicateTicket, RemoteOf, StoreUnreachable, StoreUnusable, Write
@@ -250,9 +250,8 @@ class PgStore(PgRecords, Store):
                 )
             )
             await conn.execute(
-                "INSERT INTO job_events (job_id, at, kind, data, node, write_id) "
-                "VALUES ($1, $2, 'enqueued', $3, $4, $5)",
-                job_id, now, json.dumps({"state": "queued", "node": self.node}), self.node, wid,
+                "INSERT INTO job_events (job_id, at, kind, data, node, write_id) VALUES ($1, $2, $3, $4, $5, $6)",
+                job_id, now, JobEvent.ENQUEUED, json.dumps({"state": "queued", "node": self.node}), self.node, wid,
             )  # fmt: skip
             if ticket is not None:
                 await conn.execute(
@@ -383,8 +382,8 @@ class PgStore(PgRecords, Store):
             ids = [int(r[0]) for r in rows]
             if ids:
                 await conn.executemany(
-                    "INSERT INTO job_events (job_id, at, kind, data, node) VALUES ($1, $2, 'claimed', $3, $4)",
-                    [(i, time.time(), json.dumps({"node": self.node}), self.node) for i in ids],
+                    "INSERT INTO job_events (job_id, at, kind, data, node) VALUES ($1, $2, $3, $4, $5)",
+                    [(i, time.time(), JobEvent.CLAIMED, json.dumps({"node": self.node}), self.node) for i in ids],
                 )
                 await self._notify(conn, ids)
             return ids
@@ -429,20 +428,22 @@ class PgStore(PgRecords, Store):
         steps: list[Write] = []
         base = {"node": job.node, "by": self.node}
         if landed is not None:
-            steps.append(Write(job.id, {"landed_sha": landed, "finished_at": time.time(), "reason": f"landed at "
-                               f"{landed[:12]} (found on the remote after {why})", "code": Code.LANDED}, "landed",
-                               {**base, "sha": landed}, frozenset({JobState.LANDING}), JobState.LANDED))  # fmt: skip
+            found = f"landed at {landed[:12]} (found on the remote after {why})"
+            steps.append(Write(job.id, {"landed_sha": landed, "finished_at": time.time(), "reason": found,
+                               "code": Code.LANDED}, JobEvent.LANDED, {**base, "sha": landed},
+                               frozenset({JobState.LANDING}), JobState.LANDED))  # fmt: skip
         elif job.state is JobState.QUEUED:
-            steps.append(Write(job.id, {}, "released", base, frozenset({JobState.QUEUED}), JobState.QUEUED))
+            steps.append(Write(job.id, {}, JobEvent.RELEASED, base, frozenset({JobState.QUEUED}), JobState.QUEUED))
         else:
             if job.state is JobState.RUNNING:
-                steps.append(Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, "interrupted", base,
+                steps.append(Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, JobEvent.INTERRUPTED, base,
                                    frozenset({JobState.RUNNING}), JobState.INTERRUPTED))  # fmt: skip
                 source = JobState.INTERRUPTED
             else:
                 source = job.state
-            steps.append(Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, "requeued",
-                               {**base, "why": "taken over"}, frozenset({source}), JobState.QUEUED))  # fmt: skip
+            steps.append(Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED},
+                               JobEvent.REQUEUED, {**base, "why": "taken over"}, frozenset({source}),
+                               JobState.QUEUED))  # fmt: skip
         rows = await self._write(steps, holder=job.node)
         return self._job(rows[-1]) if rows[-1] is not None else None
 
@@ -586,15 +587,15 @@ class PgStore(PgRecords, Store):
         for job in running:
             await self._write(
                 [
-                    Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, "interrupted", {"node": self.node},
+                    Write(job.id, {"reason": why, "code": Code.INTERRUPTED}, JobEvent.INTERRUPTED, {"node": self.node},
                           frozenset({JobState.RUNNING}), JobState.INTERRUPTED),
-                    Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, "requeued",
+                    Write(job.id, {**fresh_attempt(job), "reason": why, "code": Code.INTERRUPTED}, JobEvent.REQUEUED,
                           {"why": "daemon restarted"}, frozenset({JobState.INTERRUPTED}), JobState.QUEUED),
                 ]
             )  # fmt: skip
         for job in planning:
             await self.transition(
-                job.id, {JobState.PLANNING}, JobState.QUEUED, "requeued", data={"why": "daemon restarted"}
+                job.id, {JobState.PLANNING}, JobState.QUEUED, JobEvent.REQUEUED, data={"why": "daemon restarted"}
             )
         landing = [j.id for j in await self.jobs([JobState.LANDING])]
         return {"requeued": [j.id for j in (*running, *planning)], "landing": landing}

@@ -26,7 +26,7 @@ from typing import Any
 
 from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
-from orchestrator.core.models import Claim, Code, JobState
+from orchestrator.core.models import Claim, Code, JobEvent, JobState
 from orchestrator.core.records import Group, Intent
 from orchestrator.store.base import DuplicateTicket, StoreUnusable, Write
 from orchestrator.store.schema import MIGRATIONS
@@ -344,7 +344,7 @@ class Store:
         job_id: int,
         expect: Collection[JobState],
         to: JobState,
-        event: str,
+        event: JobEvent,
         *,
         data: dict[str, Any] | None = None,
         beside: Collection[int] | None = None,
@@ -364,7 +364,7 @@ class Store:
         job_id: int,
         expect: Collection[JobState],
         *,
-        event: str | None = None,
+        event: JobEvent | None = None,
         data: dict[str, Any] | None = None,
         **fields: Any,
     ) -> Job | None:
@@ -449,14 +449,14 @@ class Store:
                 job_id,
                 {JobState.RUNNING},
                 JobState.INTERRUPTED,
-                "interrupted",
+                JobEvent.INTERRUPTED,
                 reason="the daemon stopped while this job ran; it keeps its place: `orchestrator retry` runs it "
                 "again, `orchestrator cancel` gives its place up",
                 code=Code.INTERRUPTED,
             )
         for job_id in planning:
             await self.transition(
-                job_id, {JobState.PLANNING}, JobState.QUEUED, "requeued", data={"why": "daemon restarted"}
+                job_id, {JobState.PLANNING}, JobState.QUEUED, JobEvent.REQUEUED, data={"why": "daemon restarted"}
             )
         landing = [j.id for j in await self.jobs([JobState.LANDING])]
         return {"interrupted": running, "requeued": planning, "landing": landing}
@@ -487,7 +487,7 @@ class Store:
         rows = await self._db.fetchall("SELECT at, kind, data FROM job_events WHERE job_id = ? ORDER BY id", (job_id,))
         return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
 
-    async def event_jobs(self, kind: str) -> list[tuple[int, dict[str, Any]]]:
+    async def event_jobs(self, kind: JobEvent) -> list[tuple[int, dict[str, Any]]]:
         """(job id, data) of every event of one kind, oldest first (e.g. `overlap` for calibration)."""
         rows = await self._db.fetchall("SELECT job_id, data FROM job_events WHERE kind = ? ORDER BY id", (kind,))
         return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
@@ -615,7 +615,7 @@ def _add_job_sync(
         cur = conn.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({_in(_COLUMNS)})", values)
         job_id = cur.lastrowid
         assert job_id is not None
-        conn.execute(_EVENT_SQL, (job_id, now, "enqueued", json.dumps({"state": "queued"})))
+        conn.execute(_EVENT_SQL, (job_id, now, JobEvent.ENQUEUED, json.dumps({"state": "queued"})))
         if ticket is not None:
             try:
                 conn.execute(
