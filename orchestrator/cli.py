@@ -83,7 +83,7 @@ def daemon(burst: bool, grace: float) -> None:
     sys.exit(daemon_mod.run(cfg, p, burst=burst, grace=grace, config_stamp=stamp))
 
 
-BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "predict", "team"]
+BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "predict", "team", "files"]
 
 
 # No interspersed args: everything after the bench's name is the bench's own, `--help` included.
@@ -95,7 +95,7 @@ BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "p
 def bench(name: str, args: tuple[str, ...]) -> None:
     """Benchmark mode: `admission`, `worktrees` (pooled vs fresh), `hook` (commit time), `chat`, `jobs` (replay a
     history), `load` (long queues), `predict` (claims vs history), `crash` (kill -9 the daemon, check nothing is
-    lost), `team` (nodes sharing PostgreSQL); --help for each."""
+    lost), `team` (nodes sharing PostgreSQL), `files` (a job writing a million files); --help for each."""
     import importlib
 
     entry = importlib.import_module(f"orchestrator.lab.bench.{name}").main
@@ -130,6 +130,9 @@ main.add_lazy("chat", "orchestrator.commands.chat:chat")
 main.add_lazy("pause", "orchestrator.commands.queue:pause")
 main.add_lazy("resume", "orchestrator.commands.queue:resume")
 main.add_lazy("limit", "orchestrator.commands.queue:limit")
+main.add_lazy("edit", "orchestrator.commands.edit:edit")
+main.add_lazy("move", "orchestrator.commands.edit:move")
+main.add_lazy("switch", "orchestrator.commands.edit:switch")
 main.add_lazy("diff", "orchestrator.commands.review:diff")
 main.add_lazy("land", "orchestrator.commands.review:land")
 main.add_lazy("reject", "orchestrator.commands.review:reject")

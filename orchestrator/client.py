@@ -166,6 +166,15 @@ class Client:
     def revise(self, job_id: int, feedback: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/revise", {"feedback": feedback})
 
+    def edit(self, job_id: int, **change: Any) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/edit", change)
+
+    def move(self, job_id: int, before: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/move", {"before": before})
+
+    def switch(self, job_id: int, other: int) -> list[dict[str, Any]]:
+        return list(self.request("POST", f"/jobs/{job_id}/switch", {"with": other})["jobs"])
+
     def diff(self, job_id: int, against: str = "base") -> dict[str, Any]:
         return self.request("GET", f"/jobs/{job_id}/diff?against={against}")
 

@@ -63,11 +63,12 @@ class Terminal:
             time.sleep(0.1)
         raise AssertionError(f"the screen never showed {what} ({text!r}):\n{self.screen()}")
 
-    def view(self, home: Path, *args: str, timeout: float = 60) -> str:
+    def view(self, home: Path, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> str:
         """Run `orchestrator ARGS` in the pane after a line of its own, wait for it to end, and return the screen
-        (the command's lines between the two marks)."""
-        cli = shlex.join(["env", "-u", "COLUMNS", "-u", "LINES", f"ORCHESTRATOR_HOME={home}", sys.executable, "-m",
-                          "orchestrator", *args])  # fmt: skip
+        (the command's lines between the two marks); `env`: variables it gets besides."""
+        extra = [f"{k}={v}" for k, v in (env or {}).items()]
+        cli = shlex.join(["env", "-u", "COLUMNS", "-u", "LINES", f"ORCHESTRATOR_HOME={home}", *extra, sys.executable,
+                          "-m", "orchestrator", *args])  # fmt: skip
         self.start(f"clear; echo '{BEGIN}'; {cli}; echo '{END}'; sleep 600")
         return self.shows(END, f"`orchestrator {' '.join(args)}` ending", timeout)
 

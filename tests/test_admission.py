@@ -24,6 +24,7 @@ CHECK_NAMES = [
     "Dependency",
     "Paused",
     "RateLimited",
+    "NoSpace",
     "BaseMoved",
     "Exclusive",
     "Ambiguous",
@@ -377,6 +378,16 @@ def test_a_paused_repo_or_daemon_defers_with_paused_and_says_how_to_resume() -> 
     assert "resume --repo r" in d[0].next
     everywhere = decide_all(snap(waiting=(a, other), paused=frozenset({"*"})))
     assert {x.reason for x in everywhere} == {Reason.PAUSED}
+
+
+def test_a_disk_without_room_defers_every_job_with_nospace() -> None:
+    """Too little free room for the workspaces is a snapshot fact: every waiting job defers as NoSpace, saying why and
+    what frees some; with room, they start."""
+    a, other = job(1, "src/a.py"), job(2, "x", repo="s")
+    low = decide_all(snap(waiting=(a, other), disk_low="the disk that holds /state has 3 MiB free"))
+    assert {(x.reason, x.outcome) for x in low} == {(Reason.NO_SPACE, Outcome.DEFER)}
+    assert "3 MiB free" in low[0].message and "orchestrator clean" in low[0].next
+    assert {x.reason for x in decide_all(snap(waiting=(a, other)))} == {Reason.ADMITTED}
 
 
 def test_a_run_time_slot_limit_overrides_the_per_repo_policy() -> None:

@@ -37,6 +37,10 @@ POLICIES = (
 SETTINGS = settings(max_examples=200, deadline=None)
 
 
+PLACES = st.sampled_from((None, None, None, 0.5, 2.5, 3.0, 4.75, -1.0))
+"""A job's place in the queue: mostly its id (None), sometimes moved between or before the others."""
+
+
 @st.composite
 def job_sets(draw: st.DrawFn, max_jobs: int = 8) -> list[JobView]:
     """Jobs 1..n with random claims; `after` only names earlier ids, so dependencies are acyclic."""
@@ -59,6 +63,7 @@ def job_sets(draw: st.DrawFn, max_jobs: int = 8) -> list[JobView]:
                 claim=Claim(paths, confidence, ClaimSource.MODEL),
                 priority=draw(st.integers(0, 2)),
                 after=tuple(sorted(after)),
+                place=draw(PLACES),  # a person moved it (`switch`, `move --before`): its place is not its id
             )
         )
     return jobs

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.core.job import FIELDS
 from orchestrator.core.lifecycle import MoveError
-from orchestrator.core.models import Claim, JobState
+from orchestrator.core.models import Claim, JobEvent, JobState
 from orchestrator.store import Store
 from orchestrator.store.pgschema import MIGRATIONS as PG_MIGRATIONS
 from tests.conftest import bare_remote, git
@@ -45,9 +45,36 @@ def test_every_store_method_is_postgresql_s_own():
 
     public = {n for n, v in vars(Store).items() if not n.startswith("_") and inspect.isfunction(v)}
     # Engine-free: the caches over `_render_json`, the guarded writes over `_write`, enqueue over `_insert`.
-    public -= {"take_changed", "jobs_json", "transition", "update", "update_many", "add_job"}
+    public -= {"take_changed", "jobs_json", "transition", "update", "update_many", "update_all", "add_job"}
     engine = public | {"_write", "_render_json", "_migrate", "_insert", "_job"}
     assert sorted(n for n in engine if getattr(PgStore, n) is getattr(Store, n)) == []
+
+
+async def test_a_node_claims_the_team_queue_in_its_order_and_a_switch_is_all_or_nothing(pg_url, clones):
+    """A node takes queued jobs in the queue's order, places included (a job moved before the others first); two
+    jobs switching places are written both or neither."""
+    from orchestrator.core import queue
+    from orchestrator.store import Write
+
+    a = await _node(pg_url, "a", hold=1)
+    try:
+        jobs = [await a.add_job(repo=str(clones[0]), branch="main", text=f"j{i}", runner="shell") for i in range(3)]
+        last = await a.add_job(repo=str(clones[0]), branch="main", text="first", runner="shell", place=0.5)
+        assert await a.claim() == [last.id]
+        first, second = jobs[0], jobs[1]
+        await a.transition(second.id, {Q}, JobState.CANCELLED, JobEvent.CANCELLED)
+        pa, pb = queue.switched(first, second)
+        writes = [Write(first.id, pa.fields(), JobEvent.MOVED, None, frozenset({Q})),
+                  Write(second.id, pb.fields(), JobEvent.MOVED, None, frozenset({Q}))]  # fmt: skip
+        assert await a.update_all(writes) is None
+        assert (await a.get(first.id)).place is None
+        pa, pb = queue.switched(first, jobs[2])
+        writes = [Write(first.id, pa.fields(), JobEvent.MOVED, None, frozenset({Q})),
+                  Write(jobs[2].id, pb.fields(), JobEvent.MOVED, None, frozenset({Q}))]  # fmt: skip
+        done = await a.update_all(writes)
+        assert done is not None and [j.place for j in done] == [float(jobs[2].id), float(first.id)]
+    finally:
+        await a.close()
 
 
 async def test_same_columns_migrations_and_guarded_transitions(pg_url, clones):

@@ -79,7 +79,8 @@ def job_words(ctx: click.Context, text: tuple[str, ...], *, join: bool = False) 
 @click.option("--branch", help="Target branch (default: the branch the repository has checked out).")
 @click.option("--path", "paths_", multiple=True, help="A path the job will touch (repo-relative; dirs end with /).")
 @click.option("--runner", help="Runner name (default from config: shell).")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--priority", type=int, help="Higher runs first (default 0).")
+@click.option("--before", type=int, help="Queue it just before this waiting job (with that job's priority).")
 @click.option("--after", type=int, multiple=True, help="Start only after this job has landed.")
 @click.option("--label", "labels", multiple=True, help="Team mode: run only on a node that has this label.")
 @click.option(
@@ -97,7 +98,8 @@ def enqueue(
     branch: str | None,
     paths_: tuple[str, ...],
     runner: str | None,
-    priority: int,
+    priority: int | None,
+    before: int | None,
     after: tuple[int, ...],
     labels: tuple[str, ...],
     land: str | None,
@@ -113,9 +115,14 @@ def enqueue(
         "repo": str(repo.expanduser().resolve()),
         **job_words(ctx, text),
         "paths": list(paths_),
-        "priority": priority,
         "after": list(after),
     }
+    if before is not None and priority is not None:
+        raise click.UsageError(f"--before {before} gives the job that job's priority: leave out --priority")
+    if priority is not None:
+        body["priority"] = priority
+    if before is not None:
+        body["before"] = before
     if branch:
         body["branch"] = branch
     if runner:

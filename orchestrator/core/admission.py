@@ -7,6 +7,7 @@ failing one, in this order, gives the reason and the outcome:
  2. Dependency               a job it runs after has not landed yet, or one it lands after has not ended
  2b. Paused                  its repo, or the whole daemon, is paused (`orchestrator pause`)
  2c. RateLimited             its runner's model API is rate-limited (a job of that runner met the limit)
+ 2d. NoSpace                 the disk that holds the workspaces is under `jobs.min_free_bytes`
  3. BaseMoved (re-plan)      its branch moved in claimed paths (or unknown paths) since it was planned
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
@@ -252,6 +253,14 @@ def _rate_limited(ask: _Ask, c: _Checks) -> None:
     c.fail(Reason.RATE_LIMITED, msg, f"starts by itself after {at}")
 
 
+def _disk(ask: _Ask, c: _Checks) -> None:
+    """2d. NoSpace: a job started on a disk with no room would only be stopped again (and fill it further)."""
+    if ask.snap.disk_low:
+        c.fail(Reason.NO_SPACE, ask.snap.disk_low, "starts once there is room (`orchestrator clean ID` frees some)")
+    else:
+        c.ok("NoSpace", "the workspaces' disk has room")
+
+
 def _base_moved(ask: _Ask, c: _Checks) -> None:
     """3. Base moved. A job that runs alone starts on the current head anyway."""
     job, f, policy = ask.job, ask.f, ask.snap.policy
@@ -430,6 +439,7 @@ CHECKS = (
     _dependencies,
     _paused,
     _rate_limited,
+    _disk,
     _base_moved,
     _exclusive,
     _runs_alone,

@@ -22,13 +22,13 @@ from orchestrator.core.claims import ClaimError, PathIndex, name_of
 from orchestrator.core.models import ROOT, JobView, Policy, Snapshot
 from orchestrator.core.risk import Escapes, pair_risk
 
-OrderKey = tuple[int, int]
+OrderKey = tuple[int, float, int]
 BLOCKING_LIMIT = 20
 """At most this many earlier waiting jobs are listed as blocking a job (Priority): the first in order."""
 RISK_SCAN = 64
 """Earlier waiting jobs with a risk estimate that the Priority check weighs a job's risk against (bounded, so
 a long queue of such jobs costs no more per job)."""
-_id = itemgetter(1)  # the job id of an order key
+_id = itemgetter(2)  # the job id of an order key
 K = TypeVar("K")
 
 

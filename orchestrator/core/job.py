@@ -155,6 +155,9 @@ class Job:
     feedback: str = field(default="", metadata=PLAIN)
     """The feedback of the revision under way ("" when none): stored with the move that starts it and kept until
     its round ends, so a revision waiting for admission (of a failed job) or cut by a crash keeps what it was told."""
+    place: float | None = field(default=None, metadata=PLAIN)
+    """Its place among the waiting jobs of its priority once a person moved it (`switch`, `move --before`,
+    `enqueue --before`); None: its id, the order jobs were queued in (`JobView.order_key`)."""
 
     @property
     def subject(self) -> str:
@@ -195,6 +198,7 @@ class Job:
             runner=self.runner,
             kept=bool(self.feedback),
             resting=self.resting,
+            place=self.place,
         )
 
     def to_json(self) -> dict[str, Any]:

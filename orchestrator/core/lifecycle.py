@@ -216,6 +216,29 @@ def on_revise(state: JobState, *, worktree_kept: bool) -> Revise:
     return Revise.NOT_NOW
 
 
+class Edit(StrEnum):
+    """How to edit a waiting job (`on_edit`)."""
+
+    IN_PLACE = "in-place"
+    """Its fields change and it stays where it is: a new priority, or a queued job's new text or paths (it has no
+    plan yet)."""
+    REPLAN = "replan"
+    """Planned: its text or paths changed, so its claim is stale; it goes back to queued and is planned again."""
+    STOP_PLAN = "stop-plan"
+    """Its plan may be running on the old text: stop it, then back to queued."""
+    NOT_NOW = "not-now"
+    """It started, or ended: nothing to edit."""
+
+
+def on_edit(state: JobState, *, replan: bool) -> Edit:
+    """What an edit of a job in `state` does; `replan`: its text or paths change (its claim with them)."""
+    if state not in (Q, PLANNING, P):
+        return Edit.NOT_NOW
+    if not replan or state is Q:
+        return Edit.IN_PLACE
+    return Edit.STOP_PLAN if state is PLANNING else Edit.REPLAN
+
+
 class Cancel(StrEnum):
     """How to cancel a job in a given state (`on_cancel`)."""
 

@@ -127,6 +127,10 @@ class JobEvent(StrEnum):
     """A person retried it: a fresh attempt from the queue."""
     REVISED = "revised"
     """A person sent it back to its agent with feedback."""
+    EDITED = "edited"
+    """A person changed its text, paths or priority while it waited (`orchestrator edit`)."""
+    MOVED = "moved"
+    """A person moved it in the queue (`move --before`, `switch`): its priority and place are in the event."""
     APPROVED = "approved"
     """Review mode: a person approved it for landing."""
     REJECTED = "rejected"
@@ -274,7 +278,7 @@ class JobView:
     actual: frozenset[str] = frozenset()
     """Paths the job has really touched so far (its diff against its base, untracked files included)."""
     priority: int = 0
-    """Higher runs first; ties go by id (FIFO)."""
+    """Higher runs first; ties go by place (`order_key`)."""
     after: tuple[int, ...] = ()
     """Jobs that must land before this one may start (`--after`)."""
     mergeable: frozenset[str] = frozenset()
@@ -288,10 +292,14 @@ class JobView:
     land_after: tuple[int, ...] = ()
     """Jobs it lands after (their changes met its own). A waiting job starts only once they have ended: a job
     stopped on a real conflict with one runs again on a base that has its change."""
+    place: float | None = None
+    """Where it stands among the jobs of its priority once a person moved it; None: at its id (first queued, first
+    served)."""
 
     @property
-    def order_key(self) -> tuple[int, int]:
-        return (-self.priority, self.id)
+    def order_key(self) -> tuple[int, float, int]:
+        """The queue's order: higher priority first, then the lower place (its id unless a person moved it)."""
+        return (-self.priority, self.id if self.place is None else self.place, self.id)
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
@@ -328,6 +336,8 @@ class Snapshot:
     """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
     limited: Mapping[str, float] = field(default_factory=dict)
     """Runners whose model API is rate-limited, each with the UNIX time the limit ends (`jobs.limits`)."""
+    disk_low: str = ""
+    """Why no job may start for lack of disk (the workspaces' disk is under `jobs.min_free_bytes`); empty: room."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -372,6 +382,9 @@ class Reason(StrEnum):
     RATE_LIMITED = "RateLimited"
     """Its runner's model API is rate- or usage-limited (a job of that runner met the limit): it starts when the
     limit ends."""
+    NO_SPACE = "NoSpace"
+    """The disk that holds the workspaces has less free room than `jobs.min_free_bytes`: nothing new starts until
+    there is room."""
 
 
 class Code(StrEnum):
@@ -442,6 +455,8 @@ class Code(StrEnum):
     """A person sent it back to its agent with review feedback: it runs again in its worktree (`revise`)."""
     RATE_LIMITED = "RateLimited"
     """Its runner's model API said it is rate- or usage-limited: it waits, then goes on by itself (bounded)."""
+    EDITED = "Edited"
+    """A person changed its text or paths while it waited (`orchestrator edit`): it is planned again."""
 
 
 class Outcome(StrEnum):

@@ -10,13 +10,16 @@ re-reads the jobs they wait for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobEvent, JobState
-from orchestrator.store import Store
+from orchestrator.store import Store, StoreFull, Write
 
+SETTLE_RETRY = (1.0, 30.0)
+"""Seconds before a move that waits for room on a full disk is tried again: doubled each time, up to the second."""
 SUBSCRIBER_BACKLOG = 4096
 """Announcements a subscriber may fall behind by before it is dropped (it reconnects and re-reads)."""
 
@@ -103,6 +106,30 @@ class Board:
             await self._announce_job(job, moved=True)
         return job
 
+    async def settle(
+        self,
+        job_id: int,
+        expect: Collection[JobState],
+        to: JobState,
+        event: JobEvent,
+        *,
+        data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Job | None:
+        """`transition` for a move that must be stored sooner or later (a run's or a landing's end): on a full disk
+        (after the store's reserve, `store.reserve`) it waits for room and tries again, saying so in the log, instead
+        of leaving the job where it was with nobody to move it on."""
+        delay = SETTLE_RETRY[0]
+        while True:
+            try:
+                return await self.transition(job_id, expect, to, event, data=data, **fields)
+            except StoreFull as e:
+                olog.get(job_id=job_id).warning(
+                    olog.Event.STORE_FULL, to=str(to), retry_in=delay, message=f"its move to {to} waits for room: {e}"
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, SETTLE_RETRY[1])
+
     async def update(
         self,
         job_id: int,
@@ -117,6 +144,15 @@ class Board:
         if job is not None:
             await self._announce_job(job, moved=False)
         return job
+
+    async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
+        """`Store.update_all` (fields of several jobs, all or none), then announced; None when any had moved on."""
+        jobs = await self.store.update_all(writes)
+        for job in jobs or ():
+            self._tell(job)
+        if jobs:
+            await self.announce()
+        return jobs
 
     async def _announce_job(self, job: Job, *, moved: bool) -> None:
         self._tell(job)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import logging as olog
+from orchestrator import testhook
 from orchestrator.core.job import Job
 from orchestrator.core.models import ENDED, Code, JobEvent, JobState, Policy
 from orchestrator.git import repos
@@ -118,6 +119,7 @@ class Planning:
 
     async def _run(self, job: Job) -> None:
         log = olog.get(job_id=job.id, repo=job.repo)
+        await testhook.reach("plan", job.id)
         try:
             head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
         except repos.RepoError as e:

@@ -131,6 +131,7 @@ class RepoFacts:
                 sum(not v.resting for v in snapshot.active),  # the slots taken (a resting job takes none)
                 snapshot.paused,
                 tuple(sorted(snapshot.limited.items())),
+                bool(snapshot.disk_low),  # room or not (not how much: that changes every round)
                 tuple(sorted(snapshot.slots.items())),
                 snapshot.policy,
             )

@@ -41,19 +41,21 @@ from orchestrator.core.models import (
     Reason,
     Snapshot,
 )
-from orchestrator.jobs import rounds
+from orchestrator.jobs import quota, rounds
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.facts import GitFacts
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.watch import OverlapWatch
-from orchestrator.store import Write
+from orchestrator.store import StoreFull, Write
 
 ROUND_SLICE = 50
 """Decisions made between two yields to the event loop in one round (a wake-up cuts a full pass short there)."""
 EXPLAIN_EVERY = 2.0
 """Seconds between full passes over a queue whose tail cannot start (every slot taken, or a landing in flight)."""
+FULL_RETRY = 5.0
+"""Seconds before a round that found the database's disk full is tried again."""
 EXPLAIN_PER_JOB = 0.005
 """...and more for a long queue (5 s at 1,000 waiting), so these passes stay a small share of the daemon's time."""
 PLANNED = frozenset({JobState.PLANNED})
@@ -143,6 +145,10 @@ class Scheduler:
             self.heartbeat = time.monotonic()
             try:
                 await self._round()
+            except StoreFull as e:  # nothing can be stored: decide again once there may be room, quietly
+                olog.get().warning(olog.Event.SCHEDULER_ERROR, error=str(e), retry_in=FULL_RETRY)
+                await asyncio.sleep(FULL_RETRY)
+                self.wake()
             except Exception as e:  # noqa: BLE001 - a bad round must not take running jobs down with it
                 olog.get().error(olog.Event.SCHEDULER_ERROR, error=f"{type(e).__name__}: {e}", exc_info=True)
                 await asyncio.sleep(1.0)
@@ -342,10 +348,25 @@ class Scheduler:
             dead=frozenset(i for i, st in states.items() if st in DEAD),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
             limited=self.executor.limits.active(),
+            disk_low=await self._disk_low(),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
             policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )
         return snapshot, heads
+
+    async def _disk_low(self) -> str:
+        """Why nothing may start for lack of disk (`Snapshot.disk_low`): the workspaces' disk under its floor."""
+        floor = self.cfg.jobs.min_free_bytes
+        if not floor:
+            return ""
+        where = self.executor.paths.state_dir
+        room = await asyncio.to_thread(quota.free, where)
+        if room is None or room >= floor:
+            return ""
+        return (
+            f"the disk that holds {where} has {quota.size(room)} free, less than jobs.min_free_bytes "
+            f"({quota.size(floor)})"
+        )
 
     def _defer(self, job: Job, decision: Decision, writes: list[Write]) -> None:
         """Keep a deferred job's live decision; store and log it only when its reason code changes.

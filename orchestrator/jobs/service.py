@@ -28,6 +28,7 @@ from orchestrator.git import repos
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import retire, review
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.editing import Change, EditError, Editing
 from orchestrator.jobs.execution import Stop
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
@@ -39,7 +40,7 @@ from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.plan.base import Planner
 from orchestrator.runners import Runner
-from orchestrator.store import NotShared
+from orchestrator.store import NotShared, Write
 from orchestrator.validate import BadRequest, field, int_list, str_list
 
 MAX_FEEDBACK = 32_000
@@ -79,6 +80,7 @@ class Jobs:
         self.planning = planning
         self.lander = lander
         self.private_dirs = private_dirs
+        self.editing = Editing(board, planning, scheduler.wake)
         self._locks: dict[int, asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
@@ -142,6 +144,21 @@ class Jobs:
             if dep not in known:
                 raise BadRequest(f"--after {dep}: no such job (`orchestrator status` lists the jobs)")
         labels = str_list(data, "labels")
+        before = field(data, "before", int)
+        place: float | None = None
+        room: list[Write] = []
+        if before is not None:
+            if data.get("priority") is not None:
+                raise BadRequest(f"--before {before} gives the job that job's priority: leave out --priority")
+            try:
+                spot, room = await self.editing.place_for_new(before)
+            except EditError as e:
+                raise BadRequest(str(e)) from None
+            place, priority = spot.place, spot.priority
+        try:
+            await self.editing.make_room(room)
+        except EditError as e:
+            raise JobError(str(e)) from None
         try:
             job = await self.store.add_job(
                 repo=str(repo),
@@ -156,6 +173,7 @@ class Jobs:
                 land=land,
                 ticket=ticket,
                 labels=labels,
+                place=place,
             )
         except NotShared as e:  # team mode: a clone with no shared remote
             raise BadRequest(str(e)) from None
@@ -169,6 +187,41 @@ class Jobs:
         )
         self.scheduler.wake()
         return job
+
+    # -- editing the queue ----------------------------------------------------------------------------
+
+    async def edit(self, job_id: int, data: dict[str, Any]) -> Job:
+        """Change a waiting job's `text`, `paths` (its declared ones) or `priority` (see `jobs.editing`)."""
+        text = field(data, "text", str)
+        if text is not None and not text.strip():
+            raise BadRequest("the new text is empty: say what the job should do")
+        paths = tuple(sorted(declared.claim(str_list(data, "paths")).paths)) if "paths" in data else None
+        change = Change(text, paths, field(data, "priority", int))
+        if change == Change():
+            raise BadRequest("nothing to edit: give a new text, paths or priority")
+        async with self._one_at_a_time(job_id):
+            try:
+                return await self.editing.edit(job_id, change)
+            except EditError as e:
+                raise JobError(str(e)) from None
+
+    async def move(self, job_id: int, before: int) -> Job:
+        """Put a waiting job just before another waiting one in the queue."""
+        async with self._one_at_a_time(job_id):
+            try:
+                return await self.editing.move(job_id, before)
+            except EditError as e:
+                raise JobError(str(e)) from None
+
+    async def switch(self, a: int, b: int) -> list[Job]:
+        """Two waiting jobs take each other's place in the queue."""
+        if a == b:
+            raise BadRequest(f"job {a} cannot switch with itself: name two jobs")
+        async with self._one_at_a_time(min(a, b)), self._one_at_a_time(max(a, b)):
+            try:
+                return await self.editing.switch(a, b)
+            except EditError as e:
+                raise JobError(str(e)) from None
 
     # -- steering -------------------------------------------------------------------------------------
 

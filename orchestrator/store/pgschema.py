@@ -148,4 +148,8 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (node, runner)
     );
     """,
+    # 4: a job's place in the queue once a person moved it (`switch`, `move --before`); NULL: its id.
+    """
+    ALTER TABLE jobs ADD COLUMN place DOUBLE PRECISION;
+    """,
 )

@@ -65,6 +65,10 @@ _INSERT_COLS = ", ".join(_q(c) for c in (*_COLUMNS, "repo_key", "remote"))
 _INSERT_ARGS = ", ".join(f"${i}" for i in range(1, len(_COLUMNS) + 3))
 
 
+class _Missed(Exception):
+    """An all-or-nothing batch found a job outside the states its write expects: its transaction is rolled back."""
+
+
 class PgStore(PgRecords, Store):
     """A team's shared store, as node `node` sees it."""
 
@@ -370,7 +374,7 @@ class PgStore(PgRecords, Store):
                           SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}))
                       AND j.remote IN (SELECT key FROM node_repos WHERE node = $1)
                       AND j.labels::jsonb <@ $2::jsonb
-                    ORDER BY j.priority DESC, j.id
+                    ORDER BY j.priority DESC, COALESCE(j.place, j.id), j.id
                     LIMIT greatest($3 - (SELECT count(*) FROM jobs
                                          WHERE node = $1 AND state IN ('queued', 'planning', 'planned')), 0)
                     FOR UPDATE OF j SKIP LOCKED
@@ -482,12 +486,16 @@ class PgStore(PgRecords, Store):
 
     # -- jobs: guarded writes -----------------------------------------------------------------------
 
-    async def _write(self, writes: Sequence[Write], *, changed: bool = True, holder: str | None = None) -> list[Any]:
+    async def _write(
+        self, writes: Sequence[Write], *, changed: bool = True, holder: str | None = None, atomic: bool = False
+    ) -> list[Any]:
         wid = uuid.uuid4().hex
         now = time.time()
 
         async def work(conn: asyncpg.Connection) -> list[Any]:
             rows = [await self._write_one(conn, w, now, wid, holder) for w in writes]
+            if atomic and any(r is None for r in rows):
+                raise _Missed  # rolls the transaction back: all or none
             done = [w for w, r in zip(writes, rows, strict=True) if r is not None]
             await self._notify(conn, [w.job_id for w in done], landed=any(w.to is JobState.LANDED for w in done))
             return rows
@@ -501,7 +509,10 @@ class PgStore(PgRecords, Store):
             return [await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", w.job_id) if w.job_id in done else None
                     for w in writes]  # fmt: skip
 
-        rows = await self._db.run(work, again=again)
+        try:
+            rows = await self._db.run(work, again=again)
+        except _Missed:
+            return [None] * len(writes)
         self._written(writes, rows, changed)
         return rows
 

@@ -142,4 +142,8 @@ MIGRATIONS: tuple[str, ...] = (
         until REAL NOT NULL
     );
     """,
+    # 10: a job's place in the queue once a person moved it (`switch`, `move --before`); NULL: its id.
+    """
+    ALTER TABLE jobs ADD COLUMN place REAL;
+    """,
 )

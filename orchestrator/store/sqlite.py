@@ -19,16 +19,18 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from orchestrator import logging as olog
 from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
 from orchestrator.core.models import Claim, Code, JobEvent, JobState
 from orchestrator.core.records import Group, Intent
-from orchestrator.store.base import DuplicateTicket, StoreUnusable, Write
+from orchestrator.store.base import DuplicateTicket, StoreFull, StoreUnusable, Write
+from orchestrator.store.reserve import Reserve
 from orchestrator.store.schema import MIGRATIONS
 from orchestrator.store.sqlite_thread import Connection, transaction
 
@@ -112,6 +114,17 @@ def _check_fields(fields: dict[str, Any]) -> None:
         raise lifecycle.MoveError("a job's state changes only through `Store.transition`")
 
 
+def _checked(writes: Sequence[Write]) -> Sequence[Write]:
+    """`writes`, each checked: known fields, an allowed move, at least one state expected."""
+    for w in writes:
+        _check_fields(w.fields)
+        if w.to is not None:
+            lifecycle.check(w.expect, w.to)
+        elif not w.expect:
+            raise ValueError("an update must expect at least one state")
+    return writes
+
+
 def _in(values: Collection[Any]) -> str:
     """The placeholders of an `IN (...)` list."""
     return ", ".join("?" * len(values))
@@ -143,9 +156,26 @@ def _write_one(conn: sqlite3.Connection, w: Write, now: float) -> sqlite3.Row | 
     return row
 
 
-def _write_sync(conn: sqlite3.Connection, writes: Sequence[Write], now: float) -> list[sqlite3.Row | None]:
-    with transaction(conn):
-        return [_write_one(conn, w, now) for w in writes]
+class _Missed(Exception):
+    """An all-or-nothing batch found a job outside the states its write expects: the batch is rolled back."""
+
+
+def _write_sync(
+    conn: sqlite3.Connection, writes: Sequence[Write], now: float, atomic: bool = False
+) -> list[sqlite3.Row | None]:
+    try:
+        with transaction(conn):
+            rows = [_write_one(conn, w, now) for w in writes]
+            if atomic and any(r is None for r in rows):
+                raise _Missed
+            return rows
+    except _Missed:
+        return [None] * len(writes)
+
+
+T = TypeVar("T")
+RESERVE_LOOK = 30.0
+"""Seconds between two looks whether a spent reserve can be made again."""
 
 
 class Store:
@@ -160,6 +190,9 @@ class Store:
         self._json: dict[int, tuple[str, str, str]] | None = None
         self._stale_json: set[int] = set()
         self._json_lock = asyncio.Lock()
+        self.reserve = Reserve(Path(f"{path}-reserve")) if path is not None else None
+        """Room kept on the database's disk for the writes that settle jobs when it is full (`store.reserve`)."""
+        self._reserve_looked = 0.0
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -184,6 +217,8 @@ class Store:
             raise
         for extra in ("-wal", "-shm"):
             _private(path.with_name(path.name + extra))
+        if store.reserve is not None and not await asyncio.to_thread(store.reserve.make):
+            olog.get().warning(olog.Event.STORE_NO_RESERVE, path=str(store.reserve.path), reason="little free space")
         return store
 
     async def close(self) -> None:
@@ -229,9 +264,11 @@ class Store:
         argv: Sequence[str] | None = None,
         land: str = "auto",
         labels: Sequence[str] = (),
+        place: float | None = None,
     ) -> Job:
         """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises).
-        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too)."""
+        `labels`: the nodes of a team it may run on (kept, and shown, on one machine too). `place`: its place in
+        the queue (None: its id, after every job queued before it; `core.queue`)."""
         now = time.time()
         job = Job(
             id=0,
@@ -248,6 +285,7 @@ class Store:
             argv=None if argv is None else tuple(argv),
             land=land,
             labels=tuple(sorted(set(labels))),
+            place=place,
         )
         job_id = await self._insert(job, ticket)
         self._changed.add(job_id)
@@ -356,7 +394,8 @@ class Store:
         sources = lifecycle.check(expect, to)
         _check_fields(fields)
         fence = None if beside is None else frozenset(beside)
-        rows = await self._write([Write(job_id, fields, event, data, sources, to, fence)])
+        write = Write(job_id, fields, event, data, sources, to, fence)
+        rows = await self._settling(lambda: self._write([write]))
         return self._job(rows[0]) if rows[0] is not None else None
 
     async def update(
@@ -382,21 +421,41 @@ class Store:
         `changed=False`: the writer needs not see these jobs again in `take_changed` (a round's own
         deferral reasons, which it keeps in memory; re-reading thousands of them made the next round slow).
         """
-        for w in writes:
-            _check_fields(w.fields)
-            if w.to is not None:
-                lifecycle.check(w.expect, w.to)
-            elif not w.expect:
-                raise ValueError("an update must expect at least one state")
-        rows = await self._write(writes, changed=changed)
+        rows = await self._write(_checked(writes), changed=changed)
         return [w.job_id for w, row in zip(writes, rows, strict=True) if row is not None]
 
-    async def _write(self, writes: Sequence[Write], *, changed: bool = True) -> list[sqlite3.Row | None]:
+    async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
+        """Several jobs' guarded writes, all or none, in one transaction (two jobs switching places): the jobs
+        after them, or None (nothing written) when any job is no longer in what its write expects."""
+        rows = await self._write(_checked(writes), atomic=True)
+        return None if any(r is None for r in rows) else [self._job(r) for r in rows]
+
+    async def _write(
+        self, writes: Sequence[Write], *, changed: bool = True, atomic: bool = False
+    ) -> list[sqlite3.Row | None]:
         """The writes in one transaction, in ONE call to the database thread (a call per statement cost each
-        job's every state change a dozen thread hand-offs)."""
-        rows = await self._db.call(_write_sync, writes, time.time())
+        job's every state change a dozen thread hand-offs); `atomic`: every one or none."""
+        rows = await self._db.call(_write_sync, writes, time.time(), atomic)
         self._written(writes, rows, changed)
         return rows
+
+    async def _settling(self, write: Callable[[], Awaitable[T]]) -> T:
+        """`write()`, a write that settles a job (a move of its state, a deletion): on a full disk the reserve is
+        spent on it and it is tried once more (`store.reserve`). Once one goes through while the reserve is spent,
+        the store looks (at most every RESERVE_LOOK seconds) whether the disk has room to make it again."""
+        try:
+            result = await write()
+        except StoreFull:
+            olog.get().warning(olog.Event.STORE_FULL, path=str(self.path), settles=True)
+            if self.reserve is None or not await asyncio.to_thread(self.reserve.spend):
+                raise
+            olog.get().warning(olog.Event.STORE_RESERVE_SPENT, path=str(self.reserve.path))
+            result = await write()
+        if self.reserve is not None and time.monotonic() - self._reserve_looked > RESERVE_LOOK:
+            self._reserve_looked = time.monotonic()
+            if not self.reserve.present and await asyncio.to_thread(self.reserve.make):
+                olog.get().info(olog.Event.STORE_RESERVE_MADE, path=str(self.reserve.path))
+        return result
 
     def _written(self, writes: Sequence[Write], rows: Sequence[Any], changed: bool) -> None:
         """Note the jobs these writes changed (a row back): `jobs_json` renders them again, and (when `changed`
@@ -431,7 +490,8 @@ class Store:
 
     async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
         """Forget an ended job (`orchestrator clean`): its record and its history, if it is in one of `expect`."""
-        done = await self._db.call(_delete_sync, job_id, sorted(str(s) for s in expect))
+        states = sorted(str(s) for s in expect)
+        done = await self._settling(lambda: self._db.call(_delete_sync, job_id, states))
         self._changed.add(job_id)
         self._stale_json.add(job_id)
         return done
