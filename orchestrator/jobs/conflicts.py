@@ -139,7 +139,7 @@ class ConflictWatch:
             conflicts=list(conflicts[:50]),
             message=message,
         )
-        await self.board.store.update(
+        await self.board.update(
             a.id, ANY, event=JobEvent.OVERLAP_CHECKED, data={"other": b.id, "conflicts": list(conflicts[:50])}
         )
 

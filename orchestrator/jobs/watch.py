@@ -45,7 +45,7 @@ class OverlapWatch:
 
     async def changed(self, job_id: int, actual: frozenset[str]) -> None:
         """A running job's actual paths changed: store them; paths outside its claim ask admission to join it."""
-        job = await self.board.store.update(job_id, {JobState.RUNNING}, actual=actual)
+        job = await self.board.update(job_id, {JobState.RUNNING}, actual=actual)
         if job is None:
             return  # it stopped running meanwhile: its end state has its paths
         self.actual[job_id] = actual
@@ -162,7 +162,7 @@ class OverlapWatch:
                 data={"other": earlier.id, "paths": sorted(meet)},
             )
         if job.id != later.id:
-            await self.board.store.update(
+            await self.board.update(
                 job.id, ANY, event=JobEvent.OVERLAP, data={"other": other.id, "paths": sorted(meet)}
             )
 
