@@ -303,9 +303,10 @@ class Executor:
         try:
             runner = get_runner(job.runner, self.runners)
             if resume:
-                worktree = Path(job.worktree or "")
+                # Where the pool keeps the job's workspace: a path in the record is never taken on its word.
+                worktree = self.pool.path_for(repo, job.id)
                 if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
-                    raise RuntimeError(f"its worktree {job.worktree or ''} is gone; nothing to go on from")
+                    raise RuntimeError(f"its worktree {worktree} is gone; nothing to go on from")
             else:
                 worktree = await self.pool.acquire(repo, job.id, base)
                 if self.on_acquired is not None:
