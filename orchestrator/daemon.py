@@ -136,6 +136,7 @@ class JobPlane:
             lander = Lander(board, cfg, paths, pool, sandbox)
         watch = OverlapWatch(board, cfg, facts)
         executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held)
+        watch.conflicts.interrupt = executor.interrupt  # a real conflict stops the job that would land second
         scheduler: Scheduler | None = None
 
         def wake() -> None:

@@ -341,7 +341,7 @@ class Scheduler:
         for job_id, key in pending.items():
             moved[job_id] = diffs[key]
         mergeable = {repo: await self.facts.mergeable(repo, head) for (repo, _), head in heads.items()}
-        deps = {dep for job in (*planned, *held) for dep in job.after}
+        deps = {dep for job in (*planned, *held) for dep in (*job.after, *job.land_after)}
         states = await self.board.store.states(deps)
 
         def view(job: Job) -> JobView:
