@@ -394,6 +394,7 @@ class Jobs:
                     f"job {job_id} is {job.state}; only failed, cancelled, conflicted, interrupted or unchanged jobs "
                     "can be retried"
                 )
+            await self.scheduler.settled(job_id)  # no task of an earlier decision can start the new attempt
             try:
                 # Always: a crash may leave a worktree or branch the job's record does not name yet.
                 kept = await retire_attempt(self.pool, job)
