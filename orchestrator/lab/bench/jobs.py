@@ -289,8 +289,8 @@ def _figures(
         "list_s": round(listed, 2),
         "ratio_list": round(makespan / listed, 3) if listed else None,
         "max_concurrency": sched.max_concurrency(runs),
-        "wait_p50_s": round(sched.pct(waits, 0.5), 2),
-        "wait_p95_s": round(sched.pct(waits, 0.95), 2),
+        "wait_p50_s": sched.fig(sched.pct(waits, 0.5), 2),
+        "wait_p95_s": sched.fig(sched.pct(waits, 0.95), 2),
         "overlaps": len(overlap_pairs),
         "met_side_by_side": sched.met_side_by_side(per_job, real),
         "conflicts": conflicts,
@@ -309,8 +309,8 @@ def _figures(
         ("exit_to_landed", exit_to_land),
         ("landing_hold", clock.holds),
     ):
-        out[f"{key}_p50_s"] = round(sched.pct(values, 0.5), 3)
-        out[f"{key}_p95_s"] = round(sched.pct(values, 0.95), 3)
+        out[f"{key}_p50_s"] = sched.fig(sched.pct(values, 0.5), 3)
+        out[f"{key}_p95_s"] = sched.fig(sched.pct(values, 0.95), 3)
     out["per_job"] = _per_job(changes, jobs, per_job, real, clock, durations, t0)
     return out
 
