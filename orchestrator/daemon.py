@@ -136,6 +136,7 @@ class JobPlane:
             lander = Lander(board, cfg, paths, pool, sandbox)
         watch = OverlapWatch(board, cfg, facts)
         executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held)
+        watch.conflicts.interrupt = executor.interrupt  # a real conflict stops the job that would land second
         scheduler: Scheduler | None = None
 
         def wake() -> None:
@@ -254,6 +255,7 @@ class Daemon:
             self.cfg, self.paths, board, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates,
             claude=claude, sandbox=sandbox,
         )  # fmt: skip
+        await plane.scheduler.load()  # before the API answers: `limit` and `status` tell what is in force
         timeout = self.cfg.daemon.shutdown_timeout
         parts.push_async_callback(plane.private_dirs.close)
         parts.push_async_callback(plane.notifier.drain, min(timeout, 5.0))

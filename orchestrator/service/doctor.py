@@ -227,7 +227,7 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
     url = cfg.store.url
     if not url:
         return []
-    from orchestrator.git.remote import shown
+    from orchestrator.core.urls import shown
 
     env_file = env_file or unit.env_file()
     in_file = unit.read_env_file(env_file).get("PGPASSWORD")

@@ -37,6 +37,7 @@ from typing import Any
 
 import click
 
+from orchestrator.config import PlanConfig
 from orchestrator.core import claims
 from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.core.models import Claim, Policy
@@ -51,7 +52,7 @@ POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
-RISK = 0.03
+RISK = PlanConfig.risk
 """`plan.risk` of the rows' daemons (the default)."""
 TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
@@ -135,7 +136,7 @@ def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None
     out = []
     for i, j in itertools.combinations(range(len(jobs)), 2):
         a, b = claims_[i], claims_[j]
-        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > row.risk:
+        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a).risk > row.risk:
             out.append((i, j))
     return out
 
@@ -247,13 +248,11 @@ def _figures(
     overlap_pairs: set[tuple[int, int]] = set()
     conflicts = 0
     for j in jobs:
-        admitted = [e["at"] for e in j["events"] if e["kind"] == "admitted"]
-        ended = [e["at"] for e in j["events"] if e["kind"] in ("finished", "failed", "requeued")]
-        per_job.append([sched.Interval(a, b) for a, b in zip(admitted, ended, strict=False)])
+        per_job.append(sched.runs_of(j["events"]))
         runs += per_job[-1]
-        releases += ended
-        if admitted:
-            waits.append(admitted[0] - epoch(j["created_at"]))
+        releases += [iv.end for iv in per_job[-1]]
+        if per_job[-1]:
+            waits.append(per_job[-1][0].start - epoch(j["created_at"]))
         for e in j["events"]:
             if e["kind"] == "overlap":
                 overlap_pairs.add((min(j["id"], e["other"]), max(j["id"], e["other"])))
@@ -290,12 +289,14 @@ def _figures(
         "list_s": round(listed, 2),
         "ratio_list": round(makespan / listed, 3) if listed else None,
         "max_concurrency": sched.max_concurrency(runs),
-        "wait_p50_s": round(sched.pct(waits, 0.5), 2),
-        "wait_p95_s": round(sched.pct(waits, 0.95), 2),
+        "wait_p50_s": sched.fig(sched.pct(waits, 0.5), 2),
+        "wait_p95_s": sched.fig(sched.pct(waits, 0.95), 2),
         "overlaps": len(overlap_pairs),
         "met_side_by_side": sched.met_side_by_side(per_job, real),
         "conflicts": conflicts,
+        "stopped": sum(e["kind"] == "requeued" and "ran_s" in e for j in jobs for e in j["events"]),
         "redone": sum(j["attempts"] for j in jobs),
+        "thrown_s": round(sched.thrown_away(per_job, [bool(t) for t in landed_at]), 2),
         "lost": len(lost),
         "broken": len(broken),
         "broken_files": broken,
@@ -308,8 +309,8 @@ def _figures(
         ("exit_to_landed", exit_to_land),
         ("landing_hold", clock.holds),
     ):
-        out[f"{key}_p50_s"] = round(sched.pct(values, 0.5), 3)
-        out[f"{key}_p95_s"] = round(sched.pct(values, 0.95), 3)
+        out[f"{key}_p50_s"] = sched.fig(sched.pct(values, 0.5), 3)
+        out[f"{key}_p95_s"] = sched.fig(sched.pct(values, 0.95), 3)
     out["per_job"] = _per_job(changes, jobs, per_job, real, clock, durations, t0)
     return out
 
@@ -342,6 +343,7 @@ def _per_job(
                 "beside": sorted(ids[k] for k in near[n]),
                 "met": sorted(ids[k] for k in meets[n]),
                 "conflicts": sum(e["kind"] in ("requeued", "conflicted") for e in j["events"]),
+                "thrown_s": round(sched.thrown_away([runs[n]], [j["state"] == "landed"]), 2),
                 "waited_for": {reason: sorted(on) for reason, on in clock.waits.get(j["id"], {}).items()},
             }
         )
