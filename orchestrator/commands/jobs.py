@@ -8,11 +8,13 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from orchestrator import requests as rq
 from orchestrator.client import Unreachable
 from orchestrator.commands import fit, term
 from orchestrator.commands.common import (
@@ -111,28 +113,14 @@ def enqueue(
     The job is one TEXT argument (for the shell runner, a shell command), or an exact argv after `--`
     (`enqueue -- printf '%s\\n' "a b"`), stored as a list and run without a shell.
     """
-    body: dict[str, Any] = {
-        "repo": str(repo.expanduser().resolve()),
-        **job_words(ctx, text),
-        "paths": list(paths_),
-        "after": list(after),
-    }
     if before is not None and priority is not None:
         raise click.UsageError(f"--before {before} gives the job that job's priority: leave out --priority")
-    if priority is not None:
-        body["priority"] = priority
-    if before is not None:
-        body["before"] = before
-    if branch:
-        body["branch"] = branch
-    if runner:
-        body["runner"] = runner
-    if land:
-        body["land"] = land
-    if labels:
-        body["labels"] = list(labels)
+    request = rq.Enqueue(
+        repo=str(repo.expanduser().resolve()), **job_words(ctx, text), branch=branch or None, paths=paths_,
+        runner=runner or None, priority=priority, before=before, after=after, labels=labels, land=land or None,
+    )  # fmt: skip
     c = client()
-    job = c.enqueue(**body)
+    job = c.enqueue(request)
     if as_json:
         emit(job)
         return
@@ -239,6 +227,8 @@ def show(job_id: int, as_json: bool) -> None:
     claim = job["claim"]
     paths = ", ".join(claim["paths"]) or "-"
     put("claim", f"{paths} (confidence {claim['confidence']}, {claim['source']})")
+    for line in risk_lines(claim.get("risk"), (job.get("decision") or {}).get("risks", ())):
+        put("risk", line)
     if job.get("grown"):
         put("grown", f"{', '.join(job['grown'])} (touched while it ran, outside its claim)")
     put("actual", ", ".join(job["actual"]) or "-")
@@ -255,6 +245,22 @@ def show(job_id: int, as_json: bool) -> None:
         extra = {k: v for k, v in ev.items() if k not in ("at", "kind")}
         at = time.strftime("%H:%M:%S", time.localtime(ev["at"]))
         say(f"{ev['kind']} {json.dumps(extra)}", first=f"  {at} ", hang=11, cols=cols)
+
+
+def risk_lines(risk: dict[str, Any] | None, beside: Iterable[dict[str, Any]]) -> list[str]:
+    """What a job's risk is: its claim's share of meetings that would not merge, and its risk beside each job it
+    was weighed against (both factors and their product)."""
+    out = []
+    if risk:
+        out.append(
+            f"in {risk.get('area') or '/'}: where it meets another job, {risk.get('nonmerge', 1.0):.0%} "
+            "would not merge (its repository's record)"
+        )
+    for r in beside:
+        out.append(
+            f"beside job {r['job']}: {r['risk']:.1%} = meets {r['meet']:.1%} \u00d7 would not merge {r['nonmerge']:.0%}"
+        )
+    return out
 
 
 @click.command()
@@ -287,6 +293,8 @@ def why(job_id: int, as_json: bool) -> None:
             say(f"shared (union-merged): {', '.join(d['shared'])}", hang=2, cols=cols)
         for c in d.get("checks", []):
             say(f"[{'ok' if c['ok'] else 'no'}] {c['name']}: {c['detail']}", first="  ", hang=7, cols=cols)
+        for line in risk_lines(None, d.get("risks", ())):
+            say(f"risk {line}", hang=2, cols=cols)
     if data.get("land_after"):
         say(f"lands after: {', '.join(map(str, data['land_after']))}", hang=2, cols=cols)
     if data.get("outside_claim"):
@@ -421,15 +429,11 @@ def plan(
     Without a running daemon, the same planner plans here, from the config (without the daemon's record of its
     jobs' outcomes)."""
     words = job_words(ctx, text, join=True) if text or ctx.meta.get("argv") else {"text": ""}
-    body: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "text": words["text"], "paths": list(paths_)}
-    if branch:
-        body["branch"] = branch
-    if base:
-        body["base"] = base
+    request = rq.Plan(str(repo.expanduser().resolve()), words["text"], branch or None, base or None, paths_)
     try:
-        data = client().plan(**body)
+        data = client().plan(request)
     except Unreachable:
-        data = _plan_here(body)
+        data = _plan_here(request)
     if as_json:
         emit(data)
         return
@@ -452,7 +456,7 @@ def plan(
         tell("no paths predicted: this job would run alone in its repo")
 
 
-def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
+def _plan_here(request: rq.Plan) -> dict[str, Any]:
     """`plan` with no daemon to ask: the planner the config names, built and run in this process."""
     import asyncio
 
@@ -472,7 +476,7 @@ def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
     olog.configure(sys.stderr, level="warning")  # stdout is the plan (or its JSON)
     err("note: no daemon running: planned here (its record of earlier jobs' outcomes is not consulted)")
     try:
-        return asyncio.run(plan_for(composite.build(cfg, None), body))
+        return asyncio.run(plan_for(composite.build(cfg, None), request))
     except (BadRequest, repos.RepoError, claims.ClaimError) as e:
         err(f"orchestrator: {e}")
         sys.exit(REJECTED)

@@ -37,6 +37,7 @@ from typing import Any
 
 import click
 
+from orchestrator.config import PlanConfig
 from orchestrator.core import claims
 from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.core.models import Claim, Policy
@@ -51,7 +52,7 @@ POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
-RISK = 0.03
+RISK = PlanConfig.risk
 """`plan.risk` of the rows' daemons (the default)."""
 TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
@@ -135,7 +136,7 @@ def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None
     out = []
     for i, j in itertools.combinations(range(len(jobs)), 2):
         a, b = claims_[i], claims_[j]
-        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > row.risk:
+        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a).risk > row.risk:
             out.append((i, j))
     return out
 

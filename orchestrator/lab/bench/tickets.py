@@ -214,7 +214,7 @@ def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]
         if escapes[i] is None or escapes[j] is None or claims.PathIndex(ca.paths).meeting(cb.paths):
             continue
         met = bool(claims.PathIndex(a.gold).meeting(b.gold))
-        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths), met))
+        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths).risk, met))
     return out
 
 
