@@ -48,6 +48,10 @@ class JobsConfig:
     timeout: float = 3600.0
     warm_worktrees: int = 2
     default_runner: str = "shell"
+    agent: str = ""
+    """The agent (`claude-code`, `codex`, `aider`, `claude`, or a `[runners.NAME]`) that a text in words queued with
+    no runner goes to, when `default_runner` is `shell` (`core.prose`); "": such a text is refused, with the command
+    to use."""
     on_end: tuple[str, ...] = ()
     """An argv template run when a job ends, e.g. ["notify-send", "{summary}"] (see jobs/notify.py)."""
     log_max_bytes: int = 50 * 1024 * 1024
@@ -266,9 +270,10 @@ class PlanConfig:
     """Budget for the file list and snippets in a model's planning prompt."""
     calibrate_after: int = 5
     """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
-    risk: float = 0.03
-    """The highest estimated chance that two jobs touch a common path for them to run side by side (0: judge
-    local evidence by confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
+    risk: float = 0.05
+    """The highest estimated chance that two jobs make a conflict the landing cannot merge (they touch a common
+    path, and that meeting would not merge) for them to run side by side (0: judge local evidence by
+    confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
     cli: str = "claude-code"
     """With `planner = "cli"`: the runner whose read-only `plan_argv` plans (an agent CLI's plan mode)."""
 
@@ -375,6 +380,9 @@ max_attempts = 3
 timeout = 3600            # seconds a runner may take
 warm_worktrees = 2        # pooled worktrees per repo (raised to min(per_repo, max_concurrent))
 default_runner = "shell"
+# A text in words queued with no --runner ("Fix the docstring of echo") goes to this agent when a job can run it:
+# claude-code | codex | aider | claude | a [runners.NAME]. "" refuses such a text, saying which --runner to give.
+agent = ""
 # Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
 # {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).
 # on_end = ["notify-send", "orchestrator", "{summary}"]
@@ -425,7 +433,7 @@ concurrency = 4           # plans at once
 deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
-risk = 0.03               # two jobs run side by side when the chance they touch a common path is at most this
+risk = 0.05               # two jobs run side by side when the chance of a conflict that will not merge is at most this
 cli = "claude-code"       # planner = "cli": the runner whose read-only plan_argv plans (Claude Code's plan mode)
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
@@ -542,6 +550,9 @@ def _validate(cfg: Config) -> None:
             f"jobs.default_runner: {cfg.jobs.default_runner!r} is no runner; use one of {', '.join(known)} "
             "(or define it as [runners.NAME])"
         )
+    if cfg.jobs.agent and (cfg.jobs.agent not in known or cfg.jobs.agent in ("shell", "replay")):
+        agents = ", ".join(n for n in known if n not in ("shell", "replay"))
+        raise ConfigError(f"jobs.agent: {cfg.jobs.agent!r} is no agent; use one of {agents} (or define [runners.NAME])")
     if cfg.daemon.shutdown_timeout < 0:
         raise ConfigError("daemon.shutdown_timeout: must not be negative")
     if cfg.daemon.header_timeout <= 0:
@@ -585,7 +596,7 @@ def _validate(cfg: Config) -> None:
     if cfg.plan.deadline <= 0:
         raise ConfigError("plan.deadline: must be positive")
     if not 0 <= cfg.plan.risk < 1:
-        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.03)")
+        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.05)")
     if cfg.chat.policy not in ("gate", "naive"):
         raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.chat.classify not in ("model", "idle", "rules"):

@@ -258,6 +258,7 @@ class Daemon:
             self.cfg, self.paths, board, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates,
             claude=claude, sandbox=sandbox,
         )  # fmt: skip
+        await plane.scheduler.load()  # before the API answers: `limit` and `status` tell what is in force
         timeout = self.cfg.daemon.shutdown_timeout
         parts.push_async_callback(plane.private_dirs.close)
         parts.push_async_callback(plane.notifier.drain, min(timeout, 5.0))
