@@ -132,6 +132,10 @@ class RunnerTemplate:
     that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
+    mcp: str = ""
+    """How the CLI is told of the job's MCP server (`orchestrator mcp`: the paths other running jobs hold, its
+    claim grown before it writes), written into its scratch HOME: "claude-code" (its user config and settings),
+    "codex" (`[mcp_servers]` in its config.toml). "": not told."""
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -155,6 +159,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         home_files=(".claude/.credentials.json",),
         output="claude-json",
         rate_limits="claude-code",
+        mcp="claude-code",
         plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
         resume_argv=_words("claude -p {feedback} --continue --permission-mode acceptEdits --output-format json"),
     ),
@@ -190,12 +195,15 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
         rate_limits="codex",
+        mcp="codex",
     ),
 }
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
 
+MCP_STYLES = ("claude-code", "codex")
+"""How an agent CLI is told of its job's MCP server (`[runners.NAME] mcp`): the CLIs whose config is known."""
 RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
 """The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
 `runners.ratelimit.SIGNS` (the names are the config's, so loading it needs no runner)."""
@@ -469,6 +477,7 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # home_files = [".my-cli/auth.json"]       # ... with copies of these (what it needs to sign in)
 # ignore = [".my-cli-cache*"]              # its side files: new ones never land
 # rate_limits = "claude-code"              # a profile's signs of a rate limit in its output ("": none, the default)
+# mcp = "claude-code"                      # tell it of the job's MCP server (claude-code or codex config; "": none)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
 
@@ -615,6 +624,10 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.mcp and t.mcp not in MCP_STYLES:
+            raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
+        if t.mcp and not t.scratch_home:
+            raise ConfigError(f"runners.{name}.mcp: the MCP server is written into a scratch HOME: set scratch_home")
         if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
                 f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"
