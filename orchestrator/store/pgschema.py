@@ -160,7 +160,11 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE processes;
     DROP TABLE node_repos;
     """,
-    # 6: leases: each node's length of it (after a restart of the server no lease ends before a whole one has
+    # 6: who queued a job, as git names a person: the author of its commits when the daemon has no identity.
+    """
+    ALTER TABLE jobs ADD COLUMN author TEXT NOT NULL DEFAULT '';
+    """,
+    # 7: leases: each node's length of it (after a restart of the server no lease ends before a whole one has
     # passed), and each job's epoch, moved on whenever the job changes holder: a write that matters (a state move,
     # the landing's push) applies only at the epoch its writer took the job at.
     """
