@@ -68,16 +68,14 @@ def _node(
     clone = tmp_path / f"clone-{name}"
     git(tmp_path, "clone", "-q", str(bare), clone.name)
     home = users / f"user-{name}"
-    (home / ".config" / "orchestrator").mkdir(parents=True)
+    home.mkdir(parents=True)
     pgpass = home / ".pgpass"
     pgpass.write_text(f"*:*:*:{NODE_ROLE}:{postgres.node_password}\n")
     pgpass.chmod(0o600)
-    envfile = home / ".config" / "orchestrator" / "env"
-    envfile.write_text(f"PGPASSWORD={postgres.node_password}\n")
-    envfile.chmod(0o600)
     extra = "".join(f"{k} = {v}\n" for k, v in config.items())
+    # The node's home is where a user's is (not under /tmp, which every job sees empty anyway).
     d = Node(
-        tmp_path / f"home-{name}",
+        users / f"node-{name}",
         {"HOME": str(home), "ORCHESTRATOR_SANDBOX": sandbox, "PGPASSWORD": postgres.node_password},
     )
     (d.home / "config").mkdir(parents=True)
@@ -85,6 +83,9 @@ def _node(
         f'[store]\nurl = "{postgres.url(db)}"\n\n[team]\nnode = "{name}"\nlease = 3\n{extra}\n'
         f'[repos."{clone}"]\n'
     )
+    envfile = d.home / "config" / "env"  # the service's env file (`unit.env_file`), where the password goes
+    envfile.write_text(f"PGPASSWORD={postgres.node_password}\n")
+    envfile.chmod(0o600)
     return d, clone
 
 
@@ -105,7 +106,7 @@ def _hostile(postgres: LocalPostgres, db: str, node: Daemon) -> str:
     forge = "UPDATE jobs SET land = 'auto', text = 'echo forged > forged.txt' WHERE id = $ORCHESTRATOR_JOB_ID"
     sockets, port = postgres.sockets, postgres.port
     config = node.home / "config" / "config.toml"
-    envfile = Path(node.env["HOME"]) / ".config" / "orchestrator" / "env"
+    envfile = node.home / "config" / "env"
     attacks = {
         "node-role-over-the-socket": f'{psql} -X -h {sockets} -p {port} -U {NODE_ROLE} -d {db} -c "{forge}"',
         "superuser-over-the-socket": f'{psql} -X -h {sockets} -p {port} -U {SUPERUSER} -d {db} -c "{forge}"',
