@@ -48,6 +48,10 @@ class JobsConfig:
     timeout: float = 3600.0
     warm_worktrees: int = 2
     default_runner: str = "shell"
+    agent: str = ""
+    """The agent (`claude-code`, `codex`, `aider`, `claude`, or a `[runners.NAME]`) that a text in words queued with
+    no runner goes to, when `default_runner` is `shell` (`core.prose`); "": such a text is refused, with the command
+    to use."""
     on_end: tuple[str, ...] = ()
     """An argv template run when a job ends, e.g. ["notify-send", "{summary}"] (see jobs/notify.py)."""
     log_max_bytes: int = 50 * 1024 * 1024
@@ -128,6 +132,10 @@ class RunnerTemplate:
     that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
+    mcp: str = ""
+    """How the CLI is told of the job's MCP server (`orchestrator mcp`: the paths other running jobs hold, its
+    claim grown before it writes), written into its scratch HOME: "claude-code" (its user config and settings),
+    "codex" (`[mcp_servers]` in its config.toml). "": not told."""
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -151,6 +159,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         home_files=(".claude/.credentials.json",),
         output="claude-json",
         rate_limits="claude-code",
+        mcp="claude-code",
         plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
         resume_argv=_words("claude -p {feedback} --continue --permission-mode acceptEdits --output-format json"),
     ),
@@ -186,12 +195,15 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
         rate_limits="codex",
+        mcp="codex",
     ),
 }
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
 
+MCP_STYLES = ("claude-code", "codex")
+"""How an agent CLI is told of its job's MCP server (`[runners.NAME] mcp`): the CLIs whose config is known."""
 RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
 """The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
 `runners.ratelimit.SIGNS` (the names are the config's, so loading it needs no runner)."""
@@ -258,9 +270,10 @@ class PlanConfig:
     """Budget for the file list and snippets in a model's planning prompt."""
     calibrate_after: int = 5
     """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
-    risk: float = 0.03
-    """The highest estimated chance that two jobs touch a common path for them to run side by side (0: judge
-    local evidence by confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
+    risk: float = 0.05
+    """The highest estimated chance that two jobs make a conflict the landing cannot merge (they touch a common
+    path, and that meeting would not merge) for them to run side by side (0: judge local evidence by
+    confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
     cli: str = "claude-code"
     """With `planner = "cli"`: the runner whose read-only `plan_argv` plans (an agent CLI's plan mode)."""
 
@@ -367,6 +380,9 @@ max_attempts = 3
 timeout = 3600            # seconds a runner may take
 warm_worktrees = 2        # pooled worktrees per repo (raised to min(per_repo, max_concurrent))
 default_runner = "shell"
+# A text in words queued with no --runner ("Fix the docstring of echo") goes to this agent when a job can run it:
+# claude-code | codex | aider | claude | a [runners.NAME]. "" refuses such a text, saying which --runner to give.
+agent = ""
 # Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
 # {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).
 # on_end = ["notify-send", "orchestrator", "{summary}"]
@@ -417,7 +433,7 @@ concurrency = 4           # plans at once
 deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
-risk = 0.03               # two jobs run side by side when the chance they touch a common path is at most this
+risk = 0.05               # two jobs run side by side when the chance of a conflict that will not merge is at most this
 cli = "claude-code"       # planner = "cli": the runner whose read-only plan_argv plans (Claude Code's plan mode)
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
@@ -461,6 +477,7 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # home_files = [".my-cli/auth.json"]       # ... with copies of these (what it needs to sign in)
 # ignore = [".my-cli-cache*"]              # its side files: new ones never land
 # rate_limits = "claude-code"              # a profile's signs of a rate limit in its output ("": none, the default)
+# mcp = "claude-code"                      # tell it of the job's MCP server (claude-code or codex config; "": none)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
 
@@ -533,6 +550,9 @@ def _validate(cfg: Config) -> None:
             f"jobs.default_runner: {cfg.jobs.default_runner!r} is no runner; use one of {', '.join(known)} "
             "(or define it as [runners.NAME])"
         )
+    if cfg.jobs.agent and (cfg.jobs.agent not in known or cfg.jobs.agent in ("shell", "replay")):
+        agents = ", ".join(n for n in known if n not in ("shell", "replay"))
+        raise ConfigError(f"jobs.agent: {cfg.jobs.agent!r} is no agent; use one of {agents} (or define [runners.NAME])")
     if cfg.daemon.shutdown_timeout < 0:
         raise ConfigError("daemon.shutdown_timeout: must not be negative")
     if cfg.daemon.header_timeout <= 0:
@@ -576,7 +596,7 @@ def _validate(cfg: Config) -> None:
     if cfg.plan.deadline <= 0:
         raise ConfigError("plan.deadline: must be positive")
     if not 0 <= cfg.plan.risk < 1:
-        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.03)")
+        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.05)")
     if cfg.chat.policy not in ("gate", "naive"):
         raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.chat.classify not in ("model", "idle", "rules"):
@@ -604,6 +624,10 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.mcp and t.mcp not in MCP_STYLES:
+            raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
+        if t.mcp and not t.scratch_home:
+            raise ConfigError(f"runners.{name}.mcp: the MCP server is written into a scratch HOME: set scratch_home")
         if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
                 f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"
