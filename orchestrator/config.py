@@ -122,6 +122,10 @@ class RunnerTemplate:
     that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
+    terminal: str = "auto"
+    """Where the command runs: "tmux" in a terminal of the job's own that `orchestrator attach ID` joins (a person
+    sees the CLI as it draws itself and can type to it); "auto": tmux when it is installed; "none": its output on
+    a pipe, nothing to attach to."""
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -185,6 +189,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
+TERMINALS = ("auto", "tmux", "none")
 
 RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
 """The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
@@ -451,6 +456,8 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # rate_limits = "claude-code"              # a profile's signs of a rate limit in its output ("": none, the default)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
+# terminal = "auto"                        # in a tmux of the job's own (`orchestrator attach ID`) when tmux is
+#                                          # installed; "tmux" requires it, "none": output on a pipe only
 
 # Per repository (its absolute path):
 # [repos."/home/me/src/project"]
@@ -589,6 +596,8 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.terminal not in TERMINALS:
+            raise ConfigError(f"runners.{name}.terminal: {t.terminal!r}; use one of {', '.join(TERMINALS)}")
         if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
                 f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"
