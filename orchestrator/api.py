@@ -6,6 +6,7 @@ Every request is validated; a malformed one gets 400 with a message that says wh
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from orchestrator.jobs.service import JobError, Jobs, plan_for
 from orchestrator.plan import accuracy
 from orchestrator.runners.command import transcript_path
 from orchestrator.service import intake
+from orchestrator.store import StoreFull
 from orchestrator.validate import BadRequest, field, int_list
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -45,9 +47,14 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(400, str(e))
     except JobError as e:
         return _error(e.status, str(e))
+    except StoreFull as e:  # nothing was stored: the caller may try again once there is room
+        return _error(503, str(e))
     except web.HTTPException:
         raise
     except Exception as e:  # noqa: BLE001 - report it, keep serving
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            olog.get().warning(olog.Event.API_ERROR, path=request.path, error=str(e))
+            return _error(503, f"a disk is full ({e}): free space there, then try again")
         olog.get().error(olog.Event.API_ERROR, path=request.path, error=str(e), exc_info=True)
         return _error(500, f"internal error: {type(e).__name__}: {e} (the daemon log has the details)")
 

@@ -83,7 +83,7 @@ def daemon(burst: bool, grace: float) -> None:
     sys.exit(daemon_mod.run(cfg, p, burst=burst, grace=grace, config_stamp=stamp))
 
 
-BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "predict", "team"]
+BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "predict", "team", "files"]
 
 
 # No interspersed args: everything after the bench's name is the bench's own, `--help` included.
@@ -95,7 +95,7 @@ BENCHES = ["admission", "worktrees", "hook", "chat", "crash", "jobs", "load", "p
 def bench(name: str, args: tuple[str, ...]) -> None:
     """Benchmark mode: `admission`, `worktrees` (pooled vs fresh), `hook` (commit time), `chat`, `jobs` (replay a
     history), `load` (long queues), `predict` (claims vs history), `crash` (kill -9 the daemon, check nothing is
-    lost), `team` (nodes sharing PostgreSQL); --help for each."""
+    lost), `team` (nodes sharing PostgreSQL), `files` (a job writing a million files); --help for each."""
     import importlib
 
     entry = importlib.import_module(f"orchestrator.lab.bench.{name}").main

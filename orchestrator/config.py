@@ -65,6 +65,12 @@ class JobsConfig:
     """Waits one job may make; rate-limited once more, it fails with code RateLimited."""
     max_tracked_paths: int = 10_000
     """Paths a running job's actual set lists at most; past that it claims the whole repository until it ends."""
+    max_bytes: int = 20 * 2**30
+    """Disk a running job's workspace and scratch dirs may take (bytes, measured every few seconds); past it the job
+    is stopped (code TooBig). 0: no limit."""
+    min_free_bytes: int = 256 * 2**20
+    """Free room a running job's disk keeps (bytes); under it every job writing there is stopped (code NoSpace)
+    before the disk is full. 0: no floor."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +335,10 @@ class Config:
     def repo(self, path: str) -> RepoConfig:
         return self.repos.get(path, RepoConfig())
 
+    def mergeable(self, repo: str) -> tuple[str, ...]:
+        """Path patterns union-merged in `repo` (changelogs): `jobs.mergeable` and the repo's own."""
+        return (*self.jobs.mergeable, *self.repo(repo).mergeable)
+
     def land_mode(self, repo: str) -> str:
         """`auto` or `review` for jobs of `repo` (the repo's setting, else `jobs.land`)."""
         return self.repo(repo).land or self.jobs.land
@@ -374,6 +384,8 @@ rate_limit_wait = 60      # a rate-limited job's first wait when the API names n
 rate_limit_max_wait = 3600  # the longest one wait, whatever the API asks
 rate_limit_waits = 5      # waits per job; limited once more, it fails (code RateLimited)
 max_tracked_paths = 10000  # a running job's touched paths listed at most; past that it claims the whole repo
+max_bytes = 21474836480   # disk one running job's workspace and scratch dirs may take (20 GiB); past it: TooBig
+min_free_bytes = 268435456  # free room kept on a running job's disk (256 MiB); under it jobs stop: NoSpace
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -550,6 +562,9 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.jobs.max_tracked_paths < 1:
         raise ConfigError("jobs.max_tracked_paths: must be at least 1")
+    for name in ("max_bytes", "min_free_bytes"):
+        if getattr(cfg.jobs, name) < 0:
+            raise ConfigError(f"jobs.{name}: must be 0 (no limit) or a number of bytes")
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
     if not 0 <= cfg.ollama.turn_slots <= cfg.ollama.parallel:

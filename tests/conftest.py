@@ -150,13 +150,13 @@ def pg_url(postgres, request) -> str:
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    """`small_fs("2m")`: a fresh tmpfs of that size under `tmp_path` for tests of a full disk, unmounted at the end
-    (mounting needs root: the test is skipped, saying so, without it)."""
+    """`small_fs("2m")`: a fresh tmpfs of that size under `tmp_path` (or `at` a given dir) for tests of a full disk,
+    unmounted at the end (mounting needs root: the test is skipped, saying so, without it)."""
     made: list[Path] = []
 
-    def mount(size: str) -> Path:
-        where = tmp_path / f"fs{len(made)}"
-        where.mkdir()
+    def mount(size: str, at: Path | None = None) -> Path:
+        where = at or tmp_path / f"fs{len(made)}"
+        where.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
         if done.returncode != 0:
             pytest.skip(f"mounting a small tmpfs needs root (mount: {done.stderr.decode().strip()})")

@@ -71,6 +71,7 @@ async def plane(tmp_path: Path, **jobs: Any) -> AsyncIterator[Plane]:
     board = Board(store)
     pool = WorktreePool(paths.worktrees, warm=0)
     parts = JobPlane.load(cfg, paths, board, pool, registry(cfg, None, Sandbox()))
+    await parts.scheduler.load()
     loop = asyncio.create_task(parts.scheduler.run())
     try:
         yield Plane(parts, store, tmp_path / "home")

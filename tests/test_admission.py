@@ -24,6 +24,7 @@ CHECK_NAMES = [
     "Dependency",
     "Paused",
     "RateLimited",
+    "NoSpace",
     "BaseMoved",
     "Exclusive",
     "Ambiguous",
@@ -89,6 +90,20 @@ def test_dependency_waits_for_landing() -> None:
     assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.DEPENDENCY, (4, 7))
     assert d.next == "waits for jobs 4, 7 to land"
     assert failing(d) == ["Dependency"]
+
+
+def test_a_job_that_lands_after_others_starts_once_they_have_ended() -> None:
+    """A job stopped on a real conflict waits for the jobs it lands after to end, landed or not (a dead one no
+    longer holds it back, unlike a dependency: what it met is gone), and keeps its place meanwhile."""
+    from dataclasses import replace
+
+    a = replace(job(10, "src/b.py"), land_after=(4, 3))
+    d = decide(a, snap(active=(job(4, "src/a.py"),), waiting=(a,)))
+    assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.DEPENDENCY, (3, 4))
+    assert d.message == "lands after jobs 3, 4, whose changes met its own: it starts once they have ended"
+    assert decide(a, snap(waiting=(a,), landed=frozenset({4}), dead=frozenset({3}))).admitted
+    later = job(11, "src/b.py")
+    assert decide(later, snap(active=(job(4, "src/a.py"),), waiting=(a, later))).reason is Reason.PRIORITY
 
 
 def test_landing_in_flight() -> None:
@@ -363,6 +378,16 @@ def test_a_paused_repo_or_daemon_defers_with_paused_and_says_how_to_resume() -> 
     assert "resume --repo r" in d[0].next
     everywhere = decide_all(snap(waiting=(a, other), paused=frozenset({"*"})))
     assert {x.reason for x in everywhere} == {Reason.PAUSED}
+
+
+def test_a_disk_without_room_defers_every_job_with_nospace() -> None:
+    """Too little free room for the workspaces is a snapshot fact: every waiting job defers as NoSpace, saying why and
+    what frees some; with room, they start."""
+    a, other = job(1, "src/a.py"), job(2, "x", repo="s")
+    low = decide_all(snap(waiting=(a, other), disk_low="the disk that holds /state has 3 MiB free"))
+    assert {(x.reason, x.outcome) for x in low} == {(Reason.NO_SPACE, Outcome.DEFER)}
+    assert "3 MiB free" in low[0].message and "orchestrator clean" in low[0].next
+    assert {x.reason for x in decide_all(snap(waiting=(a, other)))} == {Reason.ADMITTED}
 
 
 def test_a_run_time_slot_limit_overrides_the_per_repo_policy() -> None:

@@ -4,9 +4,10 @@
 failing one, in this order, gives the reason and the outcome:
 
  1. DependencyFailed (fail)  a job it runs after ended without landing
- 2. Dependency               a job it runs after has not landed yet
+ 2. Dependency               a job it runs after has not landed yet, or one it lands after has not ended
  2b. Paused                  its repo, or the whole daemon, is paused (`orchestrator pause`)
  2c. RateLimited             its runner's model API is rate-limited (a job of that runner met the limit)
+ 2d. NoSpace                 the disk that holds the workspaces is under `jobs.min_free_bytes`
  3. BaseMoved (re-plan)      its branch moved in claimed paths (or unknown paths) since it was planned
  4. Exclusive                an active job of its repo runs alone
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
@@ -217,9 +218,14 @@ def _dependencies(ask: _Ask, c: _Checks) -> None:
             "DependencyFailed",
             f"none of {_n(len(after), 'job')} it runs after failed" if after else "runs after no job",
         )
+    behind = sorted(i for i in set(ask.job.land_after) if i not in snap.landed and i not in snap.dead)
     if pending:
         msg = f"waits for {_of(len(pending), len(after), 'job')} it runs after: {_jobs(pending, bare=True)}"
         c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(pending)} to land", pending)
+    elif behind:
+        # Their changes met its own (a real conflict stopped its last attempt): it starts on a base that has them.
+        msg = f"lands after {_jobs(behind)}, whose changes met its own: it starts once {_they(behind)} ended"
+        c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(behind)} to land", behind)
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 
@@ -245,6 +251,14 @@ def _rate_limited(ask: _Ask, c: _Checks) -> None:
     at = time.strftime("%H:%M:%S", time.localtime(until))
     msg = f"{runner}'s model API is rate-limited until {at} (a job of {runner} met the limit)"
     c.fail(Reason.RATE_LIMITED, msg, f"starts by itself after {at}")
+
+
+def _disk(ask: _Ask, c: _Checks) -> None:
+    """2d. NoSpace: a job started on a disk with no room would only be stopped again (and fill it further)."""
+    if ask.snap.disk_low:
+        c.fail(Reason.NO_SPACE, ask.snap.disk_low, "starts once there is room (`orchestrator clean ID` frees some)")
+    else:
+        c.ok("NoSpace", "the workspaces' disk has room")
 
 
 def _base_moved(ask: _Ask, c: _Checks) -> None:
@@ -425,6 +439,7 @@ CHECKS = (
     _dependencies,
     _paused,
     _rate_limited,
+    _disk,
     _base_moved,
     _exclusive,
     _runs_alone,
@@ -462,6 +477,10 @@ def _jobs(ids: Iterable[int], *, bare: bool = False, limit: int = 5) -> str:
     if bare and len(ids) > 1:
         return shown
     return f"{'job' if len(ids) == 1 else 'jobs'} {shown}"
+
+
+def _they(ids: list[int]) -> str:
+    return "it has" if len(ids) == 1 else "they have"
 
 
 def _shared_note(shared: Iterable[str]) -> str:

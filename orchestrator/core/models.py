@@ -289,6 +289,9 @@ class JobView:
     """A revision: it goes on in the worktree it kept, from its own base, whatever its branch did since."""
     resting: bool = False
     """An active job waiting for its model API's rate limit to end: it holds its paths but no slot."""
+    land_after: tuple[int, ...] = ()
+    """Jobs it lands after (their changes met its own). A waiting job starts only once they have ended: a job
+    stopped on a real conflict with one runs again on a base that has its change."""
     place: float | None = None
     """Where it stands among the jobs of its priority once a person moved it; None: at its id (first queued, first
     served)."""
@@ -333,6 +336,8 @@ class Snapshot:
     """Ids of jobs that ended without landing (failed, cancelled, conflicted, interrupted)."""
     limited: Mapping[str, float] = field(default_factory=dict)
     """Runners whose model API is rate-limited, each with the UNIX time the limit ends (`jobs.limits`)."""
+    disk_low: str = ""
+    """Why no job may start for lack of disk (the workspaces' disk is under `jobs.min_free_bytes`); empty: room."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -369,7 +374,7 @@ class Reason(StrEnum):
     PRIORITY = "Priority"
     """An earlier (or higher-priority) waiting job it overlaps goes first, so that nobody starves."""
     DEPENDENCY = "Dependency"
-    """A job it must run after has not landed yet."""
+    """A job it must run after has not landed yet, or one it lands after (their changes met) has not ended."""
     DEPENDENCY_FAILED = "DependencyFailed"
     """A job it must run after ended without landing: it cannot run."""
     PAUSED = "Paused"
@@ -377,6 +382,9 @@ class Reason(StrEnum):
     RATE_LIMITED = "RateLimited"
     """Its runner's model API is rate- or usage-limited (a job of that runner met the limit): it starts when the
     limit ends."""
+    NO_SPACE = "NoSpace"
+    """The disk that holds the workspaces has less free room than `jobs.min_free_bytes`: nothing new starts until
+    there is room."""
 
 
 class Code(StrEnum):

@@ -80,6 +80,27 @@ def merge_conflicts(
     )
 
 
+def workspaces_conflict(
+    repo_path: Path, a: tuple[str, Path], b: tuple[str, Path], mergeable: Mergeable | None = None
+) -> tuple[str, ...]:
+    """Paths where the files of two workspaces of one repository, each made at its base (`(base, workspace)`),
+    would conflict now: a three-way merge of both over the bases' merge base (the older base, when both come from
+    one branch), hunk-level, union-mergeable paths merged. Safe while the jobs still work in them."""
+    repo = repos.open_repo(repo_path)
+    ancestor = repo.merge_base(repo.revparse_single(a[0]).id, repo.revparse_single(b[0]).id)
+    if ancestor is None:
+        raise ValueError(f"{a[0]} and {b[0]} have no common ancestor")
+    return merge_conflicts(repo_path, str(ancestor), tree_of_worktree(a[1]), tree_of_worktree(b[1]), mergeable)
+
+
+def workspace_conflicts_with(
+    repo_path: Path, mine: tuple[str, Path], commit: str, mergeable: Mergeable | None = None
+) -> tuple[str, ...]:
+    """Paths where a workspace's files (made at its base: `(base, workspace)`) would conflict now with `commit`
+    (a branch head that moved on): a three-way merge over the workspace's base, as its landing would make."""
+    return merge_conflicts(repo_path, mine[0], tree_of_worktree(mine[1]), commit, mergeable)
+
+
 LandStyle = Literal["merge", "rebase", "squash"]  # models.LAND_STYLES, the names `_STYLES` maps
 
 

@@ -1,4 +1,8 @@
-"""The job board: every job change goes through here, so it is stored first (a guarded write), then announced.
+"""The job board: the one door for job writes. Every change is stored first (a guarded write), then announced.
+
+No other module writes a job to the store (`tests/test_layers.py` holds that): queueing, moves, field changes,
+a round's deferral reasons, forgetting an ended job and, after a crash, the recovery of interrupted work all come
+through here.
 
 Storing before acting is what lets a killed daemon restart where it was; announcing wakes the scheduler
 (event-driven, no polling), anyone waiting for particular jobs to end (`orchestrator wait`, a landing
@@ -13,10 +17,13 @@ import asyncio
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobEvent, JobState
-from orchestrator.store import Store, Write
+from orchestrator.store import Store, StoreFull, Write
 
+SETTLE_RETRY = (1.0, 30.0)
+"""Seconds before a move that waits for room on a full disk is tried again: doubled each time, up to the second."""
 SUBSCRIBER_BACKLOG = 4096
 """Announcements a subscriber may fall behind by before it is dropped (it reconnects and re-reads)."""
 
@@ -86,6 +93,13 @@ class Board:
         for sub in self._subscribers:
             sub.put(item)
 
+    async def add(self, **request: Any) -> Job:
+        """`Store.add_job` (a new queued job, its ticket in the same transaction), then announced: the scheduler
+        plans it; DuplicateTicket when its ticket key was queued already."""
+        job = await self.store.add_job(**request)
+        await self._announce_job(job, moved=False)
+        return job
+
     async def transition(
         self,
         job_id: int,
@@ -103,6 +117,30 @@ class Board:
             await self._announce_job(job, moved=True)
         return job
 
+    async def settle(
+        self,
+        job_id: int,
+        expect: Collection[JobState],
+        to: JobState,
+        event: JobEvent,
+        *,
+        data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Job | None:
+        """`transition` for a move that must be stored sooner or later (a run's or a landing's end): on a full disk
+        (after the store's reserve, `store.reserve`) it waits for room and tries again, saying so in the log, instead
+        of leaving the job where it was with nobody to move it on."""
+        delay = SETTLE_RETRY[0]
+        while True:
+            try:
+                return await self.transition(job_id, expect, to, event, data=data, **fields)
+            except StoreFull as e:
+                olog.get(job_id=job_id).warning(
+                    olog.Event.STORE_FULL, to=str(to), retry_in=delay, message=f"its move to {to} waits for room: {e}"
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, SETTLE_RETRY[1])
+
     async def update(
         self,
         job_id: int,
@@ -117,6 +155,35 @@ class Board:
         if job is not None:
             await self._announce_job(job, moved=False)
         return job
+
+    async def note_reasons(self, writes: Sequence[Write], shown: Callable[[int], Job] | None = None) -> list[int]:
+        """A scheduler round's deferral reasons, in one transaction (each only while its job is still where the
+        round read it): the ids written. Nobody is woken (a deferral changes no decision); subscribers of the event
+        stream see each written job as `shown(id)` shows it (the round's live decision), when given."""
+        written = await self.store.update_many(writes, changed=False)
+        if shown is not None and self._subscribers:
+            for job_id in written:
+                self.publish({"type": "job", "job": shown(job_id).to_json()})
+        return written
+
+    async def forget(self, job_id: int, expect: Collection[JobState]) -> bool:
+        """`Store.delete_job` (an ended job's record and history, if it is in one of `expect`), then announced as
+        removed; False (nothing written, nobody told) when it was not."""
+        if not await self.store.delete_job(job_id, expect):
+            return False
+        self.publish({"type": "removed", "id": job_id})
+        await self.announce()
+        return True
+
+    async def claim(self) -> list[int]:
+        """Team mode: take this node's share of the team's queue (`Store.claim`; one machine: every job is its
+        own, nothing to take)."""
+        return await self.store.claim()
+
+    async def recover(self) -> dict[str, list[int]]:
+        """After a crash, before anything runs: running jobs interrupted, planning ones back to the queue
+        (`Store.recover`); nobody listens yet."""
+        return await self.store.recover()
 
     async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
         """`Store.update_all` (fields of several jobs, all or none), then announced; None when any had moved on."""

@@ -124,7 +124,7 @@ class Lander:
         return cut
 
     def _mergeable(self, job: Job) -> Callable[[str], bool]:
-        patterns = (*self.cfg.jobs.mergeable, *self.cfg.repo(job.repo).mergeable)
+        patterns = self.cfg.mergeable(job.repo)
         return lambda path: claims.matches(path, patterns)
 
     async def _land(self, job_id: int) -> None:
@@ -245,7 +245,7 @@ class Lander:
     async def _landed(
         self, job: Job, sha: str, reason: str, log: structlog.typing.FilteringBoundLogger, *, noop: bool = False
     ) -> None:
-        done = await self.board.transition(
+        done = await self.board.settle(
             job.id,
             LANDING,
             JobState.LANDED,
@@ -310,7 +310,7 @@ class Lander:
 
     async def _fail(self, job: Job, event: JobEvent, code: Code, reason: str) -> None:
         """The job did not land and will not by itself; its branch and worktree stay for a person."""
-        await self.board.transition(
+        await self.board.settle(
             job.id,
             LANDING,
             JobState.FAILED,
@@ -339,7 +339,7 @@ class Lander:
                 f"conflict in {', '.join(conflicts)} with {job.branch}; re-queued on the new head "
                 f"(attempt {job.attempts + 2} of {self.cfg.jobs.max_attempts}); previous result kept as {kept}"
             )
-        await self.board.transition(
+        await self.board.settle(
             job.id,
             LANDING,
             JobState.QUEUED,
@@ -357,7 +357,7 @@ class Lander:
         conflicts = list(result.conflicts)
         log.warning(olog.Event.LANDING_CONFLICT, code=Code.CONFLICT, conflicts=conflicts, attempt=job.attempts + 1)
         await self.pool.release(Path(job.repo), job.id, keep=True)
-        await self.board.transition(
+        await self.board.settle(
             job.id,
             LANDING,
             JobState.CONFLICTED,

@@ -118,7 +118,7 @@ class RepoFacts:
         self._pending = {}
         keep: list[JobView] = []
         for repo, jobs in waiting.items():
-            deps = {i for j in jobs for i in j.after}
+            deps = {i for j in jobs for i in (*j.after, *j.land_after)}
             facts = (
                 tuple(active.get(repo, ())),
                 tuple(v for v in snapshot.elsewhere if v.repo == repo),
@@ -131,6 +131,7 @@ class RepoFacts:
                 sum(not v.resting for v in snapshot.active),  # the slots taken (a resting job takes none)
                 snapshot.paused,
                 tuple(sorted(snapshot.limited.items())),
+                bool(snapshot.disk_low),  # room or not (not how much: that changes every round)
                 tuple(sorted(snapshot.slots.items())),
                 snapshot.policy,
             )

@@ -41,19 +41,21 @@ from orchestrator.core.models import (
     Reason,
     Snapshot,
 )
-from orchestrator.jobs import rounds
+from orchestrator.jobs import quota, rounds
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.execution import Executor, Stop
 from orchestrator.jobs.facts import GitFacts
 from orchestrator.jobs.landing import Lander
 from orchestrator.jobs.planning import Planning
 from orchestrator.jobs.watch import OverlapWatch
-from orchestrator.store import Write
+from orchestrator.store import StoreFull, Write
 
 ROUND_SLICE = 50
 """Decisions made between two yields to the event loop in one round (a wake-up cuts a full pass short there)."""
 EXPLAIN_EVERY = 2.0
 """Seconds between full passes over a queue whose tail cannot start (every slot taken, or a landing in flight)."""
+FULL_RETRY = 5.0
+"""Seconds before a round that found the database's disk full is tried again."""
 EXPLAIN_PER_JOB = 0.005
 """...and more for a long queue (5 s at 1,000 waiting), so these passes stay a small share of the daemon's time."""
 PLANNED = frozenset({JobState.PLANNED})
@@ -131,11 +133,15 @@ class Scheduler:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Decide, act, sleep until woken. In burst mode, return once nothing is open."""
-        self._last_wake = time.monotonic()
+    async def load(self) -> None:
+        """What a stopped daemon left in force, read before anyone asks (the API answers from these): the run-time
+        controls, and the rate limits its jobs met."""
         self.controls = await self.board.store.controls()
-        await self.executor.limits.load()  # the rate limits a stopped daemon met, still in force
+        await self.executor.limits.load()
+
+    async def run(self) -> None:
+        """Decide, act, sleep until woken (`load` first). In burst mode, return once nothing is open."""
+        self._last_wake = time.monotonic()
         for job in await self.board.store.jobs([JobState.LANDING]):
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
@@ -143,6 +149,10 @@ class Scheduler:
             self.heartbeat = time.monotonic()
             try:
                 await self._round()
+            except StoreFull as e:  # nothing can be stored: decide again once there may be room, quietly
+                olog.get().warning(olog.Event.SCHEDULER_ERROR, error=str(e), retry_in=FULL_RETRY)
+                await asyncio.sleep(FULL_RETRY)
+                self.wake()
             except Exception as e:  # noqa: BLE001 - a bad round must not take running jobs down with it
                 olog.get().error(olog.Event.SCHEDULER_ERROR, error=f"{type(e).__name__}: {e}", exc_info=True)
                 await asyncio.sleep(1.0)
@@ -198,6 +208,14 @@ class Scheduler:
         await asyncio.gather(*self.running.values(), return_exceptions=True)
         return sorted(cut)
 
+    async def settled(self, job_id: int) -> None:
+        """Until the task of `job_id`, if it has one, has ended. A round that read the job planned just before it
+        was cancelled may still start a task for it: the task's move to `running` fails while the job stays
+        cancelled, but it would start the job's next attempt, admitted on nothing, were that planned first."""
+        task = self.running.get(job_id)
+        if task is not None:
+            await asyncio.wait({task})
+
     async def stop_job(self, job_id: int, stop: Stop) -> bool:
         """End a job's runner task with `stop` (it writes the stop's state itself); False if it has none."""
         task = self.running.get(job_id)
@@ -218,7 +236,7 @@ class Scheduler:
 
     async def _decide_round(self) -> None:
         store = self.board.store
-        await store.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
+        await self.board.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
         for job in await store.jobs([JobState.QUEUED]):
             await self.planning.submit(job)
         # A job whose task is starting (admitted, its move to `running` not stored yet) is active already: it is
@@ -288,9 +306,7 @@ class Scheduler:
             # One transaction for the round's changed reasons, each only while its job is still planned (a
             # cancel or a supersede meanwhile keeps its own reason). Not marked changed: the planned mirror's
             # reason, code and decision of a waiting job are never read (`live` serves the latest decision).
-            written = await store.update_many(writes, changed=False)
-            for job_id in written if self.board.subscribed else ():  # no wake: a deferral changes no decision
-                self.board.publish({"type": "job", "job": self.live(by_id[job_id]).to_json()})
+            await self.board.note_reasons(writes, lambda job_id: self.live(by_id[job_id]))
         if complete:
             self._explained = time.monotonic()
             self._repo_facts.commit()
@@ -325,7 +341,7 @@ class Scheduler:
         for job_id, key in pending.items():
             moved[job_id] = diffs[key]
         mergeable = {repo: await self.facts.mergeable(repo, head) for (repo, _), head in heads.items()}
-        deps = {dep for job in (*planned, *held) for dep in job.after}
+        deps = {dep for job in (*planned, *held) for dep in (*job.after, *job.land_after)}
         states = await self.board.store.states(deps)
 
         def view(job: Job) -> JobView:
@@ -342,10 +358,25 @@ class Scheduler:
             dead=frozenset(i for i, st in states.items() if st in DEAD),
             paused=frozenset(scope for scope, (paused, _) in self.controls.items() if paused),
             limited=self.executor.limits.active(),
+            disk_low=await self._disk_low(),
             slots={scope: n for scope, (_, n) in self.controls.items() if n is not None and scope != ALL_REPOS},
             policy=replace(self.cfg.policy(), raised=self.planning.raised),
         )
         return snapshot, heads
+
+    async def _disk_low(self) -> str:
+        """Why nothing may start for lack of disk (`Snapshot.disk_low`): the workspaces' disk under its floor."""
+        floor = self.cfg.jobs.min_free_bytes
+        if not floor:
+            return ""
+        where = self.executor.paths.state_dir
+        room = await asyncio.to_thread(quota.free, where)
+        if room is None or room >= floor:
+            return ""
+        return (
+            f"the disk that holds {where} has {quota.size(room)} free, less than jobs.min_free_bytes "
+            f"({quota.size(floor)})"
+        )
 
     def _defer(self, job: Job, decision: Decision, writes: list[Write]) -> None:
         """Keep a deferred job's live decision; store and log it only when its reason code changes.

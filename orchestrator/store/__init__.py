@@ -6,6 +6,7 @@ from orchestrator.store.base import (
     EX_TEMPFAIL,
     DuplicateTicket,
     NotShared,
+    StoreFull,
     StoreUnreachable,
     StoreUnusable,
     Write,
@@ -13,6 +14,6 @@ from orchestrator.store.base import (
 from orchestrator.store.sqlite import MIGRATIONS, Store
 
 __all__ = [
-    "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "NotShared", "Store", "StoreUnreachable",
+    "EX_STATE", "EX_TEMPFAIL", "MIGRATIONS", "DuplicateTicket", "NotShared", "Store", "StoreFull", "StoreUnreachable",
     "StoreUnusable", "Write",
 ]  # fmt: skip

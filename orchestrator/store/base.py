@@ -31,6 +31,11 @@ class StoreUnreachable(RuntimeError):
     to do. Unlike an unusable store, trying again later may work."""
 
 
+class StoreFull(RuntimeError):
+    """A write could not be stored: the disk that holds the database is full. Nothing of that write was kept; the
+    message names the place and what to do (the API answers 503 with it)."""
+
+
 EX_TEMPFAIL = 75
 """Exit status of a daemon whose PostgreSQL cannot be reached at start (EX_TEMPFAIL: try again later)."""
 

@@ -19,16 +19,18 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from orchestrator import logging as olog
 from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Codec, Job, encode, from_row
 from orchestrator.core.models import Claim, Code, JobEvent, JobState
 from orchestrator.core.records import Group, Intent
-from orchestrator.store.base import DuplicateTicket, StoreUnusable, Write
+from orchestrator.store.base import DuplicateTicket, StoreFull, StoreUnusable, Write
+from orchestrator.store.reserve import Reserve
 from orchestrator.store.schema import MIGRATIONS
 from orchestrator.store.sqlite_thread import Connection, transaction
 
@@ -171,6 +173,11 @@ def _write_sync(
         return [None] * len(writes)
 
 
+T = TypeVar("T")
+RESERVE_LOOK = 30.0
+"""Seconds between two looks whether a spent reserve can be made again."""
+
+
 class Store:
     """Async access to the SQLite file: one connection on its own thread; each transaction is one call to it."""
 
@@ -183,6 +190,9 @@ class Store:
         self._json: dict[int, tuple[str, str, str]] | None = None
         self._stale_json: set[int] = set()
         self._json_lock = asyncio.Lock()
+        self.reserve = Reserve(Path(f"{path}-reserve")) if path is not None else None
+        """Room kept on the database's disk for the writes that settle jobs when it is full (`store.reserve`)."""
+        self._reserve_looked = 0.0
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -207,6 +217,8 @@ class Store:
             raise
         for extra in ("-wal", "-shm"):
             _private(path.with_name(path.name + extra))
+        if store.reserve is not None and not await asyncio.to_thread(store.reserve.make):
+            olog.get().warning(olog.Event.STORE_NO_RESERVE, path=str(store.reserve.path), reason="little free space")
         return store
 
     async def close(self) -> None:
@@ -382,7 +394,8 @@ class Store:
         sources = lifecycle.check(expect, to)
         _check_fields(fields)
         fence = None if beside is None else frozenset(beside)
-        rows = await self._write([Write(job_id, fields, event, data, sources, to, fence)])
+        write = Write(job_id, fields, event, data, sources, to, fence)
+        rows = await self._settling(lambda: self._write([write]))
         return self._job(rows[0]) if rows[0] is not None else None
 
     async def update(
@@ -426,6 +439,24 @@ class Store:
         self._written(writes, rows, changed)
         return rows
 
+    async def _settling(self, write: Callable[[], Awaitable[T]]) -> T:
+        """`write()`, a write that settles a job (a move of its state, a deletion): on a full disk the reserve is
+        spent on it and it is tried once more (`store.reserve`). Once one goes through while the reserve is spent,
+        the store looks (at most every RESERVE_LOOK seconds) whether the disk has room to make it again."""
+        try:
+            result = await write()
+        except StoreFull:
+            olog.get().warning(olog.Event.STORE_FULL, path=str(self.path), settles=True)
+            if self.reserve is None or not await asyncio.to_thread(self.reserve.spend):
+                raise
+            olog.get().warning(olog.Event.STORE_RESERVE_SPENT, path=str(self.reserve.path))
+            result = await write()
+        if self.reserve is not None and time.monotonic() - self._reserve_looked > RESERVE_LOOK:
+            self._reserve_looked = time.monotonic()
+            if not self.reserve.present and await asyncio.to_thread(self.reserve.make):
+                olog.get().info(olog.Event.STORE_RESERVE_MADE, path=str(self.reserve.path))
+        return result
+
     def _written(self, writes: Sequence[Write], rows: Sequence[Any], changed: bool) -> None:
         """Note the jobs these writes changed (a row back): `jobs_json` renders them again, and (when `changed`
         or a state moved) the scheduler's next round re-reads them (`take_changed`)."""
@@ -445,6 +476,13 @@ class Store:
         """Every node's jobs (in these states): on one machine, `jobs`."""
         return await self.jobs(states)
 
+    @property
+    def home(self) -> Path:
+        """The file this daemon keeps its own records in (its process groups, its checkouts' journal): the marks
+        of the commands it starts are named after it (`StoreOwner.tag`), so a restart ends its own leftovers
+        and nobody else's."""
+        return Path(self.path)
+
     def mine(self, job: Job) -> bool:
         """Whether this node holds `job` (on one machine, every job)."""
         return True
@@ -457,9 +495,24 @@ class Store:
         """The local clones of a team's repositories this node has: none on one machine."""
         return []
 
+    async def clones(self) -> dict[str, str]:
+        """Team mode, kept in a node's own file: each shared repository (`Remote.identity`) → the local path of the
+        node's clone of it. Only this node writes it (its config's repos, its own user's enqueues)."""
+        rows = await self._db.fetchall("SELECT key, path FROM clones ORDER BY key")
+        return {r["key"]: r["path"] for r in rows}
+
+    async def register_clone(self, key: str, path: str, url: str) -> None:
+        """Team mode: this node has a clone of shared repository `key` at `path` (see `clones`)."""
+        await self._db.execute(
+            "INSERT INTO clones (key, path, url) VALUES (?, ?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET path = excluded.path, url = excluded.url",
+            (key, path, url),
+        )
+
     async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
         """Forget an ended job (`orchestrator clean`): its record and its history, if it is in one of `expect`."""
-        done = await self._db.call(_delete_sync, job_id, sorted(str(s) for s in expect))
+        states = sorted(str(s) for s in expect)
+        done = await self._settling(lambda: self._db.call(_delete_sync, job_id, states))
         self._changed.add(job_id)
         self._stale_json.add(job_id)
         return done

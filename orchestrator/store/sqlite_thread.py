@@ -17,27 +17,38 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from orchestrator.store.base import StoreFull
+
 T = TypeVar("T")
 
 
 @contextlib.contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """On the database thread: BEGIN IMMEDIATE, then COMMIT (ROLLBACK on error)."""
+    """On the database thread: BEGIN IMMEDIATE, then COMMIT; ROLLBACK on any error, the COMMIT's own included (a
+    full disk fails the COMMIT, and SQLite may or may not have rolled back already: the connection must never be
+    left inside a transaction, or every later write fails)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
+
+
+def is_full(e: BaseException) -> bool:
+    """Whether a SQLite error says the disk (or the database's size limit) is full."""
+    return isinstance(e, sqlite3.Error) and getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
 
 
 class Connection:
     """A `sqlite3.Connection` (autocommit: transactions are explicit) living on its own thread."""
 
-    def __init__(self, pool: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, conn: sqlite3.Connection, path: Path | None = None) -> None:
         self._pool = pool
         self._conn = conn
+        self.path = path
 
     @classmethod
     async def open(cls, path: Path) -> Connection:
@@ -53,16 +64,20 @@ class Connection:
         except BaseException:
             pool.shutdown(wait=False)
             raise
-        return cls(pool, conn)
+        return cls(pool, conn, Path(path))
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(connection, *args)` on the database thread."""
+        """`fn(connection, *args)` on the database thread. A full disk is `StoreFull` (nothing of it was kept)."""
         fut = asyncio.get_running_loop().run_in_executor(self._pool, fn, self._conn, *args)
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
             if not fut.done():
                 await asyncio.wait({fut})
+            raise
+        except sqlite3.Error as e:
+            if is_full(e):
+                raise StoreFull(_full_message(self.path)) from e
             raise
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
@@ -84,6 +99,14 @@ class Connection:
             await self.call(_close)
         finally:
             self._pool.shutdown(wait=False)
+
+
+def _full_message(path: Path | None) -> str:
+    where = path.parent if path is not None else "the daemon's state dir"
+    return (
+        f"the disk that holds {where} is full, so nothing more can be stored: free space there (a failed job's "
+        "workspace goes with `orchestrator clean ID`; `df -h` says how full it is), then try again"
+    )
 
 
 def _execute(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> int:
