@@ -48,6 +48,10 @@ class JobsConfig:
     timeout: float = 3600.0
     warm_worktrees: int = 2
     default_runner: str = "shell"
+    agent: str = ""
+    """The agent (`claude-code`, `codex`, `aider`, `claude`, or a `[runners.NAME]`) that a text in words queued with
+    no runner goes to, when `default_runner` is `shell` (`core.prose`); "": such a text is refused, with the command
+    to use."""
     on_end: tuple[str, ...] = ()
     """An argv template run when a job ends, e.g. ["notify-send", "{summary}"] (see jobs/notify.py)."""
     log_max_bytes: int = 50 * 1024 * 1024
@@ -372,6 +376,9 @@ max_attempts = 3
 timeout = 3600            # seconds a runner may take
 warm_worktrees = 2        # pooled worktrees per repo (raised to min(per_repo, max_concurrent))
 default_runner = "shell"
+# A text in words queued with no --runner ("Fix the docstring of echo") goes to this agent when a job can run it:
+# claude-code | codex | aider | claude | a [runners.NAME]. "" refuses such a text, saying which --runner to give.
+agent = ""
 # Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
 # {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).
 # on_end = ["notify-send", "orchestrator", "{summary}"]
@@ -540,6 +547,9 @@ def _validate(cfg: Config) -> None:
             f"jobs.default_runner: {cfg.jobs.default_runner!r} is no runner; use one of {', '.join(known)} "
             "(or define it as [runners.NAME])"
         )
+    if cfg.jobs.agent and (cfg.jobs.agent not in known or cfg.jobs.agent in ("shell", "replay")):
+        agents = ", ".join(n for n in known if n not in ("shell", "replay"))
+        raise ConfigError(f"jobs.agent: {cfg.jobs.agent!r} is no agent; use one of {agents} (or define [runners.NAME])")
     if cfg.daemon.shutdown_timeout < 0:
         raise ConfigError("daemon.shutdown_timeout: must not be negative")
     if cfg.daemon.header_timeout <= 0:

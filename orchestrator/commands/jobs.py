@@ -27,7 +27,7 @@ from orchestrator.commands.common import (
     json_option,
     tell,
 )
-from orchestrator.core import models
+from orchestrator.core import claims, models
 
 OPEN_STATES = ",".join(sorted(models.OPEN))
 
@@ -78,7 +78,7 @@ def job_words(ctx: click.Context, text: tuple[str, ...], *, join: bool = False) 
 )
 @click.option("--branch", help="Target branch (default: the branch the repository has checked out).")
 @click.option("--path", "paths_", multiple=True, help="A path the job will touch (repo-relative; dirs end with /).")
-@click.option("--runner", help="Runner name (default from config: shell).")
+@click.option("--runner", help="Runner name (default: shell for a command; a text in words goes to [jobs] agent).")
 @click.option("--priority", type=int, help="Higher runs first (default 0).")
 @click.option("--before", type=int, help="Queue it just before this waiting job (with that job's priority).")
 @click.option("--after", type=int, multiple=True, help="Start only after this job has landed.")
@@ -131,13 +131,38 @@ def enqueue(
         body["land"] = land
     if labels:
         body["labels"] = list(labels)
-    job = client().enqueue(**body)
+    c = client()
+    job = c.enqueue(**body)
     if as_json:
         emit(job)
-    else:
-        click.echo(job["id"])
-        claim = ", ".join(job["claim"]["paths"]) or "no paths declared: it will run alone in its repo"
-        term.echo(f"job {job['id']} queued on {job['branch']} of {job['repo']} ({claim})", err=True)
+        return
+    click.echo(job["id"])
+    term.echo(f"job {job['id']} queued on {job['branch']} of {job['repo']}", err=True)
+    chosen = "" if runner or job["runner"] in ("shell", "replay") else " (the agent [jobs] names for a text in words)"
+    term.echo(f"  runs with {job['runner']}{chosen}", err=True)
+    term.echo(f"  {outlook(job, c.jobs(','.join(sorted(models.OPEN))))}", err=True)
+
+
+def outlook(job: dict[str, Any], others: list[dict[str, Any]]) -> str:
+    """What a job just queued will meet, from what is open in its repository now: alone or beside whom."""
+    mine = job["claim"]["paths"]
+    peers = [o for o in others if o["id"] != job["id"] and o["repo"] == job["repo"] and o["branch"] == job["branch"]]
+    if not mine:
+        return (
+            "no paths given: its claim is predicted from its text before it starts; one that names nothing of the "
+            f"repository runs alone (`orchestrator why {job['id']}` says what it waits for)"
+        )
+    held = {}
+    for o in peers:
+        met = claims.overlapping(mine, [*o["claim"]["paths"], *(o.get("actual") or [])])
+        if met and (o["id"] < job["id"] or o["state"] in ("running", "landing", "ready")):
+            held[o["id"]] = sorted(met)
+    if held:
+        waits = "; ".join(f"job {i} ({', '.join(ps[:3])}{', ...' if len(ps) > 3 else ''})" for i, ps in held.items())
+        return f"claims {', '.join(mine)}: waits for {waits}, which holds paths it claims"
+    active = [o["id"] for o in peers if o["state"] in ("running", "landing", "ready")]
+    beside = f"beside job{'s' if len(active) > 1 else ''} {', '.join(map(str, active))}" if active else "at once"
+    return f"claims {', '.join(mine)}: none of it is held, so it may start {beside} (when a slot is free)"
 
 
 KEY = 12

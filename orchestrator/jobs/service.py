@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
+import shutil
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 from orchestrator import logging as olog
+from orchestrator import runners as runners_mod
 from orchestrator import testhook
 from orchestrator.config import Config
-from orchestrator.core import claims
+from orchestrator.core import claims, prose
 from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Cancel, Revise, on_cancel, on_revise
 from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobEvent, JobState
@@ -39,6 +42,7 @@ from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.plan.base import Planner
+from orchestrator.proc import jobpath
 from orchestrator.runners import Runner
 from orchestrator.store import NotShared, Write
 from orchestrator.validate import BadRequest, field, int_list, str_list
@@ -131,7 +135,7 @@ class Jobs:
             raise BadRequest("the job text is empty: say what the job should do (for the shell runner, a command)")
         repo, branch, _ = await resolve(data)
         claim = declared.claim(str_list(data, "paths"))
-        runner = field(data, "runner", str) or self.cfg.jobs.default_runner
+        runner = field(data, "runner", str) or await self._runner_for(text, argv)
         if runner not in self.runners:
             raise BadRequest(f"unknown runner {runner!r}: use one of {', '.join(sorted(self.runners))}")
         land = field(data, "land", str) or self.cfg.land_mode(str(repo))
@@ -186,6 +190,38 @@ class Jobs:
             after=after,
         )
         return job
+
+    async def _runner_for(self, text: str, argv: list[str] | None) -> str:
+        """The runner of a job queued with none named: `default_runner`; but a text in words for a `shell` default
+        goes to the configured agent when a job can run it, and is refused otherwise, saying what to type."""
+        runner = self.cfg.jobs.default_runner
+        if runner != "shell" or argv:
+            return runner
+        path = jobpath.job_path(os.environ.get("PATH", ""))
+        reading = await asyncio.to_thread(prose.read, text, lambda word: shutil.which(word, path=path) is not None)
+        if not reading.prose:
+            return runner
+        agent = self.cfg.jobs.agent
+        why = await runners_mod.unready(self.runners, agent) if agent else None
+        if agent and why is None:
+            return agent
+        raise BadRequest(await self._prose_refusal(reading, agent, why))
+
+    async def _prose_refusal(self, reading: prose.Reading, agent: str, why: str | None) -> str:
+        """What to do with a text in words that no agent takes: the agents a job can run here, and the settings."""
+        agents = [n for n in sorted(self.runners) if n not in ("shell", "replay")]
+        ready = [n for n in agents if await runners_mod.unready(self.runners, n) is None]
+        head = f"this reads as a task in words, not a shell command ({reading.why})"
+        if agent:
+            head += f", and the default agent {agent} cannot run here: {why}"
+        if ready:
+            how = (f"give it to an agent: `orchestrator enqueue --runner {ready[0]} ...`"
+                   + (f" (ready here: {', '.join(ready)})" if len(ready) > 1 else "")
+                   + f"; `[jobs] agent = \"{ready[0]}\"` in the config sends such texts there by default")  # fmt: skip
+        else:
+            how = (f"no agent can run a job here ({', '.join(agents) or 'none configured'}): `orchestrator runners` "
+                   "says what each lacks")  # fmt: skip
+        return f"{head}: {how}; `--runner shell` runs it as a shell script anyway"
 
     # -- editing the queue ----------------------------------------------------------------------------
 

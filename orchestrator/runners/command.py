@@ -180,6 +180,14 @@ class CommandRunner:
         self.template = template
         self.sandbox = sandbox
 
+    async def unready(self) -> str | None:
+        """Why a job of this runner cannot start here now (its CLI out of a job's sight, or no sandbox where one is
+        required), or None."""
+        if why := self.sandbox.check():
+            return why
+        path = process.environment(self.template.pass_env).get("PATH", "")
+        return (await asyncio.to_thread(visible.look, self.sandbox, self.template.argv[0], path)).problem
+
     async def run(self, ctx: RunContext) -> RunResult:
         if why := self.sandbox.check():
             return RunResult(False, None, why, code=Code.SANDBOX_UNAVAILABLE)
