@@ -270,7 +270,8 @@ def test_aider_rate_limited_is_stopped_waits_and_goes_on(make_repo, daemon_facto
         d = _daemon(daemon_factory, tmp_path, "aider", env, "[jobs]\nrate_limit_max_wait = 1\n")
         job = d.enqueue(repo, "Please greet the world in hello.txt and set a to 2", "--runner", "aider",
                         "--path", "hello.txt", "--path", "src/a.py")  # fmt: skip
-        until("it waits", lambda: d.cli_json("show", str(job))["code"] == "RateLimited", timeout=30)
+        # aider (litellm) takes tens of seconds to start on a loaded machine, in its terminal as on a pipe.
+        until("it waits", lambda: d.cli_json("show", str(job))["code"] == "RateLimited", timeout=90)
         assert "rate-limited by its model API" in d.cli("why", str(job)).stdout
         (shown,) = _finish(d, job)
     assert _landed(repo, shown) == {"hello.txt": "hello", "src/a.py": "a = 2"}
