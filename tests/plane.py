@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import testhook
-from orchestrator.config import Config, JobsConfig
+from orchestrator.config import Config, JobsConfig, PlanConfig
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobState
 from orchestrator.daemon import JobPlane
@@ -62,11 +62,12 @@ class Plane:
 
 
 @contextlib.asynccontextmanager
-async def plane(tmp_path: Path, **jobs: Any) -> AsyncIterator[Plane]:
-    """A running job plane on a fresh home under `tmp_path`; `jobs` override `JobsConfig` fields."""
+async def plane(tmp_path: Path, plan: PlanConfig | None = None, **jobs: Any) -> AsyncIterator[Plane]:
+    """A running job plane on a fresh home under `tmp_path`; `jobs` override `JobsConfig` fields, `plan` is the
+    planning config (default: the defaults)."""
     paths = resolve({"ORCHESTRATOR_HOME": str(tmp_path / "home")})
     paths.ensure()
-    cfg = Config(jobs=replace(JobsConfig(), sandbox="none", kill_grace=1.0, **jobs))
+    cfg = Config(jobs=replace(JobsConfig(), sandbox="none", kill_grace=1.0, **jobs), plan=plan or PlanConfig())
     store = await Store.open(paths.db)
     board = Board(store)
     pool = WorktreePool(paths.worktrees, warm=0)

@@ -27,7 +27,7 @@ def test_the_list_schedule_never_overtakes_an_overlapping_earlier_job():
     assert sched.list_makespan([1, 1, 1], [a, None, b], slots=4) == 3, "a job that runs alone runs alone"
     assert sched.list_makespan([2, 2], [a, b], slots=2, apart=[(0, 1)]) == 4, "kept apart on risk"
     assert sched.over_serialized_pairs([a, b], [a, b], apart=[(0, 1)]) == 1
-    rows = jobs_bench._rows(["one-per-repo", "claims"], ["declared", "local"], [0.03, 0.1])
+    rows = jobs_bench._rows(["one-per-repo", "claims"], ["declared", "local"], [jobs_bench.RISK, 0.1])
     assert [r.name for r in rows] == ["one-per-repo", "claims/declared", "claims/local", "claims/local@0.1"]
 
 

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,8 @@ def show(job_id: int, as_json: bool) -> None:
     claim = job["claim"]
     paths = ", ".join(claim["paths"]) or "-"
     put("claim", f"{paths} (confidence {claim['confidence']}, {claim['source']})")
+    for line in risk_lines(claim.get("risk"), (job.get("decision") or {}).get("risks", ())):
+        put("risk", line)
     if job.get("grown"):
         put("grown", f"{', '.join(job['grown'])} (touched while it ran, outside its claim)")
     put("actual", ", ".join(job["actual"]) or "-")
@@ -255,6 +258,22 @@ def show(job_id: int, as_json: bool) -> None:
         extra = {k: v for k, v in ev.items() if k not in ("at", "kind")}
         at = time.strftime("%H:%M:%S", time.localtime(ev["at"]))
         say(f"{ev['kind']} {json.dumps(extra)}", first=f"  {at} ", hang=11, cols=cols)
+
+
+def risk_lines(risk: dict[str, Any] | None, beside: Iterable[dict[str, Any]]) -> list[str]:
+    """What a job's risk is: its claim's share of meetings that would not merge, and its risk beside each job it
+    was weighed against (both factors and their product)."""
+    out = []
+    if risk:
+        out.append(
+            f"in {risk.get('area') or '/'}: where it meets another job, {risk.get('nonmerge', 1.0):.0%} "
+            "would not merge (its repository's record)"
+        )
+    for r in beside:
+        out.append(
+            f"beside job {r['job']}: {r['risk']:.1%} = meets {r['meet']:.1%} \u00d7 would not merge {r['nonmerge']:.0%}"
+        )
+    return out
 
 
 @click.command()
@@ -287,6 +306,8 @@ def why(job_id: int, as_json: bool) -> None:
             say(f"shared (union-merged): {', '.join(d['shared'])}", hang=2, cols=cols)
         for c in d.get("checks", []):
             say(f"[{'ok' if c['ok'] else 'no'}] {c['name']}: {c['detail']}", first="  ", hang=7, cols=cols)
+        for line in risk_lines(None, d.get("risks", ())):
+            say(f"risk {line}", hang=2, cols=cols)
     if data.get("land_after"):
         say(f"lands after: {', '.join(map(str, data['land_after']))}", hang=2, cols=cols)
     if data.get("outside_claim"):

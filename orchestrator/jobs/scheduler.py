@@ -40,6 +40,7 @@ from orchestrator.core.models import (
     Outcome,
     Reason,
     Snapshot,
+    risk_json,
 )
 from orchestrator.jobs import quota, rounds
 from orchestrator.jobs.board import Board
@@ -477,6 +478,7 @@ class Scheduler:
                     JobState.RUNNING,
                     JobEvent.ADMITTED,
                     beside=beside,
+                    data={"risks": [risk_json(*r) for r in decision.risks]} if decision.risks else None,
                     **fresh,
                     decision=decision.to_json(),
                     reason=decision.message,
@@ -527,6 +529,7 @@ def _decision_fields(d: Decision) -> dict[str, Any]:
         "paths": list(d.paths),
         "shared": list(d.shared),
         "next": d.next,
+        **({"risks": [risk_json(*r) for r in d.risks]} if d.risks else {}),
     }
 
 

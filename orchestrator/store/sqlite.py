@@ -587,6 +587,19 @@ class Store:
             (repo, head, json.dumps(changes), time.time()),
         )
 
+    async def plan_record(self, repo: str) -> tuple[str, dict[str, Any] | None] | None:
+        """A repository's kept record: (the newest change it was built on, its calibration's `dump` or None: too
+        short to estimate a risk), or None when none is kept."""
+        row = await self._db.fetchone("SELECT newest, record FROM plan_record WHERE repo = ?", (repo,))
+        return (row["newest"], json.loads(row["record"]) if row["record"] else None) if row else None
+
+    async def save_plan_record(self, repo: str, newest: str, record: dict[str, Any] | None) -> None:
+        await self._db.execute(
+            "INSERT INTO plan_record (repo, newest, record, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(repo) DO UPDATE SET newest = excluded.newest, record = excluded.record, at = excluded.at",
+            (repo, newest, json.dumps(record) if record is not None else None, time.time()),
+        )
+
     # -- process groups ---------------------------------------------------------------------------
 
     async def own_process(self, group: Group, job_id: int | None = None) -> None:

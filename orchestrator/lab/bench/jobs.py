@@ -37,6 +37,7 @@ from typing import Any
 
 import click
 
+from orchestrator.config import PlanConfig
 from orchestrator.core import claims
 from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.core.models import Claim, Policy
@@ -51,7 +52,7 @@ POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
-RISK = 0.03
+RISK = PlanConfig.risk
 """`plan.risk` of the rows' daemons (the default)."""
 TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
@@ -135,7 +136,7 @@ def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None
     out = []
     for i, j in itertools.combinations(range(len(jobs)), 2):
         a, b = claims_[i], claims_[j]
-        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > row.risk:
+        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a).risk > row.risk:
             out.append((i, j))
     return out
 
@@ -288,8 +289,8 @@ def _figures(
         "list_s": round(listed, 2),
         "ratio_list": round(makespan / listed, 3) if listed else None,
         "max_concurrency": sched.max_concurrency(runs),
-        "wait_p50_s": round(sched.pct(waits, 0.5), 2),
-        "wait_p95_s": round(sched.pct(waits, 0.95), 2),
+        "wait_p50_s": sched.fig(sched.pct(waits, 0.5), 2),
+        "wait_p95_s": sched.fig(sched.pct(waits, 0.95), 2),
         "overlaps": len(overlap_pairs),
         "met_side_by_side": sched.met_side_by_side(per_job, real),
         "conflicts": conflicts,
@@ -308,8 +309,8 @@ def _figures(
         ("exit_to_landed", exit_to_land),
         ("landing_hold", clock.holds),
     ):
-        out[f"{key}_p50_s"] = round(sched.pct(values, 0.5), 3)
-        out[f"{key}_p95_s"] = round(sched.pct(values, 0.95), 3)
+        out[f"{key}_p50_s"] = sched.fig(sched.pct(values, 0.5), 3)
+        out[f"{key}_p95_s"] = sched.fig(sched.pct(values, 0.95), 3)
     out["per_job"] = _per_job(changes, jobs, per_job, real, clock, durations, t0)
     return out
 

@@ -36,6 +36,7 @@ from orchestrator.core import claims
 from orchestrator.core.admission import clear_caches, decide
 from orchestrator.core.models import Claim, JobView, Policy, Snapshot
 from orchestrator.core.risk import Escapes, pair_risk
+from orchestrator.lab.bench import schedule as sched
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import record
 from orchestrator.plan.evidence import local_plan
@@ -213,7 +214,7 @@ def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]
         if escapes[i] is None or escapes[j] is None or claims.PathIndex(ca.paths).meeting(cb.paths):
             continue
         met = bool(claims.PathIndex(a.gold).meeting(b.gold))
-        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths), met))
+        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths).risk, met))
     return out
 
 
@@ -246,20 +247,14 @@ def summary(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, 
         "tickets": len(tickets),
         "beside_others": len(known),
         "claims_covering_gold": len(covered),
-        "claim_paths_median": statistics.median(len(t.claim.paths) for t in tickets) if tickets else 0,
+        "claim_paths_median": statistics.median(len(t.claim.paths) for t in tickets) if tickets else None,
         "gold_top1": sum(t.rank == 1 for t in tickets),
         "gold_top5": sum(t.rank is not None and t.rank <= 5 for t in tickets),
-        "plan_p50_s": round(_pct(secs, 0.5), 3),
-        "plan_p95_s": round(_pct(secs, 0.95), 3),
-        "plan_max_s": round(secs[-1], 3) if secs else 0.0,
-        "move_p95_s": round(_pct(sorted(t.move_seconds for t in tickets), 0.95), 3),
+        "plan_p50_s": sched.fig(sched.pct(secs, 0.5), 3),
+        "plan_p95_s": sched.fig(sched.pct(secs, 0.95), 3),
+        "plan_max_s": sched.fig(sched.most(secs), 3),
+        "move_p95_s": sched.fig(sched.pct([t.move_seconds for t in tickets], 0.95), 3),
     }
-
-
-def _pct(sorted_values: Sequence[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    return sorted_values[min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1)))]
 
 
 def run(
@@ -339,6 +334,10 @@ def run(
     }
 
 
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
 def print_report(r: dict[str, Any]) -> None:
     print(f"predict: {r['overall']['tickets']} tickets of {r['tickets_file']}, local evidence only, "
           f"plan.risk {r['risk']:.0%}, scope {r['scope']}")  # fmt: skip
@@ -349,7 +348,7 @@ def print_report(r: dict[str, Any]) -> None:
         vals = (
             row["tickets"], row["beside_others"], row["pairs"], row["overlapping"],
             _fmt(row["fn_concurrency"]), _fmt(row["over_serialisation"]), row["gold_top1"], row["gold_top5"],
-            f"{row['plan_p50_s']:.2f}s", f"{row['plan_p95_s']:.2f}s",
+            _secs(row["plan_p50_s"]), _secs(row["plan_p95_s"]),
         )  # fmt: skip
         print("  " + f"{name:<28}" + "".join(f"{v!s:>10}" for v in vals))
 
