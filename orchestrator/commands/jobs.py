@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from orchestrator import requests as rq
 from orchestrator.client import Unreachable
 from orchestrator.commands import fit, term
 from orchestrator.commands.common import (
@@ -112,28 +113,14 @@ def enqueue(
     The job is one TEXT argument (for the shell runner, a shell command), or an exact argv after `--`
     (`enqueue -- printf '%s\\n' "a b"`), stored as a list and run without a shell.
     """
-    body: dict[str, Any] = {
-        "repo": str(repo.expanduser().resolve()),
-        **job_words(ctx, text),
-        "paths": list(paths_),
-        "after": list(after),
-    }
     if before is not None and priority is not None:
         raise click.UsageError(f"--before {before} gives the job that job's priority: leave out --priority")
-    if priority is not None:
-        body["priority"] = priority
-    if before is not None:
-        body["before"] = before
-    if branch:
-        body["branch"] = branch
-    if runner:
-        body["runner"] = runner
-    if land:
-        body["land"] = land
-    if labels:
-        body["labels"] = list(labels)
+    request = rq.Enqueue(
+        repo=str(repo.expanduser().resolve()), **job_words(ctx, text), branch=branch or None, paths=paths_,
+        runner=runner or None, priority=priority, before=before, after=after, labels=labels, land=land or None,
+    )  # fmt: skip
     c = client()
-    job = c.enqueue(**body)
+    job = c.enqueue(request)
     if as_json:
         emit(job)
         return
@@ -442,15 +429,11 @@ def plan(
     Without a running daemon, the same planner plans here, from the config (without the daemon's record of its
     jobs' outcomes)."""
     words = job_words(ctx, text, join=True) if text or ctx.meta.get("argv") else {"text": ""}
-    body: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "text": words["text"], "paths": list(paths_)}
-    if branch:
-        body["branch"] = branch
-    if base:
-        body["base"] = base
+    request = rq.Plan(str(repo.expanduser().resolve()), words["text"], branch or None, base or None, paths_)
     try:
-        data = client().plan(**body)
+        data = client().plan(request)
     except Unreachable:
-        data = _plan_here(body)
+        data = _plan_here(request)
     if as_json:
         emit(data)
         return
@@ -473,7 +456,7 @@ def plan(
         tell("no paths predicted: this job would run alone in its repo")
 
 
-def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
+def _plan_here(request: rq.Plan) -> dict[str, Any]:
     """`plan` with no daemon to ask: the planner the config names, built and run in this process."""
     import asyncio
 
@@ -493,7 +476,7 @@ def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
     olog.configure(sys.stderr, level="warning")  # stdout is the plan (or its JSON)
     err("note: no daemon running: planned here (its record of earlier jobs' outcomes is not consulted)")
     try:
-        return asyncio.run(plan_for(composite.build(cfg, None), body))
+        return asyncio.run(plan_for(composite.build(cfg, None), request))
     except (BadRequest, repos.RepoError, claims.ClaimError) as e:
         err(f"orchestrator: {e}")
         sys.exit(REJECTED)
