@@ -136,6 +136,10 @@ class RunnerTemplate:
     """Where the command runs: "tmux" in a terminal of the job's own that `orchestrator attach ID` joins (a person
     sees the CLI as it draws itself and can type to it); "auto": tmux when it is installed; "none": its output on
     a pipe, nothing to attach to."""
+    mcp: str = ""
+    """How the CLI is told of the job's MCP server (`orchestrator mcp`: the paths other running jobs hold, its
+    claim grown before it writes), written into its scratch HOME: "claude-code" (its user config and settings),
+    "codex" (`[mcp_servers]` in its config.toml). "": not told."""
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -159,6 +163,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         home_files=(".claude/.credentials.json",),
         output="claude-json",
         rate_limits="claude-code",
+        mcp="claude-code",
         plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
         resume_argv=_words("claude -p {feedback} --continue --permission-mode acceptEdits --output-format json"),
     ),
@@ -194,6 +199,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
         rate_limits="codex",
+        mcp="codex",
     ),
 }
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
@@ -201,6 +207,8 @@ PROFILES: Mapping[str, RunnerTemplate] = {
 OUTPUTS = ("", "claude-json")
 TERMINALS = ("auto", "tmux", "none")
 
+MCP_STYLES = ("claude-code", "codex")
+"""How an agent CLI is told of its job's MCP server (`[runners.NAME] mcp`): the CLIs whose config is known."""
 RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
 """The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
 `runners.ratelimit.SIGNS` (the names are the config's, so loading it needs no runner)."""
@@ -474,6 +482,7 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # home_files = [".my-cli/auth.json"]       # ... with copies of these (what it needs to sign in)
 # ignore = [".my-cli-cache*"]              # its side files: new ones never land
 # rate_limits = "claude-code"              # a profile's signs of a rate limit in its output ("": none, the default)
+# mcp = "claude-code"                      # tell it of the job's MCP server (claude-code or codex config; "": none)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
 # terminal = "auto"                        # in a tmux of the job's own (`orchestrator attach ID`) when tmux is
@@ -624,6 +633,10 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
         if t.terminal not in TERMINALS:
             raise ConfigError(f"runners.{name}.terminal: {t.terminal!r}; use one of {', '.join(TERMINALS)}")
+        if t.mcp and t.mcp not in MCP_STYLES:
+            raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
+        if t.mcp and not t.scratch_home:
+            raise ConfigError(f"runners.{name}.mcp: the MCP server is written into a scratch HOME: set scratch_home")
         if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
                 f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"
