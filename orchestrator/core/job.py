@@ -158,6 +158,9 @@ class Job:
     place: float | None = field(default=None, metadata=PLAIN)
     """Its place among the waiting jobs of its priority once a person moved it (`switch`, `move --before`,
     `enqueue --before`); None: its id, the order jobs were queued in (`JobView.order_key`)."""
+    author: str = field(default="", metadata=PLAIN)
+    """Who queued it, as git names a person (`Name <email>`: the queuing user's git identity, or the author of the
+    commit whose ticket it is); the author of its commits when the daemon has no git identity of its own."""
 
     @property
     def subject(self) -> str:

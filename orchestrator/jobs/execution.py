@@ -393,6 +393,7 @@ class Executor:
                         base=base,
                         repo_path=repo,
                         stack=bool(resume),
+                        author=job.author,
                     )
                 except ResultRefused as refused:
                     result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
