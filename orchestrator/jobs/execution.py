@@ -388,7 +388,7 @@ class Executor:
                     sha = await asyncio.to_thread(
                         commits.commit_worktree,
                         worktree,
-                        message=job.commit_text,
+                        message=job.revision_text(resume) if resume else job.commit_text,
                         job_id=job.id,
                         base=base,
                         repo_path=repo,
