@@ -61,6 +61,9 @@ class JobsConfig:
     """`auto` | `bwrap` | `none`: confine shell and command jobs with bubblewrap (env ORCHESTRATOR_SANDBOX)."""
     land: str = "auto"
     """`auto` lands a finished job at once; `review` holds it `ready` until `orchestrator land` or `reject`."""
+    land_style: str = "merge"
+    """How a landing joins the branch: `merge` (a merge commit when the branch moved), `rebase` (the job's commits
+    replayed on it: a linear history, no merge commit) or `squash` (one commit per job); a repository may differ."""
     rate_limit_wait: float = 60.0
     """Seconds a rate-limited job first waits when its model API (or CLI) names no time; doubles each time."""
     rate_limit_max_wait: float = 3600.0
@@ -82,7 +85,8 @@ class RepoConfig:
     check: str = ""
     check_timeout: float = 900.0
     mergeable: tuple[str, ...] = ()
-    land_style: str = "merge"
+    land_style: str = ""
+    """`merge` | `rebase` | `squash` for this repository (empty: `jobs.land_style`)."""
     land: str = ""
     """`auto` | `review` for this repository (empty: `jobs.land`)."""
 
@@ -352,6 +356,10 @@ class Config:
         """Path patterns union-merged in `repo` (changelogs): `jobs.mergeable` and the repo's own."""
         return (*self.jobs.mergeable, *self.repo(repo).mergeable)
 
+    def land_style(self, repo: str) -> str:
+        """`merge`, `rebase` or `squash` for jobs of `repo` (the repo's setting, else `jobs.land_style`)."""
+        return self.repo(repo).land_style or self.jobs.land_style
+
     def land_mode(self, repo: str) -> str:
         """`auto` or `review` for jobs of `repo` (the repo's setting, else `jobs.land`)."""
         return self.repo(repo).land or self.jobs.land
@@ -396,6 +404,7 @@ kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on tim
 requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
 sandbox = "auto"          # auto | bwrap | none: bubblewrap for shell and command jobs (env ORCHESTRATOR_SANDBOX)
 land = "auto"             # auto | review: review holds finished jobs `ready` for `orchestrator land ID`
+land_style = "merge"      # merge | rebase (linear: no merge commits) | squash (one commit per job)
 rate_limit_wait = 60      # a rate-limited job's first wait when the API names no time (doubles each time)
 rate_limit_max_wait = 3600  # the longest one wait, whatever the API asks
 rate_limit_waits = 5      # waits per job; limited once more, it fails (code RateLimited)
@@ -494,7 +503,7 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # check_timeout = 900
 # mergeable = ["docs/changelog/*"]   # more union-mergeable files for this repo
 # land = "review"          # hold finished jobs for `orchestrator diff` / `land` / `reject`
-# land_style = "merge"    # "merge" (merge commits), "rebase" (replayed: linear) or "squash" (one commit per job)
+# land_style = "rebase"   # this repo's own: "merge", "rebase" (replayed: linear) or "squash" (one commit per job)
 """
 
 
@@ -571,8 +580,10 @@ def _validate(cfg: Config) -> None:
             on_end.check(cfg.jobs.on_end)
         except on_end.TemplateError as e:
             raise ConfigError(f"jobs.{e}") from None
+    if cfg.jobs.land_style not in LAND_STYLES:
+        raise ConfigError(f"jobs.land_style: {cfg.jobs.land_style!r} is not one of {', '.join(LAND_STYLES)}")
     for path, rc in cfg.repos.items():
-        if rc.land_style not in LAND_STYLES:
+        if rc.land_style and rc.land_style not in LAND_STYLES:
             raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
         if rc.check_timeout <= 0:
             raise ConfigError(f'repos."{path}".check_timeout: must be positive (seconds the landing check may take)')

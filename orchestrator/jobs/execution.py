@@ -389,11 +389,12 @@ class Executor:
                     sha = await asyncio.to_thread(
                         commits.commit_worktree,
                         worktree,
-                        message=job.commit_text,
+                        message=job.revision_text(resume) if resume else job.commit_text,
                         job_id=job.id,
                         base=base,
                         repo_path=repo,
                         stack=bool(resume),
+                        author=job.author,
                     )
                 except ResultRefused as refused:
                     result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
