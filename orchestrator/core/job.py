@@ -187,6 +187,14 @@ class Job:
         text = self.text.strip()
         return self.subject if text == self.subject else f"{self.subject}\n\n{text}"
 
+    def revision_text(self, feedback: str) -> str:
+        """A revision's commit message before its trailer: a subject of its own (the feedback's first line, not the
+        job's again), which job it revises, then the whole feedback when that says more."""
+        lines = [ln.strip() for ln in feedback.strip().splitlines() if ln.strip()]
+        subject = _cut(lines[0], 72) if lines else f"Revise job {self.id}"
+        said = "\n".join(lines)
+        return f"{subject}\n\nRevises job {self.id}: {self.subject}" + (f"\n\n{said}" if said != subject else "")
+
     def view(self, mergeable: frozenset[str] = frozenset()) -> JobView:
         return JobView(
             id=self.id,
