@@ -133,6 +133,8 @@ main.add_lazy("limit", "orchestrator.commands.queue:limit")
 main.add_lazy("edit", "orchestrator.commands.edit:edit")
 main.add_lazy("move", "orchestrator.commands.edit:move")
 main.add_lazy("switch", "orchestrator.commands.edit:switch")
+main.add_lazy("open", "orchestrator.commands.workspace:open_")
+main.add_lazy("attach", "orchestrator.commands.workspace:attach")
 main.add_lazy("diff", "orchestrator.commands.review:diff")
 main.add_lazy("land", "orchestrator.commands.review:land")
 main.add_lazy("reject", "orchestrator.commands.review:reject")
@@ -144,6 +146,7 @@ main.add_lazy("runners", "orchestrator.commands.runners:runners")
 main.add_lazy("service", "orchestrator.commands.service:service")
 main.add_lazy("hook", "orchestrator.commands.service:hook")
 main.add_lazy("doctor", "orchestrator.commands.service:doctor")
+main.add_lazy("mcp", "orchestrator.commands.mcp:mcp")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,6 +20,7 @@ from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.paths import resolve
 from orchestrator.proc.sandbox import Sandbox
+from orchestrator.requests import Enqueue
 from orchestrator.runners import registry
 from orchestrator.store import Store
 
@@ -35,7 +36,7 @@ class Plane:
         return self.parts.jobs
 
     async def enqueue(self, repo: Path, text: str, *paths: str, **extra: Any) -> int:
-        job = await self.jobs.submit({"repo": str(repo), "text": text, "paths": list(paths), **extra})
+        job = await self.jobs.submit(Enqueue(repo=str(repo), text=text, paths=paths, **extra))
         return int(job.id)
 
     async def until(self, what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core import prose
+from orchestrator.requests import Enqueue
 from orchestrator.validate import BadRequest
 from tests.plane import plane
 
@@ -71,9 +72,9 @@ async def test_words_with_no_agent_set_are_refused_with_the_command_to_use(make_
         assert "`--runner shell` runs it as a shell script anyway" in said
         assert await p.jobs.store.jobs() == [], "nothing was queued"
         # A command, an exact argv, and a text that names its runner are queued as they are.
-        shell = await p.jobs.submit({"repo": str(repo), "text": "echo hi > a.txt", "paths": ["a.txt"]})
-        argv = await p.jobs.submit({"repo": str(repo), "argv": ["Fix", "it"], "paths": ["b.txt"]})
-        named = await p.jobs.submit({"repo": str(repo), "text": TICKET, "runner": "shell", "paths": ["c.txt"]})
+        shell = await p.jobs.submit(Enqueue(repo=str(repo), text="echo hi > a.txt", paths=("a.txt",)))
+        argv = await p.jobs.submit(Enqueue(repo=str(repo), argv=("Fix", "it"), paths=("b.txt",)))
+        named = await p.jobs.submit(Enqueue(repo=str(repo), text=TICKET, runner="shell", paths=("c.txt",)))
         assert (shell.runner, argv.runner, named.runner) == ("shell", "shell", "shell")
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -14,6 +15,7 @@ from typing import Any
 
 import click
 
+from orchestrator import requests as rq
 from orchestrator.client import Unreachable
 from orchestrator.commands import fit, term
 from orchestrator.commands.common import (
@@ -112,28 +114,16 @@ def enqueue(
     The job is one TEXT argument (for the shell runner, a shell command), or an exact argv after `--`
     (`enqueue -- printf '%s\\n' "a b"`), stored as a list and run without a shell.
     """
-    body: dict[str, Any] = {
-        "repo": str(repo.expanduser().resolve()),
-        **job_words(ctx, text),
-        "paths": list(paths_),
-        "after": list(after),
-    }
     if before is not None and priority is not None:
         raise click.UsageError(f"--before {before} gives the job that job's priority: leave out --priority")
-    if priority is not None:
-        body["priority"] = priority
-    if before is not None:
-        body["before"] = before
-    if branch:
-        body["branch"] = branch
-    if runner:
-        body["runner"] = runner
-    if land:
-        body["land"] = land
-    if labels:
-        body["labels"] = list(labels)
+    where = repo.expanduser().resolve()
+    request = rq.Enqueue(
+        repo=str(where), **job_words(ctx, text), branch=branch or None, paths=paths_,
+        runner=runner or None, priority=priority, before=before, after=after, labels=labels, land=land or None,
+        author=git_person(where),
+    )  # fmt: skip
     c = client()
-    job = c.enqueue(**body)
+    job = c.enqueue(request)
     if as_json:
         emit(job)
         return
@@ -142,6 +132,18 @@ def enqueue(
     chosen = "" if runner or job["runner"] in ("shell", "replay") else " (the agent [jobs] names for a text in words)"
     term.echo(f"  runs with {job['runner']}{chosen}", err=True)
     term.echo(f"  {outlook(job, c.jobs(','.join(sorted(models.OPEN))))}", err=True)
+
+
+def git_person(repo: Path) -> str:
+    """You, as git names the author of a commit you make in `repo` (`Name <email>`), or "" when git cannot say:
+    your jobs' commits are authored so when the daemon has no git identity of its own."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "var", "GIT_AUTHOR_IDENT"], capture_output=True, text=True,
+                             timeout=10, stdin=subprocess.DEVNULL)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    ident = out.stdout.strip().rpartition(">")[0]
+    return f"{ident}>" if out.returncode == 0 and ident else ""
 
 
 def outlook(job: dict[str, Any], others: list[dict[str, Any]]) -> str:
@@ -442,15 +444,11 @@ def plan(
     Without a running daemon, the same planner plans here, from the config (without the daemon's record of its
     jobs' outcomes)."""
     words = job_words(ctx, text, join=True) if text or ctx.meta.get("argv") else {"text": ""}
-    body: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "text": words["text"], "paths": list(paths_)}
-    if branch:
-        body["branch"] = branch
-    if base:
-        body["base"] = base
+    request = rq.Plan(str(repo.expanduser().resolve()), words["text"], branch or None, base or None, paths_)
     try:
-        data = client().plan(**body)
+        data = client().plan(request)
     except Unreachable:
-        data = _plan_here(body)
+        data = _plan_here(request)
     if as_json:
         emit(data)
         return
@@ -473,7 +471,7 @@ def plan(
         tell("no paths predicted: this job would run alone in its repo")
 
 
-def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
+def _plan_here(request: rq.Plan) -> dict[str, Any]:
     """`plan` with no daemon to ask: the planner the config names, built and run in this process."""
     import asyncio
 
@@ -493,7 +491,7 @@ def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
     olog.configure(sys.stderr, level="warning")  # stdout is the plan (or its JSON)
     err("note: no daemon running: planned here (its record of earlier jobs' outcomes is not consulted)")
     try:
-        return asyncio.run(plan_for(composite.build(cfg, None), body))
+        return asyncio.run(plan_for(composite.build(cfg, None), request))
     except (BadRequest, repos.RepoError, claims.ClaimError) as e:
         err(f"orchestrator: {e}")
         sys.exit(REJECTED)
