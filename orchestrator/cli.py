@@ -144,6 +144,7 @@ main.add_lazy("runners", "orchestrator.commands.runners:runners")
 main.add_lazy("service", "orchestrator.commands.service:service")
 main.add_lazy("hook", "orchestrator.commands.service:hook")
 main.add_lazy("doctor", "orchestrator.commands.service:doctor")
+main.add_lazy("mcp", "orchestrator.commands.mcp:mcp")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -61,6 +61,9 @@ class JobsConfig:
     """`auto` | `bwrap` | `none`: confine shell and command jobs with bubblewrap (env ORCHESTRATOR_SANDBOX)."""
     land: str = "auto"
     """`auto` lands a finished job at once; `review` holds it `ready` until `orchestrator land` or `reject`."""
+    land_style: str = "merge"
+    """How a landing joins the branch: `merge` (a merge commit when the branch moved), `rebase` (the job's commits
+    replayed on it: a linear history, no merge commit) or `squash` (one commit per job); a repository may differ."""
     rate_limit_wait: float = 60.0
     """Seconds a rate-limited job first waits when its model API (or CLI) names no time; doubles each time."""
     rate_limit_max_wait: float = 3600.0
@@ -82,7 +85,8 @@ class RepoConfig:
     check: str = ""
     check_timeout: float = 900.0
     mergeable: tuple[str, ...] = ()
-    land_style: str = "merge"
+    land_style: str = ""
+    """`merge` | `rebase` | `squash` for this repository (empty: `jobs.land_style`)."""
     land: str = ""
     """`auto` | `review` for this repository (empty: `jobs.land`)."""
 
@@ -132,6 +136,10 @@ class RunnerTemplate:
     that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
+    mcp: str = ""
+    """How the CLI is told of the job's MCP server (`orchestrator mcp`: the paths other running jobs hold, its
+    claim grown before it writes), written into its scratch HOME: "claude-code" (its user config and settings),
+    "codex" (`[mcp_servers]` in its config.toml). "": not told."""
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -155,6 +163,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         home_files=(".claude/.credentials.json",),
         output="claude-json",
         rate_limits="claude-code",
+        mcp="claude-code",
         plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
         resume_argv=_words("claude -p {feedback} --continue --permission-mode acceptEdits --output-format json"),
     ),
@@ -190,12 +199,15 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
         rate_limits="codex",
+        mcp="codex",
     ),
 }
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
 
+MCP_STYLES = ("claude-code", "codex")
+"""How an agent CLI is told of its job's MCP server (`[runners.NAME] mcp`): the CLIs whose config is known."""
 RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
 """The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
 `runners.ratelimit.SIGNS` (the names are the config's, so loading it needs no runner)."""
@@ -339,6 +351,10 @@ class Config:
         """Path patterns union-merged in `repo` (changelogs): `jobs.mergeable` and the repo's own."""
         return (*self.jobs.mergeable, *self.repo(repo).mergeable)
 
+    def land_style(self, repo: str) -> str:
+        """`merge`, `rebase` or `squash` for jobs of `repo` (the repo's setting, else `jobs.land_style`)."""
+        return self.repo(repo).land_style or self.jobs.land_style
+
     def land_mode(self, repo: str) -> str:
         """`auto` or `review` for jobs of `repo` (the repo's setting, else `jobs.land`)."""
         return self.repo(repo).land or self.jobs.land
@@ -383,6 +399,7 @@ kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on tim
 requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
 sandbox = "auto"          # auto | bwrap | none: bubblewrap for shell and command jobs (env ORCHESTRATOR_SANDBOX)
 land = "auto"             # auto | review: review holds finished jobs `ready` for `orchestrator land ID`
+land_style = "merge"      # merge | rebase (linear: no merge commits) | squash (one commit per job)
 rate_limit_wait = 60      # a rate-limited job's first wait when the API names no time (doubles each time)
 rate_limit_max_wait = 3600  # the longest one wait, whatever the API asks
 rate_limit_waits = 5      # waits per job; limited once more, it fails (code RateLimited)
@@ -469,6 +486,7 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # home_files = [".my-cli/auth.json"]       # ... with copies of these (what it needs to sign in)
 # ignore = [".my-cli-cache*"]              # its side files: new ones never land
 # rate_limits = "claude-code"              # a profile's signs of a rate limit in its output ("": none, the default)
+# mcp = "claude-code"                      # tell it of the job's MCP server (claude-code or codex config; "": none)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
 
@@ -478,7 +496,7 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # check_timeout = 900
 # mergeable = ["docs/changelog/*"]   # more union-mergeable files for this repo
 # land = "review"          # hold finished jobs for `orchestrator diff` / `land` / `reject`
-# land_style = "merge"    # "merge" (merge commits), "rebase" (replayed: linear) or "squash" (one commit per job)
+# land_style = "rebase"   # this repo's own: "merge", "rebase" (replayed: linear) or "squash" (one commit per job)
 """
 
 
@@ -555,8 +573,10 @@ def _validate(cfg: Config) -> None:
             on_end.check(cfg.jobs.on_end)
         except on_end.TemplateError as e:
             raise ConfigError(f"jobs.{e}") from None
+    if cfg.jobs.land_style not in LAND_STYLES:
+        raise ConfigError(f"jobs.land_style: {cfg.jobs.land_style!r} is not one of {', '.join(LAND_STYLES)}")
     for path, rc in cfg.repos.items():
-        if rc.land_style not in LAND_STYLES:
+        if rc.land_style and rc.land_style not in LAND_STYLES:
             raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
         if rc.check_timeout <= 0:
             raise ConfigError(f'repos."{path}".check_timeout: must be positive (seconds the landing check may take)')
@@ -615,6 +635,10 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.mcp and t.mcp not in MCP_STYLES:
+            raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
+        if t.mcp and not t.scratch_home:
+            raise ConfigError(f"runners.{name}.mcp: the MCP server is written into a scratch HOME: set scratch_home")
         if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
                 f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from orchestrator.core import person
 from orchestrator.validate import BadRequest, int_list, str_list, text
 from orchestrator.validate import field as value
 
@@ -65,8 +66,12 @@ class Enqueue:
     """Team mode: the nodes it may run on."""
     land: str | None = None
     """`auto` or `review` (none: the repository's configured mode)."""
+    author: str = ""
+    """Who queues it, as git names a person (`Name <email>`); its commits' author when the daemon has no identity."""
 
     def __post_init__(self) -> None:
+        if not person.valid(self.author):
+            raise BadRequest(f"author {self.author[:80]!r}: name who queues the job as git names one, `Name <email>`")
         for name in ("argv", "paths", "labels"):
             _tuple(self, name, str)
         _tuple(self, "after", int)
@@ -104,6 +109,7 @@ class Enqueue:
             after=tuple(int_list(dict(data), "after")),
             labels=tuple(str_list(dict(data), "labels")),
             land=value(dict(data), "land", str) or None,
+            author=(value(dict(data), "author", str) or "").strip(),
         )
 
 
@@ -160,10 +166,10 @@ class Ticket:
             key=data["key"],
         )
 
-    def enqueue(self, repo: str, branch: str | None) -> Enqueue:
-        """The job this ticket queues in `repo` (its own branch, else the commit's)."""
+    def enqueue(self, repo: str, branch: str | None, author: str = "") -> Enqueue:
+        """The job this ticket queues in `repo` (its own branch, else the commit's), queued by `author`."""
         return Enqueue(repo=repo, text=self.text, branch=self.branch or branch, paths=self.paths,
-                       runner=self.runner, priority=self.priority)  # fmt: skip
+                       runner=self.runner, priority=self.priority, author=author)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +180,11 @@ class Tickets:
     branch: str | None
     commit: str | None
     tickets: tuple[Ticket, ...]
+    author: str = ""
+    """The commit's author (`Name <email>`): who queued its jobs."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"repo": self.repo, "branch": self.branch, "commit": self.commit,
+        return {"repo": self.repo, "branch": self.branch, "commit": self.commit, "author": self.author,
                 "tickets": [t.to_json() for t in self.tickets]}  # fmt: skip
 
     @classmethod
@@ -189,6 +197,7 @@ class Tickets:
             branch=value(dict(data), "branch", str) or None,
             commit=value(dict(data), "commit", str) or None,
             tickets=tuple(Ticket.from_json(t) for t in items),
+            author=author if person.valid(author := (value(dict(data), "author", str) or "").strip()) else "",
         )
 
 

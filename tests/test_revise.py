@@ -43,6 +43,9 @@ def test_revise_sends_a_ready_agent_job_back_with_feedback_and_it_goes_on(make_r
         assert d.cli_json("why", str(waiter))["decision"]["blocking"] == [job]
     shown = d.cli_json("show", str(job))
     assert git(repo, "rev-parse", f"{shown['result']}^") == first, "round two goes on top of round one"
+    subjects = git(repo, "log", "-2", "--format=%s", shown["result"]).splitlines()
+    assert subjects == ["Also add src/c.py with c = 3", "Set a to 2"], "the revision's commit has its own subject"
+    assert f"Revises job {job}: Set a to 2" in git(repo, "log", "-1", "--format=%b", shown["result"])
     diff = d.cli("diff", str(job)).stdout
     assert "+a = 2" in diff and "+c = 3" in diff
     assert [e["feedback"] for e in shown["events"] if e["kind"] == "revised"] == ["Also add src/c.py with c = 3"]

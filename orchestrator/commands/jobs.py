@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -115,9 +116,11 @@ def enqueue(
     """
     if before is not None and priority is not None:
         raise click.UsageError(f"--before {before} gives the job that job's priority: leave out --priority")
+    where = repo.expanduser().resolve()
     request = rq.Enqueue(
-        repo=str(repo.expanduser().resolve()), **job_words(ctx, text), branch=branch or None, paths=paths_,
+        repo=str(where), **job_words(ctx, text), branch=branch or None, paths=paths_,
         runner=runner or None, priority=priority, before=before, after=after, labels=labels, land=land or None,
+        author=git_person(where),
     )  # fmt: skip
     c = client()
     job = c.enqueue(request)
@@ -129,6 +132,18 @@ def enqueue(
     chosen = "" if runner or job["runner"] in ("shell", "replay") else " (the agent [jobs] names for a text in words)"
     term.echo(f"  runs with {job['runner']}{chosen}", err=True)
     term.echo(f"  {outlook(job, c.jobs(','.join(sorted(models.OPEN))))}", err=True)
+
+
+def git_person(repo: Path) -> str:
+    """You, as git names the author of a commit you make in `repo` (`Name <email>`), or "" when git cannot say:
+    your jobs' commits are authored so when the daemon has no git identity of its own."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "var", "GIT_AUTHOR_IDENT"], capture_output=True, text=True,
+                             timeout=10, stdin=subprocess.DEVNULL)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    ident = out.stdout.strip().rpartition(">")[0]
+    return f"{ident}>" if out.returncode == 0 and ident else ""
 
 
 def outlook(job: dict[str, Any], others: list[dict[str, Any]]) -> str:

@@ -20,7 +20,7 @@ import pygit2
 from pygit2.enums import AttrCheck, MergeFavor
 
 from orchestrator.git import repos
-from orchestrator.git.commits import signature
+from orchestrator.git.commits import person_of, signature
 from orchestrator.git.workspace import Workspace
 
 Mergeable = Callable[[str], bool]
@@ -150,9 +150,9 @@ def _merge(
     if message is None:
         subject = theirs.message.splitlines()[0] if theirs.message.strip() else ""
         message = f"Merge {theirs.short_id}: {subject}"
-    sha = repo.create_commit(
-        None, signature(repo, "author"), signature(repo, "committer"), message, tree, [ours.id, theirs.id]
-    )
+    # Without an identity of the daemon's own, the merge is authored as the job's commit is (who queued it).
+    author = signature(repo, "author", person=person_of(theirs.author))
+    sha = repo.create_commit(None, author, signature(repo, "committer"), message, tree, [ours.id, theirs.id])
     return MergeResult(head=head_sha, sha=str(sha), conflicts=(), kind="merge")
 
 

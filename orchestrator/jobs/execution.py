@@ -29,6 +29,7 @@ from orchestrator.git.workspace import ResultRefused
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import escapes, joblog, quota
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.door import Door, Doors
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
 from orchestrator.jobs.rerun import Rerun, requeue
@@ -111,8 +112,11 @@ class Executor:
         on_change: OnChange,
         on_acquired: OnAcquired | None = None,
         held: HeldBy | None = None,
+        doors: Doors | None = None,
     ) -> None:
         self.held = held
+        self.doors = doors
+        """Opens a job's door for its agent CLI's MCP server (runners that `wants_door`)."""
         """(job id, path) → why the job should not write that path now (the overlap watch answers)."""
         self.limits = Limits(board.store)
         """Rate limits the runners met (a fact of the scheduler's snapshots)."""
@@ -349,7 +353,11 @@ class Executor:
         await watcher.start()
         guard = asyncio.create_task(self._guard(job.id, [worktree, self.paths.job_private(job.id)]))
         undo.callback(guard.cancel)
-        ctx = self._context(job, worktree, resume)
+        door: Door | None = None
+        if self.doors is not None and getattr(runner, "wants_door", False):
+            door = await self.doors.open(job.id, self.paths.job_private(job.id))
+            undo.push_async_callback(_close_door, door)
+        ctx = self._context(job, worktree, resume, door)
         await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, resume)
         # Without a sandbox, the user's checkout is compared before and after (see `escapes`).
         sandbox = getattr(runner, "sandbox", None)
@@ -357,8 +365,8 @@ class Executor:
         before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
         return Attempt(job, repo, base, worktree, runner, ctx, watcher, guard, before, resume)
 
-    def _context(self, job: Job, worktree: Path, resume: str) -> RunContext:
-        """What the job's runner gets: its worktree, log, limits, owner of its processes, feedback."""
+    def _context(self, job: Job, worktree: Path, resume: str, door: Door | None) -> RunContext:
+        """What the job's runner gets: its worktree, log, limits, owner of its processes, feedback, its door."""
         return RunContext(
             job=job,
             worktree=worktree,
@@ -371,6 +379,7 @@ class Executor:
             held=functools.partial(self.held, job.id) if self.held is not None else None,
             env={"ORCHESTRATOR_FEEDBACK": resume} if resume else {},
             resume=resume,
+            door=door.address if door is not None else None,
         )
 
     async def _keep_on_error(self, repo: Path, job_id: int, *exc: Any) -> bool:
@@ -438,8 +447,9 @@ class Executor:
         # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside).
         try:
             sha = await asyncio.to_thread(
-                commits.commit_worktree, a.worktree, message=job.commit_text, job_id=job.id, base=a.base,
-                repo_path=a.repo, stack=bool(a.resume),
+                commits.commit_worktree, a.worktree,
+                message=job.revision_text(a.resume) if a.resume else job.commit_text, job_id=job.id, base=a.base,
+                repo_path=a.repo, stack=bool(a.resume), author=job.author,
             )  # fmt: skip
         except ResultRefused as refused:
             result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
@@ -523,3 +533,8 @@ async def _stop_watching(watcher: ChangeWatcher) -> None:
     """The watch ends with its run (a no-op when the run stopped it already)."""
     with olog.best_effort("stop the change watcher", TimeoutError, OSError):
         await asyncio.wait_for(watcher.stop(), 5)
+
+
+async def _close_door(door: Door) -> None:
+    """The job's door closes with its run, even when the run is being cancelled."""
+    await asyncio.shield(door.close())

@@ -172,6 +172,7 @@ class Jobs:
                 ticket=ticket,
                 labels=request.labels,
                 place=place,
+                author=request.author,
             )
         except NotShared as e:  # team mode: a clone with no shared remote
             raise BadRequest(str(e)) from None

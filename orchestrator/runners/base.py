@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from orchestrator.core.job import Job
 from orchestrator.paths import open_private
 from orchestrator.proc.process import KILL_GRACE, LOG_CAP, Owner
+from orchestrator.runners.mcp import Door
 
 Held = Callable[[str], Awaitable[str | None]]
 """(repo-relative path) → why the job should not write it now, or None."""
@@ -35,6 +36,9 @@ class RunContext:
     resume: str = ""
     """Not "": the runner goes on from where its last run stopped, in the same worktree, told this (a person's
     review feedback, or that a rate limit is over)."""
+    door: Door | None = None
+    """The job's door to the daemon (its socket and token), for a runner that tells its CLI of the job's MCP server
+    (`runners.mcp`): open while the runner runs; None when it has none."""
     session: bool = True
     """With `resume`: a CLI with a `resume_argv` resumes its own session (review feedback); False after a rate
     limit (its session may hold nothing), when it runs its `argv` again told the task and `resume`."""

@@ -87,7 +87,8 @@ def _branch(repo: Path) -> str | None:
 
 def request(repo: Path, commit: str, found: list[rq.Ticket], branch: str | None = None) -> rq.Tickets:
     branch = branch or _branch(repo)
-    return rq.Tickets(str(repo), branch, commit, tuple(t.keyed(branch) for t in found))
+    author = _git(repo, "show", "-s", "--format=%an <%ae>", commit).strip()  # who queued the commit's jobs
+    return rq.Tickets(str(repo), branch, commit, tuple(t.keyed(branch) for t in found), author)
 
 
 def deliver(req: rq.Tickets, p: paths.Paths, timeout: float = TIMEOUT) -> str:

@@ -47,7 +47,7 @@ async def _one(jobs: Jobs, request: Tickets, t: Ticket) -> dict[str, Any]:
         olog.get(job_id=existing, repo=repo).info(olog.Event.TICKET_DUPLICATE, key=t.key, commit=request.commit)
         return {"key": t.key, "status": "duplicate", "job_id": existing}
     try:
-        job = await jobs.submit(t.enqueue(repo, request.branch), ticket=(key, t.id))
+        job = await jobs.submit(t.enqueue(repo, request.branch, request.author), ticket=(key, t.id))
     except DuplicateTicket:
         # The same key arrived twice at once (a spooled copy and a late answer): the first one won.
         return {"key": t.key, "status": "duplicate", "job_id": await store.ticket_job(key)}

@@ -166,4 +166,8 @@ MIGRATIONS: tuple[str, ...] = (
         at REAL NOT NULL
     );
     """,
+    # 13: who queued a job, as git names a person: the author of its commits when the daemon has no identity.
+    """
+    ALTER TABLE jobs ADD COLUMN author TEXT NOT NULL DEFAULT '';
+    """,
 )

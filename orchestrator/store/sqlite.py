@@ -265,6 +265,7 @@ class Store:
         land: str = "auto",
         labels: Sequence[str] = (),
         place: float | None = None,
+        author: str = "",
     ) -> Job:
         """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises).
         `labels`: the nodes of a team it may run on (kept, and shown, on one machine too). `place`: its place in
@@ -286,6 +287,7 @@ class Store:
             land=land,
             labels=tuple(sorted(set(labels))),
             place=place,
+            author=author,
         )
         job_id = await self._insert(job, ticket)
         self._changed.add(job_id)

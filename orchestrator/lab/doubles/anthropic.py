@@ -13,7 +13,7 @@ reason and usage, and `message_stop`; an error reply stays a plain HTTP error, a
 a stream starts. `/v1/messages/count_tokens` and the `/api/hello` reachability probe are answered too.
 
 It is a model of the protocol, not of Claude: production code talks to it exactly as to the real API
-(`ANTHROPIC_BASE_URL` = `double.url`). `orchestrator.lab.doubles.agent` scripts a whole agent conversation
+(`ANTHROPIC_BASE_URL` = `double.url`). `orchestrator.lab.doubles.script` scripts a whole agent conversation
 (which tool calls the "model" makes, turn by turn) on top of it.
 """
 
