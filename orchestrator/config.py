@@ -136,6 +136,10 @@ class RunnerTemplate:
     that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
+    terminal: str = "auto"
+    """Where the command runs: "tmux" in a terminal of the job's own that `orchestrator attach ID` joins (a person
+    sees the CLI as it draws itself and can type to it); "auto": tmux when it is installed; "none": its output on
+    a pipe, nothing to attach to."""
     mcp: str = ""
     """How the CLI is told of the job's MCP server (`orchestrator mcp`: the paths other running jobs hold, its
     claim grown before it writes), written into its scratch HOME: "claude-code" (its user config and settings),
@@ -205,6 +209,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
+TERMINALS = ("auto", "tmux", "none")
 
 MCP_STYLES = ("claude-code", "codex")
 """How an agent CLI is told of its job's MCP server (`[runners.NAME] mcp`): the CLIs whose config is known."""
@@ -489,6 +494,8 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # mcp = "claude-code"                      # tell it of the job's MCP server (claude-code or codex config; "": none)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
+# terminal = "auto"                        # in a tmux of the job's own (`orchestrator attach ID`) when tmux is
+#                                          # installed; "tmux" requires it, "none": output on a pipe only
 
 # Per repository (its absolute path):
 # [repos."/home/me/src/project"]
@@ -635,6 +642,8 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.terminal not in TERMINALS:
+            raise ConfigError(f"runners.{name}.terminal: {t.terminal!r}; use one of {', '.join(TERMINALS)}")
         if t.mcp and t.mcp not in MCP_STYLES:
             raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
         if t.mcp and not t.scratch_home:

@@ -374,6 +374,7 @@ class Executor:
             timeout=self.cfg.jobs.timeout,
             owner=StoreOwner(self.board.store, job.id),
             private_dir=self.paths.job_private(job.id),
+            terminal=self.paths.job_terminal(job.id),
             log_cap=self.cfg.jobs.log_max_bytes,
             grace=self.cfg.jobs.kill_grace,
             held=functools.partial(self.held, job.id) if self.held is not None else None,
