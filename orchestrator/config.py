@@ -136,6 +136,10 @@ class RunnerTemplate:
     that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
+    terminal: str = "auto"
+    """Where the command runs: "tmux" in a terminal of the job's own that `orchestrator attach ID` joins (a person
+    sees the CLI as it draws itself and can type to it); "auto": tmux when it is installed; "none": its output on
+    a pipe, nothing to attach to."""
     mcp: str = ""
     """How the CLI is told of the job's MCP server (`orchestrator mcp`: the paths other running jobs hold, its
     claim grown before it writes), written into its scratch HOME: "claude-code" (its user config and settings),
@@ -205,6 +209,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
+TERMINALS = ("auto", "tmux", "none")
 
 MCP_STYLES = ("claude-code", "codex")
 """How an agent CLI is told of its job's MCP server (`[runners.NAME] mcp`): the CLIs whose config is known."""
@@ -274,7 +279,7 @@ class PlanConfig:
     """Budget for the file list and snippets in a model's planning prompt."""
     calibrate_after: int = 5
     """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
-    risk: float = 0.05
+    risk: float = 0.08
     """The highest estimated chance that two jobs make a conflict the landing cannot merge (they touch a common
     path, and that meeting would not merge) for them to run side by side (0: judge local evidence by
     confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
@@ -442,7 +447,7 @@ concurrency = 4           # plans at once
 deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
-risk = 0.05               # two jobs run side by side when the chance of a conflict that will not merge is at most this
+risk = 0.08               # two jobs run side by side when the chance of a conflict that will not merge is at most this
 cli = "claude-code"       # planner = "cli": the runner whose read-only plan_argv plans (Claude Code's plan mode)
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
@@ -489,6 +494,8 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # mcp = "claude-code"                      # tell it of the job's MCP server (claude-code or codex config; "": none)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
+# terminal = "auto"                        # in a tmux of the job's own (`orchestrator attach ID`) when tmux is
+#                                          # installed; "tmux" requires it, "none": output on a pipe only
 
 # Per repository (its absolute path):
 # [repos."/home/me/src/project"]
@@ -607,7 +614,7 @@ def _validate(cfg: Config) -> None:
     if cfg.plan.deadline <= 0:
         raise ConfigError("plan.deadline: must be positive")
     if not 0 <= cfg.plan.risk < 1:
-        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.05)")
+        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.08)")
     if cfg.chat.policy not in ("gate", "naive"):
         raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.chat.classify not in ("model", "idle", "rules"):
@@ -635,6 +642,8 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.terminal not in TERMINALS:
+            raise ConfigError(f"runners.{name}.terminal: {t.terminal!r}; use one of {', '.join(TERMINALS)}")
         if t.mcp and t.mcp not in MCP_STYLES:
             raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
         if t.mcp and not t.scratch_home:

@@ -28,6 +28,9 @@ class RunContext:
     """Records each process group the runner starts (the store, in the daemon): pass it to `process.run`."""
     private_dir: Path | None = None
     """A 0700 dir of the job's own, outside the worktree, for scripts and prompts the runner writes."""
+    terminal: Path | None = None
+    """Where a runner that runs its command in a terminal of the job's own keeps it (`proc.terminal`): a dir no
+    sandboxed command sees. None: no such terminal."""
     log_cap: int = LOG_CAP
     grace: float = KILL_GRACE
     """Seconds between SIGTERM and SIGKILL when the job times out or the daemon stops."""

@@ -29,8 +29,8 @@ from typing import Any
 from orchestrator import beneath
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
-from orchestrator.paths import open_private
-from orchestrator.proc import process, visible
+from orchestrator.paths import open_private, private_dir, socket_too_long
+from orchestrator.proc import process, terminal, visible
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import confined, mcp, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
@@ -243,9 +243,21 @@ class CommandRunner:
         # read where that CLI prints them: what its agent or tools print is the job's own output.
         signs = ratelimit.SIGNS.get(t.rate_limits)
         watch = ratelimit.Watch(signs) if signs is not None else None
+        prefix = confined.prefix(self.sandbox, ctx, home=home)
+        tmux = terminal.tmux() if t.terminal != "none" and ctx.terminal is not None else None
+        if t.terminal == "tmux" and tmux is None:
+            why = f'runner {self.name} has terminal = "tmux" but tmux is not installed: install it, or set "auto"'
+            return RunResult(False, None, why, code=Code.RUNNER_ERROR)
+        if tmux is not None and ctx.terminal is not None:
+            if too_long := socket_too_long(terminal.socket(ctx.terminal)):
+                await asyncio.to_thread(note, ctx.log_path, f"[no terminal to attach to: {too_long}]")
+            else:
+                # In a tmux of the job's own, outside the sandbox (its prefix runs in the pane): `orchestrator attach`.
+                await asyncio.to_thread(private_dir, ctx.terminal)
+                argv, prefix = terminal.wrap(tmux, ctx.terminal, [*prefix, *argv]), []
         result = await process.run(
             argv,
-            prefix=confined.prefix(self.sandbox, ctx, home=home),
+            prefix=prefix,
             env=env,
             timeout=timeout,
             what=f"job {ctx.job.id} runner {self.name}",
