@@ -9,7 +9,7 @@ Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -56,8 +56,11 @@ def merge_conflicts(
     ours_tree: str | pygit2.Oid,
     theirs_tree: str | pygit2.Oid,
     mergeable: Mergeable | None = None,
+    objects: Sequence[Path] = (),
 ) -> tuple[str, ...]:
     """Paths that would conflict in a 3-way merge of two trees over `base`, like `git merge-tree`.
+
+    `objects`: more object dirs to read the trees from (jobs' quarantines), added in memory only.
 
     Hunk-level: one file changed in disjoint hunks on both sides merges clean and is not reported.
     Mergeable and `merge=union` paths (attributes read from `base`'s commit and the checkout) are union
@@ -65,6 +68,8 @@ def merge_conflicts(
     one side). Any tree-ish works for the three arguments (a commit sha is peeled to its tree).
     """
     repo = repos.open_repo(repo_path)
+    for extra in objects:
+        repo.odb.add_disk_alternate(str(extra))
     base_obj = repo.revparse_single(base)
     ancestor, ours, theirs = (_tree(repo, t) for t in (base_obj.id, ours_tree, theirs_tree))
     index = repo.merge_trees(ancestor, ours, theirs)

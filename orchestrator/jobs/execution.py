@@ -317,6 +317,7 @@ class Executor:
             if result.ok:
                 # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside).
                 try:
+                    # Into its quarantine: the result reaches the repository when it lands (`Lander`), not before.
                     sha = await asyncio.to_thread(
                         commits.commit_worktree,
                         worktree,
@@ -325,6 +326,9 @@ class Executor:
                         base=base,
                         repo_path=repo,
                         stack=bool(resume),
+                        prior=job.result if resume else None,
+                        max_total=self.cfg.jobs.max_result_bytes,
+                        publish=False,
                     )
                 except ResultRefused as refused:
                     result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)

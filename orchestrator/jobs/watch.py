@@ -22,6 +22,7 @@ from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job
 from orchestrator.core.models import ACTIVE, ANY, JobEvent, JobState, JobView
 from orchestrator.git import merging
+from orchestrator.git.workspace import Workspace
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.facts import GitFacts
 
@@ -194,7 +195,11 @@ class OverlapWatch:
         try:
             ours = await asyncio.to_thread(merging.tree_of_worktree, Path(job.worktree))
             theirs = await asyncio.to_thread(merging.tree_of_worktree, Path(other.worktree))
-            conflicts = await asyncio.to_thread(merging.merge_conflicts, Path(job.repo), job.base, ours, theirs)
+            # Each tree is in its own workspace's quarantine (never the repository's objects): read from both.
+            quarantines = [q for w in (job.worktree, other.worktree) if (q := Workspace.at(w).quarantine)]
+            conflicts = await asyncio.to_thread(
+                merging.merge_conflicts, Path(job.repo), job.base, ours, theirs, objects=quarantines
+            )
         except Exception as e:  # noqa: BLE001 - advisory only: the landing makes the real check
             olog.get(job_id=job.id, repo=job.repo).debug(
                 olog.Event.JOB_OVERLAP_CHECKED, other=other.id, hunks_error=str(e)
