@@ -337,6 +337,10 @@ class Config:
     def repo(self, path: str) -> RepoConfig:
         return self.repos.get(path, RepoConfig())
 
+    def mergeable(self, repo: str) -> tuple[str, ...]:
+        """Path patterns union-merged in `repo` (changelogs): `jobs.mergeable` and the repo's own."""
+        return (*self.jobs.mergeable, *self.repo(repo).mergeable)
+
     def land_mode(self, repo: str) -> str:
         """`auto` or `review` for jobs of `repo` (the repo's setting, else `jobs.land`)."""
         return self.repo(repo).land or self.jobs.land

@@ -136,6 +136,7 @@ class JobPlane:
             lander = Lander(board, cfg, paths, pool, sandbox)
         watch = OverlapWatch(board, cfg, facts)
         executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held)
+        watch.conflicts.interrupt = executor.interrupt  # a real conflict stops the job that would land second
         scheduler: Scheduler | None = None
 
         def wake() -> None:
@@ -230,12 +231,12 @@ class Daemon:
         log.info(olog.Event.PROCESS_CGROUPS, used=used, limits=shown, reason=why or None)
         # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
         await end_survivors(store, grace=self.cfg.jobs.kill_grace)
-        recovered = await store.recover()
+        board = Board(store)
+        recovered = await board.recover()
         # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
         claude = SharedClaude(self.cfg.anthropic)
         parts.push_async_callback(claude.close)
-        # In team mode an unconfined job could reach the shared store: `auto` requires the sandbox there.
-        mode = "bwrap" if self.cfg.store.url and self.cfg.jobs.sandbox == "auto" else self.cfg.jobs.sandbox
+        mode = sandboxes.mode_for(self.cfg.jobs.sandbox, team=bool(self.cfg.store.url))
         sandbox = await asyncio.to_thread(sandboxes.resolve, mode, self._hidden())
         await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
@@ -250,7 +251,6 @@ class Daemon:
                 )
             with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
                 workspaces[repo] = await pool.recover(Path(repo))
-        board = Board(store)
         # Interrupted landings next: the user's checkouts are level before anything lands again.
         await settle_landings(board, pool)
         plane = JobPlane.load(

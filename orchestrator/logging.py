@@ -100,6 +100,9 @@ class Event(StrEnum):
     CLAUDE_CALL = "claude.call"
     CLAUDE_RETRY = "claude.retry"
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
+    JOB_STOPPED = "job.stopped"
+    """A real conflict with another job (running, or just landed) was found while this one ran: it stops at once
+    and runs again behind that job (`blocking`), or its landing settles it when its run had ended."""
     GATE_ADMITTED = "gate.admitted"
     GATE_REJECTED = "gate.rejected"
     OLLAMA_GATE_BUSY = "ollama.gate.busy"

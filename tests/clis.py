@@ -1,10 +1,11 @@
 """The real agent CLIs the end-to-end tests drive: found where `.ci/run` installs them, or on PATH.
 
 `.ci/run` installs Claude Code (npm `@anthropic-ai/claude-code`), codex (npm `@openai/codex`) and aider (PyPI
-`aider-chat`, in a venv of its own) under `$ORCHESTRATOR_TEST_TOOLS` (default `~/.cache/orchestrator-test-tools`:
-outside `/tmp`, which a job's sandbox replaces with an empty one, and kept between runs) and links each into its
-`bin/`.
-A test needing one skips, saying what to install, where neither that dir nor PATH has it.
+`aider-chat`, in a venv of its own) under `$ORCHESTRATOR_TEST_TOOLS` (default `~/.cache/orchestrator-test-tools`,
+or `/var/tmp/orchestrator-test-tools-UID` when HOME is under `/tmp`: never where a job's sandbox shows an empty
+dir; kept between runs) and links each into its `bin/`.
+A test needing one skips, saying what to install, where neither that dir nor PATH has it, or why a job cannot see
+the one found.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-TOOLS = Path(os.environ.get("ORCHESTRATOR_TEST_TOOLS") or Path.home() / ".cache" / "orchestrator-test-tools")
+from orchestrator.proc import sandbox, visible
+
+_HOME = Path.home()
+TOOLS = Path(
+    os.environ.get("ORCHESTRATOR_TEST_TOOLS")
+    or (f"/var/tmp/orchestrator-test-tools-{os.getuid()}" if _HOME.is_relative_to("/tmp") else "")
+    or _HOME / ".cache" / "orchestrator-test-tools"
+)
+"""Where `.ci/run` installs the CLIs: never under /tmp (with HOME there, /var/tmp), which a job's sandbox empties."""
 INSTALL = {
     "claude": "bash .ci/run installs it (npm @anthropic-ai/claude-code)",
     "aider": "bash .ci/run installs it (pip aider-chat, in a venv of its own)",
@@ -43,11 +52,22 @@ def version(name: str) -> str:
 
 
 def need(name: str) -> str:
-    """The CLI's path, or skip the test saying how to install it."""
+    """The CLI's path, or skip the test saying how to install it (or why a job's sandbox cannot see it)."""
     path = find(name)
     if path is None:
         pytest.skip(f"{name} is not installed: {INSTALL[name]}")
+    if (problem := out_of_sight(path)) is not None:
+        pytest.skip(f"{problem}; ORCHESTRATOR_TEST_TOOLS outside /tmp and `bash .ci/run` install it where jobs see it")
     return path
+
+
+@cache
+def out_of_sight(path: str) -> str | None:
+    """Why a job under bubblewrap cannot start the CLI at `path` (None: it can, or there is no bubblewrap)."""
+    box = sandbox.detect("auto")
+    if not box.active:
+        return None
+    return visible.look(box, path, os.environ.get("PATH", "/usr/bin:/bin")).problem
 
 
 def bin_dir(name: str) -> str:

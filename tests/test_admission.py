@@ -92,6 +92,20 @@ def test_dependency_waits_for_landing() -> None:
     assert failing(d) == ["Dependency"]
 
 
+def test_a_job_that_lands_after_others_starts_once_they_have_ended() -> None:
+    """A job stopped on a real conflict waits for the jobs it lands after to end, landed or not (a dead one no
+    longer holds it back, unlike a dependency: what it met is gone), and keeps its place meanwhile."""
+    from dataclasses import replace
+
+    a = replace(job(10, "src/b.py"), land_after=(4, 3))
+    d = decide(a, snap(active=(job(4, "src/a.py"),), waiting=(a,)))
+    assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.DEPENDENCY, (3, 4))
+    assert d.message == "lands after jobs 3, 4, whose changes met its own: it starts once they have ended"
+    assert decide(a, snap(waiting=(a,), landed=frozenset({4}), dead=frozenset({3}))).admitted
+    later = job(11, "src/b.py")
+    assert decide(later, snap(active=(job(4, "src/a.py"),), waiting=(a, later))).reason is Reason.PRIORITY
+
+
 def test_landing_in_flight() -> None:
     """A landing into the job's target branch defers it; one into another branch does not."""
     a = job(10, "src/b.py")

@@ -80,6 +80,23 @@ def test_the_tables_fit_an_80_column_terminal_with_every_figure_whole():
         assert all(v in text for v in ("123.45", "101.50", "1.22", "0.74", "88", "0.12")), text
 
 
+def test_runs_come_from_the_events_and_work_thrown_away_is_every_run_that_did_not_land():
+    """Each run is an admission to what ended it (a landing's conflict after `finished` ends nothing more); the work
+    thrown away is every run but a landed job's last one, in job-seconds."""
+    events = [
+        {"kind": "admitted", "at": 0.0},
+        {"kind": "requeued", "at": 2.0, "ran_s": 2.0},  # stopped on a conflict while it ran
+        {"kind": "admitted", "at": 5.0},
+        {"kind": "finished", "at": 9.0},
+        {"kind": "requeued", "at": 9.5},  # its landing conflicted
+        {"kind": "admitted", "at": 10.0},
+        {"kind": "finished", "at": 13.0},
+    ]
+    runs = sched.runs_of(events)
+    assert runs == [sched.Interval(0, 2), sched.Interval(5, 9), sched.Interval(10, 13)]
+    assert sched.thrown_away([runs, [sched.Interval(0, 1)]], [True, False]) == 2 + 4 + 1
+
+
 def test_met_side_by_side_counts_pairs_that_ran_at_once_and_touched_a_common_file():
     """Only a pair whose runs overlapped in time and whose real files meet counts (a directory meets the files
     under it); a retried job counts by any of its attempts; a job with nothing counted never meets."""

@@ -185,3 +185,38 @@ def test_half_made_check_worktree_is_removed_on_start(make_repo, tmp_path):
     remove_stale_scratch(repo, scratch, tmp_path / "state")
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert not admin.exists() and not half.parent.exists()
+
+
+async def test_a_journal_entry_is_obeyed_only_for_its_own_job_and_repository_s_worktrees(make_repo, tmp_path):
+    """Recovery writes only what a landing of this daemon's own would have: an entry whose checkout is an unrelated
+    repository (not a worktree of the entry's repository), or whose job is of another repository or none, is not
+    obeyed (logged, dropped); the unrelated repository keeps every byte and its index."""
+    from orchestrator.core.records import Intent
+    from orchestrator.git.worktrees import WorktreePool
+    from orchestrator.jobs.board import Board
+    from orchestrator.jobs.recovery import settle_landings
+    from orchestrator.store import Store
+
+    repo, other = make_repo("repo"), make_repo("other")
+    victim = make_repo("victim", {"mine.txt": "mine\n"})
+    (victim / "mine.txt").write_text("mine, not committed yet\n")
+    old = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "planted")
+    (repo / "planted.txt").write_text("planted\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "planted")
+    new = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    store = await Store.open(tmp_path / "state.db")
+    try:
+        job = await store.add_job(repo=str(repo), branch="planted", text="t", runner="shell")
+        elsewhere = await store.add_job(repo=str(other), branch="main", text="t", runner="shell")
+        for job_id, checkout in ((job.id, victim), (elsewhere.id, repo), (None, repo)):
+            intent = Intent(str(repo), "refs/heads/planted", old, new, (str(checkout),), job_id, 0.0)
+            await store.journal_begin(intent)
+        await settle_landings(Board(store), WorktreePool(tmp_path / "worktrees", warm=0))
+        assert await store.journal_open() == []
+    finally:
+        await store.close()
+    assert git(victim, "status", "--porcelain") == "M mine.txt" and not (victim / "planted.txt").exists()
+    assert not (repo / "planted.txt").exists() and git(repo, "status", "--porcelain") == ""

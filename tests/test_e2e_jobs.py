@@ -113,14 +113,52 @@ def test_touching_an_unclaimed_path_raises_overlap_within_a_second(started, tmp_
     assert ev["other"] == holder and ev["paths"] == ["src/a.py"]
     assert ts(ev["timestamp"]) - written < 1.0, "flagged within 1 s of the write"
     assert holder in d.cli_json("show", str(escaper))["land_after"], "the later job lands after the holder"
-    until(lambda: any(e["event"] == "job.overlap_checked" for e in d.events()), what="hunk-level check")
-    checked = next(e for e in d.events() if e["event"] == "job.overlap_checked")
-    assert checked["conflict"] is False, "the holder has not written yet: same file, no conflicting hunk"
+    assert not any(e["event"] == "job.overlap_checked" for e in d.events()), "the holder has written nothing yet"
     gate.touch()
     assert d.cli("wait", str(holder), str(escaper), "--timeout", "90").returncode in (0, 1)
     states = {d.cli_json("show", str(i))["state"] for i in (holder, escaper)}
     assert d.cli_json("show", str(holder))["state"] == "landed"
     assert states <= {"landed", "conflicted"}
+
+
+def test_a_real_conflict_stops_the_later_job_at_once_and_it_lands_after_the_earlier(started, tmp_path):
+    """Two running jobs write one line differently: within 5 s of the later job's write it is stopped (its processes
+    end, one `job.stopped` event names the earlier job), the earlier runs on and lands with all its work, and the
+    later runs again behind it, on a base that has its change, and lands; its stopped attempt is kept on a branch."""
+    repo, d = started
+    a_wrote, b_wrote, once, release = (tmp_path / n for n in ("a.wrote", "b.wrote", "b.once", "release"))
+    earlier = d.enqueue(
+        repo,
+        f"echo 'a = \"A\"' > src/a.py; echo notes > docs/a-notes.md; touch {a_wrote}; {wait_for_file(release, 1200)}",
+        "--path", "src/a.py", "--path", "docs/a-notes.md",
+    )  # fmt: skip
+    later = d.enqueue(
+        repo,
+        f"{wait_for_file(a_wrote)}; if [ -e {once} ]; then echo 'a = \"B\"' > src/a.py; exit 0; fi; touch {once}; "
+        f"echo 'a = \"B\"' > src/a.py; date +%s.%N > {b_wrote}; sleep 120",
+        "--path", "src/b.py",
+    )  # fmt: skip
+
+    def requeued() -> dict | None:
+        shown = d.cli_json("show", str(later))
+        return next((e for e in shown["events"] if e["kind"] == "requeued"), None)
+
+    until(lambda: requeued() is not None, timeout=30, what="the later job stopped")
+    event, written = requeued(), float(b_wrote.read_text())
+    assert event["at"] - written <= 5.0, f"stopped {event['at'] - written:.1f} s after the write"
+    assert event["code"] == "Conflict" and event["behind"] == [earlier] and event["conflicts"] == ["src/a.py"]
+    stopped = [e for e in d.events() if e["event"] == "job.stopped"]
+    assert [(e["job_id"], e["blocking"], e["stopped"]) for e in stopped] == [(later, [earlier], True)]
+    assert d.cli_json("show", str(earlier))["state"] == "running", "the earlier job runs on"
+    release.touch()
+    assert d.cli("wait", str(earlier), str(later), "--timeout", "90").returncode == 0
+    ja, jb = d.cli_json("show", str(earlier)), d.cli_json("show", str(later))
+    assert ja["state"] == jb["state"] == "landed" and jb["attempts"] == 1
+    assert ts(jb["started_at"]) >= ts(ja["finished_at"]), "the later job ran again after the earlier landed"
+    assert git(repo, "merge-base", "--is-ancestor", ja["landed_sha"], "main") == ""
+    assert git(repo, "show", f"{ja['landed_sha']}:src/a.py") == 'a = "A"', "the earlier job's work landed whole"
+    assert git(repo, "show", "main:docs/a-notes.md") == "notes" and git(repo, "show", "main:src/a.py") == 'a = "B"'
+    assert git(repo, "show", f"orchestrator/{later}-attempt-1:src/a.py") == 'a = "B"', "its stopped attempt kept"
 
 
 def test_landing_conflict_requeues_on_the_new_head_and_lands(started, tmp_path):

@@ -217,6 +217,48 @@ def test_each_break_the_review_found_fails_the_rule(why):
     assert all(any(a in f and b in f for f in found) for a, b in SEVEN[why]), found
 
 
+JOB_WRITES = frozenset(
+    {"add_job", "transition", "update", "update_many", "update_all", "delete_job", "recover", "claim", "take_over"}
+)
+"""The store's methods that write a job."""
+BOARD = "orchestrator.jobs.board"
+
+
+def store_writes(known: Mapping[str, Path]) -> list[str]:
+    """Each call of a store's job-writing method (`….store.update(…)`, `store.transition(…)`) outside the store
+    and the board."""
+    out = []
+    for mod, path in sorted(known.items()):
+        if mod == BOARD or mod.startswith(("orchestrator.store", "orchestrator.lab")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in JOB_WRITES
+                and re.search(r"(^|\.)_?store$", ast.unparse(node.func.value))
+            ):
+                out.append(f"{mod}:{node.lineno} {ast.unparse(node.func)}")
+    return out
+
+
+def test_every_job_write_goes_through_the_board():
+    """No module but the board writes a job to the store: every change is stored, then announced, in one place."""
+    found = store_writes(modules())
+    # Team mode's take-over of a lapsed node's jobs goes through the board once the store's team part has one
+    # interface for both engines.
+    assert [f for f in found if not f.startswith("orchestrator.team.node:")] == []
+
+
+def test_a_write_beside_the_board_fails_the_rule(tmp_path):
+    """A job write straight to the store (as planning and the watch made before) is found."""
+    mod = tmp_path / "planning.py"
+    mod.write_text("async def submit(self, job):\n    await self.board.store.transition(job.id, 1, 2, 3)\n")
+    assert store_writes({"orchestrator.jobs.planning": mod}) == [
+        "orchestrator.jobs.planning:2 self.board.store.transition"
+    ]
+
+
 def test_a_daemon_module_importing_the_lab_fails_the_rule():
     """The daemon never imports the lab (benchmarks, protocol doubles): it sits above the daemon."""
     edges = {m: set(t) for m, t in imports(modules()).items()}

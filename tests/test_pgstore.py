@@ -30,12 +30,27 @@ def clones(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "a", tmp_path / "b"
 
 
+_HOMES: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _homes(tmp_path: Path):
+    """Where each node keeps its own file (its processes, its checkouts' journal, its clones)."""
+    _HOMES.append(tmp_path / "homes")
+    yield
+    _HOMES.pop()
+
+
 async def _node(url: str, name: str, **kw):
+    """Node `name`'s store: the team's database, and the node's own file (the same one across its restarts)."""
     from orchestrator.store.postgres import PgStore
     from orchestrator.team.clones import remote_of
 
+    home = _HOMES[-1] / name
+    home.mkdir(parents=True, exist_ok=True)
+    local = await Store.open(home / "orchestrator.db")
     return await PgStore.connect(
-        url, node=name, remote_of=remote_of, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw
+        url, node=name, remote_of=remote_of, local=local, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw
     )
 
 
@@ -236,8 +251,12 @@ async def test_postgresql_down_is_a_clear_error(tmp_path):
     from orchestrator.team.clones import remote_of
 
     url = f"postgresql://nobody@/x?host={tmp_path}&port=1"
-    with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
-        await PgStore.connect(url, node="a", remote_of=remote_of)
+    local = await Store.open(tmp_path / "orchestrator.db")
+    try:
+        with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
+            await PgStore.connect(url, node="a", remote_of=remote_of, local=local)
+    finally:
+        await local.close()
 
 
 async def test_rate_limits_are_kept_per_node_and_a_later_end_stands(pg_url, tmp_path):

@@ -186,3 +186,28 @@ def test_survivors_are_ended_and_recycled_pids_are_left_alone(tmp_path: Path) ->
         for p in (survivor, stranger):
             p.kill()
             p.wait()
+
+
+def test_a_record_without_its_boot_or_start_time_names_no_group() -> None:
+    """A record that cannot be checked (start time 0, an empty boot id, another boot's) never makes the daemon
+    signal the group it names, here a real `setsid` process group of the user's."""
+    stranger = subprocess.Popen(["setsid", "sleep", "60"], stdin=subprocess.DEVNULL)  # not a leader: no fork
+    try:
+        deadline = time.monotonic() + 5
+        while (process._stat(stranger.pid) or ("", 0))[1] != stranger.pid:  # until setsid made it a leader
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        start, boot = process._start_time(stranger.pid), process.boot_id()
+        unchecked = [
+            Group(stranger.pid, 0, ""),
+            Group(stranger.pid, 0, boot),
+            Group(stranger.pid, start, ""),
+            Group(stranger.pid, start, "another-boot"),
+        ]
+        assert [process.is_ours(g) for g in unchecked] == [False] * 4
+        assert asyncio.run(process.end_groups(unchecked, grace=0.5)) == []
+        assert stranger.poll() is None
+        assert process.is_ours(Group(stranger.pid, start, boot))  # what the daemon itself records is checkable
+    finally:
+        stranger.kill()
+        stranger.wait()

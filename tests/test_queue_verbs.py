@@ -14,7 +14,7 @@ def states(d, *ids: int) -> list[str]:
 
 
 def test_cancel_and_retry_take_several_ids_and_filters(started, make_repo, tmp_path):
-    """`cancel 1 2` cancels both; `retry --failed --repo R` re-queues only that repo's ended jobs."""
+    """`cancel 1 2` cancels both; `retry --cancelled --repo R` re-queues only that repo's cancelled jobs."""
     repo, d = started
     other = make_repo("other")
     gate = tmp_path / "gate"
@@ -31,12 +31,41 @@ def test_cancel_and_retry_take_several_ids_and_filters(started, make_repo, tmp_p
     assert refused.returncode == 2 and "already ended" in refused.stderr and "no job 999" in refused.stderr
 
     gate.touch()
-    retried = json.loads(d.cli("retry", "--failed", "--repo", str(repo), "--json").stdout)
+    retried = json.loads(d.cli("retry", "--cancelled", "--repo", str(repo), "--json").stdout)
     assert sorted(r["id"] for r in retried) == [a, b], "the other repo's failed job stays failed"
     assert states(d, c) == ["failed"]
     assert d.cli("wait", str(a), str(b), "--timeout", "60").returncode == 0
     assert git(repo, "show", "main:src/a.py") == "a" and git(repo, "show", "main:src/b.py") == "b"
     assert d.cli("retry").returncode == 2, "naming nothing is a usage error"
+
+
+def test_each_filter_picks_jobs_by_how_they_ended(started, tmp_path):
+    """`--failed` is failed (never what you cancelled), `--cancelled` and `--unchanged` have filters of their own; for
+    retry and clean alike."""
+    repo, d = started
+    gate = tmp_path / "gate"
+    failed = d.enqueue(repo, "exit 3", "--path", "src/a.py")
+    unchanged = d.enqueue(repo, "true", "--path", "src/b.py")
+    cancelled = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo c > docs/x.md", "--path", "docs/x.md")
+    d.cli("wait", str(failed), str(unchanged), "--timeout", "60")
+    assert d.cli("cancel", str(cancelled)).returncode == 0
+    assert states(d, failed, unchanged, cancelled) == ["failed", "unchanged", "cancelled"]
+
+    def picked(verb: str, *flags: str) -> list[int]:
+        out = d.cli(verb, *flags, "--json")
+        assert out.returncode == 0, out.stderr
+        return sorted(r["id"] for r in json.loads(out.stdout))
+
+    assert picked("retry", "--failed") == [failed]
+    assert d.cli("wait", str(failed), "--timeout", "60").returncode == 1
+    assert picked("retry", "--unchanged") == [unchanged]
+    assert d.cli("wait", str(unchanged), "--timeout", "60").returncode == 5
+    assert states(d, cancelled) == ["cancelled"], "neither filter touched the job you cancelled"
+    assert picked("clean", "--cancelled") == [cancelled]
+    assert picked("clean", "--failed", "--unchanged") == [failed, unchanged]
+    assert d.cli_json("status") == []
+    refused = d.cli("cancel", "--failed")
+    assert refused.returncode == 2 and "ended already" in refused.stderr
 
 
 def test_clean_removes_ended_jobs_records_and_logs(started):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.core.models import Code, JobState
 from orchestrator.runners import replay
 from tests.conftest import git, workspace, write
 
@@ -166,6 +167,40 @@ def test_conflict_theirs_keeps_both_entries_of_a_changelog(make_repo, tmp_path):
     assert (ws / "a.py").read_text() == "recorded\n"
 
 
+async def test_a_replay_that_does_not_apply_runs_again_behind_the_jobs_beside_it(make_repo, tmp_path):
+    """A change recorded on top of another that has not landed yet does not apply on its base: a conflict, not a
+    failure. Its job goes back to the queue behind the job beside it, runs again once that landed, and lands."""
+    from tests.plane import plane
+
+    repo = make_repo(files={"a.txt": "a\n", "b.txt": "b\n"})
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {"a.txt": "A\n"})
+    git(repo, "commit", "-qam", "first")
+    first = git(repo, "rev-parse", "HEAD")
+    write(repo, {"a.txt": "A, then B\n"})
+    git(repo, "commit", "-qam", "second, on top of the first")
+    second = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    async with plane(tmp_path, max_concurrent=2, per_repo=2) as p:
+        a = await p.enqueue(repo, f"First\ncommit: {first}\nafter: 2", "a.txt", runner="replay")
+        b = await p.enqueue(repo, f"Second\ncommit: {second}", "b.txt", runner="replay")
+
+        async def stopped():
+            job = await p.store.get(b)
+            return job if job.attempts or job.state.terminal else None
+
+        requeued = await p.until("job b back in the queue", stopped)
+        assert requeued.state in (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED), requeued.reason
+        assert requeued.land_after == (a,)
+        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        assert event["code"] == Code.CONFLICT and event["behind"] == [a] and event["ran_s"] >= 0
+        assert (await p.store.get(a)).state is JobState.RUNNING, "the job beside it runs on"
+        done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
+        assert done.state is JobState.LANDED, done.reason
+        assert (await p.store.get(a)).state is JobState.LANDED
+    assert git(repo, "show", "main:a.txt") == "A, then B"
+
+
 def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path):
     """A commit replay and a patch replay run as jobs and land; a change that does not apply fails with why."""
     repo = make_repo()
@@ -186,7 +221,7 @@ def test_replay_jobs_land_through_the_daemon(make_repo, daemon_factory, tmp_path
     assert git(repo, "show", "main:src/a.py") == "a = 2"
     assert git(repo, "show", "main:docs/x.md") == "x, patched"
     assert "Bump a" in git(repo, "log", "--format=%s", "main").splitlines(), "the subject is the text's first line"
-    assert jc["state"] == "failed" and "does not apply" in jc["reason"]
+    assert jc["state"] == "conflicted" and "does not apply" in jc["reason"], jc["reason"]
 
 
 def test_the_planner_reads_the_task_not_the_spec(make_repo, daemon_factory):

@@ -156,3 +156,99 @@ def test_a_confined_job_cannot_reach_the_team_store(tmp_path, users, postgres):
         assert "forged" not in git(bare, "log", "--all", "--format=%s")
     finally:
         a.stop()
+
+
+def _setsid_sleeper() -> subprocess.Popen[bytes]:
+    """An unrelated process group of the user's: `setsid sleep`, as a user's own long job would be."""
+    return subprocess.Popen(["setsid", "sleep", "300"], stdin=subprocess.DEVNULL)  # not a leader yet: no fork
+
+
+def _start_time(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(raw[raw.rindex(b")") + 2 :].split()[19])
+
+
+def _forge(postgres: LocalPostgres, db: str, sql: str) -> str:
+    """Write to the team's database as anyone who has it could (a teammate's node, a job that got in); what the
+    database said (a row it has no table for cannot even be written)."""
+    try:
+        postgres.psql(sql, database=db)
+    except Exception as e:  # noqa: BLE001 - the refusal is the answer
+        return str(e)
+    return "written"
+
+
+def test_forged_rows_make_a_node_touch_no_file_and_signal_no_process_of_its_machine(tmp_path, users, postgres):
+    """Rows naming node a in the shared store, written by someone else: a landing journal entry whose checkout is an
+    unrelated repository of the user, process records (start time 0, empty boot id; and the real ones) of an
+    unrelated `setsid` process group, a clone of the team's repository at that unrelated path. Node a restarts:
+    the repository is as it was (no file written, nothing staged), the process group lives."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    a, clone = _node(tmp_path, users, postgres, db, bare, "a", sandbox="none")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    git(victim, "init", "-q", "-b", "main")
+    (victim / "mine.txt").write_text("my own work\n")
+    git(victim, "add", "-A")
+    git(victim, "commit", "-qm", "mine")
+    (victim / "mine.txt").write_text("my own work, not committed yet\n")
+    # In the team's clone, a branch whose last commit adds a file: what a forged "finished" landing would write.
+    old = git(clone, "rev-parse", "HEAD")
+    git(clone, "checkout", "-q", "-b", "planted")
+    (clone / "planted.txt").write_text("planted\n")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "planted")
+    new = git(clone, "rev-parse", "HEAD")
+    git(clone, "checkout", "-q", "main")
+    sleeper = _setsid_sleeper()
+    try:
+        a.start()
+        a.stop()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        said = [
+            _forge(postgres, db, "INSERT INTO landing_journal (node, job_id, repo, branch, old, new, checkouts, at) "
+                   f"VALUES ('a', NULL, '{clone}', 'refs/heads/planted', '{old}', '{new}', "
+                   f"'{json.dumps([str(victim)])}', 0)"),
+            _forge(postgres, db, "INSERT INTO processes (node, pgid, start_time, boot_id, job_id, what, started_at) "
+                   f"VALUES ('a', {sleeper.pid}, 0, '', NULL, 'forged', 0)"),
+            _forge(postgres, db, "INSERT INTO processes (node, pgid, start_time, boot_id, job_id, what, started_at) "
+                   f"VALUES ('a', {sleeper.pid}, {_start_time(sleeper.pid)}, '{boot}', NULL, 'forged', 0)"),
+            _forge(postgres, db, "INSERT INTO node_repos (node, key, path, url) SELECT 'a', remote, "
+                   f"'{victim}', '' FROM jobs LIMIT 1"),
+        ]  # fmt: skip
+        a.start()
+        job = a.enqueue(clone, "echo done > done.txt", "--path", "done.txt")
+        until("the node works again", lambda: _row(postgres, db, job)["state"] == "landed", 60)
+        assert git(victim, "status", "--porcelain") == "M mine.txt", said
+        assert not (victim / "planted.txt").exists()
+        assert (victim / "mine.txt").read_text() == "my own work, not committed yet\n"
+        assert sleeper.poll() is None, f"an unrelated process group was signalled ({said})"
+    finally:
+        a.stop()
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_node_restarting_leaves_another_node_s_runners_on_the_same_machine_alone(tmp_path, users, postgres):
+    """Two nodes of one team on one machine: restarting node a (which ends what a dead a left running) leaves
+    node b's running job alone; it goes on and lands."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    a, _ = _node(tmp_path, users, postgres, db, bare, "a", sandbox="none")
+    b, clone_b = _node(tmp_path, users, postgres, db, bare, "b", sandbox="none", labels='["bee"]')
+    gate, pidfile = tmp_path / "gate", tmp_path / "b.pid"
+    a.start()
+    b.start()
+    try:
+        job = b.enqueue(clone_b, f"echo $$ > {pidfile}; while [ ! -e {gate} ]; do sleep 0.1; done; echo b > b.txt",
+                        "--path", "b.txt", "--label", "bee")  # fmt: skip
+        runner = int(until("b's job runs", lambda: pidfile.exists() and pidfile.read_text().strip()))
+        a.stop()
+        a.start()
+        assert Path(f"/proc/{runner}").exists(), "node a's start ended node b's runner"
+        gate.touch()
+        until("b's job landed", lambda: _row(postgres, db, job)["state"] == "landed", 60)
+    finally:
+        a.stop()
+        b.stop()

@@ -28,6 +28,7 @@ ENDED_STATES = tuple(sorted(models.ENDED))
 FAILED_STATES = models.DEAD | models.HELD
 """Ended without landing, not as asked (an unchanged job did what it was asked): `--failed`, exit 1."""
 CANCELLABLE_STATES = tuple(sorted(models.CANCELLABLE))
+RETRYABLE_STATES = tuple(sorted(models.RETRYABLE))
 
 
 def err(message: str) -> None:

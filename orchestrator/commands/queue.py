@@ -1,4 +1,5 @@
-"""Queue verbs like pueue's: each takes several ids and filters (`--failed`, `--repo`, `--all`).
+"""Queue verbs like pueue's: each takes several ids and filters (`--failed`, `--cancelled`, `--unchanged`, `--repo`,
+`--all`).
 
 `cancel`, `retry` and `clean` act on jobs one by one and report each; one refusal does not stop the
 rest (the exit code says some were refused).
@@ -18,40 +19,65 @@ from orchestrator.commands import term
 from orchestrator.commands.common import (
     CANCELLABLE_STATES,
     ENDED_STATES,
-    FAILED_STATES,
     REJECTED,
+    RETRYABLE_STATES,
     api_call,
     client,
     emit,
     err,
     json_option,
 )
+from orchestrator.core import models
+
+PICKS: dict[str, frozenset[str]] = {
+    "failed": frozenset({models.JobState.FAILED, models.JobState.CONFLICTED, models.JobState.INTERRUPTED}),
+    "cancelled": frozenset({models.JobState.CANCELLED}),
+    "unchanged": frozenset({models.JobState.UNCHANGED}),
+}
+"""The filters that pick ended jobs by how they ended: `--failed` (failed, conflicted, or interrupted by a daemon
+stop: never the ones you cancelled), `--cancelled`, `--unchanged` (ended well with nothing to land)."""
 
 
 def _filters(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--all", "all_", is_flag=True, help="Every job this verb applies to.")(fn)
-    fn = click.option("--failed", is_flag=True, help="Jobs that ended without landing.")(fn)
+    fn = click.option("--failed", is_flag=True, help="Jobs that failed, conflicted or were interrupted.")(fn)
+    fn = click.option("--cancelled", is_flag=True, help="Jobs that were cancelled.")(fn)
+    fn = click.option("--unchanged", is_flag=True, help="Jobs that ended with nothing to land.")(fn)
     fn = click.option(
-        "--repo", type=click.Path(path_type=Path), help="Only jobs of this repository (with --all or --failed: theirs)."
+        "--repo", type=click.Path(path_type=Path), help="Only jobs of this repository (with a filter: theirs)."
     )(fn)
     return click.argument("job_ids", type=int, nargs=-1)(fn)
 
 
+def picked_states(states: Iterable[str], all_: bool, picks: Iterable[str]) -> set[str]:
+    """Of the verb's `states`, those the filters name: every one with `--all` (or `--repo` alone), else the union of
+    the filters' (`PICKS`). Pure."""
+    named = set(picks)
+    if all_ or not named:
+        return set(states)
+    return set(states) & set().union(*(PICKS[p] for p in named))
+
+
 def select(
-    c: Client, ids: Iterable[int], *, states: Iterable[str], all_: bool, failed: bool, repo: Path | None
+    c: Client, ids: Iterable[int], *, states: Iterable[str], all_: bool, picks: Iterable[str], repo: Path | None
 ) -> list[int]:
     """The ids named, plus every job in `states` that the filters pick; a usage error when nothing is named."""
     picked = list(dict.fromkeys(ids))
-    if all_ or failed or repo is not None:
-        wanted = set(states) & set(FAILED_STATES) if failed else set(states)
+    picks = list(picks)
+    if all_ or picks or repo is not None:
+        wanted = picked_states(states, all_, picks)
         where = str(repo.expanduser().resolve()) if repo is not None else None
         for j in c.jobs(",".join(sorted(wanted))) if wanted else []:
             if (where is None or j["repo"] == where) and j["id"] not in picked:
                 picked.append(j["id"])
         return picked
     if not picked:
-        raise click.UsageError("name job ids, or pick them with --all, --failed or --repo PATH")
+        raise click.UsageError("name job ids, or pick them with --all, --failed, --cancelled, --unchanged or --repo")
     return picked
+
+
+def _picks(**flags: bool) -> list[str]:
+    return [name for name, on in flags.items() if on]
 
 
 def each(
@@ -84,12 +110,15 @@ def each(
 @_filters
 @json_option
 @api_call
-def cancel(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None, as_json: bool) -> None:
+def cancel(
+    job_ids: tuple[int, ...], all_: bool, failed: bool, cancelled: bool, unchanged: bool, repo: Path | None,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Cancel jobs that have not landed (`--all`: every open job)."""
-    if failed:
-        raise click.UsageError("--failed jobs have ended already; nothing to cancel")
+    if picks := _picks(failed=failed, cancelled=cancelled, unchanged=unchanged):
+        raise click.UsageError(f"--{picks[0]} jobs have ended already; nothing to cancel")
     c = client()
-    ids = select(c, job_ids, states=CANCELLABLE_STATES, all_=all_, failed=failed, repo=repo)
+    ids = select(c, job_ids, states=CANCELLABLE_STATES, all_=all_, picks=(), repo=repo)
     each(ids, c.cancel, lambda j: f"job {j['id']}: {j['state']}", as_json)
 
 
@@ -97,10 +126,14 @@ def cancel(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None
 @_filters
 @json_option
 @api_call
-def retry(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None, as_json: bool) -> None:
-    """Queue failed, cancelled, conflicted or interrupted jobs again (`--all`/`--failed`: every such job)."""
+def retry(
+    job_ids: tuple[int, ...], all_: bool, failed: bool, cancelled: bool, unchanged: bool, repo: Path | None,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Queue ended jobs again: `--failed` (failed, conflicted, interrupted), `--cancelled`, `--unchanged`, `--all`."""
     c = client()
-    ids = select(c, job_ids, states=FAILED_STATES, all_=all_, failed=failed, repo=repo)
+    picks = _picks(failed=failed, cancelled=cancelled, unchanged=unchanged)
+    ids = select(c, job_ids, states=RETRYABLE_STATES, all_=all_, picks=picks, repo=repo)
     each(ids, c.retry, lambda j: f"job {j['id']}: {j['state']} ({j['reason']})", as_json)
 
 
@@ -108,10 +141,14 @@ def retry(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None,
 @_filters
 @json_option
 @api_call
-def clean(job_ids: tuple[int, ...], all_: bool, failed: bool, repo: Path | None, as_json: bool) -> None:
+def clean(
+    job_ids: tuple[int, ...], all_: bool, failed: bool, cancelled: bool, unchanged: bool, repo: Path | None,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Remove ended jobs: their worktrees, kept branches, logs and records (landed commits stay in git)."""
     c = client()
-    ids = select(c, job_ids, states=ENDED_STATES, all_=all_, failed=failed, repo=repo)
+    picks = _picks(failed=failed, cancelled=cancelled, unchanged=unchanged)
+    ids = select(c, job_ids, states=ENDED_STATES, all_=all_, picks=picks, repo=repo)
 
     def line(d: dict[str, Any]) -> str:
         return f"job {d['id']}: cleaned" + (f" (dropped {', '.join(d['branches'])})" if d["branches"] else "")

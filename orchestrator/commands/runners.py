@@ -1,9 +1,9 @@
 """`orchestrator runners`: the runners a job can name (`enqueue --runner NAME`), and whether each can run here.
 
-The built-in ones, then one per `[runners.NAME]` of the config file: its command, whether that command is
-on PATH, and which of the variables it is given (`pass_env`) are set in this environment (presence only:
-values are never printed). With the daemon up, a configured runner it has not loaded (the config changed
-since it started) says so.
+The built-in ones, then one per `[runners.NAME]` of the config file: its command, where a job finds it (on a
+job's PATH, looked for from inside a job's sandbox: `proc.visible`) or why a job cannot, and which of the
+variables it is given (`pass_env`) are set in this environment (presence only: values are never printed).
+With the daemon up, a configured runner it has not loaded (the config changed since it started) says so.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from orchestrator import paths
 from orchestrator.client import Client, Unreachable
 from orchestrator.commands import fit, term
 from orchestrator.commands.common import emit, err, json_option
+from orchestrator.proc import visible
 
 BUILTIN = {
     "shell": "the job's text is a /bin/sh script run in its workspace (or an exact argv after `enqueue --`)",
@@ -35,7 +36,13 @@ def _patterns_set(names: tuple[str, ...]) -> dict[str, bool]:
     return {n: any(fnmatch.fnmatchcase(k, n) and v for k, v in os.environ.items()) for n in names}
 
 
-def rows(cfg: Any, loaded: list[str] | None) -> list[dict[str, Any]]:
+def sights(cfg: Any, p: paths.Paths) -> dict[str, visible.Sight]:
+    """Each command runner's CLI as a job would look for it: on a job's PATH, from inside a job's sandbox."""
+    named = {name: t.argv[0] for name, t in cfg.runners.items()}
+    return visible.commands(named, cfg.jobs.sandbox, bool(cfg.store.url), (p.state_dir, p.config_dir, p.runtime_dir))
+
+
+def rows(cfg: Any, loaded: list[str] | None, seen: dict[str, visible.Sight] | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name, what in BUILTIN.items():
         row: dict[str, Any] = {"name": name, "kind": "built-in", "what": what}
@@ -43,14 +50,15 @@ def rows(cfg: Any, loaded: list[str] | None) -> list[dict[str, Any]]:
             row["env"] = {"ANTHROPIC_API_KEY": bool(cfg.anthropic.api_key)}
         out.append(row)
     for name, t in cfg.runners.items():
-        found = shutil.which(t.argv[0])
+        sight = (seen or {}).get(name)
         out.append(
             {
                 "name": name,
                 "kind": "command",
                 "what": shlex.join(t.argv),
                 "command": t.argv[0],
-                "found": found,
+                "found": sight.inside if sight is not None and sight.ok else None,
+                "problem": sight.problem if sight is not None else None,
                 "env": _patterns_set(t.pass_env),
                 "scratch_home": t.scratch_home,
                 "loaded": None if loaded is None else name in loaded,
@@ -89,7 +97,7 @@ def lines(table: list[dict[str, Any]], width: int) -> list[str]:
         out += [hang + part for part in said[1:]]
         notes = []
         if r["kind"] == "command":
-            notes.append(f"{r['command']}: {r['found'] or 'not found on PATH'}")
+            notes.append(r["problem"] or f"{r['command']}: {r['found']}")
             if r["loaded"] is False:
                 notes.append("not loaded by the running daemon: restart it")
         if r.get("env"):
@@ -114,7 +122,7 @@ def runners(as_json: bool) -> None:
         loaded = list(Client(p.socket, timeout=2).health().get("runners") or []) or None
     except (Unreachable, OSError):
         loaded = None
-    table = rows(cfg, loaded)
+    table = rows(cfg, loaded, sights(cfg, p))
     if as_json:
         emit(table)
         return

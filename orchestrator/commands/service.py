@@ -157,7 +157,8 @@ def _remember(repo: Path) -> None:
 @click.command()
 @json_option
 def doctor(as_json: bool) -> None:
-    """Check config, dirs, socket, service, linger, hooks, Ollama, the Claude key, bubblewrap; exit 1 on a failure."""
+    """Check config, dirs, socket, service, linger, hooks, Ollama, the Claude key, bubblewrap, agent CLIs; exit 1 on a
+    failure."""
     from orchestrator.service import doctor as doctor_mod
 
     checks = doctor_mod.run()

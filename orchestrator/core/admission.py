@@ -4,7 +4,7 @@
 failing one, in this order, gives the reason and the outcome:
 
  1. DependencyFailed (fail)  a job it runs after ended without landing
- 2. Dependency               a job it runs after has not landed yet
+ 2. Dependency               a job it runs after has not landed yet, or one it lands after has not ended
  2b. Paused                  its repo, or the whole daemon, is paused (`orchestrator pause`)
  2c. RateLimited             its runner's model API is rate-limited (a job of that runner met the limit)
  2d. NoSpace                 the disk that holds the workspaces is under `jobs.min_free_bytes`
@@ -218,9 +218,14 @@ def _dependencies(ask: _Ask, c: _Checks) -> None:
             "DependencyFailed",
             f"none of {_n(len(after), 'job')} it runs after failed" if after else "runs after no job",
         )
+    behind = sorted(i for i in set(ask.job.land_after) if i not in snap.landed and i not in snap.dead)
     if pending:
         msg = f"waits for {_of(len(pending), len(after), 'job')} it runs after: {_jobs(pending, bare=True)}"
         c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(pending)} to land", pending)
+    elif behind:
+        # Their changes met its own (a real conflict stopped its last attempt): it starts on a base that has them.
+        msg = f"lands after {_jobs(behind)}, whose changes met its own: it starts once {_they(behind)} ended"
+        c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(behind)} to land", behind)
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 
@@ -472,6 +477,10 @@ def _jobs(ids: Iterable[int], *, bare: bool = False, limit: int = 5) -> str:
     if bare and len(ids) > 1:
         return shown
     return f"{'job' if len(ids) == 1 else 'jobs'} {shown}"
+
+
+def _they(ids: list[int]) -> str:
+    return "it has" if len(ids) == 1 else "they have"
 
 
 def _shared_note(shared: Iterable[str]) -> str:

@@ -121,7 +121,8 @@ class Job:
     """The job's own result commit (its branch head after the runner), once it finished."""
     attempts: int = field(default=0, metadata=PLAIN)
     land_after: tuple[int, ...] = field(default=(), metadata=LIST)
-    """Jobs it must land after: an overlap was seen while both ran."""
+    """Jobs it must land after: an overlap was seen while both ran, or a real conflict with one stopped its last
+    attempt (then it also starts only once they have ended)."""
     worktree: str | None = field(default=None, metadata=PLAIN)
     created_at: float = field(default=0.0, metadata=TIME)
     started_at: float | None = field(default=None, metadata=TIME)
@@ -192,6 +193,7 @@ class Job:
             actual=self.actual,
             priority=self.priority,
             after=self.after,
+            land_after=self.land_after,
             mergeable=mergeable,
             runner=self.runner,
             kept=bool(self.feedback),

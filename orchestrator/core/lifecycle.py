@@ -31,7 +31,8 @@ MOVES: Mapping[JobState, frozenset[JobState]] = {
     Q: frozenset({PLANNING, CANCELLED}),
     PLANNING: frozenset({P, FAILED, Q, CANCELLED}),  # Q: a daemon restart plans it again
     P: frozenset({RUNNING, Q, FAILED, CANCELLED}),  # Q: its base moved, re-plan; FAILED: a dependency failed
-    RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED}),
+    # Q / CONFLICTED: a real conflict with a job that lands first stopped it (or its recorded change did not apply).
+    RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED, Q, CONFLICTED}),
     LANDING: frozenset({LANDED, FAILED, CONFLICTED, Q, CANCELLED}),  # Q: re-queued on a new head
     READY: frozenset({LANDING, CANCELLED, RUNNING}),  # RUNNING: sent back to its agent with feedback (`revise`)
     INTERRUPTED: frozenset({Q, CANCELLED, P}),  # P: revised, it waits for admission to go on in its kept worktree
@@ -176,9 +177,16 @@ def after_landing(outcome: Landed, attempts: int, policy: LandingPolicy) -> tupl
     if outcome is Landed.REWRITTEN:
         return Then.END, Q
     if outcome is Landed.CONFLICT:
-        retry = policy.retry_on_conflict and attempts + 1 < policy.max_attempts
-        return Then.END, Q if retry else CONFLICTED
+        return Then.END, on_conflict(attempts, policy)
     return Then.END, FAILED  # CHECK_FAILED, FAULT, REFUSED, NO_BRANCH
+
+
+def on_conflict(attempts: int, policy: LandingPolicy, *, behind: bool = True) -> JobState:
+    """Where a job goes after a real conflict (at its landing, or seen while it ran): back to the queue for a fresh
+    attempt while attempts remain, else left for a person. `behind`: there is a job whose landing can settle it
+    (one it runs again after); without one, another attempt would meet the same conflict."""
+    retry = policy.retry_on_conflict and behind and attempts + 1 < policy.max_attempts
+    return Q if retry else CONFLICTED
 
 
 class Revise(StrEnum):

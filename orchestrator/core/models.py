@@ -289,6 +289,9 @@ class JobView:
     """A revision: it goes on in the worktree it kept, from its own base, whatever its branch did since."""
     resting: bool = False
     """An active job waiting for its model API's rate limit to end: it holds its paths but no slot."""
+    land_after: tuple[int, ...] = ()
+    """Jobs it lands after (their changes met its own). A waiting job starts only once they have ended: a job
+    stopped on a real conflict with one runs again on a base that has its change."""
     place: float | None = None
     """Where it stands among the jobs of its priority once a person moved it; None: at its id (first queued, first
     served)."""
@@ -371,7 +374,7 @@ class Reason(StrEnum):
     PRIORITY = "Priority"
     """An earlier (or higher-priority) waiting job it overlaps goes first, so that nobody starves."""
     DEPENDENCY = "Dependency"
-    """A job it must run after has not landed yet."""
+    """A job it must run after has not landed yet, or one it lands after (their changes met) has not ended."""
     DEPENDENCY_FAILED = "DependencyFailed"
     """A job it must run after ended without landing: it cannot run."""
     PAUSED = "Paused"

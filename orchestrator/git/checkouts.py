@@ -24,31 +24,8 @@ SPACE_MARGIN = 1 << 20
 
 
 def on_branch(repo: pygit2.Repository, refname: str) -> list[Path]:
-    """Worktrees (main and linked) whose HEAD is `refname`. git lets two share a branch only if forced.
-
-    Read from git's own files (the common dir's `HEAD`, each `worktrees/<name>/HEAD` and `gitdir`), as
-    `git worktree list` does, without a process on every landing.
-    """
-    common = repos.common_dir(repo)
-    found = []
-    if _head_is(common / "HEAD", refname):
-        top = repo if Path(repo.path).resolve() == common else repos.open_repo(common)
-        if not top.is_bare and top.workdir:
-            found.append(Path(top.workdir))
-    admin_root = common / "worktrees"
-    for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
-        try:
-            if not _head_is(admin / "HEAD", refname):
-                continue
-            pointer = Path((admin / "gitdir").read_text().strip())
-        except (FileNotFoundError, NotADirectoryError):
-            # The worktree pool renames and prunes its own worktrees beside a landing: one vanished as
-            # we read. Never the user's (the pool only removes its own), and never on this branch.
-            continue
-        path = (pointer if pointer.is_absolute() else (admin / pointer).resolve()).parent
-        if path.is_dir():
-            found.append(path)
-    return found
+    """Worktrees (main and linked) whose HEAD is `refname`. git lets two share a branch only if forced."""
+    return [path for path, head in repos.worktrees(repo) if _head_is(head, refname)]
 
 
 def _head_is(head: Path, refname: str) -> bool:

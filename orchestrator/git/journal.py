@@ -9,10 +9,12 @@ leaves the intent; on start `settle` brings each checkout level with wherever th
 - the branch at `old`: the ref never moved or was swapped back; the checkouts are put back to `old`;
 - the branch somewhere else: someone moved it since; the checkouts are left alone and reported.
 
-Only the paths that differ between `old` and `new` are touched, and only where the index entry and the
-file hold `old`'s or `new`'s content (the landing's own bytes): anything else there is a person's edit,
-kept and reported. A `.git/index.lock` is removed only when recovery owns it: it appeared after the
-intent was stored, in a checkout the intent names, and no live process holds it open (its git died).
+Only the paths that differ between `old` and `new` are touched, only in a checkout that is one of the
+repository's own worktrees (an intent naming any other directory is not obeyed there: reported), and only
+where the index entry and the file hold `old`'s or `new`'s content (the landing's own bytes): anything else
+there is a person's edit, kept and reported. A `.git/index.lock` is removed only when recovery owns it: it
+appeared after the intent was stored, in a checkout the intent names, and no live process holds it open (its
+git died).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ class NoJournal:
 
     def end(self, token: object) -> None:
         return None
+
+
+NOT_A_CHECKOUT = "(not a worktree of the intent's repository: left alone)"
+"""What recovery reports for a checkout an intent names that is no worktree of its repository."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +103,13 @@ def settle(intent: Intent) -> Settled:
     fixed: dict[str, tuple[str, ...]] = {}
     left: dict[str, tuple[str, ...]] = {}
     locks: list[str] = []
+    own = {os.path.realpath(p) for p, _ in repos.worktrees(repo)}
     for checkout in intent.checkouts:
         path = Path(checkout)
         if not path.is_dir():
+            continue
+        if os.path.realpath(path) not in own:
+            left[checkout] = (NOT_A_CHECKOUT,)
             continue
         lock = _index_lock(path)
         if lock is not None and lock.exists():

@@ -42,7 +42,8 @@ class MergeResult:
 
 
 def tree_of_worktree(worktree: Path) -> pygit2.Oid:
-    """Write the workspace's current files (tracked and untracked non-ignored) as a tree object.
+    """Write the workspace's current files (tracked and untracked non-ignored) as a tree object, into the
+    workspace's quarantine (see `git.workspace`): read it with that quarantine as an extra object dir.
 
     Read from the files through the workspace's admin dir, on an in-memory copy of its index (nothing on
     disk changes), so this is safe while the job still works there; the job's own git dir plays no part.
@@ -83,6 +84,35 @@ def merge_conflicts(
         union=lambda: repo.merge_trees(ancestor, ours, theirs, favor=MergeFavor.UNION),
         is_union=union_paths(repo, attr_commit, mergeable),
     )
+
+
+def workspaces_conflict(
+    repo_path: Path, a: tuple[str, Path], b: tuple[str, Path], mergeable: Mergeable | None = None
+) -> tuple[str, ...]:
+    """Paths where the files of two workspaces of one repository, each made at its base (`(base, workspace)`),
+    would conflict now: a three-way merge of both over the bases' merge base (the older base, when both come from
+    one branch), hunk-level, union-mergeable paths merged. Safe while the jobs still work in them."""
+    repo = repos.open_repo(repo_path)
+    ancestor = repo.merge_base(repo.revparse_single(a[0]).id, repo.revparse_single(b[0]).id)
+    if ancestor is None:
+        raise ValueError(f"{a[0]} and {b[0]} have no common ancestor")
+    ours, theirs = tree_of_worktree(a[1]), tree_of_worktree(b[1])
+    return merge_conflicts(repo_path, str(ancestor), ours, theirs, mergeable, objects=_quarantines(a[1], b[1]))
+
+
+def workspace_conflicts_with(
+    repo_path: Path, mine: tuple[str, Path], commit: str, mergeable: Mergeable | None = None
+) -> tuple[str, ...]:
+    """Paths where a workspace's files (made at its base: `(base, workspace)`) would conflict now with `commit`
+    (a branch head that moved on): a three-way merge over the workspace's base, as its landing would make."""
+    return merge_conflicts(
+        repo_path, mine[0], tree_of_worktree(mine[1]), commit, mergeable, objects=_quarantines(mine[1])
+    )
+
+
+def _quarantines(*worktrees: Path) -> list[Path]:
+    """Where `tree_of_worktree` wrote each workspace's tree: its quarantine (never the repository's objects)."""
+    return [q for w in worktrees if (q := Workspace.at(w).quarantine) is not None]
 
 
 LandStyle = Literal["merge", "rebase", "squash"]  # models.LAND_STYLES, the names `_STYLES` maps

@@ -25,6 +25,7 @@ __all__ = [
     "default_branch",
     "gitattributes_union",
     "open_repo",
+    "worktrees",
 ]
 
 
@@ -84,6 +85,29 @@ def open_repo(path: Path | str) -> pygit2.Repository:
 def common_dir(repo: pygit2.Repository) -> Path:
     """The git dir shared by a repository and all its linked worktrees (resolved)."""
     return _common_dir(Path(repo.path)).resolve()
+
+
+def worktrees(repo: pygit2.Repository) -> list[tuple[Path, Path]]:
+    """Every checkout of the repository (its main work tree, then each linked worktree), with the file holding
+    its HEAD: read from git's own files (the common dir's `HEAD`, each `worktrees/<name>/gitdir`), as `git
+    worktree list` does, without a process. A linked worktree whose directory is gone is left out."""
+    common = common_dir(repo)
+    found = []
+    top = repo if Path(repo.path).resolve() == common else open_repo(common)
+    if not top.is_bare and top.workdir:
+        found.append((Path(top.workdir), common / "HEAD"))
+    admin_root = common / "worktrees"
+    for admin in sorted(admin_root.iterdir()) if admin_root.is_dir() else []:
+        try:
+            pointer = Path((admin / "gitdir").read_text().strip())
+        except (FileNotFoundError, NotADirectoryError):
+            # The worktree pool renames and prunes its own worktrees beside a landing: one vanished as
+            # we read. Never the user's (the pool only removes its own).
+            continue
+        path = (pointer if pointer.is_absolute() else (admin / pointer).resolve()).parent
+        if path.is_dir():
+            found.append((path, admin / "HEAD"))
+    return found
 
 
 def branch_head(repo_path: Path | str, branch: str) -> str:

@@ -1,4 +1,8 @@
-"""The job board: every job change goes through here, so it is stored first (a guarded write), then announced.
+"""The job board: the one door for job writes. Every change is stored first (a guarded write), then announced.
+
+No other module writes a job to the store (`tests/test_layers.py` holds that): queueing, moves, field changes,
+a round's deferral reasons, forgetting an ended job and, after a crash, the recovery of interrupted work all come
+through here.
 
 Storing before acting is what lets a killed daemon restart where it was; announcing wakes the scheduler
 (event-driven, no polling), anyone waiting for particular jobs to end (`orchestrator wait`, a landing
@@ -89,6 +93,13 @@ class Board:
         for sub in self._subscribers:
             sub.put(item)
 
+    async def add(self, **request: Any) -> Job:
+        """`Store.add_job` (a new queued job, its ticket in the same transaction), then announced: the scheduler
+        plans it; DuplicateTicket when its ticket key was queued already."""
+        job = await self.store.add_job(**request)
+        await self._announce_job(job, moved=False)
+        return job
+
     async def transition(
         self,
         job_id: int,
@@ -144,6 +155,35 @@ class Board:
         if job is not None:
             await self._announce_job(job, moved=False)
         return job
+
+    async def note_reasons(self, writes: Sequence[Write], shown: Callable[[int], Job] | None = None) -> list[int]:
+        """A scheduler round's deferral reasons, in one transaction (each only while its job is still where the
+        round read it): the ids written. Nobody is woken (a deferral changes no decision); subscribers of the event
+        stream see each written job as `shown(id)` shows it (the round's live decision), when given."""
+        written = await self.store.update_many(writes, changed=False)
+        if shown is not None and self._subscribers:
+            for job_id in written:
+                self.publish({"type": "job", "job": shown(job_id).to_json()})
+        return written
+
+    async def forget(self, job_id: int, expect: Collection[JobState]) -> bool:
+        """`Store.delete_job` (an ended job's record and history, if it is in one of `expect`), then announced as
+        removed; False (nothing written, nobody told) when it was not."""
+        if not await self.store.delete_job(job_id, expect):
+            return False
+        self.publish({"type": "removed", "id": job_id})
+        await self.announce()
+        return True
+
+    async def claim(self) -> list[int]:
+        """Team mode: take this node's share of the team's queue (`Store.claim`; one machine: every job is its
+        own, nothing to take)."""
+        return await self.store.claim()
+
+    async def recover(self) -> dict[str, list[int]]:
+        """After a crash, before anything runs: running jobs interrupted, planning ones back to the queue
+        (`Store.recover`); nobody listens yet."""
+        return await self.store.recover()
 
     async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
         """`Store.update_all` (fields of several jobs, all or none), then announced; None when any had moved on."""

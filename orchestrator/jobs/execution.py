@@ -22,7 +22,7 @@ from orchestrator.config import Config
 from orchestrator.core import claims, lifecycle
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import RunEnd
-from orchestrator.core.models import Code, JobEvent, JobState
+from orchestrator.core.models import ACTIVE, Code, JobEvent, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
 from orchestrator.git.workspace import ResultRefused
@@ -31,6 +31,7 @@ from orchestrator.jobs import escapes, joblog, quota
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
+from orchestrator.jobs.rerun import Rerun, requeue
 from orchestrator.llm import pricing
 from orchestrator.paths import Paths
 from orchestrator.runners import Runner, ratelimit
@@ -123,8 +124,52 @@ class Executor:
         self.on_change = on_change
         self.on_acquired = on_acquired
         self.stops: dict[int, Stop] = {}
+        self._runs_of: dict[int, asyncio.Task[tuple[Job, RunResult]]] = {}
+        """Each running job's runner (its runs after rate limits too): what `interrupt` stops."""
+        self._reruns: dict[int, Rerun] = {}
         self._tasks: dict[int, asyncio.Task[Any]] = {}
         """Each running job's task (the one `run` runs in), for `halt`."""
+
+    def interrupt(self, job_id: int, rerun: Rerun) -> bool:
+        """Stop a running job's runner (its processes end; its workspace stays) and run it again (`jobs.rerun`).
+        False when its runner is not running any more: it finished, and its landing settles what it met."""
+        task = self._runs_of.get(job_id)
+        if task is None or task.done():
+            return False
+        self._reruns[job_id] = rerun
+        task.cancel()
+        return True
+
+    async def _runs_or_rerun(self, job: Job, runner: Runner, ctx: RunContext) -> tuple[Job, RunResult | Rerun]:
+        """`_runs`, or the `Rerun` that `interrupt` stopped it with (a cancel of the job's own task goes on up)."""
+        task = asyncio.ensure_future(self._runs(job, runner, ctx))
+        self._runs_of[job.id] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            rerun = self._reruns.get(job.id)
+            if rerun is None or not task.cancelled() or (me is not None and me.cancelling()):
+                raise
+            return job, rerun
+        finally:
+            del self._runs_of[job.id]
+            self._reruns.pop(job.id, None)
+
+    def _policy(self) -> lifecycle.LandingPolicy:
+        return lifecycle.LandingPolicy(self.cfg.jobs.retry_on_conflict, self.cfg.jobs.max_attempts)
+
+    async def _rerun(self, job: Job, rerun: Rerun, ran: float) -> Job:
+        """The attempt stopped (its runner is done): back to the queue behind what it met, or conflicted."""
+        current = await self.board.store.get(job.id) or job
+        if current.state is not JobState.RUNNING:
+            raise _Moved(current)
+        return await requeue(self.board, self.pool, self._policy(), current, rerun, ran)
+
+    async def _beside(self, job: Job) -> tuple[int, ...]:
+        """The other active jobs of the job's repository and branch (their landings can move its base)."""
+        active = await self.board.store.jobs(ACTIVE)
+        return tuple(sorted(j.id for j in active if (j.repo, j.branch) == (job.repo, job.branch) and j.id != job.id))
 
     def halt(self, job_id: int, stop: Stop) -> bool:
         """End a running job's task with `stop` (its cancel arm writes it), from anywhere on the loop without waiting
@@ -258,9 +303,10 @@ class Executor:
         try:
             runner = get_runner(job.runner, self.runners)
             if resume:
-                worktree = Path(job.worktree or "")
+                # Where the pool keeps the job's workspace: a path in the record is never taken on its word.
+                worktree = self.pool.path_for(repo, job.id)
                 if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
-                    raise RuntimeError(f"its worktree {job.worktree or ''} is gone; nothing to go on from")
+                    raise RuntimeError(f"its worktree {worktree} is gone; nothing to go on from")
             else:
                 worktree = await self.pool.acquire(repo, job.id, base)
                 if self.on_acquired is not None:
@@ -296,7 +342,21 @@ class Executor:
             sandbox = getattr(runner, "sandbox", None)
             watch_checkout = not (sandbox is not None and sandbox.active)
             before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
-            job, result = await self._runs(job, runner, ctx)
+            began = time.monotonic()
+            job, outcome = await self._runs_or_rerun(job, runner, ctx)
+            if isinstance(outcome, Rerun) or (outcome.code == Code.CONFLICT and not outcome.ok):
+                # Stopped on a real conflict, or its change does not apply on this base (a replay): it runs again.
+                ran = time.monotonic() - began
+                guard.cancel()
+                said = f"stopped: {outcome.reason}" if isinstance(outcome, Rerun) else outcome.summary
+                await asyncio.to_thread(joblog.exit_line, ctx.log_path, None, said)
+                await watcher.stop()
+                watcher = None
+                if not isinstance(outcome, Rerun):
+                    behind = await self._beside(job)
+                    outcome = Rerun(outcome.summary, behind, settles=bool(behind))
+                return await self._rerun(job, outcome, ran)
+            result = outcome
             if before is not None and result.ok:
                 wrote = await self._written(repo, before)
                 if wrote:

@@ -124,7 +124,7 @@ class Lander:
         return cut
 
     def _mergeable(self, job: Job) -> Callable[[str], bool]:
-        patterns = (*self.cfg.jobs.mergeable, *self.cfg.repo(job.repo).mergeable)
+        patterns = self.cfg.mergeable(job.repo)
         return lambda path: claims.matches(path, patterns)
 
     async def _land(self, job_id: int) -> None:

@@ -65,7 +65,7 @@ class Planning:
         if job.id in self.tasks:
             return
         await self.refresh()
-        moved = await self.board.store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, JobEvent.PLANNING)
+        moved = await self.board.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, JobEvent.PLANNING)
         if moved is None:
             return  # cancelled (or cleaned) since the round read it
         job = moved

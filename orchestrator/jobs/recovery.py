@@ -41,7 +41,7 @@ class StoreOwner(process.Owner):
 
     @property
     def tag(self) -> str:
-        return process.home_tag(self.store.path)
+        return process.home_tag(self.store.home)
 
     async def own(self, group: process.Group) -> None:
         await self.store.own_process(group, self.job_id)
@@ -121,6 +121,16 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
     settled: list[int] = []
     for entry, intent in await store.journal_open():
         log = olog.get(job_id=intent.job_id, repo=intent.repo)
+        job = await store.get(intent.job_id) if intent.job_id is not None else None
+        if job is None or Path(job.repo) != Path(intent.repo):
+            # Not a landing of this daemon's: its job is not of that repository (in team mode, not of one of this
+            # node's clones). Nothing is written anywhere on its word; a person is told what it named.
+            log.error(
+                olog.Event.LANDING_RECOVERED, ok=False, refused=True, checkouts=list(intent.checkouts),
+                error="the intent names no job of this daemon in that repository: not obeyed, dropped",
+            )  # fmt: skip
+            await store.journal_end(entry)
+            continue
         try:
             done = await asyncio.to_thread(settle, intent)
         except (RepoError, pygit2.GitError, OSError, KeyError, ValueError) as e:
@@ -136,7 +146,7 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
             left=done.left,
             locks=list(done.locks),
         )
-        job = await store.get(intent.job_id) if intent.job_id is not None else None
+        job = await store.get(job.id)
         if job is not None and job.state is JobState.LANDING:
             settled.append(job.id)
             data = {"outcome": done.outcome, "consistent": done.consistent, "left": done.left}

@@ -70,8 +70,9 @@ async def retire_attempt(pool: WorktreePool, job: Job) -> str | None:
     """
     repo = Path(job.repo)
     log = olog.get(job_id=job.id, repo=job.repo)
-    # Where the pool put it, not only `job.worktree`: a crash may come between the checkout and that record.
-    worktree = Path(job.worktree) if job.worktree else pool.path_for(repo, job.id)
+    # Where the pool puts it, never where the record says: a crash may come between the checkout and that record,
+    # and in team mode the record is the shared store's, which no path on this machine is taken from.
+    worktree = pool.path_for(repo, job.id)
     try:
         await asyncio.to_thread(_commit_leftovers, job, worktree)
     except (WorktreeError, pygit2.GitError, repos.RepoError, OSError, KeyError, ValueError) as e:

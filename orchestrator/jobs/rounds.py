@@ -118,7 +118,7 @@ class RepoFacts:
         self._pending = {}
         keep: list[JobView] = []
         for repo, jobs in waiting.items():
-            deps = {i for j in jobs for i in j.after}
+            deps = {i for j in jobs for i in (*j.after, *j.land_after)}
             facts = (
                 tuple(active.get(repo, ())),
                 tuple(v for v in snapshot.elsewhere if v.repo == repo),

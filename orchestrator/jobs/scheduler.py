@@ -224,7 +224,7 @@ class Scheduler:
 
     async def _decide_round(self) -> None:
         store = self.board.store
-        await store.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
+        await self.board.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
         for job in await store.jobs([JobState.QUEUED]):
             await self.planning.submit(job)
         # A job whose task is starting (admitted, its move to `running` not stored yet) is active already: it is
@@ -294,9 +294,7 @@ class Scheduler:
             # One transaction for the round's changed reasons, each only while its job is still planned (a
             # cancel or a supersede meanwhile keeps its own reason). Not marked changed: the planned mirror's
             # reason, code and decision of a waiting job are never read (`live` serves the latest decision).
-            written = await store.update_many(writes, changed=False)
-            for job_id in written if self.board.subscribed else ():  # no wake: a deferral changes no decision
-                self.board.publish({"type": "job", "job": self.live(by_id[job_id]).to_json()})
+            await self.board.note_reasons(writes, lambda job_id: self.live(by_id[job_id]))
         if complete:
             self._explained = time.monotonic()
             self._repo_facts.commit()
@@ -331,7 +329,7 @@ class Scheduler:
         for job_id, key in pending.items():
             moved[job_id] = diffs[key]
         mergeable = {repo: await self.facts.mergeable(repo, head) for (repo, _), head in heads.items()}
-        deps = {dep for job in (*planned, *held) for dep in job.after}
+        deps = {dep for job in (*planned, *held) for dep in (*job.after, *job.land_after)}
         states = await self.board.store.states(deps)
 
         def view(job: Job) -> JobView:

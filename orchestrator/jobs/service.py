@@ -160,7 +160,7 @@ class Jobs:
         except EditError as e:
             raise JobError(str(e)) from None
         try:
-            job = await self.store.add_job(
+            job = await self.board.add(
                 repo=str(repo),
                 branch=branch,
                 text=text,
@@ -185,7 +185,6 @@ class Jobs:
             priority=priority,
             after=after,
         )
-        self.scheduler.wake()
         return job
 
     # -- editing the queue ----------------------------------------------------------------------------
@@ -393,12 +392,10 @@ class Jobs:
                 raise JobError(f"job {job_id} is a dependency (--after) of open jobs {waiting}; clean it once they end")
             await self.pool.clean(Path(job.repo), job_id)
             dropped = await asyncio.to_thread(retire.drop_attempts, Path(job.repo), job_id)
-            if not await self.store.delete_job(job_id, ENDED):
+            if not await self.board.forget(job_id, ENDED):
                 raise JobError(f"job {job_id} changed while it was being cleaned; `orchestrator show {job_id}`")
-            self.board.publish({"type": "removed", "id": job_id})
             await asyncio.to_thread(self.private_dirs.remove, job_id)  # its private dir, log and transcript
             olog.get(job_id=job_id, repo=job.repo).info(olog.Event.JOB_CLEANED, branches=dropped)
-            await self.board.announce()
             return dropped
 
     async def control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:

@@ -4,16 +4,15 @@ The executor's change watcher reports each running job's actual paths here. They
 while the job runs) and kept in memory for the next round's snapshot. Paths outside the job's claim ask
 admission whether they may join it (`core.growth`): they join its claim either way (`grown`, an event
 `claim_grown`), and when another active job of the repository claims or touched them, their landings are
-ordered at once (the later started lands after the earlier, `land_after`) and an advisory in-memory merge of
-both worktrees starts (same file, or a real conflict?).
+ordered at once (the later started lands after the earlier, `land_after`). Every change of a running job's
+paths goes on to the conflict watch (`jobs.conflicts`), which merges jobs that touched a common path in memory
+and stops the one that would land second on a real conflict.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
@@ -21,9 +20,8 @@ from orchestrator.core import claims, growth
 from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job
 from orchestrator.core.models import ACTIVE, ANY, JobEvent, JobState, JobView
-from orchestrator.git import merging
-from orchestrator.git.workspace import Workspace
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.conflicts import ConflictWatch
 from orchestrator.jobs.facts import GitFacts
 
 
@@ -36,25 +34,25 @@ class OverlapWatch:
         """Running jobs' latest actual paths (fresher than the store's between rounds)."""
         self._overlaps: set[tuple[int, int]] = set()
         self._growing = asyncio.Lock()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.conflicts = ConflictWatch(board, cfg, facts)
 
     def forget(self, job_id: int) -> None:
         self.actual.pop(job_id, None)
+        self.conflicts.forget(job_id)
 
     async def stop(self) -> None:
-        for t in list(self._tasks):
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.conflicts.stop()
 
     async def changed(self, job_id: int, actual: frozenset[str]) -> None:
         """A running job's actual paths changed: store them; paths outside its claim ask admission to join it."""
-        job = await self.board.store.update(job_id, {JobState.RUNNING}, actual=actual)
+        job = await self.board.update(job_id, {JobState.RUNNING}, actual=actual)
         if job is None:
             return  # it stopped running meanwhile: its end state has its paths
         self.actual[job_id] = actual
         olog.get(job_id=job_id, repo=job.repo).debug(olog.Event.JOB_CHANGED, actual=sorted(actual)[:50], n=len(actual))
         async with self._growing:  # one growth decision at a time: two jobs growing into one path see each other
             await self._grow(job, actual)
+        self.conflicts.touched(job, actual)
 
     async def views(self, job: Job, touched: frozenset[str]) -> tuple[JobView, list[tuple[Job, JobView]]] | None:
         """`job` and the other active jobs of its repository as admission sees them (live actual paths); None
@@ -164,12 +162,9 @@ class OverlapWatch:
                 data={"other": earlier.id, "paths": sorted(meet)},
             )
         if job.id != later.id:
-            await self.board.store.update(
+            await self.board.update(
                 job.id, ANY, event=JobEvent.OVERLAP, data={"other": other.id, "paths": sorted(meet)}
             )
-        task = asyncio.create_task(self._check_hunks(job, other, meet))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _lands_after(self, job_id: int, other: int) -> bool:
         """True if `job_id` already lands after `other`, directly or through open jobs between (a cycle else)."""
@@ -187,34 +182,3 @@ class OverlapWatch:
                 return True
             todo.extend(job.land_after)
         return False
-
-    async def _check_hunks(self, job: Job, other: Job, meet: frozenset[str]) -> None:
-        """Same file, or a real conflict? An in-memory merge of both current states says."""
-        if not (job.worktree and other.worktree and job.base):
-            return
-        try:
-            ours = await asyncio.to_thread(merging.tree_of_worktree, Path(job.worktree))
-            theirs = await asyncio.to_thread(merging.tree_of_worktree, Path(other.worktree))
-            # Each tree is in its own workspace's quarantine (never the repository's objects): read from both.
-            quarantines = [q for w in (job.worktree, other.worktree) if (q := Workspace.at(w).quarantine)]
-            conflicts = await asyncio.to_thread(
-                merging.merge_conflicts, Path(job.repo), job.base, ours, theirs, objects=quarantines
-            )
-        except Exception as e:  # noqa: BLE001 - advisory only: the landing makes the real check
-            olog.get(job_id=job.id, repo=job.repo).debug(
-                olog.Event.JOB_OVERLAP_CHECKED, other=other.id, hunks_error=str(e)
-            )
-            return
-        olog.get(job_id=job.id, repo=job.repo).warning(
-            olog.Event.JOB_OVERLAP_CHECKED,
-            other=other.id,
-            paths=sorted(meet),
-            conflict=bool(conflicts),
-            conflicts=list(conflicts),
-            message="real conflict in " + ", ".join(conflicts)
-            if conflicts
-            else "same files, disjoint hunks: merges clean so far",
-        )
-        await self.board.store.update(
-            job.id, ANY, event=JobEvent.OVERLAP_CHECKED, data={"other": other.id, "conflicts": list(conflicts)}
-        )

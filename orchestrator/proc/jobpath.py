@@ -35,8 +35,8 @@ def merged(login: list[str], daemon: list[str], own: str | None) -> str:
     return os.pathsep.join(out)
 
 
-def ask_login_shell(timeout: float = 5.0) -> list[str] | None:
-    """The `PATH` the user's login shell sets up, or None when it cannot be had (logged)."""
+def ask_login_shell(timeout: float = 5.0, quiet: bool = False) -> list[str] | None:
+    """The `PATH` the user's login shell sets up, or None when it cannot be had (logged unless `quiet`)."""
     try:
         user = pwd.getpwuid(os.getuid())
         shell = os.environ.get("SHELL") or user.pw_shell or "/bin/sh"
@@ -47,19 +47,26 @@ def ask_login_shell(timeout: float = 5.0) -> list[str] | None:
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
     except (OSError, KeyError, subprocess.SubprocessError) as e:
-        olog.get().warning(olog.Event.JOB_PATH, reason=f"{type(e).__name__}: {e}", message="no login PATH for jobs")
+        if not quiet:
+            olog.get().warning(olog.Event.JOB_PATH, reason=f"{type(e).__name__}: {e}", message="no login PATH for jobs")
         return None
     if out.returncode != 0 or not out.stdout.strip():
-        olog.get().warning(olog.Event.JOB_PATH, reason=f"exit {out.returncode}", message="no login PATH for jobs")
+        if not quiet:
+            olog.get().warning(olog.Event.JOB_PATH, reason=f"exit {out.returncode}", message="no login PATH for jobs")
         return None
     return [e for e in out.stdout.strip().split(os.pathsep) if e]
 
 
-def warm() -> None:
-    """Ask the login shell once (the daemon does at start, off its event loop)."""
+def learn(quiet: bool = False) -> str:
+    """Ask the login shell once (off the event loop); returns the PATH a job gets from this process's."""
     global _login
-    _login = ask_login_shell() or []
-    olog.get().info(olog.Event.JOB_PATH, path=job_path(os.environ.get("PATH", "")))
+    _login = ask_login_shell(quiet=quiet) or []
+    return job_path(os.environ.get("PATH", ""))
+
+
+def warm() -> None:
+    """`learn`, and say in the log what jobs get (the daemon does at start)."""
+    olog.get().info(olog.Event.JOB_PATH, path=learn())
 
 
 def job_path(daemon_path: str) -> str:

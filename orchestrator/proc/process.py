@@ -580,15 +580,18 @@ def group_alive(pgid: int) -> bool:
 def is_ours(group: Group) -> bool:
     """Whether `group.pgid` still names the group we started (not a recycled pid that became a leader).
 
-    While any member of a group lives, the kernel keeps its pgid from being reused; so if the recorded
-    leader is gone but members remain, they are ours. If a process with the leader's pid exists, its
-    start time must match what we recorded.
+    A record is checkable only with the boot it was made in (this one) and its leader's start time: one without
+    them (`start_time` 0, an empty boot id) or from another boot names nothing we can check, and nothing is
+    ever signalled on it. While any member of a group lives, the kernel keeps its pgid from being reused; so
+    if the recorded leader is gone but members remain, they are ours. If a process with the leader's pid
+    exists, it must lead that group and have started when we recorded.
     """
-    if group.boot_id and boot_id() and group.boot_id != boot_id():
+    here = boot_id()
+    if not group.boot_id or not here or group.boot_id != here or group.start_time <= 0:
         return False
     leader = _stat(group.pgid)
     if leader is not None and leader[0] != "Z":
-        return leader[1] == group.pgid and (group.start_time == 0 or leader[3] == group.start_time)
+        return leader[1] == group.pgid and leader[3] == group.start_time
     return group_alive(group.pgid)
 
 

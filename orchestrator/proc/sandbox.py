@@ -156,18 +156,34 @@ def probe(bwrap: str) -> str | None:
     return None
 
 
-def resolve(mode: str, hide: Iterable[Path | str] = ()) -> Sandbox:
-    """The daemon's sandbox for `mode`, probed once at start; `auto` logs once why it runs without.
+def mode_for(mode: str, team: bool) -> str:
+    """The mode jobs run under: in team mode an unconfined job could reach the shared store, so `auto` is `bwrap`."""
+    return "bwrap" if team and mode == "auto" else mode
 
-    `hide`: the daemon's own dirs (state, config, runtime), emptied for every confined command."""
+
+def detect(mode: str, hide: Iterable[Path | str] = ()) -> Sandbox:
+    """The sandbox for `mode` as a job started now would get it (bwrap probed), without a word in the log."""
     hidden = tuple(str(p) for p in hide)
     if mode == "none":
         return Sandbox(hidden=hidden)
     found = shutil.which("bwrap")
     why = "bubblewrap (bwrap) is not installed" if found is None else probe(found)
     if why is None:
-        olog.get().info(olog.Event.SANDBOX_READY, bwrap=found, mode=mode)
         return Sandbox(bwrap=found, hidden=hidden)
+    return Sandbox(required=mode == "bwrap", reason=why, hidden=hidden)
+
+
+def resolve(mode: str, hide: Iterable[Path | str] = ()) -> Sandbox:
+    """The daemon's sandbox for `mode`, probed once at start; `auto` logs once why it runs without.
+
+    `hide`: the daemon's own dirs (state, config, runtime), emptied for every confined command."""
+    box = detect(mode, hide)
+    if mode == "none":
+        return box
+    if box.active:
+        olog.get().info(olog.Event.SANDBOX_READY, bwrap=box.bwrap, mode=mode)
+        return box
+    why = box.reason
     olog.get().warning(
         olog.Event.SANDBOX_UNAVAILABLE,
         mode=mode,
@@ -176,4 +192,17 @@ def resolve(mode: str, hide: Iterable[Path | str] = ()) -> Sandbox:
         if mode == "auto"
         else f"sandbox required but {why}: shell and command jobs fail until it works",
     )
-    return Sandbox(required=mode == "bwrap", reason=why, hidden=hidden)
+    return box
+
+
+def emptied(box: Sandbox) -> list[Path]:
+    """The dirs a confined command sees empty: the session's (`/tmp`, `$XDG_RUNTIME_DIR`, ...) and the hidden ones."""
+    if not box.active:
+        return []
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    out = []
+    for d in (*SESSION_DIRS, *([runtime] if runtime else []), *box.hidden):
+        real = Path(os.path.realpath(d))
+        if real.is_dir() and real != Path("/"):
+            out.append(real)
+    return out

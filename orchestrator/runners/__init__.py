@@ -25,7 +25,7 @@ def registry(
     sandbox = sandbox or Sandbox()
     replay = ReplayRunner()
     if cfg is not None:  # a replay merges changelogs as landings do
-        replay = ReplayRunner(lambda repo: (*cfg.jobs.mergeable, *cfg.repo(repo).mergeable))
+        replay = ReplayRunner(cfg.mergeable)
     runners: dict[str, Runner] = {"shell": ShellRunner(sandbox), "replay": replay}
     if cfg is not None and claude is not None:
         from orchestrator.runners.claude import ClaudeRunner

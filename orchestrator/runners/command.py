@@ -29,7 +29,7 @@ from typing import Any
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
 from orchestrator.paths import open_private
-from orchestrator.proc import process
+from orchestrator.proc import process, visible
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import confined, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
@@ -208,6 +208,11 @@ class CommandRunner:
             extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
         env = confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra))
+        # A CLI a job cannot see would fail with only bwrap's `execvp NAME: No such file`: say where it is instead.
+        sight = await asyncio.to_thread(visible.look, self.sandbox, argv[0], env.get("PATH", ""))
+        if sight.problem is not None:
+            await asyncio.to_thread(note, ctx.log_path, f"[{self.name} was not started: {sight.problem}]")
+            return RunResult(False, None, sight.problem, code=Code.RUNNER_ERROR)
         timeout = t.timeout or ctx.timeout
         # A CLI that would retry a rate limit on its own is stopped: the daemon waits. Only by its profile's signs,
         # read where that CLI prints them: what its agent or tools print is the job's own output.

@@ -14,9 +14,11 @@ says what to replay, in one of two forms:
 
 `commit` is cherry-picked onto the worktree (a three-way merge with the commit's first parent as base, as
 `git cherry-pick --no-commit` does), so a change recorded on an older base still applies where it
-would for a person; a real conflict fails the job with the paths, unless `conflict: theirs` (as
-`git cherry-pick -X theirs`: a change recorded on top of one that has not landed yet still runs, and
-the daemon's landing check sees the conflict, re-running the job on the moved base). `patch` is a unified diff file
+would for a person; a real conflict is a conflict (code `Conflict`: the daemon runs the job again once the
+jobs beside it have landed, or leaves it conflicted), unless `conflict: theirs` (as `git cherry-pick -X
+theirs`: a change recorded on top of one that has not landed yet still runs, and the daemon's landing check
+sees the conflict, re-running the job on the moved base; a union-mergeable file, a changelog, keeps both
+sides' lines). `patch` is a unified diff file
 (`git diff` / `git format-patch` output) applied to the worktree as `git apply` does. The daemon commits
 the result like any runner's. The runner logs `replay.started` and `replay.applied` (the benchmark's
 clock for when the work itself began and ended).
@@ -35,6 +37,7 @@ import pygit2
 
 from orchestrator import logging as olog
 from orchestrator.core import claims
+from orchestrator.core.models import Code
 from orchestrator.git import merging
 from orchestrator.git.merging import Mergeable
 from orchestrator.git.workspace import Workspace
@@ -47,6 +50,10 @@ _LINE = re.compile(r"^\s*(commit|patch|after|conflict)\s*:\s*(\S.*?)\s*(?:#.*)?$
 
 class ReplayError(ValueError):
     """The replay spec is malformed or the recorded change does not apply; the message says which."""
+
+
+class NotApplied(ReplayError):
+    """The recorded change does not apply on this base (a conflict): another base may take it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +149,7 @@ def replayed_tree(
         _settle_theirs(index)
     if index.conflicts:
         paths = sorted({(e.path) for entries in index.conflicts for e in entries if e is not None})
-        raise ReplayError(f"commit {commit.id} does not apply on this base: conflict in {', '.join(paths)}")
+        raise NotApplied(f"commit {commit.id} does not apply on this base: conflict in {', '.join(paths)}")
     tree = repo.get(index.write_tree(repo))
     assert isinstance(tree, pygit2.Tree)
     return tree
@@ -202,7 +209,7 @@ def apply_patch(worktree: Path, patch_file: Path) -> list[str]:
     except pygit2.GitError as e:
         raise ReplayError(f"{patch_file} is not a unified diff ({e})") from None
     if not repo.applies(diff, pygit2.enums.ApplyLocation.WORKDIR):
-        raise ReplayError(f"{patch_file} does not apply on this base (its context lines differ)")
+        raise NotApplied(f"{patch_file} does not apply on this base (its context lines differ)")
     repo.apply(diff, pygit2.enums.ApplyLocation.WORKDIR)
     return sorted(_paths(diff))
 
@@ -254,7 +261,8 @@ class ReplayRunner:
                 paths = await asyncio.to_thread(apply_patch, ctx.worktree, Path(spec.patch))
         except ReplayError as e:
             _log(ctx, f"[replay] {e}")
-            return RunResult(False, None, str(e))
+            # A change that does not apply here is a conflict: the daemon runs it again on another base.
+            return RunResult(False, None, str(e), code=Code.CONFLICT if isinstance(e, NotApplied) else None)
         _log(ctx, f"[replay] applied {what}: {', '.join(paths) or 'no paths'}")
         log.info(olog.Event.REPLAY_APPLIED, paths=len(paths))
         return RunResult(True, 0, f"replayed {what} ({len(paths)} paths)")

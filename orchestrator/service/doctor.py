@@ -1,7 +1,8 @@
 """`orchestrator doctor`: every part a working setup needs, each line ok or what to do.
 
 Levels: `ok`; `warn` (works without it, with less: no chat without Ollama, no Claude runner without a
-key, no sandbox without bubblewrap, no boot start without linger); `fail` (something is wrong: exit 1).
+key, no sandbox without bubblewrap, no boot start without linger, no agent CLI); `fail` (something is wrong:
+exit 1, e.g. an agent CLI installed where a job's sandbox cannot see it).
 In team mode also the shared PostgreSQL (reachable, the role's rights, the schema) and bubblewrap is a must.
 Secrets are checked for presence only and never printed.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from orchestrator import config, paths
 from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.proc import visible
 from orchestrator.service import hooks, manager, spool, unit
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -201,13 +203,31 @@ def check_bwrap(team: bool = False) -> Check:
     return Check("bubblewrap", OK, exe)
 
 
+def check_runners(cfg: config.Config, p: paths.Paths) -> list[Check]:
+    """Each agent CLI as a job would find it: on a job's PATH, from inside a job's sandbox (`proc.visible`). One
+    that is installed but out of a job's sight fails; one not installed at all is only named."""
+    named = {name: t.argv[0] for name, t in cfg.runners.items()}
+    seen = visible.commands(named, cfg.jobs.sandbox, bool(cfg.store.url), (p.state_dir, p.config_dir, p.runtime_dir))
+    out = [Check(f"runner {name}", FAIL, s.problem or "") for name, s in seen.items() if not s.ok and s.outside]
+    ready = [f"{name} ({s.inside})" for name, s in seen.items() if s.ok]
+    absent = [name for name, s in seen.items() if not s.ok and not s.outside]
+    if ready:
+        more = f"; not installed: {', '.join(absent)}" if absent else ""
+        out.insert(0, Check("runners", OK, f"a job finds {', '.join(ready)}{more}"))
+    elif not out:
+        none = ", ".join(absent) or "none configured"
+        out.append(Check("runners", WARN, f"no agent CLI a job can run ({none}): install Claude Code, codex or aider "
+                         "for agent jobs; `orchestrator runners` lists them"))  # fmt: skip
+    return out
+
+
 def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]:
     """Team mode's PostgreSQL: reachable with the password the service gets, the role no more than a node needs,
     the schema this orchestrator's (`store.pgaudit`). Nothing in single-machine mode."""
     url = cfg.store.url
     if not url:
         return []
-    from orchestrator.git.remote import shown
+    from orchestrator.core.urls import shown
 
     env_file = env_file or unit.env_file()
     in_file = unit.read_env_file(env_file).get("PGPASSWORD")
@@ -259,5 +279,6 @@ def run(p: paths.Paths | None = None) -> list[Check]:
         steps = [lambda: check_ollama(cfg), lambda: check_claude(cfg), *steps]
     checks += [step() for step in steps]
     if cfg is not None:
+        checks += check_runners(cfg, p)
         checks += check_store(cfg)
     return checks

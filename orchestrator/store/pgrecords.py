@@ -16,11 +16,13 @@ import asyncpg
 from orchestrator.core.models import JobEvent
 from orchestrator.core.records import Group, Intent
 from orchestrator.store.pgconn import PgConnection
+from orchestrator.store.sqlite import Store
 
 
 class PgRecords:
     _db: PgConnection
     node: str
+    local: Store
 
     # -- controls, events, planning history ---------------------------------------------------------
 
@@ -76,49 +78,44 @@ class PgRecords:
             self.node, repo, head, json.dumps(changes), time.time(),
         )  # fmt: skip
 
-    # -- this node's process groups and landing journal ------------------------------------------------
+    # -- this node's process groups and landing journal --------------------------------------------------
+
+    # A node's process groups and the landing journal of its own checkouts mean something on its machine only, and
+    # it acts on them there (it signals the groups, it writes the checkouts): they are kept in its own file
+    # (`local`), never in the shared store. Only a landing's push onto the shared remote is journaled here, for
+    # the node that takes the job over to find (`remote_intents`).
 
     async def own_process(self, group: Group, job_id: int | None = None) -> None:
-        await self._db.execute(
-            "INSERT INTO processes (node, pgid, start_time, boot_id, job_id, what, started_at) VALUES "
-            "($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, pgid, start_time) "
-            "DO UPDATE SET boot_id = excluded.boot_id, "
-            "job_id = excluded.job_id, what = excluded.what, started_at = excluded.started_at",
-            self.node, group.pgid, group.start_time, group.boot_id, job_id, group.what, time.time(),
-        )  # fmt: skip
+        await self.local.own_process(group, job_id)
 
     async def disown_process(self, group: Group) -> None:
-        await self._db.execute(
-            "DELETE FROM processes WHERE node = $1 AND pgid = $2 AND start_time = $3",
-            self.node,
-            group.pgid,
-            group.start_time,
-        )
+        await self.local.disown_process(group)
 
     async def processes(self) -> list[tuple[Group, int | None]]:
-        rows = await self._db.fetch("SELECT * FROM processes WHERE node = $1 ORDER BY started_at", self.node)
-        return [(Group(r["pgid"], r["start_time"], r["boot_id"], r["what"]), r["job_id"]) for r in rows]
+        return await self.local.processes()
 
     async def journal_begin(self, intent: Intent) -> int:
+        """The intent's entry: a local one (negative: in the node's own file) when it names checkouts, a shared one
+        when it is a push onto the shared remote."""
+        if intent.checkouts:
+            return -await self.local.journal_begin(intent)
         row = await self._db.fetchrow(
             "INSERT INTO landing_journal (node, job_id, repo, branch, old, new, checkouts, at) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-            self.node, intent.job_id, intent.repo, intent.branch, intent.old, intent.new,
-            json.dumps(list(intent.checkouts)), intent.at,
+            "VALUES ($1, $2, $3, $4, $5, $6, '[]', $7) RETURNING id",
+            self.node, intent.job_id, intent.repo, intent.branch, intent.old, intent.new, intent.at,
         )  # fmt: skip
         assert row is not None
         return int(row[0])
 
     async def journal_end(self, entry: int) -> None:
-        await self._db.execute("DELETE FROM landing_journal WHERE id = $1", entry)
+        if entry < 0:
+            await self.local.journal_end(-entry)
+            return
+        await self._db.execute("DELETE FROM landing_journal WHERE id = $1 AND node = $2", entry, self.node)
 
     async def journal_open(self) -> list[tuple[int, Intent]]:
-        """This node's landings into its own checkouts that were not level when it stopped (remote intents, with
-        no checkouts, are read by whoever takes their job over: `remote_intents`)."""
-        rows = await self._db.fetch(
-            "SELECT * FROM landing_journal WHERE node = $1 AND checkouts <> '[]' ORDER BY id", self.node
-        )
-        return [(int(r["id"]), intent_of(r)) for r in rows]
+        """This node's landings into its own checkouts that were not level when it stopped (from its own file)."""
+        return [(-entry, intent) for entry, intent in await self.local.journal_open()]
 
     # -- chat --------------------------------------------------------------------------------------
 

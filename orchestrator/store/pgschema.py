@@ -4,9 +4,10 @@ database has not had yet, one daemon at a time under an advisory lock).
 Migrations are history: never edit one that shipped, add the next. The jobs table holds the same columns as the
 embedded SQLite file's (`core.job.FIELDS`, a test holds them equal), stored the same way (JSON as text, times as
 UNIX seconds), plus `repo_key`, the team's name of the job's repository and branch (`git.remote.Remote.key`),
-and `remote`, the repository's alone (`Remote.identity`: the key of `node_repos`, each node's clone of it).
-Tables a node keeps for itself (its process groups, its landing journal, its planning history) carry the node's
-name; the rest is the team's.
+and `remote`, the repository's alone (`Remote.identity`: what each node's clones are named by, in its own file).
+Tables a node keeps for itself here (its pushes' journal, its planning history, its rate limits) carry the
+node's name; the rest is the team's. What a node acts on on its own machine (its process groups, its checkouts'
+journal, its clones) is never kept here.
 """
 
 from __future__ import annotations
@@ -151,5 +152,12 @@ MIGRATIONS: tuple[str, ...] = (
     # 4: a job's place in the queue once a person moved it (`switch`, `move --before`); NULL: its id.
     """
     ALTER TABLE jobs ADD COLUMN place DOUBLE PRECISION;
+    """,
+    # 5: a node's process groups and its clones are kept in its own file, never here (a row of them here, which
+    # any node or anyone with the database could write, made a node signal a process group or work in a path).
+    # The landing journal keeps only pushes onto the shared remote; a node's checkouts are journaled at home.
+    """
+    DROP TABLE processes;
+    DROP TABLE node_repos;
     """,
 )

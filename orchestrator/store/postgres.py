@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -51,6 +52,8 @@ from orchestrator.store.pgschema import MIGRATIONS
 from orchestrator.store.sqlite import _COLUMNS, _LIVE, Store
 
 CHANNEL = "orchestrator_jobs"
+FOREIGN = "team:"
+"""How a job of a repository this node has no clone of names it (`team:<repository>`): no path on this machine."""
 NODE_HELD = OPEN - {JobState.QUEUED}
 """States a node works a job in: writes expecting them apply only while the writer holds the job."""
 _MIGRATE_LOCK = 7_300_021
@@ -81,6 +84,7 @@ class PgStore(PgRecords, Store):
         lease: float,
         hold: int,
         remote_of: RemoteOf,
+        local: Store,
     ) -> None:
         db = PgConnection(pool, shown(url))
         super().__init__(db, None)  # type: ignore[arg-type]  # its `_db`: every method using it is overridden
@@ -92,8 +96,12 @@ class PgStore(PgRecords, Store):
         self.lease = lease
         self.hold = hold
         self.remote_of = remote_of
+        self.local = local
+        """The node's own file (the embedded store in its state dir): what it keeps for itself and acts on on its
+        own machine (its process groups, the landing journal of its checkouts, its clones) is read from there
+        only, never from the shared store, where any node (or anyone with the database) could have written it."""
         self._paths: dict[str, str] = {}
-        """This node's clone of each shared repository: repo key → local path."""
+        """This node's clone of each shared repository: repo key → local path (from `local`)."""
         self._listener: asyncpg.Connection | None = None
         self._foreign: list[Callable[[set[int]], None]] = []
         self.remote_moved = True
@@ -108,13 +116,15 @@ class PgStore(PgRecords, Store):
         *,
         node: str,
         remote_of: RemoteOf,
+        local: Store,
         labels: Sequence[str] = (),
         lease: float = 30.0,
         hold: int = 4,
     ) -> PgStore:
         """Connect, migrate, register this node; StoreUnreachable when the server cannot be reached (try again
         later), StoreUnusable when it refuses this node's login or has no such database (no retry fixes those).
-        `remote_of` names the shared repository of a clone a job is queued in."""
+        `remote_of` names the shared repository of a clone a job is queued in; `local` is the node's own file
+        (which `close` closes too)."""
         pool = await asyncpg.create_pool(url, min_size=0, max_size=8, timeout=10, command_timeout=60)
         try:
             await pool.fetchval("SELECT 1")  # min_size 0 connects on first use: ask now, for a clear error
@@ -130,7 +140,7 @@ class PgStore(PgRecords, Store):
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
                 "[store] url), then start the daemon again"
             ) from None
-        store = cls(pool, url, node, labels, lease, hold, remote_of)
+        store = cls(pool, url, node, labels, lease, hold, remote_of, local)
         try:
             await store._migrate()
             await store._register()
@@ -166,8 +176,7 @@ class PgStore(PgRecords, Store):
                 self.node, json.dumps(sorted(self.labels)), self.lease, socket.gethostname(), os.getpid(),
             )
         )  # fmt: skip
-        rows = await self._db.fetch("SELECT key, path FROM node_repos WHERE node = $1", self.node)
-        self._paths = {r["key"]: r["path"] for r in rows}
+        self._paths = await self.local.clones()
 
     async def listen(self, on_foreign: Callable[[set[int]], None]) -> None:
         """Call `on_foreign(ids)` when other nodes change jobs (and once with no ids after a reconnection, when
@@ -209,11 +218,15 @@ class PgStore(PgRecords, Store):
             with olog.best_effort("close the notification connection", *CONNECTION_ERRORS):
                 await self._listener.close()
         await self._db.pool.close()
+        await self.local.close()
 
     def _job(self, row: asyncpg.Record) -> Job:
+        """A job as this node sees it: its repository is this node's clone of the shared one, or, for a repository
+        this node has no clone of, a name that is no path here (`team:<repository>`): another node's path means
+        nothing on this machine, and nothing here may act on it."""
         job = from_row(row)
         local = self._paths.get(row["remote"])
-        return replace(job, repo=local) if local and local != job.repo else job
+        return replace(job, repo=local or f"{FOREIGN}{row['remote']}")
 
     async def _notify(self, conn: asyncpg.Connection, ids: Iterable[int], *, landed: bool = False) -> None:
         """Tell the other nodes these jobs changed (`landed`: one of them landed, so a remote branch moved)."""
@@ -277,19 +290,22 @@ class PgStore(PgRecords, Store):
 
     async def register_clone(self, key: str, path: str, url: str) -> None:
         """This node has a clone of shared repository `key` (`Remote.identity`) at `path`: it may claim that
-        repository's jobs."""
+        repository's jobs. Kept in the node's own file (`local`): only its config and its own user say so."""
         if self._paths.get(key) == path:
             return
-        await self._db.execute(
-            "INSERT INTO node_repos (node, key, path, url) VALUES ($1, $2, $3, $4) "
-            "ON CONFLICT (node, key) DO UPDATE SET path = excluded.path, url = excluded.url",
-            self.node, key, path, url,
-        )  # fmt: skip
+        await self.local.register_clone(key, path, url)
         self._paths[key] = path
+
+    async def clones(self) -> dict[str, str]:
+        return dict(self._paths)
 
     def clone_paths(self) -> list[str]:
         """This node's clones of the team's repositories."""
         return sorted(set(self._paths.values()))
+
+    def _keys(self) -> list[str]:
+        """The shared repositories this node has clones of (what it claims and takes over)."""
+        return sorted(self._paths)
 
     async def ticket_job(self, key: str) -> int | None:
         row = await self._db.fetchrow("SELECT job_id FROM tickets WHERE key = $1", key)
@@ -305,14 +321,13 @@ class PgStore(PgRecords, Store):
         return self._job(row) if row else None
 
     async def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
-        """This node's jobs (in these states)."""
-        if states is None:
-            rows = await self._db.fetch("SELECT * FROM jobs WHERE node = $1 ORDER BY id", self.node)
-        else:
-            names = sorted(str(s) for s in states)
-            rows = await self._db.fetch(
-                "SELECT * FROM jobs WHERE node = $1 AND state = ANY($2) ORDER BY id", self.node, names
-            )
+        """This node's jobs (in these states): those it holds of the repositories it has clones of (a row naming
+        this node in another repository is no job it can act on: nothing of it is on this machine)."""
+        names = sorted(str(s) for s in (states if states is not None else JobState))
+        rows = await self._db.fetch(
+            "SELECT * FROM jobs WHERE node = $1 AND state = ANY($2) AND remote = ANY($3::text[]) ORDER BY id",
+            self.node, names, self._keys(),
+        )  # fmt: skip
         return [self._job(r) for r in rows]
 
     async def team_jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
@@ -372,7 +387,7 @@ class PgStore(PgRecords, Store):
                     WHERE j.state = 'queued'
                       AND (j.node = '' OR NOT EXISTS (
                           SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}))
-                      AND j.remote IN (SELECT key FROM node_repos WHERE node = $1)
+                      AND j.remote = ANY($4::text[])
                       AND j.labels::jsonb <@ $2::jsonb
                     ORDER BY j.priority DESC, COALESCE(j.place, j.id), j.id
                     LIMIT greatest($3 - (SELECT count(*) FROM jobs
@@ -381,7 +396,7 @@ class PgStore(PgRecords, Store):
                 )
                 UPDATE jobs SET node = $1 FROM pick WHERE jobs.id = pick.id RETURNING jobs.id
                 """,
-                self.node, json.dumps(sorted(self.labels)), self.hold,
+                self.node, json.dumps(sorted(self.labels)), self.hold, self._keys(),
             )  # fmt: skip
             ids = [int(r[0]) for r in rows]
             if ids:
@@ -397,6 +412,11 @@ class PgStore(PgRecords, Store):
         self._stale_json.update(ids)
         return ids
 
+    @property
+    def home(self) -> Path:
+        """The node's own file, not the shared database: nodes of one team on one machine are told apart."""
+        return self.local.home
+
     def mine(self, job: Job) -> bool:
         return job.node == self.node
 
@@ -405,8 +425,8 @@ class PgStore(PgRecords, Store):
         names = sorted(str(s) for s in (*ACTIVE, JobState.PLANNED))
         rows = await self._db.fetch(
             "SELECT * FROM jobs WHERE node <> $1 AND node <> '' AND state = ANY($2) "
-            "AND remote IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY id",
-            self.node, names,
+            "AND remote = ANY($3::text[]) ORDER BY id",
+            self.node, names, self._keys(),
         )  # fmt: skip
         return [self._job(r) for r in rows]
 
@@ -420,8 +440,8 @@ class PgStore(PgRecords, Store):
         rows = await self._db.fetch(
             f"SELECT * FROM jobs j WHERE j.node <> '' AND j.node <> $1 AND j.state = ANY($2) AND NOT EXISTS "
             f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}) "
-            "AND j.remote IN (SELECT key FROM node_repos WHERE node = $1) ORDER BY j.id",
-            self.node, names,
+            "AND j.remote = ANY($3::text[]) ORDER BY j.id",
+            self.node, names, self._keys(),
         )  # fmt: skip
         return [self._job(r) for r in rows]
 

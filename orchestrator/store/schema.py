@@ -146,4 +146,13 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN place REAL;
     """,
+    # 11: team mode: this node's clones of the team's repositories (shared repository → local path), kept on the
+    # node beside its process groups and landing journal, never in the shared store (a teammate could forge them).
+    """
+    CREATE TABLE clones (
+        key TEXT PRIMARY KEY,
+        path TEXT NOT NULL,
+        url TEXT NOT NULL
+    );
+    """,
 )

@@ -476,6 +476,13 @@ class Store:
         """Every node's jobs (in these states): on one machine, `jobs`."""
         return await self.jobs(states)
 
+    @property
+    def home(self) -> Path:
+        """The file this daemon keeps its own records in (its process groups, its checkouts' journal): the marks
+        of the commands it starts are named after it (`StoreOwner.tag`), so a restart ends its own leftovers
+        and nobody else's."""
+        return Path(self.path)
+
     def mine(self, job: Job) -> bool:
         """Whether this node holds `job` (on one machine, every job)."""
         return True
@@ -487,6 +494,20 @@ class Store:
     def clone_paths(self) -> list[str]:
         """The local clones of a team's repositories this node has: none on one machine."""
         return []
+
+    async def clones(self) -> dict[str, str]:
+        """Team mode, kept in a node's own file: each shared repository (`Remote.identity`) → the local path of the
+        node's clone of it. Only this node writes it (its config's repos, its own user's enqueues)."""
+        rows = await self._db.fetchall("SELECT key, path FROM clones ORDER BY key")
+        return {r["key"]: r["path"] for r in rows}
+
+    async def register_clone(self, key: str, path: str, url: str) -> None:
+        """Team mode: this node has a clone of shared repository `key` at `path` (see `clones`)."""
+        await self._db.execute(
+            "INSERT INTO clones (key, path, url) VALUES (?, ?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET path = excluded.path, url = excluded.url",
+            (key, path, url),
+        )
 
     async def delete_job(self, job_id: int, expect: Collection[JobState]) -> bool:
         """Forget an ended job (`orchestrator clean`): its record and its history, if it is in one of `expect`."""

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.paths import Paths
 from orchestrator.store import Store, StoreUnreachable, StoreUnusable
 from orchestrator.team import clones
+
+if TYPE_CHECKING:
+    from orchestrator.store.postgres import PgStore
 
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
 """Pauses between a starting node's tries to reach its PostgreSQL (the last one repeats) within `team.start_wait`."""
@@ -34,33 +37,20 @@ async def open_store(
     if not cfg.store.url:
         return await Store.open(paths.db)
     try:
-        from orchestrator.store.postgres import PgStore
+        import orchestrator.store.postgres  # noqa: F401 - loads asyncpg: said here, once, what to install
     except ImportError as e:
         raise StoreUnusable(
             f"[store] url names PostgreSQL, and its driver cannot be loaded ({e}): in the orchestrator checkout, "
             "pip install -e '.[team]'"
         ) from None
 
-    deadline = time.monotonic() + cfg.team.start_wait
-    for attempt in itertools.count():
-        try:
-            store = await PgStore.connect(
-                cfg.store.url,
-                node=cfg.team.node_name(),
-                remote_of=clones.remote_of,
-                labels=cfg.team.labels,
-                lease=cfg.team.lease,
-                hold=max(2, cfg.jobs.max_concurrent),
-            )
-            break
-        except StoreUnreachable as e:
-            pause = min(BACKOFF[min(attempt, len(BACKOFF) - 1)], deadline - time.monotonic())
-            if pause <= 0 or (stop is not None and stop.is_set()):
-                raise
-            olog.get().warning(olog.Event.TEAM_STORE_LOST, error=str(e), retry_in=round(pause, 1), starting=True)
-            if status is not None:
-                status(f"waiting for the team's PostgreSQL (again in {pause:.0f} s)")
-            await _pause(pause, stop)
+    # What the node keeps for itself (its processes, its checkouts' journal, its clones) stays in its own file.
+    local = await Store.open(paths.db)
+    try:
+        store = await _connect(cfg, local, stop, status)
+    except BaseException:
+        await local.close()
+        raise
     # The clones named in the config are this node's from the start (others join when a job is queued in them).
     for path in cfg.repos:
         try:
@@ -70,6 +60,36 @@ async def open_store(
             continue
         await store.register_clone(key, path, url)
     return store
+
+
+async def _connect(
+    cfg: Config, local: Store, stop: asyncio.Event | None, status: Callable[[str], None] | None
+) -> PgStore:
+    """The team's store, asked again with a growing pause for up to `team.start_wait` seconds."""
+    from orchestrator.store.postgres import PgStore
+
+    deadline = time.monotonic() + cfg.team.start_wait
+    attempt = 0
+    while True:
+        try:
+            return await PgStore.connect(
+                cfg.store.url,
+                node=cfg.team.node_name(),
+                remote_of=clones.remote_of,
+                local=local,
+                labels=cfg.team.labels,
+                lease=cfg.team.lease,
+                hold=max(2, cfg.jobs.max_concurrent),
+            )
+        except StoreUnreachable as e:
+            pause = min(BACKOFF[min(attempt, len(BACKOFF) - 1)], deadline - time.monotonic())
+            if pause <= 0 or (stop is not None and stop.is_set()):
+                raise
+            olog.get().warning(olog.Event.TEAM_STORE_LOST, error=str(e), retry_in=round(pause, 1), starting=True)
+            if status is not None:
+                status(f"waiting for the team's PostgreSQL (again in {pause:.0f} s)")
+            await _pause(pause, stop)
+            attempt += 1
 
 
 async def _pause(seconds: float, stop: asyncio.Event | None) -> None:

@@ -247,13 +247,11 @@ def _figures(
     overlap_pairs: set[tuple[int, int]] = set()
     conflicts = 0
     for j in jobs:
-        admitted = [e["at"] for e in j["events"] if e["kind"] == "admitted"]
-        ended = [e["at"] for e in j["events"] if e["kind"] in ("finished", "failed", "requeued")]
-        per_job.append([sched.Interval(a, b) for a, b in zip(admitted, ended, strict=False)])
+        per_job.append(sched.runs_of(j["events"]))
         runs += per_job[-1]
-        releases += ended
-        if admitted:
-            waits.append(admitted[0] - epoch(j["created_at"]))
+        releases += [iv.end for iv in per_job[-1]]
+        if per_job[-1]:
+            waits.append(per_job[-1][0].start - epoch(j["created_at"]))
         for e in j["events"]:
             if e["kind"] == "overlap":
                 overlap_pairs.add((min(j["id"], e["other"]), max(j["id"], e["other"])))
@@ -295,7 +293,9 @@ def _figures(
         "overlaps": len(overlap_pairs),
         "met_side_by_side": sched.met_side_by_side(per_job, real),
         "conflicts": conflicts,
+        "stopped": sum(e["kind"] == "requeued" and "ran_s" in e for j in jobs for e in j["events"]),
         "redone": sum(j["attempts"] for j in jobs),
+        "thrown_s": round(sched.thrown_away(per_job, [bool(t) for t in landed_at]), 2),
         "lost": len(lost),
         "broken": len(broken),
         "broken_files": broken,
@@ -342,6 +342,7 @@ def _per_job(
                 "beside": sorted(ids[k] for k in near[n]),
                 "met": sorted(ids[k] for k in meets[n]),
                 "conflicts": sum(e["kind"] in ("requeued", "conflicted") for e in j["events"]),
+                "thrown_s": round(sched.thrown_away([runs[n]], [j["state"] == "landed"]), 2),
                 "waited_for": {reason: sorted(on) for reason, on in clock.waits.get(j["id"], {}).items()},
             }
         )

@@ -106,6 +106,34 @@ class Interval:
     end: float
 
 
+RUN_ENDS = frozenset({"finished", "failed", "requeued", "conflicted", "cancelled", "interrupted"})
+"""Stored events that end a run (the first after its `admitted`)."""
+
+
+def runs_of(events: Sequence[dict]) -> list[Interval]:
+    """A job's runs, from its stored events in order: each `admitted` to the first event that ends that run (a
+    landing's own conflict, after `finished`, ends nothing more)."""
+    out: list[Interval] = []
+    start: float | None = None
+    for e in events:
+        if e["kind"] == "admitted":
+            start = e["at"]
+        elif e["kind"] in RUN_ENDS and start is not None:
+            out.append(Interval(start, e["at"]))
+            start = None
+    return out
+
+
+def thrown_away(runs: Sequence[Sequence[Interval]], landed: Sequence[bool]) -> float:
+    """Job-seconds of runs whose work did not land: every run of a job but the last one of a job that landed (a
+    run stopped on a conflict, a run whose landing conflicted, a job that never landed)."""
+    total = 0.0
+    for job_runs, done in zip(runs, landed, strict=True):
+        wasted = job_runs[:-1] if done else job_runs
+        total += sum(iv.end - iv.start for iv in wasted)
+    return total
+
+
 def beside(runs: Sequence[Sequence[Interval]]) -> list[set[int]]:
     """For each job, the jobs that ran at the same time as it (some attempt of each overlapping in time)."""
     out: list[set[int]] = [set() for _ in runs]

@@ -27,10 +27,17 @@ GROUPS = (
             ("max_concurrency", "max conc"),
             ("overlaps", "overlaps"),
             ("met_side_by_side", "met"),
-            ("conflicts", "confl"),
-            ("redone", "redone"),
             ("lost", "lost"),
             ("broken", "broken"),
+        ),
+    ),
+    (
+        "runs again",
+        (
+            ("conflicts", "confl"),
+            ("stopped", "stopped"),
+            ("redone", "redone"),
+            ("thrown_s", "thrown s"),
         ),
     ),
     (
@@ -71,7 +78,8 @@ def row_line(row: dict[str, Any]) -> str:
     landed = sum(j["state"] == "landed" for j in row.get("per_job", ()))
     return (
         f"{_name(row)}: makespan {_fmt(row['makespan_s'])} s ({_fmt(row['ratio_ideal'])}× ideal, "
-        f"{_fmt(row['ratio_list'])}× list), {landed}/{row['jobs']} landed, {row['conflicts']} conflicts, "
+        f"{_fmt(row['ratio_list'])}× list), {landed}/{row['jobs']} landed, {row['conflicts']} conflicts "
+        f"({row.get('stopped', 0)} stopped while running, {_fmt(row.get('thrown_s', 0.0))} job-s thrown away), "
         f"{row['lost']} lost, {row['broken']} broken"
     )
 
@@ -120,9 +128,9 @@ def print_table(
 
 def _jobs_table(row: dict[str, Any]) -> Table:
     """A row's jobs: how each ended, its runs, whom it ran beside (`alone`: nobody), met (really touched a common
-    file with, while side by side), landing conflicts, and what it waited for before it first started."""
+    file with, while side by side), conflicts, the work of its runs that did not land, and what it waited for."""
     table = Table(title=f"{_name(row)}: per job", show_edge=False, pad_edge=False)
-    for heading in ("job", "state", "runs", "dur s", "wait s", "beside", "met", "confl"):
+    for heading in ("job", "state", "runs", "dur s", "wait s", "beside", "met", "confl", "thrown s"):
         table.add_column(heading, justify="right" if heading not in ("state", "beside", "met") else "left")
     table.add_column("waited for", overflow="fold")
     for j in row["per_job"]:
@@ -136,6 +144,7 @@ def _jobs_table(row: dict[str, Any]) -> Table:
             _ids(j["beside"]) or "alone",
             _ids(j["met"]) or "-",
             str(j["conflicts"]),
+            _fmt(j.get("thrown_s")),
             waited or "-",
         )
     return table

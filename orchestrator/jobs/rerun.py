@@ -1,0 +1,95 @@
+"""A running job whose attempt met a real conflict: stopped, its work kept, and run again behind the job it met.
+
+Two things find such a conflict while a job runs: the conflict watch (`jobs.conflicts`: an in-memory merge of two
+running jobs' trees, or of a running job's tree with what just landed), and the replay runner (its recorded
+change does not apply on the job's base). Either way the attempt is stopped (its runner's processes end; its
+workspace stays for this module), what it made so far is committed on an attempt branch of its own (`retire`:
+nothing is lost), and the job goes back to the queue with `land_after` naming the jobs it met: admission starts
+it once they have ended, planned again on a base that has their change. With no attempt left, or no job whose
+landing could settle it (the same base would meet the same conflict), it is left `conflicted` for a person, its
+worktree kept.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import logging as olog
+from orchestrator.core import lifecycle
+from orchestrator.core.admission_index import plist
+from orchestrator.core.job import Job, fresh_attempt
+from orchestrator.core.models import Code, JobEvent, JobState
+from orchestrator.git.worktrees import WorktreePool
+from orchestrator.jobs.board import Board
+from orchestrator.jobs.retire import AttemptKept, retire_attempt
+
+RUNNING = frozenset({JobState.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """Why a running job's attempt stops, and what it runs again behind."""
+
+    reason: str
+    """One line: what met what (`a real conflict with job 3 in a.py`)."""
+    behind: tuple[int, ...] = ()
+    """The jobs it runs again after (they land first); empty when what it met has landed already."""
+    conflicts: tuple[str, ...] = ()
+    """The paths that conflict."""
+    settles: bool = True
+    """A fresh attempt can settle it: it meets another base (the jobs `behind` land first, or one landed)."""
+
+
+async def requeue(
+    board: Board, pool: WorktreePool, policy: lifecycle.LandingPolicy, job: Job, rerun: Rerun, ran: float
+) -> Job:
+    """Carry a `running` job whose attempt stopped on `rerun` (its processes ended) back to the queue behind
+    `rerun.behind`, or to `conflicted`; returns the job as stored. `ran`: seconds the stopped attempt ran (the
+    work thrown away, in the requeued event for the benchmark)."""
+    log = olog.get(job_id=job.id, repo=job.repo)
+    to = lifecycle.on_conflict(job.attempts, policy, behind=rerun.settles)
+    data: dict[str, Any] = {
+        "code": Code.CONFLICT,
+        "why": rerun.reason,
+        "conflicts": list(rerun.conflicts[:50]),
+        "behind": list(rerun.behind),
+        "ran_s": round(ran, 3),
+    }
+    after = f"stopped after {ran:.1f} s"
+    if to is JobState.QUEUED:
+        try:
+            kept = await retire_attempt(pool, job)
+        except AttemptKept as e:
+            return await _conflicted(board, pool, job, f"{rerun.reason}; {after}; {e}", data)
+        waits = f"runs again once {_jobs(rerun.behind)} landed" if rerun.behind else "runs again on the new head"
+        reason = (
+            f"{rerun.reason}; {after}: {waits} (attempt {job.attempts + 2} of {policy.max_attempts}); "
+            f"its work so far kept as {kept}"
+        )
+        fields = {**fresh_attempt(job), "land_after": rerun.behind}
+        done = await board.transition(
+            job.id, RUNNING, JobState.QUEUED, JobEvent.REQUEUED, code=Code.CONFLICT, reason=reason,
+            data={**data, "kept": kept}, **fields,
+        )  # fmt: skip
+        log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, kept=kept, **data)
+        return done or await board.store.get(job.id) or job
+    why = "no attempt left" if rerun.settles else "another attempt on this base would meet it again"
+    return await _conflicted(board, pool, job, f"{rerun.reason}; {after}; not run again ({why})", data)
+
+
+async def _conflicted(board: Board, pool: WorktreePool, job: Job, why: str, data: dict[str, Any]) -> Job:
+    await pool.release(Path(job.repo), job.id, keep=True)
+    reason = f"{why}: its worktree {job.worktree or ''} is kept for a person (`orchestrator retry {job.id}`)"
+    done = await board.transition(
+        job.id, RUNNING, JobState.CONFLICTED, JobEvent.CONFLICTED, finished_at=time.time(), code=Code.CONFLICT,
+        reason=reason, data=data,
+    )  # fmt: skip
+    olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, code=Code.CONFLICT, reason=reason)
+    return done or await board.store.get(job.id) or job
+
+
+def _jobs(ids: tuple[int, ...]) -> str:
+    return ("job " if len(ids) == 1 else "jobs ") + plist([str(i) for i in ids], 5)

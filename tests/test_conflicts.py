@@ -1,0 +1,94 @@
+"""Real conflicts seen while jobs run: the job that would land second stops at once and runs again behind the other.
+
+In-process job plane (real store, real git, real scheduler, shell jobs); the one end-to-end test through the real
+daemon is in `test_e2e_jobs.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from orchestrator.core.conflict import second
+from orchestrator.core.job import Job
+from orchestrator.core.models import JobState
+from tests.conftest import git
+from tests.plane import plane
+
+RUNNING = JobState.RUNNING
+
+
+def _job(id: int, state: JobState = RUNNING, started: float = 0.0, land_after: tuple[int, ...] = ()) -> Job:
+    return Job(id, "r", "main", "t", "shell", state, started_at=started, land_after=land_after)
+
+
+def test_the_job_that_lands_second_is_the_one_stopped():
+    """An order already set stands; a job whose run ended lands first; else the later start lands second."""
+    a, b = _job(1, started=10.0), _job(2, started=20.0)
+    assert second(a, b) is b and second(b, a) is b
+    assert second(replace(a, land_after=(2,)), b).id == 1, "it lands after the other: it is stopped"
+    assert second(a, replace(b, state=JobState.LANDING)) is a, "the other finished its run: it lands first"
+    assert second(replace(a, state=JobState.LANDED), replace(b, state=JobState.LANDING)) is None
+    assert second(_job(3, started=5.0), _job(1, started=5.0)).id == 3, "a tie goes by id"
+
+
+def _wait(path, limit: int = 600) -> str:
+    return f"n=0; while [ ! -e {path} ] && [ $n -lt {limit} ]; do sleep 0.05; n=$((n+1)); done"
+
+
+async def test_two_jobs_editing_other_lines_of_one_file_both_run_and_land(make_repo, tmp_path):
+    """A common file changed at distant lines merges clean: the watch merges them, stops nobody, both land."""
+    repo = make_repo(files={"f.txt": "".join(f"line {n}\n" for n in range(1, 21))})
+    a_up, b_up, go = tmp_path / "a.up", tmp_path / "b.up", tmp_path / "go"
+    async with plane(tmp_path, max_concurrent=2, per_repo=2) as p:
+        a = await p.enqueue(repo, f"sed -i 's/^line 1$/line one/' f.txt; touch {a_up}; {_wait(go)}", "a.txt")
+        b = await p.enqueue(repo, f"{_wait(a_up)}; sed -i 's/^line 20$/line twenty/' f.txt; touch {b_up}; {_wait(go)}",
+                            "b.txt")  # fmt: skip
+
+        async def checked():
+            return [e for e in await p.store.events(a) + await p.store.events(b) if e["kind"] == "overlap_checked"]
+
+        seen = await p.until("the two jobs merged in memory", checked)
+        assert seen[0]["conflicts"] == []
+        go.touch()
+        for job in (a, b):
+            done = await p.reach(job, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
+            assert done.state is JobState.LANDED and done.attempts == 0, done.reason
+    text = git(repo, "show", "main:f.txt")
+    assert text.startswith("line one\n") and text.endswith("line twenty")
+
+
+async def test_a_running_job_whose_branch_moved_under_it_in_conflict_stops_and_runs_on_the_new_head(
+    make_repo, tmp_path
+):
+    """The branch moves (a person's commit, or a landing) in a file a running job changed, conflicting with it: at
+    its next write the job is stopped (its landing would conflict), runs again on the new head, and lands on top;
+    what moved the branch stays."""
+    repo = make_repo(files={"f.txt": "one\n", "g.txt": "g\n"})
+    b_wrote, moved, once = tmp_path / "b.wrote", tmp_path / "moved", tmp_path / "once"
+    async with plane(tmp_path, max_concurrent=2, per_repo=2) as p:
+        b = await p.enqueue(
+            repo,
+            f"if [ -e {once} ]; then echo B >> f.txt; exit 0; fi; touch {once}; echo B > f.txt; touch {b_wrote}; "
+            f"{_wait(moved)}; echo more > other.txt; sleep 120",
+            "f.txt",
+        )
+        await p.until("b wrote", lambda: _exists(b_wrote))
+        (repo / "f.txt").write_text("person\n")
+        git(repo, "commit", "-qam", "a person's own change")
+        moved.touch()
+
+        async def stopped():
+            job = await p.store.get(b)
+            return job if job.attempts else None
+
+        await p.until("b stopped and re-queued", stopped, timeout=20)
+        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        assert event["conflicts"] == ["f.txt"] and event["behind"] == [], event
+        assert event["why"] == "a real conflict with main, which moved since it started, in f.txt"
+        done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
+        assert done.state is JobState.LANDED, done.reason
+    assert git(repo, "show", "main:f.txt") == "person\nB"
+
+
+async def _exists(path) -> bool:
+    return path.exists()
