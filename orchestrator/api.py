@@ -17,6 +17,7 @@ from aiohttp import web
 
 from orchestrator import __version__, validate
 from orchestrator import logging as olog
+from orchestrator import requests as rq
 from orchestrator.core import claims
 from orchestrator.core.explain import explain
 from orchestrator.core.models import ALL_REPOS, OPEN, JobState
@@ -26,7 +27,7 @@ from orchestrator.plan import accuracy
 from orchestrator.runners.command import transcript_path
 from orchestrator.service import intake
 from orchestrator.store import StoreFull
-from orchestrator.validate import BadRequest, field, int_list
+from orchestrator.validate import BadRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 4 * 1024 * 1024
@@ -140,12 +141,13 @@ class Api:
         )
 
     async def enqueue(self, request: web.Request) -> web.Response:
-        job = await self.jobs.submit(await _body(request))
+        job = await self.jobs.submit(rq.Enqueue.from_json(await _body(request)))
         return web.json_response(job.to_json(), status=201)
 
     async def tickets(self, request: web.Request) -> web.Response:
         """The git hook's request: a commit's tickets, each queued once (see `service.intake`)."""
-        return web.json_response({"results": await intake.submit(self.jobs, await _body(request))})
+        results = await intake.submit(self.jobs, rq.Tickets.from_json(await _body(request)))
+        return web.json_response({"results": results})
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         states = request.query.get("state")
@@ -188,22 +190,19 @@ class Api:
         return web.json_response(job.to_json())
 
     async def revise(self, request: web.Request) -> web.Response:
-        feedback = field(await _body(request), "feedback", str, required=True)
-        job = await self.jobs.revise(_job_id(request), feedback)
+        job = await self.jobs.revise(_job_id(request), rq.Revise.from_json(await _body(request)).feedback)
         return web.json_response(job.to_json())
 
     async def edit(self, request: web.Request) -> web.Response:
-        job = await self.jobs.edit(_job_id(request), await _body(request))
+        job = await self.jobs.edit(_job_id(request), rq.Edit.from_json(await _body(request)))
         return web.json_response(job.to_json())
 
     async def move(self, request: web.Request) -> web.Response:
-        before = field(await _body(request), "before", int, required=True)
-        job = await self.jobs.move(_job_id(request), before)
+        job = await self.jobs.move(_job_id(request), rq.Move.from_json(await _body(request)).before)
         return web.json_response(job.to_json())
 
     async def switch(self, request: web.Request) -> web.Response:
-        other = field(await _body(request), "with", int, required=True)
-        jobs = await self.jobs.switch(_job_id(request), other)
+        jobs = await self.jobs.switch(_job_id(request), rq.Switch.from_json(await _body(request)).other)
         return web.json_response({"jobs": [j.to_json() for j in jobs]})
 
     async def diff(self, request: web.Request) -> web.Response:
@@ -222,19 +221,14 @@ class Api:
         return web.json_response({"id": job_id, "branches": dropped})
 
     async def wait(self, request: web.Request) -> web.Response:
-        data = await _body(request)
-        ids = int_list(data, "ids")
-        timeout = field(data, "timeout", (int, float))
-        if timeout is not None and not 0 <= timeout < 1e9:  # also NaN and Infinity, which json.loads accepts
-            raise BadRequest("field 'timeout' must be a number of seconds, 0 or more")
-        if not ids:
-            ids = [j.id for j in await self.store.team_jobs(OPEN)]
-        jobs = await self.jobs.wait(ids, timeout)
+        asked = rq.Wait.from_json(await _body(request))
+        ids = list(asked.ids) or [j.id for j in await self.store.team_jobs(OPEN)]
+        jobs = await self.jobs.wait(ids, asked.timeout)
         return web.json_response({"jobs": [j.to_json() for j in jobs], "done": all(j.state.terminal for j in jobs)})
 
     async def plan(self, request: web.Request) -> web.Response:
         """The claim the daemon's planner makes for a text, with the evidence for each path; nothing is queued."""
-        return web.json_response(await plan_for(self.jobs.planning.planner, await _body(request)))
+        return web.json_response(await plan_for(self.jobs.planning.planner, rq.Plan.from_json(await _body(request))))
 
     async def stats_predict(self, request: web.Request) -> web.Response:
         """Calibration: per repo and per basis, how well the claims predicted what jobs really touched."""
@@ -283,34 +277,30 @@ class Api:
             scope: {"paused": paused, "slots": slots} for scope, (paused, slots) in self.scheduler.controls.items()
         }
 
-    async def _scope(self, data: dict[str, Any]) -> str:
-        repo = field(data, "repo", str)
-        if repo is None:
+    async def _scope(self, control: rq.Control) -> str:
+        if control.repo is None:
             return ALL_REPOS
-        return str(await asyncio.to_thread(repos.canonical, Path(repo)))
+        return str(await asyncio.to_thread(repos.canonical, Path(control.repo)))
 
     async def get_controls(self, request: web.Request) -> web.Response:
         return web.json_response({"controls": self._controls_json()})
 
     async def pause(self, request: web.Request) -> web.Response:
-        scope = await self._scope(await _body(request))
+        scope = await self._scope(rq.Control.from_json(await _body(request)))
         await self.jobs.control(scope, paused=True)
         return web.json_response({"scope": scope, "controls": self._controls_json()})
 
     async def resume(self, request: web.Request) -> web.Response:
-        scope = await self._scope(await _body(request))
+        scope = await self._scope(rq.Control.from_json(await _body(request)))
         await self.jobs.control(scope, paused=False)
         return web.json_response({"scope": scope, "controls": self._controls_json()})
 
     async def limit(self, request: web.Request) -> web.Response:
-        data = await _body(request)
-        if field(data, "repo", str) is None:
+        control = rq.Control.from_json(await _body(request))
+        if control.repo is None:
             raise BadRequest("name the repository: `orchestrator limit --repo PATH N` (the global limit is config)")
-        scope = await self._scope(data)
-        slots = field(data, "slots", int)
-        if slots is not None and slots < 0:
-            raise BadRequest("slots must be 0 or more (0 holds every new job of the repo back)")
-        await self.jobs.control(scope, slots=slots)
+        scope = await self._scope(control)
+        await self.jobs.control(scope, slots=control.slots)
         return web.json_response({"scope": scope, "controls": self._controls_json()})
 
     # -- the event stream ------------------------------------------------------------------------

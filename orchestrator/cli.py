@@ -68,12 +68,17 @@ def main() -> None:
     show_default=True,
     help="In burst mode, how long to stay idle (for a client about to enqueue) before exiting.",
 )
-def daemon(burst: bool, grace: float) -> None:
-    """Run the daemon in the foreground (systemd runs it this way)."""
+@click.option("--detach", is_flag=True, help="In the background: return once it answers (its log: the state dir).")
+def daemon(burst: bool, grace: float, detach: bool) -> None:
+    """Run the daemon in the foreground (systemd runs it this way); --detach: in the background."""
     from orchestrator import config
     from orchestrator import daemon as daemon_mod
 
     p = paths.resolve()
+    if detach:
+        from orchestrator.commands.detach import detach as start
+
+        sys.exit(start(p, [*(["--burst"] if burst else []), "--grace", str(grace)]))
     stamp = config.stamp(p.config_file)
     try:
         cfg = config.load(p.config_file)
@@ -133,6 +138,8 @@ main.add_lazy("limit", "orchestrator.commands.queue:limit")
 main.add_lazy("edit", "orchestrator.commands.edit:edit")
 main.add_lazy("move", "orchestrator.commands.edit:move")
 main.add_lazy("switch", "orchestrator.commands.edit:switch")
+main.add_lazy("open", "orchestrator.commands.workspace:open_")
+main.add_lazy("attach", "orchestrator.commands.workspace:attach")
 main.add_lazy("diff", "orchestrator.commands.review:diff")
 main.add_lazy("land", "orchestrator.commands.review:land")
 main.add_lazy("reject", "orchestrator.commands.review:reject")
@@ -144,6 +151,8 @@ main.add_lazy("runners", "orchestrator.commands.runners:runners")
 main.add_lazy("service", "orchestrator.commands.service:service")
 main.add_lazy("hook", "orchestrator.commands.service:hook")
 main.add_lazy("doctor", "orchestrator.commands.service:doctor")
+main.add_lazy("mcp", "orchestrator.commands.mcp:mcp")
+main.add_lazy("stand-in", "orchestrator.commands.standin:stand_in")
 
 
 if __name__ == "__main__":  # pragma: no cover

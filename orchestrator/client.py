@@ -1,4 +1,6 @@
-"""The CLI's client of the daemon's API: HTTP over the UNIX socket, standard library only (fast to start)."""
+"""The CLI's client of the daemon's API: HTTP over the UNIX socket, standard library only (fast to start).
+
+What it sends are the typed requests of `orchestrator.requests`, the ones the daemon reads back."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from orchestrator import requests as rq
 
 
 class Unreachable(ConnectionError):
@@ -142,8 +146,9 @@ class Client:
     def health(self) -> dict[str, Any]:
         return self.request("GET", "/health")
 
-    def enqueue(self, **body: Any) -> dict[str, Any]:
-        return self.request("POST", "/jobs", body)
+    def enqueue(self, request: rq.Enqueue | None = None, /, **fields: Any) -> dict[str, Any]:
+        """Queue a job: `request`, or one made of `fields` (`enqueue(repo=..., text=...)`)."""
+        return self.request("POST", "/jobs", (request or rq.Enqueue(**fields)).to_json())
 
     def jobs(self, states: str | None = None) -> list[dict[str, Any]]:
         return self.request("GET", "/jobs" + (f"?state={states}" if states else ""))["jobs"]
@@ -164,16 +169,16 @@ class Client:
         return self.request("POST", f"/jobs/{job_id}/reject", {})
 
     def revise(self, job_id: int, feedback: str) -> dict[str, Any]:
-        return self.request("POST", f"/jobs/{job_id}/revise", {"feedback": feedback})
+        return self.request("POST", f"/jobs/{job_id}/revise", rq.Revise(feedback).to_json())
 
-    def edit(self, job_id: int, **change: Any) -> dict[str, Any]:
-        return self.request("POST", f"/jobs/{job_id}/edit", change)
+    def edit(self, job_id: int, change: rq.Edit | None = None, /, **fields: Any) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/edit", (change or rq.Edit(**fields)).to_json())
 
     def move(self, job_id: int, before: int) -> dict[str, Any]:
-        return self.request("POST", f"/jobs/{job_id}/move", {"before": before})
+        return self.request("POST", f"/jobs/{job_id}/move", rq.Move(before).to_json())
 
     def switch(self, job_id: int, other: int) -> list[dict[str, Any]]:
-        return list(self.request("POST", f"/jobs/{job_id}/switch", {"with": other})["jobs"])
+        return list(self.request("POST", f"/jobs/{job_id}/switch", rq.Switch(other).to_json())["jobs"])
 
     def diff(self, job_id: int, against: str = "base") -> dict[str, Any]:
         return self.request("GET", f"/jobs/{job_id}/diff?against={against}")
@@ -187,26 +192,30 @@ class Client:
     def wait(self, ids: list[int], timeout: float | None) -> dict[str, Any]:
         # The server holds the request until the jobs end; give the socket a little longer than that.
         sock_timeout = None if timeout is None else timeout + 10
-        return self.request("POST", "/wait", {"ids": ids, "timeout": timeout}, timeout=sock_timeout)
+        return self.request("POST", "/wait", rq.Wait(tuple(ids), timeout).to_json(), timeout=sock_timeout)
 
     def stats_predict(self, repo: str | None = None) -> dict[str, Any]:
         query = "?" + urllib.parse.urlencode({"repo": repo}) if repo else ""
         return self.request("GET", f"/stats/predict{query}")
 
-    def plan(self, **body: Any) -> dict[str, Any]:
-        return self.request("POST", "/plan", body)
+    def plan(self, request: rq.Plan | None = None, /, **fields: Any) -> dict[str, Any]:
+        return self.request("POST", "/plan", (request or rq.Plan(**fields)).to_json())
 
     def controls(self) -> dict[str, Any]:
         return self.request("GET", "/controls")["controls"]
 
     def pause(self, repo: str | None) -> dict[str, Any]:
-        return self.request("POST", "/pause", {"repo": repo})
+        return self.request("POST", "/pause", rq.Control(repo).to_json())
 
     def resume(self, repo: str | None) -> dict[str, Any]:
-        return self.request("POST", "/resume", {"repo": repo})
+        return self.request("POST", "/resume", rq.Control(repo).to_json())
 
     def limit(self, repo: str, slots: int | None) -> dict[str, Any]:
-        return self.request("POST", "/limit", {"repo": repo, "slots": slots})
+        return self.request("POST", "/limit", rq.Control(repo, slots).to_json())
+
+    def tickets(self, request: rq.Tickets) -> dict[str, Any]:
+        """A commit's tickets (the git hook's request): one result per ticket."""
+        return self.request("POST", "/tickets", request.to_json())
 
     def events(self) -> Iterator[dict[str, Any]]:
         """The daemon's event stream, one JSON object per line, until the daemon closes it."""

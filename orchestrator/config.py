@@ -48,6 +48,10 @@ class JobsConfig:
     timeout: float = 3600.0
     warm_worktrees: int = 2
     default_runner: str = "shell"
+    agent: str = ""
+    """The agent (`claude-code`, `codex`, `aider`, `claude`, or a `[runners.NAME]`) that a text in words queued with
+    no runner goes to, when `default_runner` is `shell` (`core.prose`); "": such a text is refused, with the command
+    to use."""
     on_end: tuple[str, ...] = ()
     """An argv template run when a job ends, e.g. ["notify-send", "{summary}"] (see jobs/notify.py)."""
     log_max_bytes: int = 50 * 1024 * 1024
@@ -57,6 +61,9 @@ class JobsConfig:
     """`auto` | `bwrap` | `none`: confine shell and command jobs with bubblewrap (env ORCHESTRATOR_SANDBOX)."""
     land: str = "auto"
     """`auto` lands a finished job at once; `review` holds it `ready` until `orchestrator land` or `reject`."""
+    land_style: str = "merge"
+    """How a landing joins the branch: `merge` (a merge commit when the branch moved), `rebase` (the job's commits
+    replayed on it: a linear history, no merge commit) or `squash` (one commit per job); a repository may differ."""
     rate_limit_wait: float = 60.0
     """Seconds a rate-limited job first waits when its model API (or CLI) names no time; doubles each time."""
     rate_limit_max_wait: float = 3600.0
@@ -85,7 +92,8 @@ class RepoConfig:
     check: str = ""
     check_timeout: float = 900.0
     mergeable: tuple[str, ...] = ()
-    land_style: str = "merge"
+    land_style: str = ""
+    """`merge` | `rebase` | `squash` for this repository (empty: `jobs.land_style`)."""
     land: str = ""
     """`auto` | `review` for this repository (empty: `jobs.land`)."""
 
@@ -135,6 +143,14 @@ class RunnerTemplate:
     that a rate limit is over). Empty: `argv` runs again with the feedback after the job's text in `{prompt}`."""
     timeout: float = 0.0
     """Seconds the command may take (0: `jobs.timeout`)."""
+    terminal: str = "auto"
+    """Where the command runs: "tmux" in a terminal of the job's own that `orchestrator attach ID` joins (a person
+    sees the CLI as it draws itself and can type to it); "auto": tmux when it is installed; "none": its output on
+    a pipe, nothing to attach to."""
+    mcp: str = ""
+    """How the CLI is told of the job's MCP server (`orchestrator mcp`: the paths other running jobs hold, its
+    claim grown before it writes), written into its scratch HOME: "claude-code" (its user config and settings),
+    "codex" (`[mcp_servers]` in its config.toml). "": not told."""
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -158,6 +174,7 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         home_files=(".claude/.credentials.json",),
         output="claude-json",
         rate_limits="claude-code",
+        mcp="claude-code",
         plan_argv=("claude", "-p", "{prompt}", "--permission-mode", "plan", "--output-format", "json"),
         resume_argv=_words("claude -p {feedback} --continue --permission-mode acceptEdits --output-format json"),
     ),
@@ -193,12 +210,16 @@ PROFILES: Mapping[str, RunnerTemplate] = {
         scratch_home=True,
         home_files=(".codex/auth.json", ".codex/config.toml"),
         rate_limits="codex",
+        mcp="codex",
     ),
 }
 """Agent CLIs that work as shipped (`--runner claude-code`); `[runners.NAME]` changes a profile key by key."""
 
 OUTPUTS = ("", "claude-json")
+TERMINALS = ("auto", "tmux", "none")
 
+MCP_STYLES = ("claude-code", "codex")
+"""How an agent CLI is told of its job's MCP server (`[runners.NAME] mcp`): the CLIs whose config is known."""
 RATE_LIMIT_SIGNS = ("claude-code", "aider", "codex")
 """The agent CLIs whose printed signs of a rate limit are known (`[runners.NAME] rate_limits`); each is one of
 `runners.ratelimit.SIGNS` (the names are the config's, so loading it needs no runner)."""
@@ -265,9 +286,10 @@ class PlanConfig:
     """Budget for the file list and snippets in a model's planning prompt."""
     calibrate_after: int = 5
     """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
-    risk: float = 0.03
-    """The highest estimated chance that two jobs touch a common path for them to run side by side (0: judge
-    local evidence by confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
+    risk: float = 0.08
+    """The highest estimated chance that two jobs make a conflict the landing cannot merge (they touch a common
+    path, and that meeting would not merge) for them to run side by side (0: judge local evidence by
+    confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
     cli: str = "claude-code"
     """With `planner = "cli"`: the runner whose read-only `plan_argv` plans (an agent CLI's plan mode)."""
 
@@ -341,6 +363,10 @@ class Config:
         """Path patterns union-merged in `repo` (changelogs): `jobs.mergeable` and the repo's own."""
         return (*self.jobs.mergeable, *self.repo(repo).mergeable)
 
+    def land_style(self, repo: str) -> str:
+        """`merge`, `rebase` or `squash` for jobs of `repo` (the repo's setting, else `jobs.land_style`)."""
+        return self.repo(repo).land_style or self.jobs.land_style
+
     def land_mode(self, repo: str) -> str:
         """`auto` or `review` for jobs of `repo` (the repo's setting, else `jobs.land`)."""
         return self.repo(repo).land or self.jobs.land
@@ -374,6 +400,9 @@ max_attempts = 3
 timeout = 3600            # seconds a runner may take
 warm_worktrees = 2        # pooled worktrees per repo (raised to min(per_repo, max_concurrent))
 default_runner = "shell"
+# A text in words queued with no --runner ("Fix the docstring of echo") goes to this agent when a job can run it:
+# claude-code | codex | aider | claude | a [runners.NAME]. "" refuses such a text, saying which --runner to give.
+agent = ""
 # Run when a job ends: an argv (no shell); words may name {id} {state} {repo} {repo_name} {branch} {code}
 # {reason} {subject} {summary}; the same values are in its environment (ORCHESTRATOR_JOB_ID, ...).
 # on_end = ["notify-send", "orchestrator", "{summary}"]
@@ -382,6 +411,7 @@ kill_grace = 5            # seconds between SIGTERM and SIGKILL for a job on tim
 requeue_interrupted = false  # on start, re-queue jobs a stopped daemon interrupted (runners safe to re-run)
 sandbox = "auto"          # auto | bwrap | none: bubblewrap for shell and command jobs (env ORCHESTRATOR_SANDBOX)
 land = "auto"             # auto | review: review holds finished jobs `ready` for `orchestrator land ID`
+land_style = "merge"      # merge | rebase (linear: no merge commits) | squash (one commit per job)
 rate_limit_wait = 60      # a rate-limited job's first wait when the API names no time (doubles each time)
 rate_limit_max_wait = 3600  # the longest one wait, whatever the API asks
 rate_limit_waits = 5      # waits per job; limited once more, it fails (code RateLimited)
@@ -427,7 +457,7 @@ concurrency = 4           # plans at once
 deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
-risk = 0.03               # two jobs run side by side when the chance they touch a common path is at most this
+risk = 0.08               # two jobs run side by side when the chance of a conflict that will not merge is at most this
 cli = "claude-code"       # planner = "cli": the runner whose read-only plan_argv plans (Claude Code's plan mode)
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)
@@ -471,8 +501,11 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # home_files = [".my-cli/auth.json"]       # ... with copies of these (what it needs to sign in)
 # ignore = [".my-cli-cache*"]              # its side files: new ones never land
 # rate_limits = "claude-code"              # a profile's signs of a rate limit in its output ("": none, the default)
+# mcp = "claude-code"                      # tell it of the job's MCP server (claude-code or codex config; "": none)
 # resume_argv = ["my-cli", "--continue", "--message", "{feedback}"]  # goes on with its session (`revise`)
 # timeout = 1800                           # seconds (0: jobs.timeout)
+# terminal = "auto"                        # in a tmux of the job's own (`orchestrator attach ID`) when tmux is
+#                                          # installed; "tmux" requires it, "none": output on a pipe only
 
 # Per repository (its absolute path):
 # [repos."/home/me/src/project"]
@@ -480,7 +513,7 @@ start_wait = 60           # seconds a start waits for PostgreSQL (retrying) befo
 # check_timeout = 900
 # mergeable = ["docs/changelog/*"]   # more union-mergeable files for this repo
 # land = "review"          # hold finished jobs for `orchestrator diff` / `land` / `reject`
-# land_style = "merge"    # "merge" (merge commits), "rebase" (replayed: linear) or "squash" (one commit per job)
+# land_style = "rebase"   # this repo's own: "merge", "rebase" (replayed: linear) or "squash" (one commit per job)
 """
 
 
@@ -543,6 +576,9 @@ def _validate(cfg: Config) -> None:
             f"jobs.default_runner: {cfg.jobs.default_runner!r} is no runner; use one of {', '.join(known)} "
             "(or define it as [runners.NAME])"
         )
+    if cfg.jobs.agent and (cfg.jobs.agent not in known or cfg.jobs.agent in ("shell", "replay")):
+        agents = ", ".join(n for n in known if n not in ("shell", "replay"))
+        raise ConfigError(f"jobs.agent: {cfg.jobs.agent!r} is no agent; use one of {agents} (or define [runners.NAME])")
     if cfg.daemon.shutdown_timeout < 0:
         raise ConfigError("daemon.shutdown_timeout: must not be negative")
     if cfg.daemon.header_timeout <= 0:
@@ -554,8 +590,10 @@ def _validate(cfg: Config) -> None:
             on_end.check(cfg.jobs.on_end)
         except on_end.TemplateError as e:
             raise ConfigError(f"jobs.{e}") from None
+    if cfg.jobs.land_style not in LAND_STYLES:
+        raise ConfigError(f"jobs.land_style: {cfg.jobs.land_style!r} is not one of {', '.join(LAND_STYLES)}")
     for path, rc in cfg.repos.items():
-        if rc.land_style not in LAND_STYLES:
+        if rc.land_style and rc.land_style not in LAND_STYLES:
             raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
         if rc.check_timeout <= 0:
             raise ConfigError(f'repos."{path}".check_timeout: must be positive (seconds the landing check may take)')
@@ -586,7 +624,7 @@ def _validate(cfg: Config) -> None:
     if cfg.plan.deadline <= 0:
         raise ConfigError("plan.deadline: must be positive")
     if not 0 <= cfg.plan.risk < 1:
-        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.03)")
+        raise ConfigError("plan.risk: must be a probability from 0 (strict) up to, not including, 1 (e.g. 0.08)")
     if cfg.chat.policy not in ("gate", "naive"):
         raise ConfigError(f"chat.policy: expected 'gate' or 'naive', got {cfg.chat.policy!r}")
     if cfg.chat.classify not in ("model", "idle", "rules"):
@@ -614,6 +652,12 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"runners.{name}: {name!r} is a built-in runner; give the template another name")
         if t.output not in OUTPUTS:
             raise ConfigError(f"runners.{name}.output: {t.output!r}; use one of {', '.join(map(repr, OUTPUTS))}")
+        if t.terminal not in TERMINALS:
+            raise ConfigError(f"runners.{name}.terminal: {t.terminal!r}; use one of {', '.join(TERMINALS)}")
+        if t.mcp and t.mcp not in MCP_STYLES:
+            raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
+        if t.mcp and not t.scratch_home:
+            raise ConfigError(f"runners.{name}.mcp: the MCP server is written into a scratch HOME: set scratch_home")
         if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:
             raise ConfigError(
                 f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"

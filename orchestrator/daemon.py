@@ -37,6 +37,7 @@ from orchestrator.core.models import ACTIVE, OPEN, JobState
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import landing_check
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.door import Doors
 from orchestrator.jobs.execution import Executor
 from orchestrator.jobs.facts import GitFacts
 from orchestrator.jobs.landing import Lander
@@ -135,7 +136,9 @@ class JobPlane:
             facts = GitFacts(cfg)
             lander = Lander(board, cfg, paths, pool, sandbox)
         watch = OverlapWatch(board, cfg, facts)
-        executor = Executor(board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held)
+        executor = Executor(
+            board, cfg, paths, pool, runners, watch.changed, lander.top_up, held=watch.held, doors=Doors(watch)
+        )
         watch.conflicts.interrupt = executor.interrupt  # a real conflict stops the job that would land second
         scheduler: Scheduler | None = None
 
@@ -257,6 +260,7 @@ class Daemon:
             self.cfg, self.paths, board, pool, runners, burst=self.burst, grace=self.grace, gates=self.gates,
             claude=claude, sandbox=sandbox,
         )  # fmt: skip
+        await plane.scheduler.load()  # before the API answers: `limit` and `status` tell what is in force
         timeout = self.cfg.daemon.shutdown_timeout
         parts.push_async_callback(plane.private_dirs.close)
         parts.push_async_callback(plane.notifier.drain, min(timeout, 5.0))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.client import Client, Unreachable
+from orchestrator.paths import open_private
 
 FILES = {
     "README.md": "# demo\n",
@@ -72,24 +73,25 @@ def run(keep: Path | None = None, *, as_json: bool = False) -> int:
                 file=sys.stderr,
             )
             return 2
-        return _run(root, as_json)
+        return _run(root, root / "home" / "daemon.log", as_json)
     root = Path(tempfile.mkdtemp(prefix="orchestrator-demo-"))
     try:
-        return _run(root, as_json)
+        # The daemon's log outlives the temp dir (the demo names it): beside it, not in it.
+        return _run(root, root.with_name(root.name + ".daemon.log"), as_json)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(root: Path, as_json: bool) -> int:
+def _run(root: Path, log_path: Path, as_json: bool) -> int:
     repo = make_repo(root)
     home = root / "home"
     env = {**os.environ, "ORCHESTRATOR_HOME": str(home), "MAX_CONCURRENT_JOBS": "4"}
     env.pop("JOURNAL_STREAM", None)
     home.mkdir(parents=True, exist_ok=True)
-    log_path = home / "daemon.log"
     say = (lambda *_: None) if as_json else (lambda m: print(m, file=sys.stderr))
-    say(f"demo repo: {repo}\ndaemon home: {home} (log: {log_path})")
-    with log_path.open("ab") as log:
+    say(f"demo repo: {repo}\ndaemon home: {home}\ndaemon log: {log_path} (JSON lines; kept after the demo)")
+    # A file of its own (0600, never one someone else put there first: it may sit in /tmp).
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_EXCL), "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "daemon", "--burst", "--grace", "3"],
             env=env,
@@ -116,9 +118,10 @@ def _run(root: Path, as_json: bool) -> int:
     proc.wait(timeout=60)
     events = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
     if as_json:
-        print(json.dumps({"repo": str(repo), "jobs": jobs, "events": events}, indent=2))
+        print(json.dumps({"repo": str(repo), "jobs": jobs, "events": events, "log": str(log_path)}, indent=2))
     else:
         _report(repo, jobs, events)
+        say(f"the daemon's log: {log_path}")
     return 0 if all(j["state"] == "landed" for j in jobs) else 1
 
 

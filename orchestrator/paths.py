@@ -157,6 +157,10 @@ class Paths:
     def job_log(self, job_id: int) -> Path:
         return self.job_logs / f"{job_id}.log"
 
+    def job_terminal(self, job_id: int) -> Path:
+        """The dir of a job's own terminal (its tmux socket): under the runtime dir, which no sandboxed job sees."""
+        return self.runtime_dir / "tmux" / str(job_id)
+
     def job_private(self, job_id: int) -> Path:
         """A job's own dir for what its runner writes outside the worktree (scripts, prompts)."""
         return self.state_dir / "private" / str(job_id)

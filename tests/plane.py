@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import testhook
-from orchestrator.config import Config, JobsConfig
+from orchestrator.config import Config, JobsConfig, PlanConfig
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobState
 from orchestrator.daemon import JobPlane
@@ -20,6 +20,7 @@ from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.paths import resolve
 from orchestrator.proc.sandbox import Sandbox
+from orchestrator.requests import Enqueue
 from orchestrator.runners import registry
 from orchestrator.store import Store
 
@@ -35,7 +36,7 @@ class Plane:
         return self.parts.jobs
 
     async def enqueue(self, repo: Path, text: str, *paths: str, **extra: Any) -> int:
-        job = await self.jobs.submit({"repo": str(repo), "text": text, "paths": list(paths), **extra})
+        job = await self.jobs.submit(Enqueue(repo=str(repo), text=text, paths=paths, **extra))
         return int(job.id)
 
     async def until(self, what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -62,15 +63,17 @@ class Plane:
 
 
 @contextlib.asynccontextmanager
-async def plane(tmp_path: Path, **jobs: Any) -> AsyncIterator[Plane]:
-    """A running job plane on a fresh home under `tmp_path`; `jobs` override `JobsConfig` fields."""
+async def plane(tmp_path: Path, plan: PlanConfig | None = None, **jobs: Any) -> AsyncIterator[Plane]:
+    """A running job plane on a fresh home under `tmp_path`; `jobs` override `JobsConfig` fields, `plan` is the
+    planning config (default: the defaults)."""
     paths = resolve({"ORCHESTRATOR_HOME": str(tmp_path / "home")})
     paths.ensure()
-    cfg = Config(jobs=replace(JobsConfig(), sandbox="none", kill_grace=1.0, **jobs))
+    cfg = Config(jobs=replace(JobsConfig(), sandbox="none", kill_grace=1.0, **jobs), plan=plan or PlanConfig())
     store = await Store.open(paths.db)
     board = Board(store)
     pool = WorktreePool(paths.worktrees, warm=0)
     parts = JobPlane.load(cfg, paths, board, pool, registry(cfg, None, Sandbox()))
+    await parts.scheduler.load()
     loop = asyncio.create_task(parts.scheduler.run())
     try:
         yield Plane(parts, store, tmp_path / "home")

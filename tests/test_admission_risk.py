@@ -1,66 +1,99 @@
-"""Admission on measured risk: disjoint claims run side by side only when their estimated risk is small."""
+"""Admission on measured risk: disjoint claims run side by side only when the estimated risk that they make a conflict
+the landing cannot merge is small."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.core.admission import decide, decide_all
 from orchestrator.core.claims import overlaps
-from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Risk, Snapshot
-from orchestrator.core.risk import Escapes, pair_risk
+from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Risk, Snapshot, risk_json
+from orchestrator.core.risk import KNOWN, MEET_FLOOR, Escapes, pair_logit, pair_risk, raw_meet
 from tests.test_admission_properties import BRANCHES, CLAIMABLE, FILES, REPOS, World, held
 
 RISKY = Policy(max_concurrent=8, per_repo=8, risk=0.03)
 
 
-def evidence(i: int, paths: set[str], near: dict[str, float] | None, rest: float = 0.0, repo: str = "r") -> JobView:
-    risk = None if near is None else Risk(tuple(sorted(near.items())), rest)
+NONMERGE = 0.4
+"""A record's share of meetings that would not merge, for the jobs of these tests."""
+
+
+def evidence(
+    i: int, paths: set[str], near: dict[str, float] | None, rest: float = 0.0, repo: str = "r", kind: str = ""
+) -> JobView:
+    risk = None if near is None else Risk(tuple(sorted(near.items())), rest, nonmerge=NONMERGE, kind=kind)
     return JobView(i, repo, "main", Claim(frozenset(paths), 0.3, ClaimSource.EVIDENCE, risk))
 
 
-def test_pair_risk_sums_what_each_may_touch_of_the_other() -> None:
+def test_the_estimate_sums_what_each_may_touch_of_the_other() -> None:
     """A's chance of touching what B holds, B's of touching what A claims, and both touching one path combine."""
     a = Escapes.of(Risk((("src/b.py", 0.02), ("lib/", 0.01)), 0.001))
     b = Escapes.of(Risk((("src/a.py", 0.01), ("lib/x.py", 0.1)), 0.0))
     assert a is not None and b is not None
     assert a.at("src/b.py") == 0.02 and a.at("lib/y.py") == 0.01 and a.at("docs/x.md") == 0.001
     assert a.at("src/") == 0.02  # a directory holds what is listed under it
-    r = pair_risk(a, ["src/a.py"], b, ["src/b.py"])
     expected = 1 - (1 - 0.02) * (1 - 0.01) * (1 - 0.0)
-    assert abs(r - expected) < 1e-9
-    assert pair_risk(None, ["src/a.py"], None, ["src/b.py"]) == 0.0
+    assert abs(raw_meet(a, ["src/a.py"], b, ["src/b.py"]) - expected) < 1e-9
+    assert pair_risk(None, ["src/a.py"], None, ["src/b.py"]).risk == 0.0
 
 
-def test_pair_risk_is_the_larger_of_files_and_areas() -> None:
-    """Disjoint files with small chances still wait when the record says their areas often met; a job without
-    an estimate is weighed by the other's record of meeting the areas of its paths."""
+def test_the_estimate_is_the_larger_of_files_and_areas() -> None:
+    """Disjoint files with small chances are estimated higher when the record says their areas often met; a job
+    without an estimate is weighed by the other's record of meeting the areas of its paths."""
     meets = (("", 0.01), ("docs", 0.02), ("src", 0.08))
     a = Escapes.of(Risk((("src/b.py", 0.001),), 0.0, "src", meets))
     b = Escapes.of(Risk((), 0.0, "docs", (("", 0.01), ("src", 0.02))))
     assert a is not None and b is not None
-    assert abs(pair_risk(a, ["src/a.py"], b, ["docs/x.md"]) - 0.02) < 1e-9  # a's record of docs, b's of src
+    assert abs(raw_meet(a, ["src/a.py"], b, ["docs/x.md"]) - 0.02) < 1e-9  # a's record of docs, b's of src
     c = Escapes.of(Risk((), 0.0, "src", meets))
-    assert abs(pair_risk(a, ["src/a.py"], c, ["src/c.py"]) - 0.08) < 1e-9
-    assert abs(pair_risk(None, ["src/d.py"], a, ["src/a.py"]) - 0.08) < 1e-9  # a declared claim's area: src
+    assert abs(raw_meet(a, ["src/a.py"], c, ["src/c.py"]) - 0.08) < 1e-9
+    assert abs(raw_meet(None, ["src/d.py"], a, ["src/a.py"]) - 0.08) < 1e-9  # a declared claim's area: src
+
+
+def test_the_risk_is_the_chance_of_meeting_times_the_chance_such_a_meeting_would_not_merge() -> None:
+    """The shipped model turns the estimate into the chance of meeting (never below the floor), each repository's
+    record rescales it (the larger of the two jobs' rescalings counts), and the larger of the two jobs' shares of
+    meetings that would not merge multiplies it. A job claiming a test file first is likelier to meet; a change of
+    a known kind (a dependency update) less."""
+    near = (("src/b.py", 0.3),)
+    a = Escapes.of(Risk(near, 0.0, "src", nonmerge=0.3))
+    b = Escapes.of(Risk((), 0.0, "src", nonmerge=0.5))
+    assert a is not None and b is not None
+    r = pair_risk(a, ["src/a.py"], b, ["src/b.py"])
+    z = pair_logit(0.3, ("", ""))
+    assert abs(r.logit - z) < 1e-12 and abs(r.meet - 1 / (1 + math.exp(-z))) < 1e-12
+    assert r.nonmerge == 0.5 and abs(r.risk - r.meet * 0.5) < 1e-12
+    assert str(r) == f"{r.risk:.1%} (meet {r.meet:.1%} \u00d7 no merge 50%)"
+    far = Escapes.of(Risk((("src/b.py", 1e-6),), 0.0, "src", nonmerge=0.5))
+    assert pair_risk(far, ["src/a.py"], b, ["src/b.py"]).meet == MEET_FLOOR
+    rescaled = Escapes.of(Risk(near, 0.0, "src", nonmerge=0.3, meet=(1.0, 1.0)))
+    assert pair_risk(rescaled, ["src/a.py"], b, ["src/b.py"]).meet > r.meet  # this repository met more
+    assert pair_logit(0.3, ("test", "source")) > z > pair_logit(0.3, (KNOWN, "source"))
 
 
 def test_low_risk_runs_beside_high_risk_waits_unknown_runs_alone() -> None:
-    """Risk 1.2% ≤ 3% is admitted beside the active job, with the figure; 5% waits with code Risk; a local
-    claim without an estimate runs alone; plan.risk = 0 judges the same claims by confidence."""
+    """A risk within plan.risk is admitted beside the active job, with both factors; above it the job waits with
+    code Risk; a local claim without an estimate runs alone; plan.risk = 0 judges the same claims by confidence.
+    The decision carries the risk beside each active job it was weighed against."""
     active = evidence(4, {"src/a.py"}, {"src/b.py": 0.002}, 0.001)
-    low = evidence(5, {"src/b.py"}, {"src/a.py": 0.01}, 0.001)
+    low = evidence(5, {"src/b.py"}, {"src/a.py": 0.001}, 0.001)
+    r = pair_risk(Escapes.of(low.claim.risk), ["src/b.py"], Escapes.of(active.claim.risk), ["src/a.py"])
+    assert r.risk <= RISKY.risk
     d = decide(low, Snapshot(active=(active,), waiting=(low,), policy=RISKY))
-    assert d.admitted and "risk 1.2% \u2264 3.0%: beside job 4" in d.message
-    high = evidence(6, {"src/b.py"}, {"src/a.py": 0.05}, 0.001)
+    assert d.admitted and f"risk {r} \u2264 3.0%: beside job 4" in d.message
+    assert d.risks == ((4, r.logit, r.meet, r.nonmerge),)
+    assert d.to_json()["risks"] == [risk_json(4, r.logit, r.meet, r.nonmerge)]
+    high = evidence(6, {"src/b.py"}, {"src/a.py": 0.3}, 0.001)
     d = decide(high, Snapshot(active=(active,), waiting=(high,), policy=RISKY))
     assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.RISK, (4,))
-    assert d.message.startswith("risk 5.") and "> 3.0% beside job 4" in d.message
+    assert " no merge 40%) > 3.0% beside job 4" in d.message and d.risks and d.risks[0][0] == 4
     unknown = evidence(7, {"lib/x.py"}, None)
     d = decide(unknown, Snapshot(active=(active,), waiting=(unknown,), policy=RISKY))
-    assert d.reason is Reason.AMBIGUOUS and "risk unknown" in d.message
+    assert d.reason is Reason.AMBIGUOUS and "risk unknown" in d.message and d.risks == ()
     d = decide(unknown, Snapshot(waiting=(unknown,), policy=RISKY))
     assert d.admitted and "admitted to run alone (risk unknown" in d.message
     strict = Policy(max_concurrent=8, per_repo=8, risk=0.0)  # confidence 0.3 < 0.5: ambiguous, as before
@@ -91,7 +124,8 @@ def risky_jobs(draw: st.DrawFn) -> list[JobView]:
             near = draw(
                 st.dictionaries(st.sampled_from(FILES), st.sampled_from((0.001, 0.01, 0.02, 0.05, 0.3)), max_size=3)
             )
-            risk = Risk(tuple(sorted(near.items())), draw(st.sampled_from((0.0, 0.001, 0.01))))
+            rest = draw(st.sampled_from((0.0, 0.001, 0.01)))
+            risk = Risk(tuple(sorted(near.items())), rest, nonmerge=draw(st.sampled_from((0.2, 0.4))))
         jobs.append(
             JobView(
                 id=i,
@@ -106,7 +140,7 @@ def risky_jobs(draw: st.DrawFn) -> list[JobView]:
 
 def _risk(x: JobView, y: JobView, policy: Policy) -> float:
     """Oracle: the pair risk, from the counted paths of each."""
-    return pair_risk(Escapes.of(x.claim.risk), held(x, policy), Escapes.of(y.claim.risk), held(y, policy))
+    return pair_risk(Escapes.of(x.claim.risk), held(x, policy), Escapes.of(y.claim.risk), held(y, policy)).risk
 
 
 @settings(max_examples=80, deadline=None)

@@ -27,7 +27,7 @@ def test_the_list_schedule_never_overtakes_an_overlapping_earlier_job():
     assert sched.list_makespan([1, 1, 1], [a, None, b], slots=4) == 3, "a job that runs alone runs alone"
     assert sched.list_makespan([2, 2], [a, b], slots=2, apart=[(0, 1)]) == 4, "kept apart on risk"
     assert sched.over_serialized_pairs([a, b], [a, b], apart=[(0, 1)]) == 1
-    rows = jobs_bench._rows(["one-per-repo", "claims"], ["declared", "local"], [0.03, 0.1])
+    rows = jobs_bench._rows(["one-per-repo", "claims"], ["declared", "local"], [jobs_bench.RISK, 0.1])
     assert [r.name for r in rows] == ["one-per-repo", "claims/declared", "claims/local", "claims/local@0.1"]
 
 
@@ -95,6 +95,7 @@ def test_runs_come_from_the_events_and_work_thrown_away_is_every_run_that_did_no
     runs = sched.runs_of(events)
     assert runs == [sched.Interval(0, 2), sched.Interval(5, 9), sched.Interval(10, 13)]
     assert sched.thrown_away([runs, [sched.Interval(0, 1)]], [True, False]) == 2 + 4 + 1
+    assert jobs_bench._saved([{"events": events}], [5.0]) == 3.0, "stopped after 2 s of a 5 s job: 3 s saved"
 
 
 def test_met_side_by_side_counts_pairs_that_ran_at_once_and_touched_a_common_file():
@@ -160,7 +161,7 @@ def test_bench_jobs_replays_through_the_real_daemon(tmp_path):
     ideal schedule, reports the documented JSON keys, and has a `local` predictor row beside it."""
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "jobs", "--last", "6", "--scale", "0.05",
-         "--policy", "oracle,claims", "--predictor", "local", "--json"],
+         "--policy", "oracle,claims", "--predictor", "local", "--write-at", "0.5", "--json"],
         capture_output=True, text=True, timeout=150,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -172,7 +173,7 @@ def test_bench_jobs_replays_through_the_real_daemon(tmp_path):
     assert (oracle["policy"], oracle["jobs"], oracle["lost"]) == ("oracle", 6, 0)
     assert oracle["makespan_s"] >= oracle["ideal_s"] > 0
     assert (local["policy"], local["predictor"], local["jobs"], local["lost"]) == ("claims", "local", 6, 0)
-    assert data["machine"]["cores"] >= 1
+    assert data["machine"]["cores"] >= 1 and data["write_at"] == 0.5
 
 
 def test_real_replay_counts_a_change_main_already_holds_as_not_lost(make_repo):
@@ -245,7 +246,7 @@ def test_rows_are_shown_as_they_finish_and_a_failed_row_as_failed(tmp_path, monk
 
     done: list[str] = []
 
-    def run_row(row, changes, make, slots, scale, work, progress):
+    def run_row(row, changes, make, slots, scale, work, progress, write_at):
         if row.policy == "claims":
             raise OSError("index does not contain tests/x.py at stage 0")
         done.append(row.name)

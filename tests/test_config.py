@@ -139,7 +139,7 @@ def test_config_example_runners_and_a_changed_file_needing_a_restart(daemon_fact
     fake = listed["fake-cli"]
     assert fake["found"] is None and fake["loaded"] is True
     assert fake["env"] == {"ORCH_TEST_KEY_SET": True, "ORCH_TEST_KEY_UNSET": False}
-    assert "no-such-cli-here: not found on PATH" in d.cli("runners").stdout
+    assert "no-such-cli-here is not on a job's PATH" in d.cli("runners").stdout
 
     cfg.write_text(cfg.read_text() + "\n[jobs]\nmax_attempts = 2\n")
     for command in (("config", "show"), ("status",)):

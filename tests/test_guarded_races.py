@@ -75,6 +75,39 @@ async def test_an_admission_that_lost_its_job_to_another_writer_backs_off(make_r
         assert git(repo, "log", "--format=%s", "main") == "initial"
 
 
+async def test_a_retry_waits_for_the_task_of_an_earlier_decision_to_end(make_repo, tmp_path):
+    """A job cancelled by another writer after admission decided it (its task paused before its move to
+    `running`), then retried: the new attempt is decided anew, never started by that earlier task beside the
+    overlapping job admitted meanwhile."""
+    repo = make_repo()
+    ran, gate = tmp_path / "ran", tmp_path / "gate"
+    async with plane(tmp_path) as p:
+        pause = Pause()
+        testhook.install("admit", pause)
+        first = await p.enqueue(repo, f"touch {ran}; echo 1 > a.txt", "a.txt")
+        await pause.wait()  # admitted; its task holds before its move to `running`
+        pause.job_id = first  # the jobs admitted from now on go through
+        assert await p.store.transition(first, {JobState.PLANNED}, JobState.CANCELLED, "cancelled") is not None
+        second = await p.enqueue(repo, f"while [ ! -e {gate} ]; do sleep 0.05; done; echo 2 > a.txt", "a.txt")
+        await p.reach(second, JobState.RUNNING)
+        retry = asyncio.create_task(p.jobs.retry(first))
+        done, _ = await asyncio.wait({retry}, timeout=0.5)
+        if done:  # not waiting for the task: the new attempt is planned while the old decision's task lives
+            await p.reach(first, JobState.PLANNED)
+        pause.go.set()
+        assert (await retry).state is JobState.QUEUED
+        await p.until("the retried job deferred behind the running one", lambda: _overlap(p, first))
+        assert await p.state(second) is JobState.RUNNING
+        assert not ran.exists() and "admitted" not in await _kinds(p, first)
+        gate.touch()
+        await p.reach(second, JobState.LANDED)
+
+
+async def _overlap(p, job_id: int) -> bool:
+    job = await p.store.get(job_id)
+    return job is not None and job.state is JobState.PLANNED and job.code == "Overlap"
+
+
 async def _no_task(p, job_id: int) -> bool:
     return job_id not in p.parts.scheduler.running
 

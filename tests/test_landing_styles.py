@@ -97,3 +97,22 @@ def test_daemon_lands_jobs_with_a_repos_rebase_style_in_a_linear_history(make_re
     subjects = git(repo, "log", "--format=%s", "main").splitlines()
     assert sorted(subjects[:3]) == [f"Run `echo {n} > f{n}.txt`" for n in range(3)]
     assert all("Orchestrator-Job:" in git(repo, "log", "-1", "--format=%B", f"main~{i}") for i in range(3))
+
+
+async def test_jobs_land_style_rebase_makes_every_repository_linear(make_repo, tmp_path) -> None:
+    """`[jobs] land_style = "rebase"`: jobs that ran side by side land with no merge commit in any repository."""
+    from orchestrator.core.models import JobState
+    from tests.plane import plane
+
+    repo = make_repo()
+    gate = tmp_path / "gate"
+    async with plane(tmp_path, land_style="rebase", max_concurrent=3) as p:
+        wait = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+        jobs = [await p.enqueue(repo, f"{wait}; echo {n} > f{n}.txt", f"f{n}.txt") for n in range(3)]
+        for job in jobs:
+            await p.reach(job, JobState.RUNNING)
+        gate.touch()
+        for job in jobs:
+            await p.reach(job, JobState.LANDED)
+    assert git(repo, "rev-list", "--merges", "main") == "", "no merge commits: linear"
+    assert len(git(repo, "rev-list", "main").splitlines()) == 4

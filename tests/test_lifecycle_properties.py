@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.core import admission, claims, lifecycle
@@ -39,6 +39,7 @@ from orchestrator.core.models import (
     Snapshot,
 )
 from orchestrator.git.outcomes import LandOutcome
+from orchestrator.jobs.rounds import keeps_place
 from orchestrator.store import Store
 
 STATES = list(JobState)
@@ -158,16 +159,21 @@ PATHS = ("a.py", "b.py", "src/", "src/c.py")
 
 
 class World:
-    """The shell around the store, reduced to its decisions: which job holds the landing lock, which landing
-    tasks are alive, and what the branch holds."""
+    """The shell around the store, reduced to its decisions: which jobs have a task (the scheduler's `running`),
+    which task was asked to stop, which job holds the landing lock, which landing tasks are alive, and what the
+    branch holds."""
 
-    def __init__(self, store: Store, policy: LandingPolicy) -> None:
+    def __init__(self, store: Store, policy: LandingPolicy, lives: dict[int, tuple[bool, bool, bool]]) -> None:
         self.store = store
         self.policy = policy
+        self.lives = lives
+        """Per job: how each of its runs goes (ok, changed, review)."""
         self.landing_now: set[int] = set()
         self.withdrawn: set[int] = set()
-        self.starting: set[int] = set()
-        self.deciding = False
+        self.running: set[int] = set()
+        """Jobs whose task is alive, from its start (before it moves the job to `running`) to its end."""
+        self.stops: dict[int, JobState] = {}
+        """The state a task asked to stop writes (its job's cancel)."""
         self.branch: list[int] = []
         self.spawned: list[Step] = []
         """Writers started by others (an admitted job's task), for the driver to interleave too."""
@@ -181,39 +187,52 @@ LOOPS = 6
 
 
 async def admitter(w: World) -> Step:
-    """Scheduler rounds (one at a time): snapshot, decide, then start each admitted job expecting it is still
-    planned; a job being started counts as active for every later decision."""
+    """Scheduler rounds (one at a time), as `Scheduler._decide_round` makes them: the planned jobs and those that
+    keep their place (one read), the planned ones split at once into those with a task (starting: active already)
+    and the waiting ones; then the active jobs (another read); then the decision, and a task registered for each
+    admitted job before anything else runs."""
     for _ in range(LOOPS):
-        jobs = await w.store.jobs()
+        both = await w.store.jobs(HELD | {JobState.QUEUED, JobState.PLANNING, JobState.PLANNED})
+        planned = [j for j in both if j.state is JobState.PLANNED]
+        held = [j for j in both if keeps_place(j)]
+        starting = [j for j in planned if j.id in w.running]
+        waiting = [j for j in planned if j.id not in w.running]
         yield
-        active = [j for j in jobs if j.state in ACTIVE or j.id in w.starting]
-        waiting = [j for j in jobs if j.state is JobState.PLANNED and j.id not in w.starting]
+        active = [*await w.store.jobs(ACTIVE), *starting]
+        yield  # the snapshot's facts (heads, moves) are read
         snap = Snapshot(
             active=tuple(j.view() for j in active),
             waiting=tuple(j.view() for j in waiting),
+            held=tuple(j.view() for j in held),
             policy=Policy(max_concurrent=4),
         )
-        admitted = [d.job_id for d in admission.decide_all(snap) if d.admitted]
-        w.starting.update(admitted)
-        w.spawned += [starter(w, job_id) for job_id in admitted]
+        for job_id in [d.job_id for d in admission.decide_all(snap) if d.admitted]:
+            w.running.add(job_id)  # `Scheduler._start`: the task is registered at once
+            w.spawned.append(task(w, job_id))
 
 
-async def starter(w: World, job_id: int) -> Step:
-    """An admitted job's task: it moves the job to `running` if the job is still planned."""
-    yield
-    await w.store.transition(job_id, {JobState.PLANNED}, JobState.RUNNING, "admitted")
-    w.starting.discard(job_id)
-
-
-async def runner(w: World, job_id: int, ok: bool, changed: bool, review: bool) -> Step:
-    """The job's task: once it runs, it ends the way the run went."""
-    for _ in range(LOOPS):
-        job = await w.store.get(job_id)
-        yield
-        if job is None or job.state is not JobState.RUNNING:
-            continue
+async def task(w: World, job_id: int) -> Step:
+    """An admitted job's task (`Scheduler._execute`, then `_carry`): it moves the job to `running` if the job is
+    still planned, runs it, and ends the run the way it went; asked to stop, it writes the stop's state if it had
+    moved the job to `running`. The job counts as starting until the task ends (`Scheduler._ran`), whatever the
+    store says meanwhile."""
+    try:
+        yield  # `testhook.reach("admit")`: the task has not run yet
+        if job_id in w.stops:
+            return
+        if await w.store.transition(job_id, {JobState.PLANNED}, JobState.RUNNING, "admitted") is None:
+            return  # it left `planned` meanwhile: nothing ran
+        yield  # the run
+        stop = w.stops.get(job_id)
+        if stop is not None:
+            await w.store.transition(job_id, {JobState.RUNNING}, stop, str(stop))
+            return
+        ok, changed, review = w.lives[job_id]
         step = lifecycle.after_run(RunEnd(job_id, ok, 0 if ok else 1, None, "x", changed, review, "/w"))
         await w.store.transition(job_id, step.expect, step.to, step.event)
+    finally:
+        w.stops.pop(job_id, None)
+        w.running.discard(job_id)
 
 
 async def lander(w: World, job_id: int, outcome: Landed) -> Step:
@@ -242,6 +261,10 @@ async def lander(w: World, job_id: int, outcome: Landed) -> Step:
 
 
 async def cancel(w: World, job_id: int, rejecting: bool = False) -> Step:
+    """A person's cancel (`Jobs.cancel`), or a review's reject: a job with a live task is stopped by its task
+    (which writes `cancelled` if it had started), anything else cancellable is written `cancelled` expecting the
+    state read."""
+    stopped = False
     for _ in range(4):
         job = await w.store.get(job_id)
         yield
@@ -251,9 +274,17 @@ async def cancel(w: World, job_id: int, rejecting: bool = False) -> Step:
             if job.state is JobState.READY:
                 await w.store.transition(job_id, {JobState.READY}, JobState.CANCELLED, "rejected")
             return
-        how = lifecycle.on_cancel(job.state, task=False, landing_now=job_id in w.landing_now)
+        if stopped and job.state is JobState.CANCELLED:
+            return  # its task wrote it
+        how = lifecycle.on_cancel(job.state, task=job_id in w.running, landing_now=job_id in w.landing_now)
         if how in (Cancel.ENDED, Cancel.LANDING_NOW):
             return
+        if how is Cancel.STOP_RUN:
+            w.stops[job_id] = JobState.CANCELLED
+            while job_id in w.running:  # `Scheduler.stop_job` awaits the task's end
+                yield
+            stopped = True
+            continue
         if how is Cancel.STOP_LANDING:
             w.withdrawn.add(job_id)
         if await w.store.transition(job_id, {job.state}, JobState.CANCELLED, "cancelled") is not None:
@@ -268,10 +299,13 @@ async def approve(w: World, job_id: int) -> Step:
 
 
 async def retry(w: World, job_id: int) -> Step:
+    """`Jobs.retry`: an ended job back to the queue, once no task of it is alive (`Scheduler.settled`)."""
     job = await w.store.get(job_id)
     yield
     if job is None or job.state not in RETRYABLE:
         return
+    while job_id in w.running:
+        yield
     if await w.store.transition(job_id, {job.state}, JobState.QUEUED, "retried", attempts=job.attempts + 1):
         w.withdrawn.discard(job_id)
 
@@ -304,7 +338,16 @@ verbs = st.tuples(st.integers(0, 3), st.integers(1, N_JOBS))
 """A person's verb (cancel, reject, land, retry) on one job."""
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Job 1 cancelled after a round read it planned, admitted on that read, then retried and planned again while
+# the task of that admission lives: a retry that did not wait for that task (`Scheduler.settled`) lets the task
+# start the new attempt beside job 2, admitted meanwhile on the same path.
+@example(
+    claim_paths=[{"a.py"}, {"a.py"}, {"b.py"}],
+    lives_=[(False, False, False, Landed.LANDED)] * 3,
+    spawned=[(1, 1), (0, 1), (0, 1), (1, 1), (3, 1), (0, 1)],
+    order=[0, 0, 1, 2, 2, 1, 1, 8, 2, 21, 2, 1, 0, 0, 1, 23, 0, 0, 10, 25],
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.sets(st.sampled_from(PATHS), min_size=1, max_size=2), min_size=N_JOBS, max_size=N_JOBS),
     st.lists(lives, min_size=N_JOBS, max_size=N_JOBS),
@@ -322,15 +365,16 @@ async def _interleave(claim_paths, lives_, spawned, order) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = await Store.open(Path(tmp) / "o.db")
         try:
-            w = World(store, LandingPolicy(retry_on_conflict=True, max_attempts=3))
+            runs = {job_id: (ok, changed, review) for job_id, (ok, changed, review, _) in enumerate(lives_, start=1)}
+            w = World(store, LandingPolicy(retry_on_conflict=True, max_attempts=3), runs)
             for paths in claim_paths:
                 claim = Claim(frozenset(paths), 1.0, ClaimSource.DECLARED)
                 job = await store.add_job(repo="/r", branch="main", text="t", runner="shell", claim=claim)
                 await store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
                 await store.transition(job.id, {JobState.PLANNING}, JobState.PLANNED, "planned")
             live: list[Any] = [admitter(w)]
-            for job_id, (ok, changed, review, outcome) in enumerate(lives_, start=1):
-                live += [planner(w, job_id), runner(w, job_id, ok, changed, review), lander(w, job_id, outcome)]
+            for job_id, (*_, outcome) in enumerate(lives_, start=1):
+                live += [planner(w, job_id), lander(w, job_id, outcome)]
             live += [_verb(kind, job_id)(w) for kind, job_id in spawned]
             for pick in itertools.chain(order, itertools.count()):
                 if not live:

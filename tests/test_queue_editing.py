@@ -13,6 +13,7 @@ from orchestrator.core import queue
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobEvent, JobState
 from orchestrator.jobs.service import JobError
+from orchestrator.requests import Edit, Enqueue
 from orchestrator.store import Write
 from tests.conftest import git
 from tests.plane import plane
@@ -42,7 +43,7 @@ async def test_an_edit_between_admission_and_the_start_wins_and_the_old_text_nev
         testhook.install("admit", pause)
         job = await p.enqueue(repo, f"touch {old}; echo old > out.txt", "out.txt")
         await pause.wait()  # admitted: the start's write is next
-        edited = await p.jobs.edit(job, {"text": f"touch {new}; echo new > out.txt"})
+        edited = await p.jobs.edit(job, Edit(text=f"touch {new}; echo new > out.txt"))
         assert edited.state is JobState.QUEUED and edited.code == Code.EDITED
         pause.go.set()
         await p.reach(job, JobState.LANDED, timeout=60)
@@ -59,7 +60,7 @@ async def test_a_started_job_is_not_edited_and_nothing_of_it_changes(make_repo, 
         job = await p.enqueue(repo, gated(gate, "echo a > a.txt"), "a.txt")
         await p.reach(job, JobState.RUNNING)
         with pytest.raises(JobError, match="is running; only a waiting job"):
-            await p.jobs.edit(job, {"text": "echo b > a.txt", "priority": 5})
+            await p.jobs.edit(job, Edit(text="echo b > a.txt", priority=5))
         now = await p.store.get(job)
         assert now is not None and now.priority == 0 and "gate" in now.text
         assert "edited" not in await _kinds(p, job)
@@ -79,7 +80,7 @@ async def test_a_planned_job_edited_plans_again_with_its_new_paths_and_keeps_its
         await p.until("A waits on H", lambda: _code(p, a, "Overlap"))
         planning = Pause(a)
         testhook.install("plan", planning)
-        await p.jobs.edit(a, {"paths": ["src/a.py", "src/b.py"]})
+        await p.jobs.edit(a, Edit(paths=("src/a.py", "src/b.py")))
         await planning.wait()  # A is being planned again
         b = await p.enqueue(repo, "echo b > src/b.py", "src/b.py")
         await p.until("B waits for A", lambda: _code(p, b, "Priority"))
@@ -117,7 +118,7 @@ async def test_a_reordered_queue_is_admitted_in_its_new_order(make_repo, tmp_pat
         assert [j.id for j in switched] == [one, two]
         await p.jobs.move(four, one)
         text = f"echo 5 >> {order}; echo 5 > src/a.py"
-        five = (await p.jobs.submit({"repo": str(repo), "text": text, "paths": ["src/a.py"], "before": two})).id
+        five = (await p.jobs.submit(Enqueue(repo=str(repo), text=text, paths=("src/a.py",), before=two))).id
         assert (await _kinds(p, four)).count("moved") == 1
         gate.touch()
         for j in (*ids, five):

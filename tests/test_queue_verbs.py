@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -131,6 +132,22 @@ def test_limit_changes_a_repos_slots_at_run_time_and_is_kept(started, tmp_path):
     controls = json.loads(d.cli("limit", "--repo", str(repo), "--json").stdout)["controls"]
     assert controls[str(repo)]["slots"] == 2
     assert d.cli("limit", "--repo", str(repo), "-1").returncode == 2
+
+
+async def test_a_restarted_daemon_answers_with_its_kept_limit_before_its_first_round(started):
+    """The limits a stopped daemon kept are in force, and told, from the first request its API answers: its
+    start-up is run here up to a listening socket, before its scheduler has made a round."""
+    from orchestrator import config, daemon, paths
+    from tests.chatkit import get
+
+    repo, d = started
+    assert d.cli("limit", "--repo", str(repo), "2").returncode == 0
+    d.stop()
+    p = paths.resolve(d.env)
+    async with contextlib.AsyncExitStack() as parts:
+        await daemon.Daemon(config.load(p.config_file, d.env), p).startup(parts)
+        controls = (await get(p.socket, "/controls"))["controls"]
+    assert controls[str(repo)]["slots"] == 2
 
 
 def test_argv_job_keeps_spaces_quotes_and_dollar_parens(started):

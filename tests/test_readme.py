@@ -86,3 +86,38 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     readme, ci = (ROOT / "README.md").read_text(), (ROOT / ".ci/run").read_text()
     assert "bash .ci/run" in readme and "`python -m pytest -q`" in readme
     assert re.search(r"-m pytest -q\b", ci)
+
+
+def _dotted_names() -> set[tuple[str, str]]:
+    """(file, `orchestrator.x.y`) for every dotted name in backticks in the docs and the package's own text."""
+    files = [*PAGES, ROOT / "bench/README.md", *sorted((ROOT / "orchestrator").rglob("*.py"))]
+    found = set()
+    for f in files:
+        for name in re.findall(r"`(orchestrator(?:\.[A-Za-z_][A-Za-z0-9_]*)+)", f.read_text()):
+            found.add((str(f.relative_to(ROOT)), name))
+    return found
+
+
+def test_every_module_the_text_points_to_exists() -> None:
+    """A `orchestrator.x.y` pointer in a docstring or a page names a real module (or a name in one)."""
+    import importlib
+
+    rooms = {p.stem for p in (ROOT / "orchestrator").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    broken = []
+    for where, name in sorted(_dotted_names()):
+        parts = name.split(".")
+        if parts[1] not in rooms:
+            continue  # a file or event name that starts with the word (orchestrator.sock, orchestrator.gate...)
+        for cut in range(len(parts), 1, -1):
+            try:
+                obj: object = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr, None)
+            if obj is None:
+                broken.append(f"{where}: {name}")
+            break
+        else:
+            broken.append(f"{where}: {name}")
+    assert broken == []

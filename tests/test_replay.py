@@ -15,6 +15,7 @@ def test_spec_reads_key_value_lines_with_a_free_subject_line():
     """`key: value` lines name the change; other lines (the subject) are free text."""
     spec = replay.parse("Fix the typo\ncommit: abc123  # from upstream\nafter: 2.5\n")
     assert spec == replay.ReplaySpec(commit="abc123", after=2.5)
+    assert replay.parse("commit: abc123\nafter: 1\nhold: 3").hold == 3, "it runs on 3 s with its change applied"
     assert replay.parse('{"patch": "/tmp/x.patch"}') == replay.ReplaySpec(patch="/tmp/x.patch")
 
 
@@ -35,6 +36,7 @@ def test_the_task_is_the_text_around_the_spec():
         ("commit: a\npatch: /x", "exactly one change"),
         ("commit: a\nafter: soon", "after: expected seconds"),
         ("commit: a\nafter: -1", ">= 0"),
+        ("commit: a\nhold: later", "hold: expected seconds"),
         ('{"commit": "a", "delay": 1}', "unknown replay keys"),
         ("{not json", "not valid JSON"),
         ("commit: a\nconflict: ours", "expected fail or theirs"),

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pygit2
 
+from tests import harness
 from tests.conftest import git
 
 
@@ -16,11 +16,7 @@ def _blob_id(text: str) -> str:
 
 
 def until(cond, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    harness.until(what, cond, timeout)
 
 
 def _state(d, job: int) -> str:

@@ -56,6 +56,9 @@ def test_revise_sends_a_ready_agent_job_back_with_feedback_and_it_goes_on(make_r
     assert git(repo, "show", "main:src/a.py") == "a = 2" and git(repo, "show", "main:src/c.py") == "c = 3"
     # In the repository once it landed (not before: a result waits in its workspace until then).
     assert git(repo, "rev-parse", f"{shown['result']}^") == first, "round two goes on top of round one"
+    subjects = git(repo, "log", "-2", "--format=%s", shown["result"]).splitlines()
+    assert subjects == ["Also add src/c.py with c = 3", "Set a to 2"], "the revision's commit has its own subject"
+    assert f"Revises job {job}: Set a to 2" in git(repo, "log", "-1", "--format=%b", shown["result"])
     assert not git(repo, "branch", "--list", f"orchestrator/{job}-kept-*"), "nothing set aside"
     out = d.cli("revise", str(job), "more please")
     assert out.returncode == 2 and f"job {job} is landed; only a ready job, or a failed or interrupted" in out.stderr
@@ -72,7 +75,7 @@ def test_a_failed_job_is_revised_through_admission_and_survives_kill_9_in_its_ke
 
     repo = make_repo(files={"a.txt": "base\n", "b.txt": "b\n"})
     hold, go = tmp_path / "hold", tmp_path / "go"
-    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}).start()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}, process=True).start()
     # Round one writes half its work and fails; a revision appends the feedback, waiting for `go` first.
     script = (
         'if [ -z "$ORCHESTRATOR_FEEDBACK" ]; then echo half >> a.txt; exit 3; fi\n'

@@ -292,12 +292,13 @@ while [ "$(git rev-parse HEAD)" = "$start" ] && [ $i -lt 10 ]; do sleep 0.05; i=
 
 
 def _git_beside_landings(d: Daemon, repo: Path, *args: str) -> None:
-    """Run git as a user would while the daemon lands on the checkout: again when a landing holds the index."""
+    """Run git as a user would while the daemon lands on the checkout: again when a landing holds the index, or
+    moved the branch between git reading HEAD and updating it (git refuses the commit; nothing is lost)."""
     for _ in range(100):
         out = subprocess.run(["git", *args], cwd=repo, env=d.env, capture_output=True, text=True, timeout=30)
         if out.returncode == 0:
             return
-        assert "index.lock" in out.stderr, out.stderr
+        assert "index.lock" in out.stderr or "cannot lock ref 'HEAD'" in out.stderr, out.stderr
         time.sleep(0.05)
     raise AssertionError(f"git {args[0]}: the index stayed locked")
 

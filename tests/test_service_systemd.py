@@ -104,6 +104,20 @@ def test_unit_has_the_service_contract() -> None:
     assert 78 in unit.no_restart_codes()
 
 
+def test_the_env_file_honours_orchestrator_home(tmp_path) -> None:
+    """With ORCHESTRATOR_HOME the unit reads the env file of that home's config dir, where doctor looks for it."""
+    from orchestrator.service import manager
+
+    env = {"ORCHESTRATOR_HOME": str(tmp_path / "orch%home"), "HOME": str(tmp_path)}
+    assert unit.env_file(env) == tmp_path / "orch%home" / "config" / "env"
+    lines = manager.unit_text(env).splitlines()
+    assert f"EnvironmentFile=-{tmp_path}/orch%%home/config/env" in lines
+    assert f'Environment="ORCHESTRATOR_HOME={tmp_path}/orch%home"' in lines
+    plain = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert unit.env_file(plain) == tmp_path / "xdg" / "orchestrator" / "env"
+    assert "EnvironmentFile=-%E/orchestrator/env" in manager.unit_text(plain).splitlines()
+
+
 def test_notify_reaches_an_abstract_socket() -> None:
     """`NOTIFY_SOCKET=@name` is the abstract namespace: the datagram arrives there."""
     name = f"orchestrator-test-{os.getpid()}-{time.monotonic_ns()}"
@@ -194,7 +208,7 @@ def test_daemon_speaks_notify_protocol(tmp_path: Path, make_repo, daemon_factory
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         s.bind(str(path))
         s.settimeout(0.5)
-        d = daemon_factory(env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1500000"})
+        d = daemon_factory(env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1500000"}, process=True)
         d.start(wait=False)
         seen: list[str] = []
         deadline = time.monotonic() + 30

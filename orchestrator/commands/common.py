@@ -19,6 +19,7 @@ from orchestrator import paths
 from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.commands import term
 from orchestrator.core import models
+from orchestrator.validate import BadRequest
 
 OK, FAILED, REJECTED, UNREACHABLE, TIMED_OUT, UNCHANGED = 0, 1, 2, 3, 4, 5
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,6 +65,9 @@ def api_call(fn: F) -> F:
         except ApiError as e:
             err(f"orchestrator: {e.message}")
             sys.exit(REJECTED if e.status < 500 else FAILED)
+        except BadRequest as e:  # refused here already, as the daemon would refuse it
+            err(f"orchestrator: {e}")
+            sys.exit(REJECTED)
 
     return wrapper  # type: ignore[return-value]
 

@@ -6,13 +6,16 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from orchestrator import requests as rq
 from orchestrator.client import Unreachable
 from orchestrator.commands import fit, term
 from orchestrator.commands.common import (
@@ -27,7 +30,7 @@ from orchestrator.commands.common import (
     json_option,
     tell,
 )
-from orchestrator.core import models
+from orchestrator.core import claims, models
 
 OPEN_STATES = ",".join(sorted(models.OPEN))
 
@@ -78,7 +81,7 @@ def job_words(ctx: click.Context, text: tuple[str, ...], *, join: bool = False) 
 )
 @click.option("--branch", help="Target branch (default: the branch the repository has checked out).")
 @click.option("--path", "paths_", multiple=True, help="A path the job will touch (repo-relative; dirs end with /).")
-@click.option("--runner", help="Runner name (default from config: shell).")
+@click.option("--runner", help="Runner name (default: shell for a command; a text in words goes to [jobs] agent).")
 @click.option("--priority", type=int, help="Higher runs first (default 0).")
 @click.option("--before", type=int, help="Queue it just before this waiting job (with that job's priority).")
 @click.option("--after", type=int, multiple=True, help="Start only after this job has landed.")
@@ -111,33 +114,58 @@ def enqueue(
     The job is one TEXT argument (for the shell runner, a shell command), or an exact argv after `--`
     (`enqueue -- printf '%s\\n' "a b"`), stored as a list and run without a shell.
     """
-    body: dict[str, Any] = {
-        "repo": str(repo.expanduser().resolve()),
-        **job_words(ctx, text),
-        "paths": list(paths_),
-        "after": list(after),
-    }
     if before is not None and priority is not None:
         raise click.UsageError(f"--before {before} gives the job that job's priority: leave out --priority")
-    if priority is not None:
-        body["priority"] = priority
-    if before is not None:
-        body["before"] = before
-    if branch:
-        body["branch"] = branch
-    if runner:
-        body["runner"] = runner
-    if land:
-        body["land"] = land
-    if labels:
-        body["labels"] = list(labels)
-    job = client().enqueue(**body)
+    where = repo.expanduser().resolve()
+    request = rq.Enqueue(
+        repo=str(where), **job_words(ctx, text), branch=branch or None, paths=paths_,
+        runner=runner or None, priority=priority, before=before, after=after, labels=labels, land=land or None,
+        author=git_person(where),
+    )  # fmt: skip
+    c = client()
+    job = c.enqueue(request)
     if as_json:
         emit(job)
-    else:
-        click.echo(job["id"])
-        claim = ", ".join(job["claim"]["paths"]) or "no paths declared: it will run alone in its repo"
-        term.echo(f"job {job['id']} queued on {job['branch']} of {job['repo']} ({claim})", err=True)
+        return
+    click.echo(job["id"])
+    term.echo(f"job {job['id']} queued on {job['branch']} of {job['repo']}", err=True)
+    chosen = "" if runner or job["runner"] in ("shell", "replay") else " (the agent [jobs] names for a text in words)"
+    term.echo(f"  runs with {job['runner']}{chosen}", err=True)
+    term.echo(f"  {outlook(job, c.jobs(','.join(sorted(models.OPEN))))}", err=True)
+
+
+def git_person(repo: Path) -> str:
+    """You, as git names the author of a commit you make in `repo` (`Name <email>`), or "" when git cannot say:
+    your jobs' commits are authored so when the daemon has no git identity of its own."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "var", "GIT_AUTHOR_IDENT"], capture_output=True, text=True,
+                             timeout=10, stdin=subprocess.DEVNULL)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    ident = out.stdout.strip().rpartition(">")[0]
+    return f"{ident}>" if out.returncode == 0 and ident else ""
+
+
+def outlook(job: dict[str, Any], others: list[dict[str, Any]]) -> str:
+    """What a job just queued will meet, from what is open in its repository now: alone or beside whom."""
+    mine = job["claim"]["paths"]
+    peers = [o for o in others if o["id"] != job["id"] and o["repo"] == job["repo"] and o["branch"] == job["branch"]]
+    if not mine:
+        return (
+            "no paths given: its claim is predicted from its text before it starts; one that names nothing of the "
+            f"repository runs alone (`orchestrator why {job['id']}` says what it waits for)"
+        )
+    held = {}
+    for o in peers:
+        met = claims.overlapping(mine, [*o["claim"]["paths"], *(o.get("actual") or [])])
+        if met and (o["id"] < job["id"] or o["state"] in ("running", "landing", "ready")):
+            held[o["id"]] = sorted(met)
+    if held:
+        waits = "; ".join(f"job {i} ({', '.join(ps[:3])}{', ...' if len(ps) > 3 else ''})" for i, ps in held.items())
+        return f"claims {', '.join(mine)}: waits for {waits}, which holds paths it claims"
+    active = [o["id"] for o in peers if o["state"] in ("running", "landing", "ready")]
+    beside = f"beside job{'s' if len(active) > 1 else ''} {', '.join(map(str, active))}" if active else "at once"
+    return f"claims {', '.join(mine)}: none of it is held, so it may start {beside} (when a slot is free)"
 
 
 KEY = 12
@@ -214,6 +242,8 @@ def show(job_id: int, as_json: bool) -> None:
     claim = job["claim"]
     paths = ", ".join(claim["paths"]) or "-"
     put("claim", f"{paths} (confidence {claim['confidence']}, {claim['source']})")
+    for line in risk_lines(claim.get("risk"), (job.get("decision") or {}).get("risks", ())):
+        put("risk", line)
     if job.get("grown"):
         put("grown", f"{', '.join(job['grown'])} (touched while it ran, outside its claim)")
     put("actual", ", ".join(job["actual"]) or "-")
@@ -230,6 +260,22 @@ def show(job_id: int, as_json: bool) -> None:
         extra = {k: v for k, v in ev.items() if k not in ("at", "kind")}
         at = time.strftime("%H:%M:%S", time.localtime(ev["at"]))
         say(f"{ev['kind']} {json.dumps(extra)}", first=f"  {at} ", hang=11, cols=cols)
+
+
+def risk_lines(risk: dict[str, Any] | None, beside: Iterable[dict[str, Any]]) -> list[str]:
+    """What a job's risk is: its claim's share of meetings that would not merge, and its risk beside each job it
+    was weighed against (both factors and their product)."""
+    out = []
+    if risk:
+        out.append(
+            f"in {risk.get('area') or '/'}: where it meets another job, {risk.get('nonmerge', 1.0):.0%} "
+            "would not merge (its repository's record)"
+        )
+    for r in beside:
+        out.append(
+            f"beside job {r['job']}: {r['risk']:.1%} = meets {r['meet']:.1%} \u00d7 would not merge {r['nonmerge']:.0%}"
+        )
+    return out
 
 
 @click.command()
@@ -262,6 +308,8 @@ def why(job_id: int, as_json: bool) -> None:
             say(f"shared (union-merged): {', '.join(d['shared'])}", hang=2, cols=cols)
         for c in d.get("checks", []):
             say(f"[{'ok' if c['ok'] else 'no'}] {c['name']}: {c['detail']}", first="  ", hang=7, cols=cols)
+        for line in risk_lines(None, d.get("risks", ())):
+            say(f"risk {line}", hang=2, cols=cols)
     if data.get("land_after"):
         say(f"lands after: {', '.join(map(str, data['land_after']))}", hang=2, cols=cols)
     if data.get("outside_claim"):
@@ -396,15 +444,11 @@ def plan(
     Without a running daemon, the same planner plans here, from the config (without the daemon's record of its
     jobs' outcomes)."""
     words = job_words(ctx, text, join=True) if text or ctx.meta.get("argv") else {"text": ""}
-    body: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "text": words["text"], "paths": list(paths_)}
-    if branch:
-        body["branch"] = branch
-    if base:
-        body["base"] = base
+    request = rq.Plan(str(repo.expanduser().resolve()), words["text"], branch or None, base or None, paths_)
     try:
-        data = client().plan(**body)
+        data = client().plan(request)
     except Unreachable:
-        data = _plan_here(body)
+        data = _plan_here(request)
     if as_json:
         emit(data)
         return
@@ -427,7 +471,7 @@ def plan(
         tell("no paths predicted: this job would run alone in its repo")
 
 
-def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
+def _plan_here(request: rq.Plan) -> dict[str, Any]:
     """`plan` with no daemon to ask: the planner the config names, built and run in this process."""
     import asyncio
 
@@ -447,7 +491,7 @@ def _plan_here(body: dict[str, Any]) -> dict[str, Any]:
     olog.configure(sys.stderr, level="warning")  # stdout is the plan (or its JSON)
     err("note: no daemon running: planned here (its record of earlier jobs' outcomes is not consulted)")
     try:
-        return asyncio.run(plan_for(composite.build(cfg, None), body))
+        return asyncio.run(plan_for(composite.build(cfg, None), request))
     except (BadRequest, repos.RepoError, claims.ClaimError) as e:
         err(f"orchestrator: {e}")
         sys.exit(REJECTED)

@@ -72,6 +72,7 @@ from orchestrator.core.models import (
     Reason,
     Snapshot,
 )
+from orchestrator.core.risk import PairRisk
 
 __all__ = ["BLOCKING_LIMIT", "clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
@@ -164,8 +165,10 @@ class _Ask:
     """Union-mergeable paths it shares with active jobs (found by the overlap check)."""
     owners: frozenset[int] = frozenset()
     """Active jobs whose held paths its claim meets (found by the overlap check)."""
-    beside: tuple[float, Facts] | None = None
+    beside: tuple[PairRisk, Facts] | None = None
     """The highest estimated risk beside an active job, with that job (found by the risk check)."""
+    risks: tuple[tuple[int, float, float, float], ...] = ()
+    """The risk beside each active job weighed (found by the risk check): see `Decision.risks`."""
 
     @property
     def job(self) -> JobView:
@@ -187,21 +190,19 @@ def _decide(f: Facts, snap: Snapshot, st: State) -> Decision:
     c = _Checks()
     for check in CHECKS:
         check(ask, c)
-    job, shared_paths = f.job, tuple(sorted(ask.shared))
+    job, shared, checks = f.job, tuple(sorted(ask.shared)), tuple(c.checks)
     if (v := c.verdict) is not None:
-        return Decision(
-            job.id, v.outcome, v.reason, v.message, v.blocking, v.paths, shared_paths, v.next, tuple(c.checks)
-        )
+        return Decision(job.id, v.outcome, v.reason, v.message, v.blocking, v.paths, shared, v.next, checks, ask.risks)
     if f.exclusive:
         msg = f"admitted to run alone ({f.alone_reason})"
     elif repo_active:
         msg = f"admitted beside {ask.in_repo}, claim disjoint{_shared_note(ask.shared)}"
         if ask.beside is not None:
             r, a = ask.beside
-            msg += f"; risk {r:.1%} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}"
+            msg += f"; risk {r} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}"
     else:
         msg = f"admitted: no active job in repo{_shared_note(ask.shared)}"
-    return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared_paths, "starts now", tuple(c.checks))
+    return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared, "starts now", checks, ask.risks)
 
 
 def _dependencies(ask: _Ask, c: _Checks) -> None:
@@ -346,30 +347,35 @@ def _overlap(ask: _Ask, c: _Checks) -> None:
 
 
 def _risk(ask: _Ask, c: _Checks) -> None:
-    """6b. Disjoint claims that may still meet: the estimated risk beside each active job (`core.risk`)."""
+    """6b. Disjoint claims that may still make a conflict the landing cannot merge: the estimated risk beside each
+    active job (`core.risk`: the chance they meet times the chance such a meeting would not merge)."""
     f = ask.f
     if f.risk_limit <= 0:
         c.ok("Risk", "risk not weighed (plan.risk = 0)")
+        return
+    if f.exclusive:
+        c.ok("Risk", "runs alone: no risk beside others to weigh")
         return
     others = [a for a in ask.repo_active if not a.exclusive and a.job.id not in ask.owners]
     beside = [(risk(f, a, a.held), a) for a in others if f.escapes is not None or a.escapes is not None]
     if not beside:
         c.ok("Risk", "no estimate to weigh")
         return
-    too_risky = [(r, a) for r, a in beside if r > f.risk_limit]
+    ask.risks = tuple((a.job.id, r.logit, r.meet, r.nonmerge) for r, a in beside)
+    too_risky = [(r, a) for r, a in beside if r.risk > f.risk_limit]
     if too_risky:
-        r, a = max(too_risky, key=lambda t: t[0])
+        r, a = max(too_risky, key=lambda t: t[0].risk)
         ids = sorted(a.job.id for _, a in too_risky)
         more = f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
         c.fail(
             Reason.RISK,
-            f"risk {r:.1%} > {f.risk_limit:.1%} beside job {a.job.id}{more}",
+            f"risk {r} > {f.risk_limit:.1%} beside job {a.job.id}{more}",
             f"waits for {_jobs(ids)} to land",
             ids,
         )
         return
-    ask.beside = r, a = max(beside, key=lambda t: t[0])
-    c.ok("Risk", f"risk {r:.1%} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}")
+    ask.beside = r, a = max(beside, key=lambda t: t[0].risk)
+    c.ok("Risk", f"risk {r} \u2264 {f.risk_limit:.1%}: beside job {a.job.id}")
 
 
 def _priority(ask: _Ask, c: _Checks) -> None:

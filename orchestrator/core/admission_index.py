@@ -20,7 +20,7 @@ from typing import TypeVar
 from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
 from orchestrator.core.models import ROOT, JobView, Policy, Snapshot
-from orchestrator.core.risk import Escapes, pair_risk
+from orchestrator.core.risk import NONE, Escapes, PairRisk, pair_risk
 
 OrderKey = tuple[int, float, int]
 BLOCKING_LIMIT = 20
@@ -213,7 +213,7 @@ def _risky_earlier(f: Facts, risky: list[Facts], key: OrderKey) -> list[Facts]:
     for w in risky[:RISK_SCAN]:
         if w.job.order_key >= key:
             break
-        if risk(f, w, w.counted) > f.risk_limit:
+        if risk(f, w, w.counted).risk > f.risk_limit:
             out.append(w)
     return out
 
@@ -229,15 +229,16 @@ def held_back(w: Facts, active: Active | None) -> bool:
     assert active is not None
     owners, _ = active.meeting(w)
     return any(
-        a.job.id in owners or ((a.escapes is not None or w.escapes is not None) and risk(w, a, a.held) > w.risk_limit)
+        a.job.id in owners
+        or ((a.escapes is not None or w.escapes is not None) and risk(w, a, a.held).risk > w.risk_limit)
         for a in earlier
     )
 
 
-def risk(f: Facts, other: Facts, held: frozenset[str]) -> float:
-    """The chance that `f` and `other` (holding `held`) touch a common path (`core.risk`)."""
+def risk(f: Facts, other: Facts, held: frozenset[str]) -> PairRisk:
+    """The risk that `f` and `other` (holding `held`) make a conflict the landing cannot merge (`core.risk`)."""
     if f.escapes is None and other.escapes is None:
-        return 0.0
+        return NONE
     return pair_risk(f.escapes, f.counted, other.escapes, held)
 
 

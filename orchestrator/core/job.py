@@ -158,6 +158,9 @@ class Job:
     place: float | None = field(default=None, metadata=PLAIN)
     """Its place among the waiting jobs of its priority once a person moved it (`switch`, `move --before`,
     `enqueue --before`); None: its id, the order jobs were queued in (`JobView.order_key`)."""
+    author: str = field(default="", metadata=PLAIN)
+    """Who queued it, as git names a person (`Name <email>`: the queuing user's git identity, or the author of the
+    commit whose ticket it is); the author of its commits when the daemon has no git identity of its own."""
 
     @property
     def subject(self) -> str:
@@ -183,6 +186,14 @@ class Job:
         """The job's commit message before its trailer: its subject, then its full text when that says more."""
         text = self.text.strip()
         return self.subject if text == self.subject else f"{self.subject}\n\n{text}"
+
+    def revision_text(self, feedback: str) -> str:
+        """A revision's commit message before its trailer: a subject of its own (the feedback's first line, not the
+        job's again), which job it revises, then the whole feedback when that says more."""
+        lines = [ln.strip() for ln in feedback.strip().splitlines() if ln.strip()]
+        subject = _cut(lines[0], 72) if lines else f"Revise job {self.id}"
+        said = "\n".join(lines)
+        return f"{subject}\n\nRevises job {self.id}: {self.subject}" + (f"\n\n{said}" if said != subject else "")
 
     def view(self, mergeable: frozenset[str] = frozenset()) -> JobView:
         return JobView(

@@ -169,13 +169,23 @@ class Risk:
     `near` lists the paths evidence says it may touch beyond its claim, each with its probability; any
     other path has probability `rest`. `area` is the directory the job works in, and `meets` gives, per
     area of the repository (a directory, ROOT for any other), how often past changes in the job's area met
-    one in that area although their claims were disjoint. Admission reads both pairwise (`core.risk`).
+    one in that area although their claims were disjoint. Admission reads both pairwise (`core.risk`), and
+    `nonmerge`: how often such a meeting would not merge.
     """
 
     near: tuple[tuple[str, float], ...] = ()
     rest: float = 0.0
     area: str = ""
     meets: tuple[tuple[str, float], ...] = ()
+    nonmerge: float = 1.0
+    """The chance that, where it meets another job, the landing cannot merge the two (measured on the record's
+    past changes in its area; 1: every meeting counts)."""
+    meet: tuple[float, float] = (1.0, 0.0)
+    """(a, b): its repository's rescaling of the shipped model of a pair's chance of meeting (`core.risk`), checked
+    against its record: the model's log-odds z says sigmoid(a z + b)."""
+    kind: str = ""
+    """What its claim is: the kind of its most likely file (`source`, `test`, `doc`, `config`), or `known` for a
+    change of a known kind (a dependency update, a release)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -183,18 +193,26 @@ class Risk:
             "rest": round(self.rest, 6),
             "area": self.area,
             "meets": [[a, round(v, 5)] for a, v in self.meets],
+            "nonmerge": round(self.nonmerge, 5),
+            "meet": [round(self.meet[0], 5), round(self.meet[1], 5)],
+            "kind": self.kind,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Risk:
         near, meets = data.get("near") or [], data.get("meets") or []
         rest, area = data.get("rest", 0.0), data.get("area", "")
+        nonmerge, meet = data.get("nonmerge", 1.0), data.get("meet") or [1.0, 0.0]
         assert isinstance(near, list) and isinstance(meets, list) and isinstance(rest, int | float)
+        assert isinstance(nonmerge, int | float) and isinstance(meet, list) and len(meet) == 2
         return cls(
             tuple((str(p), float(v)) for p, v in near),
             float(rest),
             str(area),
             tuple((str(a), float(v)) for a, v in meets),
+            float(nonmerge),
+            (float(meet[0]), float(meet[1])),
+            str(data.get("kind", "")),
         )
 
 
@@ -495,6 +513,10 @@ class Decision:
     next: str = ""
     """What happens next, e.g. "waits for job 12 to land"."""
     checks: tuple[Check, ...] = ()
+    risks: tuple[tuple[int, float, float, float], ...] = ()
+    """(active job, logit, meet, no merge): its estimated risk beside each active job it was weighed against: the
+    chance they touch a common path, and that such a meeting would not merge (`core.risk`; the risk is their
+    product), with the shipped model's log-odds of the first before its repository's rescaling."""
 
     @property
     def admitted(self) -> bool:
@@ -511,4 +533,16 @@ class Decision:
             "shared": list(self.shared),
             "next": self.next,
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
+            **({"risks": [risk_json(*r) for r in self.risks]} if self.risks else {}),
         }
+
+
+def risk_json(job: int, logit: float, meet: float, nonmerge: float) -> dict[str, object]:
+    """A pair's risk as `Decision.to_json` and the admission log give it."""
+    return {
+        "job": job,
+        "meet": round(meet, 5),
+        "nonmerge": round(nonmerge, 5),
+        "risk": round(meet * nonmerge, 5),
+        "logit": round(logit, 4),
+    }

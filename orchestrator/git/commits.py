@@ -11,6 +11,7 @@ from typing import Literal
 
 import pygit2
 
+from orchestrator.core import person as people
 from orchestrator.git import repos
 from orchestrator.git.workspace import MAX_FILE_BYTES, Workspace, WorkspaceError
 
@@ -19,18 +20,27 @@ FALLBACK_EMAIL = "orchestrator@localhost"
 TRAILER = "Orchestrator-Job"
 
 
-def signature(repo: pygit2.Repository, role: Literal["author", "committer"] = "committer") -> pygit2.Signature:
-    """The identity `git commit` would use in `repo`, or the orchestrator's own when none is configured.
+def signature(
+    repo: pygit2.Repository, role: Literal["author", "committer"] = "committer", person: str = ""
+) -> pygit2.Signature:
+    """The identity `git commit` would use in `repo`; else `person` (`Name <email>`: who queued the job); else the
+    orchestrator's own.
 
     Same precedence as git, field by field: `GIT_AUTHOR_*` / `GIT_COMMITTER_*` from the environment,
-    then `user.name` / `user.email` from the repository's config (local, global, XDG), then
+    then `user.name` / `user.email` from the repository's config (local, global, XDG), then `person`, then
     `orchestrator <orchestrator@localhost>`. Never raises for lack of identity: a daemon under systemd
     often has no HOME config at all, and a job's work must not be lost over it.
     """
     prefix = f"GIT_{role.upper()}_"
-    name = os.environ.get(prefix + "NAME") or _config(repo, "user.name") or FALLBACK_NAME
-    email = os.environ.get(prefix + "EMAIL") or _config(repo, "user.email") or FALLBACK_EMAIL
+    who, mail = people.split(person)
+    name = os.environ.get(prefix + "NAME") or _config(repo, "user.name") or who or FALLBACK_NAME
+    email = os.environ.get(prefix + "EMAIL") or _config(repo, "user.email") or mail or FALLBACK_EMAIL
     return pygit2.Signature(name, email)
+
+
+def person_of(sig: pygit2.Signature) -> str:
+    """`Name <email>` of a commit's author or committer."""
+    return f"{sig.name} <{sig.email}>"
 
 
 def _config(repo: pygit2.Repository, key: str) -> str | None:
@@ -81,16 +91,18 @@ def commit_worktree(
     max_file: int = MAX_FILE_BYTES,
     max_total: int = 0,
     publish: bool = True,
+    author: str = "",
 ) -> str | None:
     """Commit the workspace's files as one commit on `base`, on `branch` (default orchestrator/<job_id>).
 
     The commit is built by the daemon from the files themselves (`Workspace.tree`: like `git add -A`,
     `.git` never, nothing followed through a link), never from the job's own index, HEAD or commits; its
-    objects are written into the workspace's quarantine. Returns the new commit's sha; None when the files do
+    objects are written into the workspace's quarantine. `author` (`Name <email>`, who queued the job) authors
+    it when the daemon has no git identity (`signature`). Returns the new commit's sha; None when the files do
     not differ from the parent (nothing to land; no commit and no branch are made then). The parent is `base`,
     or with `stack` the branch's own tip when it exists, else `prior` (an earlier result of the job, maybe not
     published yet): leftovers of an attempt, or a revision, go on top of what it committed. With `publish`
-    (`publish` below) the commit and the branch go into the repository at once; without, they stay in the
+    (`publish_result`) the commit and the branch go into the repository at once; without, they stay in the
     quarantine until the job lands. A file over `max_file` bytes, or more than `max_total` to write (0: no
     limit), is ResultRefused before anything is written.
     """
@@ -107,7 +119,12 @@ def commit_worktree(
     if tree == parent.tree_id:
         return None
     sha = own.create_commit(
-        None, signature(repo, "author"), signature(repo, "committer"), job_message(message, job_id), tree, [parent.id]
+        None,
+        signature(repo, "author", person=author),
+        signature(repo, "committer"),
+        job_message(message, job_id),
+        tree,
+        [parent.id],
     )
     if publish:
         publish_result(worktree, repo_path, str(sha), name)

@@ -9,7 +9,9 @@ Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -18,7 +20,7 @@ import pygit2
 from pygit2.enums import AttrCheck, MergeFavor
 
 from orchestrator.git import repos
-from orchestrator.git.commits import signature
+from orchestrator.git.commits import person_of, signature
 from orchestrator.git.workspace import Workspace
 
 Mergeable = Callable[[str], bool]
@@ -162,9 +164,9 @@ def _merge(
     if message is None:
         subject = theirs.message.splitlines()[0] if theirs.message.strip() else ""
         message = f"Merge {theirs.short_id}: {subject}"
-    sha = repo.create_commit(
-        None, signature(repo, "author"), signature(repo, "committer"), message, tree, [ours.id, theirs.id]
-    )
+    # Without an identity of the daemon's own, the merge is authored as the job's commit is (who queued it).
+    author = signature(repo, "author", person=person_of(theirs.author))
+    sha = repo.create_commit(None, author, signature(repo, "committer"), message, tree, [ours.id, theirs.id])
     return MergeResult(head=head_sha, sha=str(sha), conflicts=(), kind="merge")
 
 
@@ -236,6 +238,34 @@ def _merged_tree(
 
 
 _STYLES = {"merge": _merge, "rebase": _rebase, "squash": _squash}
+
+
+def merged_trees(
+    repo: pygit2.Repository, ancestor: pygit2.Tree, ours: pygit2.Tree, theirs: pygit2.Tree, is_union: Mergeable
+) -> tuple[pygit2.Tree | None, tuple[str, ...]]:
+    """The 3-way merge of three trees (union paths settled): the merged tree, written to `repo`'s object
+    database, or None and the conflicting paths."""
+    index = repo.merge_trees(ancestor, ours, theirs)
+    conflicts = _settle(
+        repo, index, union=lambda: repo.merge_trees(ancestor, ours, theirs, favor=MergeFavor.UNION), is_union=is_union
+    )
+    if conflicts:
+        return None, conflicts
+    return repo[index.write_tree(repo)].peel(pygit2.Tree), ()
+
+
+@contextmanager
+def scratch(repo_path: Path | str) -> Iterator[pygit2.Repository]:
+    """A repository that reads `repo_path`'s objects and writes its own elsewhere (a temporary directory,
+    removed on exit): merges of past changes leave nothing in the repository they read."""
+    source = repos.open_repo(repo_path)
+    with tempfile.TemporaryDirectory(prefix="orchestrator-merges-") as tmp:
+        g = Path(tmp)
+        for d in ("objects/info", "refs/heads"):
+            (g / d).mkdir(parents=True)
+        (g / "HEAD").write_text("ref: refs/heads/main\n")
+        (g / "objects" / "info" / "alternates").write_text(f"{repos.common_dir(source) / 'objects'}\n")
+        yield pygit2.Repository(str(g))
 
 
 def _tree(repo: pygit2.Repository, treeish: str | pygit2.Oid) -> pygit2.Tree:

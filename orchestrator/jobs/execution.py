@@ -29,6 +29,7 @@ from orchestrator.git.workspace import ResultRefused
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs import escapes, joblog, quota
 from orchestrator.jobs.board import Board
+from orchestrator.jobs.door import Door, Doors
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
 from orchestrator.jobs.rerun import Rerun, requeue
@@ -111,8 +112,11 @@ class Executor:
         on_change: OnChange,
         on_acquired: OnAcquired | None = None,
         held: HeldBy | None = None,
+        doors: Doors | None = None,
     ) -> None:
         self.held = held
+        self.doors = doors
+        """Opens a job's door for its agent CLI's MCP server (runners that `wants_door`)."""
         """(job id, path) → why the job should not write that path now (the overlap watch answers)."""
         self.limits = Limits(board.store)
         """Rate limits the runners met (a fact of the scheduler's snapshots)."""
@@ -298,6 +302,7 @@ class Executor:
         repo = Path(job.repo)
         watcher: ChangeWatcher | None = None
         guard: asyncio.Task[None] | None = None
+        door: Door | None = None
         if (me := asyncio.current_task()) is not None:
             self._tasks[job.id] = me
         try:
@@ -324,6 +329,8 @@ class Executor:
             )
             await watcher.start()
             guard = asyncio.create_task(self._guard(job.id, [worktree, self.paths.job_private(job.id)]))
+            if self.doors is not None and getattr(runner, "wants_door", False):
+                door = await self.doors.open(job.id, self.paths.job_private(job.id))
             ctx = RunContext(
                 job=job,
                 worktree=worktree,
@@ -331,11 +338,13 @@ class Executor:
                 timeout=self.cfg.jobs.timeout,
                 owner=StoreOwner(self.board.store, job.id),
                 private_dir=self.paths.job_private(job.id),
+                terminal=self.paths.job_terminal(job.id),
                 log_cap=self.cfg.jobs.log_max_bytes,
                 grace=self.cfg.jobs.kill_grace,
                 held=functools.partial(self.held, job.id) if self.held is not None else None,
                 env={"ORCHESTRATOR_FEEDBACK": resume} if resume else {},
                 resume=resume,
+                door=door.address if door is not None else None,
             )
             await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, resume)
             # Without a sandbox, the user's checkout is compared before and after (see `escapes`).
@@ -381,7 +390,7 @@ class Executor:
                     sha = await asyncio.to_thread(
                         commits.commit_worktree,
                         worktree,
-                        message=job.commit_text,
+                        message=job.revision_text(resume) if resume else job.commit_text,
                         job_id=job.id,
                         base=base,
                         repo_path=repo,
@@ -389,6 +398,7 @@ class Executor:
                         prior=job.result if resume else None,
                         max_total=self.cfg.jobs.max_result_bytes,
                         publish=False,
+                        author=job.author,
                     )
                 except ResultRefused as refused:
                     result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
@@ -476,5 +486,7 @@ class Executor:
         finally:
             if guard is not None:
                 guard.cancel()
+            if door is not None:
+                await asyncio.shield(door.close())
             self._tasks.pop(job.id, None)
             structlog.contextvars.unbind_contextvars("job_id", "repo")

@@ -209,7 +209,7 @@ class Lander:
     def _message(self, job: Job) -> str:
         """The landing commit's message: a squash is the job's one commit (trailer kept), else a merge commit
         named for the ticket's first line."""
-        if self.cfg.repo(job.repo).land_style == "squash":
+        if self.cfg.land_style(job.repo) == "squash":
             return commits.job_message(job.commit_text, job.id)
         return f"Merge orchestrator job {job.id}: {job.subject}"
 
@@ -235,7 +235,7 @@ class Lander:
             base=job.base,
             check=self._check(job),
             mergeable=self._mergeable(job),
-            style=self.cfg.repo(job.repo).land_style,  # type: ignore[typeddict-item]  # config validates it is one of LAND_STYLES
+            style=self.cfg.land_style(job.repo),  # type: ignore[typeddict-item]  # config validates it is one of LAND_STYLES
         )
 
     async def _git_land(self, job: Job) -> git_landing.LandResult:

@@ -24,11 +24,13 @@ from orchestrator.core.models import ENDED, Code, JobEvent, JobState, Policy
 from orchestrator.git import repos
 from orchestrator.jobs.board import Board
 from orchestrator.plan import accuracy
+from orchestrator.plan.accuracy import Settled, outcomes
 from orchestrator.plan.base import Note, Plan, Planner
 from orchestrator.plan.composite import declared_plan
 
 REFRESH = 10.0
-"""Seconds between recomputations of the calibrated per-repo thresholds (they change as jobs end)."""
+"""Seconds between recomputations of the calibrated per-repo thresholds and of the planner's outcomes (they change
+as jobs end)."""
 
 
 class Planning:
@@ -80,12 +82,22 @@ class Planning:
         hit = accuracy.collisions(ended, await store.event_jobs(JobEvent.OVERLAP))
         return accuracy.records(ended, hit, self.policy())
 
+    async def outcomes(self) -> dict[str, list[Settled]]:
+        """Per repository, the pairs of jobs it ran side by side that have settled (`plan.accuracy.outcomes`)."""
+        store = self.board.store
+        conflicts = [*(await store.event_jobs(JobEvent.REQUEUED)), *(await store.event_jobs(JobEvent.CONFLICTED))]
+        ended = await store.jobs(ENDED)
+        return outcomes(ended, await store.event_jobs(JobEvent.ADMITTED), conflicts, self.policy().mergeable)
+
     async def refresh(self, force: bool = False) -> None:
         """Recompute the calibrated thresholds (at most every REFRESH seconds); log each change."""
         now = time.monotonic()
         if not force and now - self._refreshed < REFRESH:
             return
         self._refreshed = now
+        observe = getattr(self.planner, "observe", None)
+        if observe is not None:
+            observe(await self.outcomes())
         raised = accuracy.thresholds(await self.records(), self.policy(), self.calibrate_after)
         if raised != self.raised:
             before = dict(self.raised)

@@ -40,6 +40,7 @@ from orchestrator.core.models import (
     Outcome,
     Reason,
     Snapshot,
+    risk_json,
 )
 from orchestrator.jobs import quota, rounds
 from orchestrator.jobs.board import Board
@@ -133,11 +134,15 @@ class Scheduler:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Decide, act, sleep until woken. In burst mode, return once nothing is open."""
-        self._last_wake = time.monotonic()
+    async def load(self) -> None:
+        """What a stopped daemon left in force, read before anyone asks (the API answers from these): the run-time
+        controls, and the rate limits its jobs met."""
         self.controls = await self.board.store.controls()
-        await self.executor.limits.load()  # the rate limits a stopped daemon met, still in force
+        await self.executor.limits.load()
+
+    async def run(self) -> None:
+        """Decide, act, sleep until woken (`load` first). In burst mode, return once nothing is open."""
+        self._last_wake = time.monotonic()
         for job in await self.board.store.jobs([JobState.LANDING]):
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
@@ -203,6 +208,14 @@ class Scheduler:
             cut.append(job_id)
         await asyncio.gather(*self.running.values(), return_exceptions=True)
         return sorted(cut)
+
+    async def settled(self, job_id: int) -> None:
+        """Until the task of `job_id`, if it has one, has ended. A round that read the job planned just before it
+        was cancelled may still start a task for it: the task's move to `running` fails while the job stays
+        cancelled, but it would start the job's next attempt, admitted on nothing, were that planned first."""
+        task = self.running.get(job_id)
+        if task is not None:
+            await asyncio.wait({task})
 
     async def stop_job(self, job_id: int, stop: Stop) -> bool:
         """End a job's runner task with `stop` (it writes the stop's state itself); False if it has none."""
@@ -465,6 +478,7 @@ class Scheduler:
                     JobState.RUNNING,
                     JobEvent.ADMITTED,
                     beside=beside,
+                    data={"risks": [risk_json(*r) for r in decision.risks]} if decision.risks else None,
                     **fresh,
                     decision=decision.to_json(),
                     reason=decision.message,
@@ -515,6 +529,7 @@ def _decision_fields(d: Decision) -> dict[str, Any]:
         "paths": list(d.paths),
         "shared": list(d.shared),
         "next": d.next,
+        **({"risks": [risk_json(*r) for r in d.risks]} if d.risks else {}),
     }
 
 

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 from orchestrator import logging as olog
+from orchestrator import requests as rq
+from orchestrator import runners as runners_mod
 from orchestrator import testhook
 from orchestrator.config import Config
-from orchestrator.core import claims
+from orchestrator.core import claims, prose
 from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.lifecycle import Cancel, Revise, on_cancel, on_revise
 from orchestrator.core.models import CANCELLABLE, ENDED, OPEN, RETRYABLE, Code, JobEvent, JobState
@@ -39,9 +42,10 @@ from orchestrator.jobs.scheduler import Scheduler
 from orchestrator.paths import Paths
 from orchestrator.plan import declared
 from orchestrator.plan.base import Planner
+from orchestrator.proc import jobpath
 from orchestrator.runners import Runner
 from orchestrator.store import NotShared, Write
-from orchestrator.validate import BadRequest, field, int_list, str_list
+from orchestrator.validate import BadRequest
 
 MAX_FEEDBACK = 32_000
 """Characters of review feedback (`revise`): it reaches a CLI as one argument and in its environment."""
@@ -120,36 +124,30 @@ class Jobs:
 
     # -- enqueue --------------------------------------------------------------------------------------
 
-    async def submit(self, data: dict[str, Any], ticket: tuple[str, str | None] | None = None) -> Job:
-        """Validate one enqueue request and queue it (the API, the hook's tickets and the spool share it).
+    async def submit(self, request: rq.Enqueue, ticket: tuple[str, str | None] | None = None) -> Job:
+        """Queue one job (the API, the hook's tickets and the spool share it): what the request cannot check on
+        its own (its repository and branch, its runner, the jobs it runs after) is checked here.
 
         `ticket` is (idempotency key, ticket id), stored with the job in one transaction.
         """
-        argv = str_list(data, "argv") or None
-        text = shlex.join(argv) if argv else field(data, "text", str, required=True)
-        if not text.strip():
-            raise BadRequest("the job text is empty: say what the job should do (for the shell runner, a command)")
-        repo, branch, _ = await resolve(data)
-        claim = declared.claim(str_list(data, "paths"))
-        runner = field(data, "runner", str) or self.cfg.jobs.default_runner
+        repo, branch, _ = await resolve(request.repo, request.branch)
+        claim = declared.claim(request.paths)
+        runner = request.runner or await self._runner_for(request.command, list(request.argv) or None)
         if runner not in self.runners:
             raise BadRequest(f"unknown runner {runner!r}: use one of {', '.join(sorted(self.runners))}")
-        land = field(data, "land", str) or self.cfg.land_mode(str(repo))
-        if land not in ("auto", "review"):
+        land = request.land or self.cfg.land_mode(str(repo))
+        if land not in rq.LAND_MODES:
             raise BadRequest(f"--land {land!r}: use auto (land when finished) or review (wait for `orchestrator land`)")
-        priority = field(data, "priority", int, default=0)
-        after = int_list(data, "after")
+        priority = request.priority or 0
+        after = list(request.after)
         known = {j.id for j in await self.store.get_many(after)}
         for dep in after:
             if dep not in known:
                 raise BadRequest(f"--after {dep}: no such job (`orchestrator status` lists the jobs)")
-        labels = str_list(data, "labels")
-        before = field(data, "before", int)
+        before = request.before
         place: float | None = None
         room: list[Write] = []
         if before is not None:
-            if data.get("priority") is not None:
-                raise BadRequest(f"--before {before} gives the job that job's priority: leave out --priority")
             try:
                 spot, room = await self.editing.place_for_new(before)
             except EditError as e:
@@ -163,17 +161,18 @@ class Jobs:
             job = await self.board.add(
                 repo=str(repo),
                 branch=branch,
-                text=text,
+                text=request.command,
                 runner=runner,
                 priority=priority,
                 after=after,
                 declared=sorted(claim.paths),
                 claim=claim,
-                argv=argv,
+                argv=request.argv or None,
                 land=land,
                 ticket=ticket,
-                labels=labels,
+                labels=request.labels,
                 place=place,
+                author=request.author,
             )
         except NotShared as e:  # team mode: a clone with no shared remote
             raise BadRequest(str(e)) from None
@@ -187,17 +186,44 @@ class Jobs:
         )
         return job
 
+    async def _runner_for(self, text: str, argv: list[str] | None) -> str:
+        """The runner of a job queued with none named: `default_runner`; but a text in words for a `shell` default
+        goes to the configured agent when a job can run it, and is refused otherwise, saying what to type."""
+        runner = self.cfg.jobs.default_runner
+        if runner != "shell" or argv:
+            return runner
+        path = jobpath.job_path(os.environ.get("PATH", ""))
+        reading = await asyncio.to_thread(prose.read, text, lambda word: shutil.which(word, path=path) is not None)
+        if not reading.prose:
+            return runner
+        agent = self.cfg.jobs.agent
+        why = await runners_mod.unready(self.runners, agent) if agent else None
+        if agent and why is None:
+            return agent
+        raise BadRequest(await self._prose_refusal(reading, agent, why))
+
+    async def _prose_refusal(self, reading: prose.Reading, agent: str, why: str | None) -> str:
+        """What to do with a text in words that no agent takes: the agents a job can run here, and the settings."""
+        agents = [n for n in sorted(self.runners) if n not in ("shell", "replay")]
+        ready = [n for n in agents if await runners_mod.unready(self.runners, n) is None]
+        head = f"this reads as a task in words, not a shell command ({reading.why})"
+        if agent:
+            head += f", and the default agent {agent} cannot run here: {why}"
+        if ready:
+            how = (f"give it to an agent: `orchestrator enqueue --runner {ready[0]} ...`"
+                   + (f" (ready here: {', '.join(ready)})" if len(ready) > 1 else "")
+                   + f"; `[jobs] agent = \"{ready[0]}\"` in the config sends such texts there by default")  # fmt: skip
+        else:
+            how = (f"no agent can run a job here ({', '.join(agents) or 'none configured'}): `orchestrator runners` "
+                   "says what each lacks")  # fmt: skip
+        return f"{head}: {how}; `--runner shell` runs it as a shell script anyway"
+
     # -- editing the queue ----------------------------------------------------------------------------
 
-    async def edit(self, job_id: int, data: dict[str, Any]) -> Job:
+    async def edit(self, job_id: int, request: rq.Edit) -> Job:
         """Change a waiting job's `text`, `paths` (its declared ones) or `priority` (see `jobs.editing`)."""
-        text = field(data, "text", str)
-        if text is not None and not text.strip():
-            raise BadRequest("the new text is empty: say what the job should do")
-        paths = tuple(sorted(declared.claim(str_list(data, "paths")).paths)) if "paths" in data else None
-        change = Change(text, paths, field(data, "priority", int))
-        if change == Change():
-            raise BadRequest("nothing to edit: give a new text, paths or priority")
+        paths = None if request.paths is None else tuple(sorted(declared.claim(request.paths).paths))
+        change = Change(request.text, paths, request.priority)
         async with self._one_at_a_time(job_id):
             try:
                 return await self.editing.edit(job_id, change)
@@ -358,6 +384,7 @@ class Jobs:
                     f"job {job_id} is {job.state}; only failed, cancelled, conflicted, interrupted or unchanged jobs "
                     "can be retried"
                 )
+            await self.scheduler.settled(job_id)  # no task of an earlier decision can start the new attempt
             try:
                 # Always: a crash may leave a worktree or branch the job's record does not name yet.
                 kept = await retire_attempt(self.pool, job)
@@ -432,23 +459,21 @@ def _not_revised(job: Job, how: Revise) -> str:
     )
 
 
-async def resolve(data: dict[str, Any]) -> tuple[Path, str, str]:
-    """The request's repository, target branch and that branch's head, or a RepoError saying what to fix."""
-    repo_raw = field(data, "repo", str, required=True)
+async def resolve(repo_raw: str, branch: str | None) -> tuple[Path, str, str]:
+    """A request's repository, target branch (None: the default one) and that branch's head, or a RepoError
+    saying what to fix."""
     repo = await asyncio.to_thread(repos.canonical, Path(repo_raw))
-    branch = field(data, "branch", str) or await asyncio.to_thread(repos.default_branch, repo)
-    head = await asyncio.to_thread(repos.branch_head, repo, branch)
-    return repo, branch, head
+    target: str = branch if branch else await asyncio.to_thread(repos.default_branch, repo)
+    head = await asyncio.to_thread(repos.branch_head, repo, target)
+    return repo, target, head
 
 
-async def plan_for(planner: Planner, data: dict[str, Any]) -> dict[str, Any]:
-    """The claim `planner` makes for a request's text (`repo`, `text`, optional `branch`, `base`, `paths`), with
-    the evidence for each path; nothing is queued. What `orchestrator plan` prints, from the daemon or in-process."""
-    text = field(data, "text", str, default="")
-    repo, branch, head = await resolve(data)
-    base = field(data, "base", str)
-    base = await asyncio.to_thread(repos.resolve_rev, repo, base) if base else head
-    paths = sorted(declared.claim(str_list(data, "paths")).paths)
-    probe = Job(0, str(repo), branch, text, "", JobState.QUEUED, declared=tuple(paths))
+async def plan_for(planner: Planner, request: rq.Plan) -> dict[str, Any]:
+    """The claim `planner` makes for a request's text, with the evidence for each path; nothing is queued. What
+    `orchestrator plan` prints, from the daemon or in-process."""
+    repo, branch, head = await resolve(request.repo, request.branch)
+    base = await asyncio.to_thread(repos.resolve_rev, repo, request.base) if request.base else head
+    paths = sorted(declared.claim(request.paths).paths)
+    probe = Job(0, str(repo), branch, request.text, "", JobState.QUEUED, declared=tuple(paths))
     plan = await planner.plan(probe, base)
     return {"repo": str(repo), "branch": branch, "base": base, **plan.to_json()}

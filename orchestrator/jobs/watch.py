@@ -68,6 +68,49 @@ class OverlapWatch:
         others = [(o, view(o)) for o in await self.board.store.jobs(ACTIVE) if o.repo == job.repo and o.id != job.id]
         return mine, others
 
+    async def holding(self, job_id: int) -> tuple[frozenset[str], list[tuple[Job, frozenset[str]]]] | None:
+        """A running job's claim (its growth with it), and what each other active job of its repository holds: its
+        claim, growth and touched paths (a job's door answers with these). None when it is not running."""
+        job = await self.board.store.get(job_id)
+        if job is None or job.state is not JobState.RUNNING:
+            return None
+        others = [
+            (o, o.claim.paths | o.grown | self.actual.get(o.id, o.actual))
+            for o in await self.board.store.jobs(ACTIVE)
+            if o.repo == job.repo and o.id != job.id
+        ]
+        return job.claim.paths | job.grown, others
+
+    async def reserve(self, job_id: int, paths: frozenset[str]) -> growth.Growth | None:
+        """May `paths` join running job `job_id`'s claim before it writes them (its agent asks)? The decision of
+        claim growth, asked ahead: granted, they join it (event `claim_grown`, `asked`); held by another active
+        job, they do not (the agent is told by whom). None when the job is not running."""
+        async with self._growing:
+            job = await self.board.store.get(job_id)
+            if job is None or job.state is not JobState.RUNNING:
+                return None
+            seen = await self.views(job, paths)
+            if seen is None:
+                return growth.Growth(frozenset())  # all in its claim already
+            mine, others = seen
+            g = growth.decide(mine, paths, [v for _, v in others], self.cfg.policy())
+            if not g.grows:
+                return g
+            grown = sorted(g.paths)
+            written = await self.board.update(
+                job.id,
+                {JobState.RUNNING},
+                grown=job.grown | g.paths,
+                event=JobEvent.CLAIM_GROWN,
+                data={"paths": grown[:50], "held_by": [], "asked": True},
+            )
+            if written is None:
+                return None
+            olog.get(job_id=job.id, repo=job.repo).info(
+                olog.Event.JOB_CLAIM_GROWN, paths=grown[:50], asked=True, message=f"its agent claimed {plist(grown)}"
+            )
+            return g
+
     async def held(self, job_id: int, path: str) -> str | None:
         """Why running job `job_id` should not write `path` now (another active job holds it), or None: what
         the built-in agent asks before it writes outside its claim, so it can wait or work elsewhere."""

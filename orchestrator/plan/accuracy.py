@@ -6,6 +6,11 @@ outside its claim, a file another running job held (an `overlap` event). Reporte
 basis: recall, precision, and the confident-miss rate. A repo whose confident predicted claims keep
 missing gets a higher confidence threshold: its weaker claims become ambiguous and run alone, until the
 claims below it stop missing (`threshold`).
+
+Every pair of jobs admission let run side by side, once both ended, is a `Settled` outcome (`outcomes`): the
+shipped model's log-odds that they meet, as their `admitted` event kept it (`core.models.Decision.risks`),
+whether their actual paths met (union-mergeable files aside), and whether their landings merged (neither
+conflicted in a path the other touched). They keep the repository's risk current (`record.refit`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.core import claims
-from orchestrator.core.models import Claim, ClaimSource, Policy
+from orchestrator.core.models import Claim, ClaimSource, JobState, Policy
 
 WINDOW = 20
 """Most recent claims confident at a candidate threshold that judge it."""
@@ -157,3 +162,62 @@ def collisions(jobs: Iterable[Any], overlaps: Iterable[tuple[int, Mapping[str, A
         if job_id in claim_of and paths and len(claims.PathIndex(claim_of[job_id]).meeting(paths)) < len(paths):
             out.add(job_id)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """One pair the daemon ran side by side, settled."""
+
+    logit: float
+    """The shipped model's log-odds that they meet, as admission estimated it."""
+    met: bool
+    """They touched a common path."""
+    merged: bool
+    """Their landings merged (always so when they did not meet)."""
+
+
+class Ended(Protocol):
+    """What an outcome reads of a job (`core.job.Job` has it)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def repo(self) -> str: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def actual(self) -> frozenset[str]: ...
+
+
+def outcomes(
+    jobs: Iterable[Ended],
+    admitted: Iterable[tuple[int, Mapping[str, Any]]],
+    conflicts: Iterable[tuple[int, Mapping[str, Any]]],
+    mergeable: Sequence[str] = (),
+) -> dict[str, list[Settled]]:
+    """Per repository, the settled pairs: `admitted` and `conflicts` are (job id, event data) of the jobs'
+    `admitted` events and of their landing conflicts (`requeued` or `conflicted` with paths); a pair counts once
+    both its jobs ended, once per admission (a job run again counts again)."""
+    ended = {j.id: j for j in jobs if j.state.terminal}
+    touched = {i: claims.split_mergeable(j.actual, tuple(mergeable))[0] for i, j in ended.items()}
+    conflicted: dict[int, set[str]] = {}
+    for job_id, data in conflicts:
+        conflicted.setdefault(job_id, set()).update(str(p) for p in data.get("conflicts") or ())
+    out: dict[str, list[Settled]] = {}
+    for job_id, data in admitted:
+        job = ended.get(job_id)
+        if job is None:
+            continue
+        for risk in data.get("risks") or ():
+            other = int(risk.get("job", 0))
+            if other not in ended or "logit" not in risk:
+                continue
+            mine, theirs = touched[job_id], touched[other]
+            met = bool(claims.PathIndex(mine).meeting(theirs))
+            merged = not (_within(conflicted.get(job_id), theirs) or _within(conflicted.get(other), mine))
+            out.setdefault(job.repo, []).append(Settled(float(risk["logit"]), met or not merged, merged))
+    return out
+
+
+def _within(paths: set[str] | None, held: frozenset[str]) -> bool:
+    return bool(paths) and bool(claims.PathIndex(held).meeting(paths or ()))

@@ -70,6 +70,9 @@ class Note(StrEnum):
     """Past changes to the named files often reached beyond the claim: it is not confident."""
     NO_RECORD = "NoRecord"
     """The repository's record is too short to estimate how often such claims miss: the job runs alone."""
+    UNCALIBRATED = "Uncalibrated"
+    """The repository's record has too few pairs of past changes to check its risk against what happened there:
+    the job runs alone."""
     GUESSED = "Guessed"
     """A ticket's most likely file is found by its words alone (nothing it names points there): its claim stands,
     its risk beside others is unknown, and the job runs alone."""

@@ -8,7 +8,7 @@ when the model is down, slow or makes no sense. The scheduler only ever calls `b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestrator import logging as olog
@@ -17,6 +17,7 @@ from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.llm.shared import SharedClaude
 from orchestrator.plan import declared as declared_mod
+from orchestrator.plan.accuracy import Settled
 from orchestrator.plan.base import Evidence, Kind, Note, Plan, Planner, merge_evidence
 from orchestrator.plan.focus import CONVENTION_TEST
 from orchestrator.plan.local import Histories, LocalPlanner, Records
@@ -71,6 +72,12 @@ class Composite:
         self.model = model
         self.deadline = deadline
         self.name = f"{model.name}+local" if model else local.name
+
+    def observe(self, by_repo: Mapping[str, Sequence[Settled]]) -> None:
+        """The pairs the daemon ran side by side that have settled: local evidence's risk is refit on them."""
+        observe = getattr(self.local, "observe", None)
+        if observe is not None:
+            observe(by_repo)
 
     async def close(self) -> None:
         """Close the model's client, if it holds one."""
@@ -135,7 +142,7 @@ def build(
     import importlib
 
     histories = Histories(store)
-    local = LocalPlanner(histories, Records(cfg.jobs.mergeable))
+    local = LocalPlanner(histories, Records(cfg.jobs.mergeable, store=store))
     model: Planner | None = None
     for name in _wanted(cfg):
         try:

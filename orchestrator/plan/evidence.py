@@ -25,7 +25,7 @@ from pathlib import Path
 
 from orchestrator.core import claims
 from orchestrator.core.models import Claim, ClaimSource, Risk
-from orchestrator.core.risk import area_of
+from orchestrator.core.risk import KNOWN, area_of
 from orchestrator.git import repos
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import manifests
@@ -224,9 +224,11 @@ def _kind_plan(
         notes.append((Note.WIDE, f"{inside} of the {n} past changes of this kind ({kind}) stayed inside such a claim"))
     held = claims.PathIndex(paths)
     risk = plan.claim.risk  # too few past changes of the kind: the text's evidence says what the risk is
-    if n >= manifests.MIN_SEEN and calibration is not None:
+    if n >= manifests.MIN_SEEN and calibration is not None and not calibration.unknown:
         near, rest = manifests.escapes(record, paths, files.paths)
-        risk = Risk(tuple((claims.literal(p), q) for p, q in near if _valid(p)), rest, claim_area(paths))
+        area = claim_area(paths)
+        near_ = tuple((claims.literal(p), q) for p, q in near if _valid(p))
+        risk = Risk(near_, rest, area, (), calibration.nonmerge(area), calibration.meet, KNOWN)
     if risk is not None:
         risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not held.meets(p)))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
@@ -290,6 +292,8 @@ def _evidence_plan(
     notes: list[tuple[Note, str]] = []
     if calibration is None:
         notes.append((Note.NO_RECORD, "the repository's record is too short to estimate the risk: the job runs alone"))
+    elif calibration.unknown:
+        notes.append((Note.UNCALIBRATED, f"{calibration.unknown}: risk unknown, the job runs alone"))
     elif not f.grounded:
         top = f.ranked[0]
         why = (
@@ -303,7 +307,7 @@ def _evidence_plan(
         notes.append((Note.WIDE, f"{1 - f.coverage:.0%} chance it touches files outside the claim ({worst})"))
     held = claims.PathIndex(paths)  # files a claimed directory holds are no risk beyond the claim
     near = tuple((claims.literal(p), q) for p, q in f.risk.near if _valid(p) and not held.meets(claims.literal(p)))
-    risk = replace(f.risk, near=near) if calibration is not None and f.grounded else None
+    risk = replace(f.risk, near=near) if calibration is not None and not calibration.unknown and f.grounded else None
     basis = next((str(k) for k in _BASIS_ORDER if k in top.kinds), str(Kind.CONTENT))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
     return Plan(claim, tuple(ev.evidence), "", basis, tuple(notes), ranking=_ranking(f))

@@ -5,11 +5,13 @@ planner replayed on its past changes, `plan.record`: refitted as the history gro
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from orchestrator import logging as olog
 from orchestrator.core.job import Job
 from orchestrator.plan import record
+from orchestrator.plan.accuracy import Settled
 from orchestrator.plan.base import Plan
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import KEEP, Change, History, mine
@@ -65,33 +67,80 @@ class Histories:
 
 
 class Records:
-    """One calibration per repository, fitted on its record; replayed again once REFIT new changes arrived."""
+    """One calibration per repository, fitted on its record: built off the event loop (a thread), kept in the store
+    (a restarted daemon does not replay it again), built again once `refit` new changes arrived, and kept current
+    between by the daemon's own outcomes (`observe`: the pairs it ran side by side)."""
 
-    def __init__(self, ignore: tuple[str, ...] = (), refit: int = REFIT) -> None:
+    def __init__(self, ignore: tuple[str, ...] = (), refit: int = REFIT, store: Store | None = None) -> None:
         self.ignore = ignore
         self.refit = refit
-        self._fitted: dict[str, tuple[str, int, Calibration | None]] = {}
-        """repo → (the newest change fitted on, changes it had, calibration)."""
+        self.store = store
+        self._fitted: dict[str, tuple[str, Calibration | None]] = {}
+        """repo → (the newest change fitted on, the record's calibration)."""
+        self._outcomes: dict[str, list[Settled]] = {}
+        self._current: dict[str, tuple[int, Calibration | None]] = {}
+        """repo → (outcomes refit on, the calibration refit on them)."""
         self._locks: dict[str, asyncio.Lock] = {}
+
+    def observe(self, by_repo: Mapping[str, Sequence[Settled]]) -> None:
+        """The pairs the daemon ran side by side that have settled, per repository (every one so far)."""
+        self._outcomes = {repo: list(got) for repo, got in by_repo.items()}
 
     async def at(self, repo: str, history: History) -> Calibration | None:
         """The repository's calibration (None: its record is too short to tell)."""
         async with self._locks.setdefault(repo, asyncio.Lock()):
             newest = history.changes[-1].sha if history.changes else ""
-            hit = self._fitted.get(repo)
-            if hit is not None and (hit[0] == newest or _since(history, hit[0]) < self.refit):
-                return hit[2]
-            changes = list(history.changes)
-            samples = await asyncio.to_thread(record.replay, Path(repo), changes, self.ignore, tip=history.tip)
-            calibration = await asyncio.to_thread(record.fit, samples, self.ignore)
-            self._fitted[repo] = (newest, len(changes), calibration)
+            hit = self._fitted.get(repo) or await self._stored(repo)
+            if hit is None or (hit[0] != newest and _since(history, hit[0]) >= self.refit):
+                hit = newest, await self._build(repo, history)
+                self._current.pop(repo, None)
+            self._fitted[repo] = hit
+        calibration, outcomes = hit[1], self._outcomes.get(repo, [])
+        if calibration is None or not outcomes:
+            return calibration
+        done = self._current.get(repo)
+        if done is None or done[0] != len(outcomes):
+            done = len(outcomes), record.refit(calibration, outcomes)
+            self._current[repo] = done
             olog.get(repo=repo).info(
                 olog.Event.PLAN_RECORD,
-                replayed=len(samples),
-                calibration=calibration.to_json() if calibration is not None else None,
-                reason="risk estimated from the replayed changes" if calibration else "record too short: risk unknown",
+                outcomes=len(outcomes),
+                calibration=done[1].to_json() if done[1] is not None else None,
+                reason="risk refitted on the pairs the daemon ran side by side",
             )
-            return calibration
+        return done[1]
+
+    async def _build(self, repo: str, history: History) -> Calibration | None:
+        changes = list(history.changes)
+        calibration = await asyncio.to_thread(record.build, Path(repo), changes, self.ignore, history.tip)
+        olog.get(repo=repo).info(
+            olog.Event.PLAN_RECORD,
+            replayed=min(len(changes), record.REPLAY),
+            calibration=calibration.to_json() if calibration is not None else None,
+            reason=(
+                "record too short: risk unknown"
+                if calibration is None
+                else calibration.unknown or "risk estimated from the replayed changes"
+            ),
+        )
+        if self.store is not None:
+            newest = changes[-1].sha if changes else ""
+            await self.store.save_plan_record(repo, newest, calibration.dump() if calibration is not None else None)
+        return calibration
+
+    async def _stored(self, repo: str) -> tuple[str, Calibration | None] | None:
+        """The record the store keeps for `repo` (None: none, or one this version cannot read: it is built again)."""
+        if self.store is None:
+            return None
+        row = await self.store.plan_record(repo)
+        if row is None:
+            return None
+        newest, data = row
+        try:
+            return newest, Calibration.load(data) if data is not None else None
+        except (KeyError, ValueError, TypeError, IndexError) as e:
+            olog.get(repo=repo).warning(olog.Event.PLAN_NOTE, code="Failed", reason=f"stored record unreadable: {e}")
+            return None
 
 
 def _since(history: History, sha: str) -> int:
@@ -110,6 +159,10 @@ class LocalPlanner:
     def __init__(self, histories: Histories, records: Records | None = None) -> None:
         self.histories = histories
         self.records = records if records is not None else Records()
+
+    def observe(self, by_repo: Mapping[str, Sequence[Settled]]) -> None:
+        """The pairs the daemon ran side by side that have settled (`Records.observe`)."""
+        self.records.observe(by_repo)
 
     async def plan(self, job: Job, base: str) -> Plan:
         log = olog.get(job_id=job.id, repo=job.repo)

@@ -1,10 +1,11 @@
 """A repository's record: the planner replayed on the repository's own past changes, and the calibration
-(`score.Calibration`) that makes its probabilities say what happened there.
+(`score.Calibration`) that makes its probabilities, and its risks, say what happened there.
 
 `replay` plans each of the last `REPLAY` authored changes from its own message at its own parent, with the
 history of the changes before it only (nothing from its future), and keeps what the plan's probabilities
 are computed from (`focus.Spread`) beside the files the change really touched (union-mergeable files left
-out). `fit` (pure) then learns, from the plans that named something (the others run alone anyway):
+out). `merges.record` merges the pairs of them that met, three ways. `fit` (pure) then learns, from the plans
+that named something (the others run alone anyway):
 - `a`, `b`: Platt scaling of the shipped model's log-odds, candidates touched or not;
 - `escape`: per kind of claim and kind of path (source, tests, docs, config), a factor on the estimated
   chance of touching such paths outside such a claim, so that over the record it adds up to how many its
@@ -12,26 +13,36 @@ out). `fit` (pure) then learns, from the plans that named something (the others 
 - `rest`: how often they touched a file nothing pointed at, per file;
 - `areas`: of the pairs of changes near each other whose claims were disjoint and whose estimate by files
   was small (`AREA_CUT`), per pair of areas (directories of their most likely files), how many touched a
-  common path anyway: the risk no file-level evidence accounts for.
-With fewer than `MIN_RECORD` such plans there is no calibration: the risk is unknown and those jobs run
-alone.
+  common path anyway: the risk no file-level evidence accounts for;
+- `merges`: per area, how many pairs of changes near each other met, and how many would not have merged (the
+  risk's second factor, `Calibration.nonmerge`);
+- `meet`: the risk's first factor checked against the record itself. The plans of its later changes (from each
+  of `FOLDS` on), calibrated on the changes before them only, give each pair of them the shipped model's
+  chance of meeting (`core.risk.pair_logit`); what they really touched rescales it (Platt, pulled towards none
+  by `MEET_PRIOR`).
+With fewer than `MIN_RECORD` such plans there is no calibration, and with fewer than `MIN_PAIRS` pairs to check
+the risk against it is not known (`Calibration.unknown`): either way those jobs run alone. `refit` keeps a
+calibration current with the pairs the daemon itself ran side by side (`plan.accuracy.outcomes`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pygit2
 
 from orchestrator.core import claims
-from orchestrator.core.risk import Escapes, by_files
+from orchestrator.core.models import Risk
+from orchestrator.core.risk import KNOWN, Escapes, by_files, pair_logit, raw_meet
 from orchestrator.git import repos
-from orchestrator.plan import evidence, manifests
+from orchestrator.plan import evidence, manifests, merges
 from orchestrator.plan import focus as focus_mod
 from orchestrator.plan import index as index_mod
+from orchestrator.plan.accuracy import Settled
 from orchestrator.plan.history import MAX_FILES, Change, History, landings, title
 from orchestrator.plan.kinds import CLASSES, path_class
 from orchestrator.plan.rank import rank
@@ -49,6 +60,13 @@ WINDOW = 16
 AREA_CUT = 0.03
 """The pairs an area's rate is learned from: those whose estimate by files is at most this (the default
 `plan.risk`: the pairs admission would let run side by side on their files alone)."""
+FOLDS = (0.5, 0.75)
+"""Where the record is cut to check the risk against it: the plans of the changes from each cut to the next
+(the last: to the end) are calibrated on the changes before the cut only."""
+MIN_PAIRS = 50
+"""Pairs of the record's later changes needed before its risk is trusted (fewer: its jobs run alone)."""
+MEET_PRIOR = 25.0
+"""Weight of the prior that pulls the record's scaling of a pair's chance of meeting towards none (`score.platt`)."""
 SHRINK = 2.0
 """Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
 
@@ -69,14 +87,56 @@ class Sample:
     """The first-parent commit that brought it in (`history.landings`; empty: not known)."""
 
 
-def replay(
-    repo: Path, changes: Sequence[Change], ignore: Sequence[str] = (), limit: int = REPLAY, tip: str | None = None
-) -> list[Sample]:
-    """Plan the last `limit` of `changes` (oldest first) each at its parent (blocking: run it in a thread).
-    `tip`: a commit the changes lead to, whose first-parent line tells which of them landed together."""
-    git = repos.open_repo(repo)
+def build(
+    repo: Path,
+    changes: Sequence[Change],
+    ignore: Sequence[str] = (),
+    tip: str | None = None,
+    limit: int = REPLAY,
+    scope: str = "all",
+) -> Calibration | None:
+    """A repository's record, from scratch (blocking: run it in a thread): the planner replayed on the last
+    `limit` of `changes` (oldest first), their pairs that met merged (`merges.record`), and the calibration fitted
+    on both (`fit`). `tip`: a commit the changes lead to, whose first-parent line tells which landed together."""
     start = max(0, len(changes) - limit)
     landed = landings(repo, tip, (c.sha for c in changes[start:])) if tip else {}
+    samples = replay(repo, changes, ignore, limit, landed=landed)
+    mets = merges.record(repo, changes[start:], ignore)
+    return fit(samples, ignore, scope, mets)
+
+
+def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
+    """The record's calibration kept current by the pairs the daemon itself ran side by side: their estimates and
+    whether they met refit `Calibration.meet` beside the record's own pairs, and whether those that met merged
+    count in the repository's share that would not (`Calibration.nonmerge`, at ROOT)."""
+    if not outcomes:
+        return calibration
+    points = [*calibration.points, *((o.logit, o.met) for o in outcomes)]
+    a, b = platt(points, prior=MEET_PRIOR)
+    met = [o for o in outcomes if o.met]
+    table = {x: (n, k) for x, n, k in calibration.merges}
+    n, k = table.get("", (0, 0))
+    table[""] = (n + len(met), k + sum(not o.merged for o in met))
+    unknown = calibration.unknown if len(points) < MIN_PAIRS else ""
+    rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
+    return replace(calibration, meet=(a, b), merges=rows, unknown=unknown)
+
+
+def replay(
+    repo: Path,
+    changes: Sequence[Change],
+    ignore: Sequence[str] = (),
+    limit: int = REPLAY,
+    tip: str | None = None,
+    landed: Mapping[str, str] | None = None,
+) -> list[Sample]:
+    """Plan the last `limit` of `changes` (oldest first) each at its parent (blocking: run it in a thread).
+    `tip`: a commit the changes lead to, whose first-parent line tells which of them landed together (or
+    `landed`: that, found already)."""
+    git = repos.open_repo(repo)
+    start = max(0, len(changes) - limit)
+    if landed is None:
+        landed = landings(repo, tip, (c.sha for c in changes[start:])) if tip else {}
     history = History(changes[:start])
     index = index_mod.for_repo(repo)  # moved back to each change's parent, change by change, under its lock
     out: list[Sample] = []
@@ -108,14 +168,64 @@ def _kind_claim(
     return frozenset(known[1]) if known is not None else frozenset()
 
 
-def fit(samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all") -> Calibration | None:
+def fit(
+    samples: Sequence[Sample], ignore: Sequence[str] = (), scope: str = "all", mets: Sequence[merges.Met] = ()
+) -> Calibration | None:
     """The calibration the record supports (pure), or None when too few of its plans named anything.
 
     `scope` "source" counts only source files as touched (tests, docs and configuration left out): for
-    judging against what touches source files only, as a ticket set's fixing patches do."""
+    judging against what touches source files only, as a ticket set's fixing patches do. `mets`: the record's
+    pairs of past changes that met, and whether they would have merged (`merges.record`).
+
+    A pair's chance of meeting is then checked against the record itself: the plans of its later changes,
+    calibrated on the changes before them only, give each pair of them an estimate, and what they really
+    touched says how such estimates came true (`Calibration.meet`, Platt scaling of the estimate's log-odds).
+    With fewer than `MIN_PAIRS` such pairs the risk is not known (`Calibration.unknown`)."""
     known = [s for s in samples if s.spread.names and s.spread.logits]
     if len(known) < MIN_RECORD:
         return None
+    calibration = _fit(known, ignore, scope)
+    points: list[tuple[float, bool]] = []
+    for lo, hi in itertools.pairwise([*(round(len(known) * f) for f in FOLDS), len(known)]):
+        early = _fit(known[:lo], ignore, scope) if lo >= MIN_RECORD else None
+        if early is not None:
+            points += meet_points(known[lo:hi], early, ignore, scope)
+    a, b = platt(points, prior=MEET_PRIOR)
+    unknown = (
+        f"the record has {len(points)} pairs of past changes to check the risk against (at least {MIN_PAIRS} needed)"
+        if len(points) < MIN_PAIRS
+        else ""
+    )
+    return replace(calibration, merges=merges.table(mets), meet=(a, b), points=tuple(points), unknown=unknown)
+
+
+def meet_points(
+    samples: Sequence[Sample], calibration: Calibration, ignore: Sequence[str] = (), scope: str = "all"
+) -> list[tuple[float, bool]]:
+    """For the pairs of `samples` at most `merges.WINDOW` apart whose claims are disjoint (two steps of one pull
+    request too, as `merges.record` counts them): the shipped model's log-odds that they meet, on their estimate by
+    `calibration` (`core.risk.pair_logit`), and whether they really touched a common path."""
+    foci = [focus_mod.focus(s.spread, calibration, ignore) for s in samples]
+    held = [tuple(s.kind) if s.kind else f.claim for s, f in zip(samples, foci, strict=True)]
+    # A change of a known kind: its kind's claim and area; what its kind's record says it escapes to is left out.
+    known = [Risk(area=evidence.claim_area(s.kind), kind=KNOWN) for s in samples]
+    escapes = [Escapes.of(k if s.kind else f.risk) for s, f, k in zip(samples, foci, known, strict=True)]
+    touched = [_scoped(s.touched, scope) for s in samples]
+    out = []
+    for i in range(len(samples)):
+        index = claims.PathIndex(held[i])
+        for j in range(i + 1, min(len(samples), i + 1 + merges.WINDOW)):
+            if index.meeting(held[j]) or not held[i] or not held[j]:
+                continue
+            a, b = escapes[j], escapes[i]
+            assert a is not None and b is not None
+            met = bool(claims.PathIndex(touched[i]).meeting(touched[j]))
+            out.append((pair_logit(raw_meet(a, held[j], b, held[i]), (a.kind, b.kind)), met))
+    return out
+
+
+def _fit(known: Sequence[Sample], ignore: Sequence[str], scope: str) -> Calibration:
+    """Platt scaling of the files' chances, the escape factors, `rest` and the area table, on `known`."""
     touched = [_scoped(s.touched, scope) for s in known]
     points = [(z, f in t) for s, t in zip(known, touched, strict=True) for f, z in s.spread.logits.items()]
     a, b = platt(points)

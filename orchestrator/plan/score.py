@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from orchestrator.plan.kinds import path_class
 
@@ -119,7 +120,12 @@ AREA_DEPTH = 3
 """Directory levels the record's area table goes down to."""
 AREA_PRIOR = 10.0
 """Pseudo-pairs by which an area's rate is pulled towards its parent area's."""
-def _prefixes(area: str) -> list[str]:
+NONMERGE_PRIOR = 0.5
+"""The share of past changes that met and would not have merged, before a repository's record says (about
+what the tuning repositories' records measure: 37-64%, half of it changes built on the other one)."""
+
+
+def prefixes(area: str) -> list[str]:
     """ROOT, then the area's directories down to `AREA_DEPTH` (`a`, `a/b`, `a/b/c`)."""
     parts = [p for p in area.split("/") if p][:AREA_DEPTH]
     return ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
@@ -132,7 +138,7 @@ def _up(area: str) -> str:
 def area_pairs(a: str, b: str) -> list[tuple[str, str]]:
     """The (area, area) cells a pair of changes in areas `a` and `b` counts in: ROOT with ROOT, then each
     level of `a` with the same level of `b`, both ways."""
-    pa, pb = _prefixes(a), _prefixes(b)
+    pa, pb = prefixes(a), prefixes(b)
     out = [("", "")]
     for depth in range(1, max(len(pa), len(pb))):
         x = pa[depth] if depth < len(pa) else None
@@ -162,6 +168,23 @@ class Calibration:
     """(area, area, pairs, met): of the pairs of replayed changes near each other in the record whose
     claims were disjoint, with their areas (most likely files' directories) under these two directories
     (as deep as `AREA_DEPTH`; ROOT for all): how many, and how many touched a common path anyway."""
+    merges: tuple[tuple[str, int, int], ...] = ()
+    """(area, pairs, would not merge): of the pairs of past changes near each other that touched a common file
+    in this area (`plan.merges`; ROOT for all), how many, and how many the landing could not have merged."""
+    meet: tuple[float, float] = (1.0, 0.0)
+    """(a, b): the shipped model's log-odds z that two jobs meet (`core.risk.pair_logit`) says sigmoid(a z + b)
+    here: fitted on the record's later changes, estimated from its earlier ones, against what they really
+    touched (`plan.record`; the identity when not fitted)."""
+    points: tuple[tuple[float, bool], ...] = ()
+    """What `meet` was fitted on: per pair of the record's later changes, the shipped model's log-odds that they
+    meet and whether they did (kept, so that the daemon's own outcomes refit it without a replay)."""
+    unknown: str = ""
+    """Why the record cannot estimate the risk (too few pairs to check it against): its jobs run alone."""
+
+    @property
+    def pairs(self) -> int:
+        """Pairs `meet` was fitted on."""
+        return len(self.points)
 
     def probability(self, z: float) -> float:
         return sigmoid(self.a * z + self.b)
@@ -186,7 +209,7 @@ class Calibration:
         if not self.areas:
             return ()
         table = {(x, y): (n, k) for x, y, n, k in self.areas}
-        mine = _prefixes(area)
+        mine = prefixes(area)
         out: dict[str, float] = {}
         n0, k0 = table.get(("", ""), (0, 0))
         out[""] = (k0 + 0.5) / (n0 + 1.0)
@@ -215,6 +238,18 @@ class Calibration:
             own = level.get(a, own)
         return tuple(sorted(out.items()))
 
+    def nonmerge(self, area: str) -> float:
+        """The chance that a job in `area` that meets another job would not merge with it: the record's share for
+        the area, each level pulled towards its parent's (ROOT's towards `NONMERGE_PRIOR`) by `AREA_PRIOR`
+        pseudo-pairs, and taken one standard deviation high, as few pairs as the deepest level that has any
+        (a record of a few dozen pairs says it only so closely: an estimate may err high, not low)."""
+        table = {a: (n, k) for a, n, k in self.merges}
+        rate, seen = NONMERGE_PRIOR, 0
+        for level in prefixes(area):
+            n, k = table.get(level, (0, 0))
+            rate, seen = (k + AREA_PRIOR * rate) / (n + AREA_PRIOR), n or seen
+        return min(1.0, rate + math.sqrt(rate * (1.0 - rate) / (seen + AREA_PRIOR + 1.0)))
+
     def escaping(self, claim_class: str, path: str, p: float) -> float:
         """The calibrated chance that a job whose claim is of `claim_class` touches `path` beyond it, estimated `p`."""
         k = next((f for c, t, f in self.escape if c == claim_class and t == path_class(path)), 1.0)
@@ -229,7 +264,33 @@ class Calibration:
             "rest": round(self.rest, 6),
             "changes": self.changes,
             "escapes": self.escapes,
+            "merges": len(self.merges),
+            "nonmerge": round(self.nonmerge(""), 4),
+            "meet": [round(self.meet[0], 4), round(self.meet[1], 4)],
+            "pairs": self.pairs,
+            **({"unknown": self.unknown} if self.unknown else {}),
         }
+
+    def dump(self) -> dict[str, object]:
+        """Everything, as JSON (`load` reads it back): what the daemon keeps of a repository's record."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def load(cls, data: Mapping[str, Any]) -> Calibration:
+        """A calibration `dump` wrote (ValueError or KeyError on anything else)."""
+        return cls(
+            a=float(data["a"]),
+            b=float(data["b"]),
+            escape=tuple((str(c), str(t), float(k)) for c, t, k in data["escape"]),
+            rest=float(data["rest"]),
+            changes=int(data["changes"]),
+            escapes=int(data["escapes"]),
+            areas=tuple((str(x), str(y), int(n), int(k)) for x, y, n, k in data["areas"]),
+            merges=tuple((str(a), int(n), int(k)) for a, n, k in data["merges"]),
+            meet=(float(data["meet"][0]), float(data["meet"][1])),
+            points=tuple((float(z), bool(met)) for z, met in data["points"]),
+            unknown=str(data["unknown"]),
+        )
 
 
 def _loss(points: list[tuple[float, bool]], a: float, b: float, prior: float) -> float:

@@ -51,3 +51,11 @@ def task(runners: dict[str, Runner], name: str, text: str) -> str:
     unless the runner defines `task`."""
     read = getattr(runners.get(name), "task", None)
     return read(text) if callable(read) else text
+
+
+async def unready(runners: dict[str, Runner], name: str) -> str | None:
+    """Why runner `name` cannot start a job here now (None: it can), for runners that can tell (`unready`)."""
+    if name not in runners:
+        return f"no runner {name!r} (`orchestrator runners` lists them)"
+    ask = getattr(runners[name], "unready", None)
+    return await ask() if callable(ask) else None

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from orchestrator.core.job import Job
 from orchestrator.paths import open_private
 from orchestrator.proc.process import KILL_GRACE, LOG_CAP, Owner
+from orchestrator.runners.mcp import Door
 
 Held = Callable[[str], Awaitable[str | None]]
 """(repo-relative path) → why the job should not write it now, or None."""
@@ -27,6 +28,9 @@ class RunContext:
     """Records each process group the runner starts (the store, in the daemon): pass it to `process.run`."""
     private_dir: Path | None = None
     """A 0700 dir of the job's own, outside the worktree, for scripts and prompts the runner writes."""
+    terminal: Path | None = None
+    """Where a runner that runs its command in a terminal of the job's own keeps it (`proc.terminal`): a dir no
+    sandboxed command sees. None: no such terminal."""
     log_cap: int = LOG_CAP
     grace: float = KILL_GRACE
     """Seconds between SIGTERM and SIGKILL when the job times out or the daemon stops."""
@@ -35,6 +39,9 @@ class RunContext:
     resume: str = ""
     """Not "": the runner goes on from where its last run stopped, in the same worktree, told this (a person's
     review feedback, or that a rate limit is over)."""
+    door: Door | None = None
+    """The job's door to the daemon (its socket and token), for a runner that tells its CLI of the job's MCP server
+    (`runners.mcp`): open while the runner runs; None when it has none."""
     session: bool = True
     """With `resume`: a CLI with a `resume_argv` resumes its own session (review feedback); False after a rate
     limit (its session may hold nothing), when it runs its `argv` again told the task and `resume`."""

@@ -119,6 +119,12 @@ class ClaudeRunner:
         self.model = model
         self.sandbox = sandbox
 
+    async def unready(self) -> str | None:
+        """Why the built-in agent cannot run a job here: no key for the Messages API (nor a server of its own)."""
+        if self.claude.cfg.api_key or self.claude.cfg.base_url:
+            return None
+        return "ANTHROPIC_API_KEY is not set in the daemon's environment (for the service: its env file)"
+
     async def run(self, ctx: RunContext) -> RunResult:
         log = olog.get()
         usage = Usage(model=self.model)

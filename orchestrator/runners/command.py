@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator import beneath
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.models import Code
-from orchestrator.paths import open_private
-from orchestrator.proc import process, visible
+from orchestrator.paths import open_private, private_dir, socket_too_long
+from orchestrator.proc import process, terminal, visible
 from orchestrator.proc.sandbox import Sandbox
-from orchestrator.runners import confined, ratelimit
+from orchestrator.runners import confined, mcp, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
 
 PATHS = "{paths}"
@@ -180,6 +181,19 @@ class CommandRunner:
         self.template = template
         self.sandbox = sandbox
 
+    @property
+    def wants_door(self) -> bool:
+        """Its CLI is told of the job's MCP server (`mcp`): the executor opens the job's door for it."""
+        return bool(self.template.mcp)
+
+    async def unready(self) -> str | None:
+        """Why a job of this runner cannot start here now (its CLI out of a job's sight, or no sandbox where one is
+        required), or None."""
+        if why := self.sandbox.check():
+            return why
+        path = process.environment(self.template.pass_env).get("PATH", "")
+        return (await asyncio.to_thread(visible.look, self.sandbox, self.template.argv[0], path)).problem
+
     async def run(self, ctx: RunContext) -> RunResult:
         if why := self.sandbox.check():
             return RunResult(False, None, why, code=Code.SANDBOX_UNAVAILABLE)
@@ -206,6 +220,11 @@ class CommandRunner:
         if t.scratch_home:
             home = await asyncio.to_thread(confined.private_home, ctx, t.home_files)
             extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
+            if t.mcp and ctx.door is not None:  # its MCP server: the claims of the jobs beside it
+                try:
+                    await asyncio.to_thread(mcp.wire, t.mcp, home, ctx.door.path, ctx.door.token)
+                except (beneath.Escape, OSError) as e:  # the home a run of the job left is the job's own
+                    await asyncio.to_thread(note, ctx.log_path, f"[{self.name} runs without its MCP server: {e}]")
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
         env = confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra))
         # A CLI a job cannot see would fail with only bwrap's `execvp NAME: No such file`: say where it is instead.
@@ -218,9 +237,21 @@ class CommandRunner:
         # read where that CLI prints them: what its agent or tools print is the job's own output.
         signs = ratelimit.SIGNS.get(t.rate_limits)
         watch = ratelimit.Watch(signs) if signs is not None else None
+        prefix = confined.prefix(self.sandbox, ctx, home=home)
+        tmux = terminal.tmux() if t.terminal != "none" and ctx.terminal is not None else None
+        if t.terminal == "tmux" and tmux is None:
+            why = f'runner {self.name} has terminal = "tmux" but tmux is not installed: install it, or set "auto"'
+            return RunResult(False, None, why, code=Code.RUNNER_ERROR)
+        if tmux is not None and ctx.terminal is not None:
+            if too_long := socket_too_long(terminal.socket(ctx.terminal)):
+                await asyncio.to_thread(note, ctx.log_path, f"[no terminal to attach to: {too_long}]")
+            else:
+                # In a tmux of the job's own, outside the sandbox (its prefix runs in the pane): `orchestrator attach`.
+                await asyncio.to_thread(private_dir, ctx.terminal)
+                argv, prefix = terminal.wrap(tmux, ctx.terminal, [*prefix, *argv]), []
         result = await process.run(
             argv,
-            prefix=confined.prefix(self.sandbox, ctx, home=home),
+            prefix=prefix,
             env=env,
             timeout=timeout,
             what=f"job {ctx.job.id} runner {self.name}",

@@ -166,9 +166,21 @@ def detect(text: str, signs: Signs, now: float) -> Limit | None:
     return None if found is None else found[1]
 
 
+_DRAWN = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+"""A terminal's escape sequence (colours, cursor moves, titles): a CLI in a terminal (`proc.terminal`) draws its
+lines with them."""
+
+
+def plain(line: str) -> str:
+    """A line of output as a terminal shows it: escape sequences left out, and only what the last carriage return
+    left visible."""
+    return _DRAWN.sub("", line).rstrip().rsplit("\r", 1)[-1]
+
+
 def _first(lines: list[str], signs: Signs, now: float) -> tuple[int, Limit] | None:
+    lines = [plain(line) for line in lines]
     for i, line in enumerate(lines):
-        if (limit := signs.read(line.rstrip(), lines[i + 1 : i + 9], now)) is not None:
+        if (limit := signs.read(line, lines[i + 1 : i + 9], now)) is not None:
             return i, Limit(limit.message[:300], limit.retry_after, signs.forgeable)
     return None
 

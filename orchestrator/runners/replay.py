@@ -8,6 +8,7 @@ says what to replay, in one of two forms:
       Fix the typo in the tutorial
       commit: 3f2a9c1        # a commit (sha or ref) of the same repository: its change against its parent
       after: 2.5             # seconds to wait before applying (default 0)
+      hold: 4                # seconds it goes on running after applying, as an agent testing its edit (default 0)
       conflict: theirs       # on a conflicting hunk keep the recorded side (default: fail)
 
 - or one JSON object: `{"commit": "3f2a9c1", "after": 2.5}` / `{"patch": "/abs/change.patch"}`.
@@ -43,9 +44,9 @@ from orchestrator.git.merging import Mergeable
 from orchestrator.git.workspace import Workspace
 from orchestrator.runners.base import RunContext, RunResult, note
 
-_KEYS = ("commit", "patch", "after", "conflict")
+_KEYS = ("commit", "patch", "after", "hold", "conflict")
 _CONFLICT = ("fail", "theirs")
-_LINE = re.compile(r"^\s*(commit|patch|after|conflict)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
+_LINE = re.compile(r"^\s*(commit|patch|after|hold|conflict)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
 
 
 class ReplayError(ValueError):
@@ -63,6 +64,9 @@ class ReplaySpec:
     after: float = 0.0
     theirs: bool = False
     """On a conflicting hunk keep the recorded change's side instead of failing (commits only)."""
+    hold: float = 0.0
+    """Seconds the job goes on running after its change is in the worktree (an agent testing its edit): the
+    window in which a job beside it can meet the change while both run."""
 
 
 def parse(text: str) -> ReplaySpec:
@@ -94,18 +98,24 @@ def parse(text: str) -> ReplaySpec:
             "a replay job names exactly one change: a line `commit: SHA` (a commit of this repository) "
             "or `patch: /path/to/file.patch`, optionally `after: SECONDS`"
         )
-    try:
-        delay = float(after)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ReplayError(f"after: expected seconds, got {after!r}") from None
-    if delay < 0:
-        raise ReplayError(f"after: expected seconds >= 0, got {delay:g}")
+    delay, hold = _seconds("after", after), _seconds("hold", raw.get("hold", 0))
     return ReplaySpec(
         commit=None if commit is None else str(commit),
         patch=None if patch is None else str(patch),
         after=delay,
         theirs=conflict == "theirs",
+        hold=hold,
     )
+
+
+def _seconds(key: str, value: object) -> float:
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ReplayError(f"{key}: expected seconds, got {value!r}") from None
+    if seconds < 0:
+        raise ReplayError(f"{key}: expected seconds >= 0, got {seconds:g}")
+    return seconds
 
 
 def apply_commit(worktree: Path, rev: str, theirs: bool = False, mergeable: Mergeable | None = None) -> list[str]:
@@ -242,8 +252,8 @@ class ReplayRunner:
         except ReplayError as e:
             _log(ctx, f"[replay] {e}")
             return RunResult(False, None, str(e))
-        if spec.after > ctx.timeout:
-            _log(ctx, f"[replay] waits {spec.after:g}s, longer than the {ctx.timeout:g}s timeout")
+        if spec.after + spec.hold > ctx.timeout:
+            _log(ctx, f"[replay] runs {spec.after + spec.hold:g}s, longer than the {ctx.timeout:g}s timeout")
             await asyncio.sleep(ctx.timeout)
             return RunResult(False, None, f"timed out after {ctx.timeout:g}s")
         what = f"commit {spec.commit}" if spec.commit else f"patch {spec.patch}"
@@ -264,7 +274,9 @@ class ReplayRunner:
             # A change that does not apply here is a conflict: the daemon runs it again on another base.
             return RunResult(False, None, str(e), code=Code.CONFLICT if isinstance(e, NotApplied) else None)
         _log(ctx, f"[replay] applied {what}: {', '.join(paths) or 'no paths'}")
-        log.info(olog.Event.REPLAY_APPLIED, paths=len(paths))
+        if spec.hold:
+            await asyncio.sleep(spec.hold)  # it goes on running with its change in the worktree
+        log.info(olog.Event.REPLAY_APPLIED, paths=len(paths), hold=spec.hold)
         return RunResult(True, 0, f"replayed {what} ({len(paths)} paths)")
 
 

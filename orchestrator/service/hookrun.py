@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from orchestrator import paths
+from orchestrator import requests as rq
 from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.service import spool, tickets
 
@@ -57,7 +57,7 @@ def _foreign_ok(repo: Path) -> bool:
         return False
 
 
-def commit_tickets(repo: Path, sha: str, folder: str, picked: bool = False) -> list[tickets.Ticket]:
+def commit_tickets(repo: Path, sha: str, folder: str, picked: bool = False) -> list[rq.Ticket]:
     """The tickets commit `sha` names: its trailers, then ticket files it adds or changes under `folder`.
 
     Raises `Foreign` when the commit is not the user's own (see `tickets.not_own`) and the repository did
@@ -85,26 +85,22 @@ def _branch(repo: Path) -> str | None:
         return None  # detached: the daemon targets the repository's default branch
 
 
-def request(repo: Path, commit: str, found: list[tickets.Ticket], branch: str | None = None) -> dict[str, Any]:
+def request(repo: Path, commit: str, found: list[rq.Ticket], branch: str | None = None) -> rq.Tickets:
     branch = branch or _branch(repo)
-    return {
-        "repo": str(repo),
-        "branch": branch,
-        "commit": commit,
-        "tickets": [t.keyed(branch).to_json() for t in found],
-    }
+    author = _git(repo, "show", "-s", "--format=%an <%ae>", commit).strip()  # who queued the commit's jobs
+    return rq.Tickets(str(repo), branch, commit, tuple(t.keyed(branch) for t in found), author)
 
 
-def deliver(req: dict[str, Any], p: paths.Paths, timeout: float = TIMEOUT) -> str:
+def deliver(req: rq.Tickets, p: paths.Paths, timeout: float = TIMEOUT) -> str:
     """Send to the daemon; spool when it is down or does not answer in time. Returns what happened."""
     try:
-        results = Client(p.socket, timeout=timeout).request("POST", "/tickets", req)["results"]
+        results = Client(p.socket, timeout=timeout).tickets(req)["results"]
     except (Unreachable, TimeoutError, ConnectionError, OSError) as e:
-        where = spool.write(p.spool, req)
+        where = spool.write(p.spool, req.to_json())
         return f"spooled {where.name} ({type(e).__name__}: {e})"
     except ApiError as e:
         if e.status >= 500:
-            where = spool.write(p.spool, req)
+            where = spool.write(p.spool, req.to_json())
             return f"spooled {where.name} (daemon error: {e.message})"
         return f"refused: {e.message}"
     return "sent: " + ", ".join(f"{r.get('status')} {r.get('job_id', '')}".strip() for r in results)
@@ -131,7 +127,7 @@ def _not_queued(sha: str, why: Foreign) -> str:
 
 def post_commit(
     repo: Path, git_dir: Path, sha: str, branch: str | None, picked: bool = False
-) -> tuple[str, dict[str, Any] | None]:
+) -> tuple[str, rq.Tickets | None]:
     if in_rebase(git_dir):
         return "skipped: rebase under way (post-rewrite takes it)", None
     # Another tool's hook found no reflog entry to name the commit (core.logAllRefUpdates off): HEAD now.
@@ -143,7 +139,7 @@ def post_commit(
     return (f"{sha[:12]}: no tickets", None) if not found else (sha[:12], request(repo, sha, found, branch))
 
 
-def post_rewrite(repo: Path, kind: str, pairs_file: Path) -> tuple[str, dict[str, Any] | None]:
+def post_rewrite(repo: Path, kind: str, pairs_file: Path) -> tuple[str, rq.Tickets | None]:
     """After a rebase: only tickets a rewritten commit has and its original had not (e.g. a reword)."""
     try:
         lines = pairs_file.read_text().splitlines()
@@ -152,7 +148,7 @@ def post_rewrite(repo: Path, kind: str, pairs_file: Path) -> tuple[str, dict[str
     if kind != "rebase":
         return f"skipped: {kind} (post-commit took it)", None
     folder = ticket_folder(repo)
-    found: list[tickets.Ticket] = []
+    found: list[rq.Ticket] = []
     last = ""
     refused: list[str] = []
     for line in lines:

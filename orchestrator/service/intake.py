@@ -1,7 +1,7 @@
 """The daemon's side of the git hook: a commit's tickets become jobs, each exactly once.
 
-A request is `{"repo", "branch", "commit", "tickets": [Ticket.to_json(), ...]}`, sent over the API
-(`POST /tickets`) or read from the spool. Per ticket:
+A request is a `requests.Tickets` (`{"repo", "branch", "commit", "tickets": [Ticket.to_json(), ...]}`), sent
+over the API (`POST /tickets`) or read from the spool; a malformed one is refused whole. Per ticket:
 - its key already queued a job: nothing new (`duplicate`), so an amend, a rebase or a spooled copy of a
   request that did get through never queues the same work twice;
 - otherwise it is queued like `orchestrator enqueue`, its key stored in the same transaction; if it has
@@ -21,66 +21,38 @@ from orchestrator.core import claims
 from orchestrator.core.models import WAITING, Code, JobEvent
 from orchestrator.git import repos
 from orchestrator.jobs.service import JobError, Jobs
+from orchestrator.requests import Ticket, Tickets
 from orchestrator.service.spool import Spool
 from orchestrator.store import DuplicateTicket
 from orchestrator.validate import BadRequest
 
 
-class BadTickets(ValueError):
-    """The request is not a list of tickets; the message says what to send."""
-
-
-def _tickets(request: dict[str, Any]) -> list[dict[str, Any]]:
-    items = request.get("tickets")
-    if not isinstance(items, list) or not all(isinstance(t, dict) for t in items):
-        raise BadTickets("field 'tickets' must be a list of objects with 'text' and 'key'")
-    for t in items:
-        if not isinstance(t.get("key"), str) or not t["key"] or not isinstance(t.get("text"), str):
-            raise BadTickets("each ticket needs a 'key' and a 'text' (strings)")
-    return items
-
-
-async def submit(jobs: Jobs, request: dict[str, Any]) -> list[dict[str, Any]]:
+async def submit(jobs: Jobs, request: Tickets) -> list[dict[str, Any]]:
     """Queue a commit's tickets; one result per ticket: `queued`, `duplicate` or `rejected`."""
-    try:
-        items = _tickets(request)
-    except BadTickets as e:
-        raise BadRequest(str(e)) from None
     results = []
-    for t in items:
+    for t in request.tickets:
         try:
             results.append(await _one(jobs, request, t))
         except (BadRequest, repos.RepoError, claims.ClaimError) as e:
-            results.append({"key": t["key"], "status": "rejected", "error": str(e)})
+            results.append({"key": t.key, "status": "rejected", "error": str(e)})
     return results
 
 
-async def _one(jobs: Jobs, request: dict[str, Any], t: dict[str, Any]) -> dict[str, Any]:
+async def _one(jobs: Jobs, request: Tickets, t: Ticket) -> dict[str, Any]:
     store = jobs.store
-    repo = str(await asyncio.to_thread(repos.canonical, Path(str(request.get("repo", "")))))
-    key = f"{repo}\0{t['key']}"
+    repo = str(await asyncio.to_thread(repos.canonical, Path(request.repo)))
+    key = f"{repo}\0{t.key}"
     existing = await store.ticket_job(key)
     if existing is not None:
-        olog.get(job_id=existing, repo=repo).info(
-            olog.Event.TICKET_DUPLICATE, key=t["key"], commit=request.get("commit")
-        )
-        return {"key": t["key"], "status": "duplicate", "job_id": existing}
-    data = {
-        "repo": repo,
-        "branch": t.get("branch") or request.get("branch"),
-        "text": t["text"],
-        "paths": list(t.get("paths") or []),
-        "runner": t.get("runner"),
-        "priority": t.get("priority") or 0,
-    }
-    ticket_id = t.get("id") if isinstance(t.get("id"), str) and t.get("id") else None
+        olog.get(job_id=existing, repo=repo).info(olog.Event.TICKET_DUPLICATE, key=t.key, commit=request.commit)
+        return {"key": t.key, "status": "duplicate", "job_id": existing}
     try:
-        job = await jobs.submit(data, ticket=(key, ticket_id))
+        job = await jobs.submit(t.enqueue(repo, request.branch, request.author), ticket=(key, t.id))
     except DuplicateTicket:
         # The same key arrived twice at once (a spooled copy and a late answer): the first one won.
-        return {"key": t["key"], "status": "duplicate", "job_id": await store.ticket_job(key)}
-    superseded = await _supersede(jobs, repo, ticket_id, job.id, request.get("commit")) if ticket_id else []
-    return {"key": t["key"], "status": "queued", "job_id": job.id, "superseded": superseded}
+        return {"key": t.key, "status": "duplicate", "job_id": await store.ticket_job(key)}
+    superseded = await _supersede(jobs, repo, t.id, job.id, request.commit) if t.id else []
+    return {"key": t.key, "status": "queued", "job_id": job.id, "superseded": superseded}
 
 
 async def _supersede(jobs: Jobs, repo: str, ticket_id: str, newer: int, commit: Any) -> list[int]:
@@ -114,7 +86,7 @@ def spool(jobs: Jobs, folder: Path) -> Spool:
 
     async def _submit(request: dict[str, Any]) -> list[dict[str, Any]]:
         try:
-            return await submit(jobs, request)
+            return await submit(jobs, Tickets.from_json(request))
         except BadRequest as e:
             return [{"key": "", "status": "rejected", "error": str(e)}]
 

@@ -66,7 +66,11 @@ def unit_text(env: dict[str, str] | None = None) -> str:
     """The unit for this installation: this interpreter, its bin folder first on PATH, ORCHESTRATOR_HOME if set."""
     env = dict(os.environ) if env is None else env
     extra = {"ORCHESTRATOR_HOME": env["ORCHESTRATOR_HOME"]} if env.get("ORCHESTRATOR_HOME") else {}
-    return unit.render(unit.entry_point(), environment=extra, extra_path=[os.path.dirname(unit.entry_point()[0])])
+    # With ORCHESTRATOR_HOME the config dir, and the env file in it, are under that home.
+    env_path = str(unit.env_file(env)).replace("%", "%%") if extra else "%E/orchestrator/env"
+    return unit.render(
+        unit.entry_point(), environment=extra, extra_path=[os.path.dirname(unit.entry_point()[0])], env_path=env_path
+    )
 
 
 def unit_path() -> Path:

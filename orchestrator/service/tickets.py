@@ -32,12 +32,13 @@ one job per key, so an amended, rebased or re-sent commit does not queue the sam
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
+
+from orchestrator.requests import Ticket
+
+__all__ = ["Ticket", "TicketError", "from_file", "from_message", "new_since"]
 
 PREFIX = "Orchestrator"
 JOB_TRAILER = "Orchestrator-Job"
@@ -47,35 +48,6 @@ _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)\s*:\s?(.*)$")
 
 class TicketError(ValueError):
     """A ticket is malformed; the message says which field and what to write instead."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ticket:
-    text: str
-    paths: tuple[str, ...] = ()
-    runner: str | None = None
-    priority: int = 0
-    id: str | None = None
-    """Same id, same repository: a newer ticket supersedes a queued job of an older one that has not started."""
-    branch: str | None = None
-    source: str = "trailer"
-    """`trailer`, or the ticket file's path."""
-    key: str = field(default="", compare=False)
-
-    def keyed(self, branch: str | None) -> Ticket:
-        """This ticket with its target branch filled in and its idempotency key computed."""
-        b = self.branch or branch
-        what = [self.text, list(self.paths), self.runner, self.priority, self.id, b]
-        key = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]
-        return Ticket(self.text, self.paths, self.runner, self.priority, self.id, b, self.source, key)
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
-
-    @property
-    def identity(self) -> tuple[object, ...]:
-        """What the ticket asks, for telling a rewritten commit's new tickets from its old ones."""
-        return (self.text, self.paths, self.runner, self.priority, self.id, self.branch)
 
 
 def _split_paths(raw: str) -> tuple[str, ...]:

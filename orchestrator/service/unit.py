@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from orchestrator import config
+from orchestrator import config, paths
 from orchestrator.store import EX_STATE
 
 NAME = "orchestrator.service"
@@ -58,8 +58,10 @@ def render(
     extra_path: Iterable[str] = (),
     no_restart: Iterable[int] | None = None,
     watchdog_sec: int = WATCHDOG_SEC,
+    env_path: str = "%E/orchestrator/env",
 ) -> str:
-    """The unit text for `command daemon`; `environment` adds `Environment=` lines (e.g. ORCHESTRATOR_HOME)."""
+    """The unit text for `command daemon`; `environment` adds `Environment=` lines (e.g. ORCHESTRATOR_HOME), and
+    `env_path` is the `EnvironmentFile=` (the config dir's `env`: `env_file`)."""
     codes = " ".join(str(c) for c in (no_restart_codes() if no_restart is None else no_restart))
     path = ":".join(dict.fromkeys([*extra_path, *BASE_PATH]))
     env_lines = "".join(f'Environment="{k}={v}"\n' for k, v in sorted((environment or {}).items()))
@@ -96,7 +98,7 @@ UMask=0077
 Environment=PYTHONUNBUFFERED=1
 Environment="PATH={path}"
 {env_lines}# Agent CLIs' settings and API keys (ANTHROPIC_API_KEY=...), one KEY=value a line; optional.
-EnvironmentFile=-%E/orchestrator/env
+EnvironmentFile=-{env_path}
 
 [Install]
 WantedBy=default.target
@@ -104,8 +106,11 @@ WantedBy=default.target
 
 
 def env_file(env: Mapping[str, str] | None = None) -> Path:
-    """The file the unit reads its environment from (`EnvironmentFile=-%E/orchestrator/env`)."""
+    """The file the unit reads its environment from: `env` in the config dir (`$ORCHESTRATOR_HOME/config/env`, else
+    `~/.config/orchestrator/env`, what `%E/orchestrator/env` names in the unit)."""
     env = os.environ if env is None else env
+    if env.get("ORCHESTRATOR_HOME"):
+        return paths.resolve(dict(env)).env_file
     return Path(env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")) / "orchestrator" / "env"
 
 

@@ -78,6 +78,14 @@ class PgRecords:
             self.node, repo, head, json.dumps(changes), time.time(),
         )  # fmt: skip
 
+    async def plan_record(self, repo: str) -> tuple[str, dict[str, Any] | None] | None:
+        """This node's record of a repository, from its own file: what its planner estimates risk from is never read
+        back from the shared store, where another node could have written it."""
+        return await self.local.plan_record(repo)
+
+    async def save_plan_record(self, repo: str, newest: str, record: dict[str, Any] | None) -> None:
+        await self.local.save_plan_record(repo, newest, record)
+
     # -- this node's process groups and landing journal --------------------------------------------------
 
     # A node's process groups and the landing journal of its own checkouts mean something on its machine only, and

@@ -160,4 +160,8 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE processes;
     DROP TABLE node_repos;
     """,
+    # 6: who queued a job, as git names a person: the author of its commits when the daemon has no identity.
+    """
+    ALTER TABLE jobs ADD COLUMN author TEXT NOT NULL DEFAULT '';
+    """,
 )

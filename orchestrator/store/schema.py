@@ -155,4 +155,19 @@ MIGRATIONS: tuple[str, ...] = (
         url TEXT NOT NULL
     );
     """,
+    # 12: each repository's record (the planner replayed on its past changes, the calibration fitted on it), so
+    # that a restarted daemon does not replay it again; NULL: too short to estimate a risk. In team mode it is
+    # kept in the node's own file too: what a node estimates risk from is never read back from the shared store.
+    """
+    CREATE TABLE plan_record (
+        repo TEXT PRIMARY KEY,
+        newest TEXT NOT NULL,
+        record TEXT,
+        at REAL NOT NULL
+    );
+    """,
+    # 13: who queued a job, as git names a person: the author of its commits when the daemon has no identity.
+    """
+    ALTER TABLE jobs ADD COLUMN author TEXT NOT NULL DEFAULT '';
+    """,
 )

@@ -265,6 +265,7 @@ class Store:
         land: str = "auto",
         labels: Sequence[str] = (),
         place: float | None = None,
+        author: str = "",
     ) -> Job:
         """Queue a job; `ticket` (key, ticket id) is recorded in the same transaction (a duplicate key raises).
         `labels`: the nodes of a team it may run on (kept, and shown, on one machine too). `place`: its place in
@@ -286,6 +287,7 @@ class Store:
             land=land,
             labels=tuple(sorted(set(labels))),
             place=place,
+            author=author,
         )
         job_id = await self._insert(job, ticket)
         self._changed.add(job_id)
@@ -585,6 +587,19 @@ class Store:
             "INSERT INTO plan_history (repo, head, changes, at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
             (repo, head, json.dumps(changes), time.time()),
+        )
+
+    async def plan_record(self, repo: str) -> tuple[str, dict[str, Any] | None] | None:
+        """A repository's kept record: (the newest change it was built on, its calibration's `dump` or None: too
+        short to estimate a risk), or None when none is kept."""
+        row = await self._db.fetchone("SELECT newest, record FROM plan_record WHERE repo = ?", (repo,))
+        return (row["newest"], json.loads(row["record"]) if row["record"] else None) if row else None
+
+    async def save_plan_record(self, repo: str, newest: str, record: dict[str, Any] | None) -> None:
+        await self._db.execute(
+            "INSERT INTO plan_record (repo, newest, record, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(repo) DO UPDATE SET newest = excluded.newest, record = excluded.record, at = excluded.at",
+            (repo, newest, json.dumps(record) if record is not None else None, time.time()),
         )
 
     # -- process groups ---------------------------------------------------------------------------

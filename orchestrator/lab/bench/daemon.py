@@ -27,8 +27,9 @@ class BenchError(RuntimeError):
 
 
 class BenchDaemon:
-    ARGS: tuple[str, ...] = ("--burst", "--grace", "3")
-    """How the daemon runs: burst mode, it exits once its queue is drained."""
+    ARGS: tuple[str, ...] = ("--burst", "--grace", "30")
+    """How the daemon runs: burst mode, it exits once its queue is drained and it was idle for 30 s, long enough for
+    the benchmark to read every job after the last one ended on a loaded machine (it is stopped then anyway)."""
     READY = 30.0
     """Seconds it has to answer on its socket."""
 

@@ -115,11 +115,11 @@ def _phase(d: BenchDaemon, small: Path, every: float, name: str, run: Any) -> di
         "phase": name,
         "seconds": round(time.perf_counter() - started, 1),
         "api_calls": len(calls),
-        "api_p50_s": round(sched.pct(calls, 0.5), 4),
-        "api_p99_s": round(sched.pct(calls, 0.99), 4),
-        "api_max_s": round(max(calls, default=0.0), 4),
-        "status_p99_s": round(sched.pct(sampler.status, 0.99), 4),
-        "show_p99_s": round(sched.pct(sampler.shown, 0.99), 4),
+        "api_p50_s": sched.fig(sched.pct(calls, 0.5), 4),
+        "api_p99_s": sched.fig(sched.pct(calls, 0.99), 4),
+        "api_max_s": sched.fig(sched.most(calls), 4),
+        "status_p99_s": sched.fig(sched.pct(sampler.status, 0.99), 4),
+        "show_p99_s": sched.fig(sched.pct(sampler.shown, 0.99), 4),
         "small_jobs": len(took),
         "small_job_mean_s": round(sum(took) / len(took), 3) if took else None,
         **extra,
@@ -198,4 +198,4 @@ def _report(rows: list[dict[str, Any]], code: Path | None, as_json: bool) -> Non
         click.echo(f"  {row['phase']}:")
         for k, v in row.items():
             if k != "phase":
-                click.echo(f"    {k:<22} {v}")
+                click.echo(f"    {k:<22} {'-' if v is None else v}")

@@ -37,6 +37,7 @@ from typing import Any
 
 import click
 
+from orchestrator.config import PlanConfig
 from orchestrator.core import claims
 from orchestrator.core.models import ENDED as TERMINAL_STATES
 from orchestrator.core.models import Claim, Policy
@@ -51,7 +52,7 @@ POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
 MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
 MIN_CONFIDENCE = 0.5
-RISK = 0.03
+RISK = PlanConfig.risk
 """`plan.risk` of the rows' daemons (the default)."""
 TERMINAL = tuple(sorted(str(s) for s in TERMINAL_STATES))
 STALL_S = 180.0
@@ -135,15 +136,23 @@ def _risky_pairs(row: Row, jobs: list[dict], claims_: list[frozenset[str] | None
     out = []
     for i, j in itertools.combinations(range(len(jobs)), 2):
         a, b = claims_[i], claims_[j]
-        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a) > row.risk:
+        if a is not None and b is not None and pair_risk(escapes[j], b, escapes[i], a).risk > row.risk:
             out.append((i, j))
     return out
 
 
 def run_row(
-    row: Row, changes: list[hist.Change], make: MakeRepo, slots: int, scale: float, work: Path, progress: Any
+    row: Row,
+    changes: list[hist.Change],
+    make: MakeRepo,
+    slots: int,
+    scale: float,
+    work: Path,
+    progress: Any,
+    write_at: float = 1.0,
 ) -> dict:
-    """Replay `changes` under one policy on a fresh repository; the row's figures."""
+    """Replay `changes` under one policy on a fresh repository; the row's figures. `write_at`: the share of each
+    job's duration after which its change is in its worktree (it runs on for the rest)."""
     root = work / row.name.replace("/", "-")
     root.mkdir(parents=True)
     replay = make(root / "repo")
@@ -157,7 +166,9 @@ def run_row(
         ids = [
             d.client.enqueue(
                 repo=str(replay.path),
-                text=replayrepo.job_text(c, replay.commits[c.index], durations[c.index]),
+                text=replayrepo.job_text(
+                    c, replay.commits[c.index], durations[c.index] * write_at, durations[c.index] * (1 - write_at)
+                ),
                 paths=_declared(row, c),
                 runner="replay",
             )["id"]
@@ -288,12 +299,13 @@ def _figures(
         "list_s": round(listed, 2),
         "ratio_list": round(makespan / listed, 3) if listed else None,
         "max_concurrency": sched.max_concurrency(runs),
-        "wait_p50_s": round(sched.pct(waits, 0.5), 2),
-        "wait_p95_s": round(sched.pct(waits, 0.95), 2),
+        "wait_p50_s": sched.fig(sched.pct(waits, 0.5), 2),
+        "wait_p95_s": sched.fig(sched.pct(waits, 0.95), 2),
         "overlaps": len(overlap_pairs),
         "met_side_by_side": sched.met_side_by_side(per_job, real),
         "conflicts": conflicts,
         "stopped": sum(e["kind"] == "requeued" and "ran_s" in e for j in jobs for e in j["events"]),
+        "saved_s": round(_saved(jobs, durations), 2),
         "redone": sum(j["attempts"] for j in jobs),
         "thrown_s": round(sched.thrown_away(per_job, [bool(t) for t in landed_at]), 2),
         "lost": len(lost),
@@ -308,8 +320,8 @@ def _figures(
         ("exit_to_landed", exit_to_land),
         ("landing_hold", clock.holds),
     ):
-        out[f"{key}_p50_s"] = round(sched.pct(values, 0.5), 3)
-        out[f"{key}_p95_s"] = round(sched.pct(values, 0.95), 3)
+        out[f"{key}_p50_s"] = sched.fig(sched.pct(values, 0.5), 3)
+        out[f"{key}_p95_s"] = sched.fig(sched.pct(values, 0.95), 3)
     out["per_job"] = _per_job(changes, jobs, per_job, real, clock, durations, t0)
     return out
 
@@ -347,6 +359,17 @@ def _per_job(
             }
         )
     return out
+
+
+def _saved(jobs: list[dict], durations: list[float]) -> float:
+    """Job-seconds the stops on a real conflict saved: each stopped attempt would have run its whole duration and
+    then conflicted at its landing (the rest of its duration, past what it ran, was not spent)."""
+    return sum(
+        max(0.0, d - e["ran_s"])
+        for j, d in zip(jobs, durations, strict=True)
+        for e in j["events"]
+        if e["kind"] == "requeued" and "ran_s" in e
+    )
 
 
 def _claim_quality(
@@ -395,6 +418,14 @@ def _ratios(rows: list[dict]) -> None:
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path), help="Write a PNG chart (needs matplotlib).")
 @click.option("--keep", type=click.Path(path_type=Path), help="Keep the repositories and daemon logs here.")
 @click.option(
+    "--write-at",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Share of a job's duration after which its change is in its worktree (it runs on for the rest): below 1, "
+    "jobs side by side meet while they run, where a real conflict stops the later one.",
+)
+@click.option(
     "--per-job", is_flag=True, help="Also print, per row, each job: beside whom it ran, met, conflicts, waits."
 )
 def main(
@@ -410,6 +441,7 @@ def main(
     as_json: bool,
     plot_file: Path | None,
     keep: Path | None,
+    write_at: float,
     per_job: bool,
 ) -> None:
     """Replay a queue of real changes through the real daemon under several policies, beside the ideal schedule."""
@@ -420,10 +452,14 @@ def main(
         risk_values = [float(r) for r in risks.split(",") if r.strip()]
     except ValueError:
         risk_values = []
-    if bad or slots < 1 or last < 1 or scale <= 0 or not risk_values or not all(0 <= r < 1 for r in risk_values):
+    if (
+        bad or slots < 1 or last < 1 or scale <= 0 or not risk_values or not all(0 <= r < 1 for r in risk_values)
+        or not 0 < write_at <= 1
+    ):  # fmt: skip
         raise click.UsageError(
             f"use --policy from {', '.join(POLICIES)}, --predictor from {', '.join(PREDICTORS)}, "
-            "--slots and --last of 1 or more, --scale above 0, --risk probabilities from 0 up to 1 (0.03,0.1)"
+            "--slots and --last of 1 or more, --scale above 0, --risk probabilities from 0 up to 1 (0.03,0.1), "
+            "--write-at above 0 and at most 1"
             + (f" (got {', '.join(bad)})" if bad else "")
         )
     if (repo is None) != (rev_range is None) or (repo is not None and history_file is not None):
@@ -464,7 +500,7 @@ def main(
         console=console, transient=as_json,
     ) as progress:  # fmt: skip
         for row in _rows(policies, predictors, risk_values):
-            rows.append(_one_row(row, changes, make, slots, scale, work, progress))
+            rows.append(_one_row(row, changes, make, slots, scale, work, progress, write_at))
             # Each row as it finishes (on stderr, stdout stays the tables or the JSON), and kept in the work
             # dir: a run cut short still shows the rows it finished.
             progress.console.print(row_line(rows[-1]), highlight=False)
@@ -474,7 +510,12 @@ def main(
     if keep is None and not failed:
         shutil.rmtree(work, ignore_errors=True)
     _ratios(rows)
-    info = {"machine": machine(), "history": str(history_file or (repo or hist.bundled())), "changes": len(changes)}
+    info = {
+        "machine": machine(),
+        "history": str(history_file or (repo or hist.bundled())),
+        "changes": len(changes),
+        "write_at": write_at,
+    }
     if as_json:
         click.echo(json.dumps({**info, "rows": rows}, indent=2))
     else:
@@ -492,12 +533,19 @@ def main(
 
 
 def _one_row(
-    row: Row, changes: list[hist.Change], make: MakeRepo, slots: int, scale: float, work: Path, progress: Any
+    row: Row,
+    changes: list[hist.Change],
+    make: MakeRepo,
+    slots: int,
+    scale: float,
+    work: Path,
+    progress: Any,
+    write_at: float,
 ) -> dict:
     """A row's figures, or the row marked failed with why: one row's failure (a stuck daemon, a replay the
     lost check cannot read) must not take the rows before and after it down with it."""
     try:
-        return run_row(row, changes, make, slots, scale, work, progress)
+        return run_row(row, changes, make, slots, scale, work, progress, write_at)
     except (BenchError, hist.HistoryError) as e:
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any failure of one row is reported as that row's, with its type

@@ -342,15 +342,14 @@ def engine_summary(trace: list[dict[str, Any]], t0: float, end: float) -> dict[s
         "generated": sum(c["predicted_n"] for c in done),
         "decode_s": round(sum(c["predicted_s"] for c in done), 3),
         "idle_s": round(max(0.0, end - t0 - busy), 3),
-        "cpu_s": round(
-            max((c["cpu_out"] for c in calls), default=0.0) - min((c["cpu_in"] for c in calls), default=0.0), 3
-        ),
-        "cpu_replies_s": round(
-            max((c["cpu_out"] for c in calls if not c["format"]), default=0.0)
-            - min((c["cpu_in"] for c in calls), default=0.0),
-            3,
-        ),
+        "cpu_s": _span([c["cpu_in"] for c in calls], [c["cpu_out"] for c in calls]),
+        "cpu_replies_s": _span([c["cpu_in"] for c in calls], [c["cpu_out"] for c in calls if not c["format"]]),
     }
+
+
+def _span(starts: list[float], ends: list[float]) -> float | None:
+    """From the first start to the last end; None when no call gave one (a figure no sample gave)."""
+    return round(max(ends) - min(starts), 3) if starts and ends else None
 
 
 def _final_fields(timings: dict[str, Any], total_ns: int) -> dict[str, Any]:

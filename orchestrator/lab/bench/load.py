@@ -114,17 +114,19 @@ def throughput(work: Path, n: int, slots: int) -> dict[str, Any]:
         "ratio_to_git": round(rate / git_rate, 3),
         "events_per_job": round(per_job, 2),
         "events_max_job": worst,
-        "status_api_p50_s": round(sched.pct(sampler.api, 0.5), 3),
-        "status_api_p99_s": round(sched.pct(sampler.api, 0.99), 3),
-        "status_cli_p50_s": round(sched.pct(sampler.cli, 0.5), 3),
-        "status_cli_p99_s": round(sched.pct(sampler.cli, 0.99), 3),
+        "status_api_p50_s": sched.fig(sched.pct(sampler.api, 0.5), 3),
+        "status_api_p99_s": sched.fig(sched.pct(sampler.api, 0.99), 3),
+        "status_cli_p50_s": sched.fig(sched.pct(sampler.cli, 0.5), 3),
+        "status_cli_p99_s": sched.fig(sched.pct(sampler.cli, 0.99), 3),
         "status_samples": len(sampler.api),
     }
 
 
 def latency(work: Path, waiting: int, landings: int) -> dict[str, Any]:
     repo = _repo(work / "repo")
-    gate = work / "gate"
+    # The first job waits for this file. Inside the repository's git dir: a job's sandbox shows the repository to it
+    # (read-only) wherever it is, while /tmp, where the bench works, is empty there.
+    gate = repo / ".git" / "orchestrator-bench-gate"
     with BenchDaemon(work / "home", _config(1)) as d:
         first = d.client.enqueue(
             repo=str(repo),
@@ -142,6 +144,11 @@ def latency(work: Path, waiting: int, landings: int) -> dict[str, Any]:
         gate.touch()
         d.client.wait(ids[: landings + 1], timeout=600)
         jobs = [d.client.job(i) for i in ids[: landings + 1]]
+    stuck = [j for j in jobs if j["state"] != "landed"]
+    if stuck:
+        j = stuck[0]
+        why = j.get("reason") or "no reason given"
+        raise BenchError(f"job {j['id']} did not land ({j['state']}: {why}): there is no landing to time")
     gaps = []
     for before, after in itertools.pairwise(jobs):
         landed = next((e["at"] for e in before["events"] if e["kind"] == "landed"), None)
@@ -152,8 +159,8 @@ def latency(work: Path, waiting: int, landings: int) -> dict[str, Any]:
         "bench": "latency",
         "waiting": waiting,
         "landings": len(gaps),
-        "landing_to_admission_p50_s": round(sched.pct(gaps, 0.5), 3),
-        "landing_to_admission_max_s": round(max(gaps, default=0.0), 3),
+        "landing_to_admission_p50_s": sched.fig(sched.pct(gaps, 0.5), 3),
+        "landing_to_admission_max_s": sched.fig(sched.most(gaps), 3),
     }
 
 
@@ -186,9 +193,14 @@ def main(n: int, slots: int, waiting: int, landings: int, only: str | None, as_j
     if as_json:
         click.echo(json.dumps({"machine": m, "rows": rows}, indent=2))
         return
-    click.echo(f"load bench: {m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}")
+    for line in report(m, rows):
+        click.echo(line)
+
+
+def report(m: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The figures, one a line; one no sample gave (None) is "-"."""
+    out = [f"load bench: {m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}"]
     for row in rows:
-        click.echo(f"  {row['bench']}:")
-        for k, v in row.items():
-            if k != "bench":
-                click.echo(f"    {k:<30} {v}")
+        out.append(f"  {row['bench']}:")
+        out += [f"    {k:<30} {'-' if v is None else v}" for k, v in row.items() if k != "bench"]
+    return out

@@ -5,16 +5,20 @@ with the co-change history of the changes before it only, and compare the claim 
 change really touched (union-mergeable files such as changelogs left out, as admission leaves them out).
 Printed per basis (what the confidence rests on) and in total: recall, precision, confident share and
 confident-miss rate; and, over every pair of changes within `--window` of each other (as if queued
-together), how many the claims would have run concurrently, and how many of those really overlapped.
+together), how many the claims would have run concurrently, and how many of those really overlapped. And the
+risk admission weighs (`core.risk`): over the pairs within `--window` whose claims are disjoint and whose risk is
+known, the estimate against how often the pair would not have merged (three-way merged on their base,
+`plan.merges`), per bin with its interval, and whether every bin of 50 pairs or more keeps within 1.5 times its
+estimate (`riskbins`); the record it is estimated from is the changes before the replayed ones only.
 
 Merge commits are not replayed: a job is one authored change with its own message, while a merge's files
 (against its first parent) are a whole branch's sum and its subject ("Merge branch 'x'") names none of
 them; the commits it brings are replayed instead, each on its own parent. `--merges` replays the
 first-parent line as it is (each merge one change, the commits it brings none), for comparison.
 
-    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--merges] [--json]
-    orchestrator bench predict --history [FILE.jsonl] [--limit N] [--json]
-    orchestrator bench predict --tickets FILE --repos DIR [--only R,..] [--risk 0.03] [--scope source|all] [--json]
+    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--merges] [--risk 0.08] [--json]
+    orchestrator bench predict --history [FILE.jsonl] [--limit N] [--risk 0.08] [--json]
+    orchestrator bench predict --tickets FILE --repos DIR [--only R,..] [--risk 0.08] [--scope source|all] [--json]
 
 `--history` replays a touch-pattern file (`{"sha", "parent", "subject", "files": [[path, +, -], ...]}` per
 line, oldest first; without FILE the one that ships with the package, 496 changes of a public project) on
@@ -32,21 +36,25 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pygit2
+
+from orchestrator.config import PlanConfig
 from orchestrator.core import claims
 from orchestrator.core.admission import decide
 from orchestrator.core.models import JobView, Policy, Snapshot
-from orchestrator.git import repos
-from orchestrator.lab.bench import tickets
+from orchestrator.core.risk import Escapes, PairRisk, pair_risk
+from orchestrator.git import merging, repos
+from orchestrator.lab.bench import riskbins, tickets
 from orchestrator.lab.bench.history import bundled
-from orchestrator.plan import accuracy, record
+from orchestrator.plan import accuracy, merges, record
 from orchestrator.plan.accuracy import Record
 from orchestrator.plan.evidence import local_plan
-from orchestrator.plan.history import Change, History, mine
+from orchestrator.plan.history import Change, History, landings, mine
 
 SYNTHESISED_MEASURES = {
     "measured": [
@@ -72,14 +80,15 @@ BUNDLED = "bundled"
 """`--history` without a file: the history that ships with the package."""
 WARMUP = 1000
 """Changes before the replayed range that seed the history (when the range leaves room)."""
-RISK = 0.03
+RISK = PlanConfig.risk
 """`plan.risk` for the `risk` rows: pairs admitted on their estimated risk, as the daemon does by default."""
 
 
-def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> list[Record]:
+def replay(repo: Path, changes: list[Change], start: int, policy: Policy, tip: str | None = None) -> list[Record]:
     """Plan changes[start:] each on its parent, the history growing one change at a time; the record the
-    risk is estimated from is the changes before `start` (`plan.record`), nothing of the replayed range."""
-    calibration = record.fit(record.replay(repo, changes[:start], policy.mergeable), policy.mergeable)
+    risk is estimated from is the changes before `start` (`plan.record`), nothing of the replayed range.
+    `tip`: a commit they lead to (its first-parent line says which landed together)."""
+    calibration = record.build(repo, changes[:start], policy.mergeable, tip)
     history = History(changes[:start])
     out = []
     commits = repos.open_repo(repo)
@@ -95,7 +104,7 @@ def replay(repo: Path, changes: list[Change], start: int, policy: Policy) -> lis
     return out
 
 
-def summarise(records: list[Record], window: int, policy: Policy) -> dict[str, Any]:
+def summarise(records: list[Record], window: int, policy: Policy, risk: float = RISK) -> dict[str, Any]:
     """Per basis and in total (`accuracy.summary`), and the pairs of changes the claims would have run
     concurrently, among those within `window` of each other, with how many really overlapped; and the
     same in total with calibrated thresholds (`calibrated`)."""
@@ -105,17 +114,73 @@ def summarise(records: list[Record], window: int, policy: Policy) -> dict[str, A
     groups["all"] = records
     thresholds = calibrated(records, policy, window)
     confident = [r.confident(replace(policy, min_confidence=t)) for r, t in zip(records, thresholds, strict=True)]
-    risky = replace(policy, risk=RISK, max_concurrent=8, per_repo=8)
+    risky = replace(policy, risk=risk, max_concurrent=8, per_repo=8)
     return {
         "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
         "pairs": pairs(records, [r.confident(policy) for r in records], window),
-        "risk": {"plan_risk": RISK, **pairs(records, [], window, risky)},
+        "risk": {"plan_risk": risk, **pairs(records, [], window, risky)},
         "calibrated": {
             "all": accuracy.summary(records, policy, confident),
             "pairs": pairs(records, confident, window),
             "raised": sum(t > policy.min_confidence for t in thresholds),
             "thresholds": sorted(set(thresholds)),
         },
+    }
+
+
+def risk_points(
+    repo: Path,
+    changes: Sequence[Change],
+    records: Sequence[Record],
+    window: int,
+    mergeable: Sequence[str],
+    landed: Mapping[str, str],
+) -> tuple[list[tuple[PairRisk, bool, bool]], int]:
+    """For the pairs of replayed changes within `window` of each other whose claims are disjoint and whose risk
+    is known (the pairs `plan.risk` decides): the estimated risk, whether they really touched a common file, and
+    whether they would have merged (`merges.result`: the later replayed on the earlier one's base, then merged);
+    and how many of them landed together (steps of one pull request: a queue holds them too)."""
+    pattern = tuple(mergeable)
+    index = [claims.PathIndex(r.actual) for r in records]
+    escapes = [Escapes.of(r.claim.risk) for r in records]
+    counted = [claims.split_mergeable(r.claim.paths, pattern)[0] for r in records]
+    out: list[tuple[PairRisk, bool, bool]] = []
+    together = 0
+    with merging.scratch(repo) as git:
+        for i, a in enumerate(records):
+            for j in range(i + 1, min(len(records), i + 1 + window)):
+                b = records[j]
+                ea, eb = escapes[i], escapes[j]
+                if ea is None or eb is None or claims.PathIndex(counted[i]).meeting(counted[j]):
+                    continue
+                sha_a, sha_b = changes[a.job_id].sha, changes[b.job_id].sha
+                together += bool(landed.get(sha_a) and landed.get(sha_a) == landed.get(sha_b))
+                met = bool(index[i].meeting(b.actual))
+                merged = True
+                if met:
+                    earlier, later = git[sha_a].peel(pygit2.Commit), git[sha_b].peel(pygit2.Commit)
+                    is_union = merging.union_paths(git, earlier.id, lambda p: claims.matches(p, pattern))
+                    merged = merges.result(git, earlier, later, is_union).merges
+                out.append((pair_risk(eb, counted[j], ea, counted[i]), met, merged))
+    return out, together
+
+
+def risk_summary(points: Sequence[tuple[PairRisk, bool, bool]], together: int, risk: float) -> dict[str, Any]:
+    """The risk's calibration on the pairs (`riskbins`): the estimate against pairs that would not merge, the
+    chance of meeting against pairs that met; and of the pairs estimated at most `risk`, how many would not merge."""
+    admitted = [p for p in points if p[0].risk <= risk]
+    table = riskbins.bins([(r.risk, not merged) for r, _, merged in points])
+    return {
+        "plan_risk": risk,
+        "pairs": len(points),
+        "landed_together": together,
+        "met": sum(met for _, met, _ in points),
+        "not_merged": sum(not merged for _, _, merged in points),
+        "calibration": table,
+        "holds": riskbins.holds(table),
+        "meet": riskbins.bins([(r.meet, met) for r, met, _ in points]),
+        "admitted": len(admitted),
+        "admitted_not_merged": sum(not merged for _, _, merged in admitted),
     }
 
 
@@ -178,7 +243,9 @@ def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
     return [r.get("sha", "") for r in rows]
 
 
-def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8, merges: bool = False) -> dict[str, Any]:
+def run(
+    repo: Path, rev_range: str | None, limit: int | None, window: int = 8, merges: bool = False, risk: float = RISK
+) -> dict[str, Any]:
     head = rev_range.split("..", 1)[1] if rev_range and ".." in rev_range else (rev_range or "HEAD")
     since = rev_range.split("..", 1)[0] if rev_range and ".." in rev_range else None
     head_sha = repos.resolve_rev(repo, head or "HEAD")
@@ -193,9 +260,13 @@ def run(repo: Path, rev_range: str | None, limit: int | None, window: int = 8, m
         start = len(changes) // 3
     t = time.perf_counter()
     policy = Policy()
-    outcomes = replay(repo, changes, start, policy)
+    outcomes = replay(repo, changes, start, policy, head_sha)
     elapsed = time.perf_counter() - t
-    out = summarise(outcomes, window, policy)
+    out = summarise(outcomes, window, policy, risk)
+    replayed = changes[start:]
+    landed = landings(repo, head_sha, (c.sha for c in replayed))
+    points, together = risk_points(repo, replayed, outcomes, window, policy.mergeable, landed)
+    out["conflicts"] = risk_summary(points, together, risk)
     out.update(repo=str(repo), range=f"{since_sha or ''}..{head_sha}", replayed=len(outcomes))
     out["changes"] = "first-parent line, merges included" if merges else MERGES_LEFT_OUT
     out["seconds"] = round(elapsed, 2)
@@ -224,6 +295,23 @@ def _print(r: dict[str, Any]) -> None:
         f"  on risk (plan.risk {k['plan_risk']:.0%}): {k['concurrent']} of {k['pairs']} pairs run concurrently, "
         f"{k['really_overlapped']} of which really overlapped; {k['disjoint_held_apart']} disjoint pairs held apart"
     )
+    c = r["conflicts"]
+    print(
+        f"  risk of a conflict the landing cannot merge, on the {c['pairs']} pairs within {r['pairs']['window']} with "
+        f"disjoint claims and a known risk ({c['met']} met, {c['not_merged']} would not merge; "
+        f"{c['landed_together']} of them steps of one pull request):"
+    )
+    for line in riskbins.lines(c["calibration"], "would not merge"):
+        print("    " + line)
+    verdict = "holds" if c["holds"] else "does NOT hold"
+    print(f"    every bin of {riskbins.MIN_PAIRS}+ pairs at most {riskbins.FACTOR:g}x its estimate: {verdict}")
+    print(
+        f"    at plan.risk {c['plan_risk']:.0%}: {c['admitted']} pairs run side by side, "
+        f"{c['admitted_not_merged']} of which would not merge"
+    )
+    print("  their chance of meeting against how often they met:")
+    for line in riskbins.lines(c["meet"], "met"):
+        print("    " + line)
     print(f"  {r['changes']}")
 
 
@@ -249,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--repos", type=Path, default=Path("."), help="with --tickets: where the clones are")
     parser.add_argument("--only", default="", help="with --tickets: only these repositories (comma-separated)")
-    parser.add_argument("--risk", type=float, default=RISK, help="with --tickets: plan.risk (default 0.03)")
+    parser.add_argument("--risk", type=float, default=RISK, help=f"plan.risk pairs are admitted at (default {RISK:g})")
     parser.add_argument(
         "--frontier", default="", help="with --tickets: other plan.risk values to admit the same plans at (0.01,0.05)"
     )
@@ -279,11 +367,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 parser.error(f"--history {history}: no such file")
             with tempfile.TemporaryDirectory(prefix="orchestrator-predict-") as tmp:
                 synthesise(history, Path(tmp) / "repo", args.limit)
-                r = run(Path(tmp) / "repo", None, args.limit, args.window, args.merges)
+                r = run(Path(tmp) / "repo", None, args.limit, args.window, args.merges, args.risk)
                 r["repo"] = f"{history} (synthesised)"
                 r["synthesised"] = SYNTHESISED_MEASURES
         else:
-            r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window, args.merges)
+            r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window, args.merges, args.risk)
     except (repos.RepoError, tickets.TicketsError) as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         sys.exit(2)

@@ -50,15 +50,17 @@ class ReplayRepo:
     synthesised."""
 
 
-_SPEC_LINE = re.compile(r"^(\s*)(commit|patch|after|conflict)(\s*:)", re.I | re.M)
+_SPEC_LINE = re.compile(r"^(\s*)(commit|patch|after|hold|conflict)(\s*:)", re.I | re.M)
 
 
-def job_text(change: Change, commit: str, after: float) -> str:
+def job_text(change: Change, commit: str, after: float, hold: float = 0.0) -> str:
     """The replay runner's spec for one change: its message (what the planner reads: the whole message of a
-    real repository's commit, as a person's ticket would say it), then its commit and wait."""
+    real repository's commit, as a person's ticket would say it), then its commit, its wait before applying it
+    and how long the job runs on with it applied."""
     text = change.message.strip() or change.subject.strip() or f"change {change.index}"
     text = _SPEC_LINE.sub(r"\1> \2\3", text)  # a message's own `after: ...` line is not the spec's
-    return f"{text}\ncommit: {commit}\nafter: {after:g}\nconflict: theirs"
+    held = f"\nhold: {hold:g}" if hold else ""
+    return f"{text}\ncommit: {commit}\nafter: {after:g}{held}\nconflict: theirs"
 
 
 class _Files:

@@ -177,10 +177,10 @@ def max_concurrency(intervals: Sequence[Interval]) -> int:
     return best
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    """The q-th quantile (0..1) by nearest rank; 0 for no values."""
+def pct(values: Sequence[float], q: float) -> float | None:
+    """The q-th quantile (0..1) by nearest rank; None for no values (a figure no sample gave: shown "-", never 0)."""
     if not values:
-        return 0.0
+        return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
@@ -195,5 +195,16 @@ def start_latency(starts: Sequence[float], created: Sequence[float], releases: S
     return out
 
 
-def mean(values: Sequence[float]) -> float:
-    return statistics.fmean(values) if values else 0.0
+def mean(values: Sequence[float]) -> float | None:
+    """The mean; None for no values."""
+    return statistics.fmean(values) if values else None
+
+
+def fig(value: float | None, digits: int) -> float | None:
+    """A figure rounded for a report; None (no samples) stays None."""
+    return None if value is None else round(value, digits)
+
+
+def most(values: Sequence[float]) -> float | None:
+    """The largest value; None for no values."""
+    return max(values) if values else None

@@ -38,6 +38,7 @@ GROUPS = (
             ("stopped", "stopped"),
             ("redone", "redone"),
             ("thrown_s", "thrown s"),
+            ("saved_s", "saved s"),
         ),
     ),
     (
@@ -79,7 +80,8 @@ def row_line(row: dict[str, Any]) -> str:
     return (
         f"{_name(row)}: makespan {_fmt(row['makespan_s'])} s ({_fmt(row['ratio_ideal'])}× ideal, "
         f"{_fmt(row['ratio_list'])}× list), {landed}/{row['jobs']} landed, {row['conflicts']} conflicts "
-        f"({row.get('stopped', 0)} stopped while running, {_fmt(row.get('thrown_s', 0.0))} job-s thrown away), "
+        f"({row.get('stopped', 0)} stopped while running, {_fmt(row.get('thrown_s', 0.0))} job-s thrown away, "
+        f"{_fmt(row.get('saved_s', 0.0))} saved by the stops), "
         f"{row['lost']} lost, {row['broken']} broken"
     )
 

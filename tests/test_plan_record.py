@@ -1,0 +1,160 @@
+"""A repository's record: the risk's two factors fitted on its own past changes, kept, and kept current."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core import claims
+from orchestrator.core.models import JobState
+from orchestrator.lab.bench import riskbins
+from orchestrator.plan import record
+from orchestrator.plan.accuracy import Settled, outcomes
+from orchestrator.plan.evidence import local_plan
+from orchestrator.plan.history import History, mine
+from orchestrator.plan.local import Records
+from orchestrator.plan.score import NONMERGE_PRIOR, Calibration
+from orchestrator.store import Store
+from tests.conftest import git
+from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
+
+
+def test_a_meetings_share_that_would_not_merge_is_its_areas_pulled_towards_the_repositorys() -> None:
+    """With no record the share is the prior, a little high; a record of many clean meetings brings it down, an
+    area of its own with a few more conflicts lifts it, and an area the record never met in has its parent's."""
+    empty = Calibration()
+    assert NONMERGE_PRIOR < empty.nonmerge("src/app") < NONMERGE_PRIOR + 0.2
+    clean = Calibration(merges=(("", 200, 20), ("src", 150, 10), ("src/app", 10, 8)))
+    assert clean.nonmerge("docs") < 0.2 < clean.nonmerge("src/app")
+    assert clean.nonmerge("docs") == clean.nonmerge("") and clean.nonmerge("src/other") == clean.nonmerge("src")
+    assert clean.nonmerge("src/app") > clean.nonmerge("src/other")
+
+
+def test_a_calibration_is_dumped_and_loaded_whole() -> None:
+    """What the daemon keeps of a record reads back equal, its pairs and merges included."""
+    c = Calibration(
+        a=0.8,
+        b=-0.3,
+        escape=(("source", "doc", 0.5),),
+        rest=0.01,
+        changes=120,
+        escapes=40,
+        areas=(("", "", 30, 2),),
+        merges=(("", 12, 5), ("src", 4, 1)),
+        meet=(0.9, -0.2),
+        points=((-2.5, False), (-1.0, True)),
+        unknown="",
+    )
+    assert Calibration.load(c.dump()) == c and c.pairs == 2
+    with pytest.raises(KeyError):
+        Calibration.load({"a": 1.0})
+
+
+def test_a_record_too_thin_to_check_says_so_and_its_jobs_run_alone(shop: Path) -> None:  # noqa: F811
+    """Of 40 replayed changes, the later ones are estimated from the earlier only and checked against what
+    they touched: enough pairs, and the risk is known. Of the last 25, too few pairs: the calibration says why,
+    and a plan with it has no risk (runs alone) and the note Uncalibrated."""
+    head = git(shop, "rev-parse", "HEAD")
+    history = History(mine(shop, head)[0])
+    samples = record.replay(shop, history.changes)
+    full = record.fit(samples)
+    assert full is not None and not full.unknown and full.pairs >= record.MIN_PAIRS
+    assert all(isinstance(z, float) and isinstance(met, bool) for z, met in full.points)
+    thin = record.fit(samples[-25:])
+    assert thin is not None and thin.pairs < record.MIN_PAIRS and "pairs of past changes" in thin.unknown
+    text = "Cart.total is wrong for a cart with a single item\n\nThe total comes out as zero."
+    known = local_plan(shop, head, text, history, ("CHANGES*",), full)
+    unknown = local_plan(shop, head, text, history, ("CHANGES*",), thin)
+    assert known.claim.risk is not None and known.claim.risk.nonmerge == full.nonmerge(known.claim.risk.area)
+    assert unknown.claim.paths == known.claim.paths and unknown.claim.risk is None
+    assert [c for c, _ in unknown.notes] == ["Uncalibrated"]
+
+
+def test_the_daemons_own_outcomes_refit_the_risk() -> None:
+    """Pairs the daemon ran side by side that met although estimated unlikely raise the chance of meeting it
+    gives such pairs; those that met and would not merge raise the repository's share; a thin record becomes
+    known once enough pairs are in."""
+    c = Calibration(points=tuple((-3.0, False) for _ in range(30)), unknown="too few pairs")
+    assert record.refit(c, []) is c
+    met = [Settled(-3.0, True, False)] * 10 + [Settled(-3.0, False, True)] * 10
+    got = record.refit(c, met)
+    assert got.meet[0] * -3.0 + got.meet[1] > c.meet[0] * -3.0 + c.meet[1]
+    assert got.nonmerge("") > c.nonmerge("") and got.unknown == "" and got.points == c.points
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    id: int
+    repo: str
+    state: JobState
+    actual: frozenset[str]
+
+
+def test_settled_pairs_are_those_of_two_ended_jobs_met_by_their_paths_unmerged_by_their_conflicts() -> None:
+    """Job 2 ran beside 1 (they touched a.py: met; 2's landing conflicted there: did not merge) and beside 3
+    (a changelog only: did not meet); job 4 ran beside 5, still running: not settled yet."""
+    jobs = [
+        _Job(1, "r", JobState.LANDED, frozenset({"a.py"})),
+        _Job(2, "r", JobState.LANDED, frozenset({"a.py", "CHANGES.rst"})),
+        _Job(3, "r", JobState.LANDED, frozenset({"CHANGES.rst", "b.py"})),
+        _Job(4, "s", JobState.LANDED, frozenset({"c.py"})),
+        _Job(5, "s", JobState.RUNNING, frozenset({"c.py"})),
+    ]
+    risk = {"meet": 0.1, "nonmerge": 0.5, "risk": 0.05}
+    admitted = [
+        (2, {"risks": [{"job": 1, "logit": -2.0, **risk}, {"job": 3, "logit": -2.5, **risk}]}),
+        (4, {"risks": [{"job": 5, "logit": -2.0, **risk}]}),
+        (1, {}),
+    ]
+    conflicts = [(2, {"conflicts": ["a.py"], "code": "Conflict"})]
+    got = outcomes(jobs, admitted, conflicts, ("CHANGES*",))
+    assert got == {"r": [Settled(-2.0, True, False), Settled(-2.5, False, True)]}
+    assert claims.PathIndex({"a.py"}).meeting({"a.py"})  # the rule the outcomes read paths by
+
+
+async def test_a_record_is_kept_in_the_store_and_read_back_by_a_restarted_daemon(
+    shop: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first plan in a repository builds its record (off the event loop) and keeps it; a new `Records` on the
+    same store (a restarted daemon) reads it back instead of replaying; outcomes observed refit it."""
+    head = git(shop, "rev-parse", "HEAD")
+    history = History(mine(shop, head)[0], tip=head)
+    store = await Store.open(tmp_path / "state.db")
+    try:
+        first = await Records(("CHANGES*",), store=store).at(str(shop), history)
+        assert first is not None and (await store.plan_record(str(shop))) is not None
+        built: list[object] = []
+        monkeypatch.setattr(record, "build", lambda *a, **k: built.append(a))
+        again = Records(("CHANGES*",), store=store)
+        assert await again.at(str(shop), history) == first and built == []
+        again.observe({str(shop): [Settled(-2.0, True, False)] * 20})
+        refit = await again.at(str(shop), history)
+        assert refit is not None and refit.nonmerge("") > first.nonmerge("") and built == []
+    finally:
+        await store.close()
+
+
+def test_calibration_bins_report_an_interval_and_judge_only_bins_of_enough_pairs() -> None:
+    """Each bin: how many, mean estimate, how often, its Wilson interval; a bin of 50+ pairs above 1.5 times its
+    estimate breaks the floor, a smaller one is shown but not judged."""
+    points = [(0.02, i < 2) for i in range(100)] + [(0.1, i < 3) for i in range(10)]
+    table = riskbins.bins(points)
+    low, high = table
+    assert (low["pairs"], low["happened"], low["judged"], low["holds"]) == (100, 2, True, True)
+    assert low["interval"][0] < 0.02 < low["interval"][1] and not high["judged"] and high["holds"] is None
+    assert riskbins.holds(table)
+    worse = riskbins.bins([(0.02, i < 4) for i in range(100)])
+    assert not riskbins.holds(worse) and "ABOVE 1.5x" in riskbins.lines(worse)[0]
+    assert riskbins.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_no_record_no_risk(make_repo: Callable[..., Path]) -> None:
+    """A repository of a handful of changes has no record: no calibration at all."""
+    repo = make_repo()
+    history = History(mine(repo, "HEAD")[0])
+    assert record.build(repo, history.changes) is None
