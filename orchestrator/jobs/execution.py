@@ -472,12 +472,14 @@ class Executor:
     async def _commit(self, a: Attempt, job: Job, result: RunResult) -> tuple[str | None, RunResult]:
         """The job's result commit, built by the daemon from its files (None: it changed nothing); a refused result
         is a failure that says why."""
-        # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside).
+        # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside). Into
+        # its quarantine: the result reaches the repository when it lands (`Lander`), not before.
         try:
             sha = await asyncio.to_thread(
                 commits.commit_worktree, a.worktree,
                 message=job.revision_text(a.resume) if a.resume else job.commit_text, job_id=job.id, base=a.base,
-                repo_path=a.repo, stack=bool(a.resume), author=job.author,
+                repo_path=a.repo, stack=bool(a.resume), prior=job.result if a.resume else None, author=job.author,
+                max_total=self.cfg.jobs.max_result_bytes, publish=False,
             )  # fmt: skip
         except ResultRefused as refused:
             result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
