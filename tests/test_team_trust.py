@@ -253,3 +253,31 @@ def test_a_node_restarting_leaves_another_node_s_runners_on_the_same_machine_alo
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_forged_result_never_pushes_a_commit_of_the_node_s_own(tmp_path, users, postgres):
+    """A job waiting for review; its result in the shared store is changed to a private commit of the node's clone
+    (work of the user's never pushed). `land` pushes nothing of it: the job fails saying its result is no commit
+    this node made of its files, and the team's remote never gets the private commit."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    a, clone = _node(tmp_path, users, postgres, db, bare, "a", sandbox="none")
+    git(clone, "checkout", "-q", "-b", "private")
+    (clone / "secret.txt").write_text("the user's own, never pushed\n")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "private work")
+    private = git(clone, "rev-parse", "HEAD")
+    git(clone, "checkout", "-q", "main")
+    a.start()
+    try:
+        job = a.enqueue(clone, "echo mine > mine.txt", "--path", "mine.txt", "--land", "review")
+        until("ready for review", lambda: _row(postgres, db, job)["state"] == "ready", 60)
+        postgres.psql(f"UPDATE jobs SET result = '{private}' WHERE id = {job}", database=db)
+        a.cli("land", str(job))
+        until("the landing ended", lambda: _row(postgres, db, job)["state"] in ("failed", "landed"), 60)
+        row = _row(postgres, db, job)
+        assert row["state"] == "failed" and "no commit this node made" in row["reason"], row["reason"]
+        shown = subprocess.run(["git", "cat-file", "-e", private], cwd=bare, capture_output=True)
+        assert shown.returncode != 0, "the private commit reached the team's remote"
+    finally:
+        a.stop()

@@ -368,12 +368,10 @@ def job_commit_since(repo_path: Path, head: str, base: str, job_id: int) -> str 
         walker.hide(repo.revparse_single(base).peel(pygit2.Commit).id)
     except (KeyError, ValueError, pygit2.GitError):
         return None
-    want = f"{commits.TRAILER}: {job_id}"
     for n, commit in enumerate(walker):
         if n >= WALK_LIMIT:
             return None
-        last = commit.message.strip().rsplit("\n\n", 1)[-1]
-        if want in (line.strip() for line in last.splitlines()):
+        if commits.job_of(commit.message) == job_id:
             return str(commit.id)
     return None
 
