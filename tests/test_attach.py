@@ -44,6 +44,7 @@ def test_a_person_attaches_to_a_running_agent_cli_types_to_it_and_it_lands(make_
     argv = ["sh", "-c", asker(str(mark), str(socket))]
     (d.home / "config" / "config.toml").write_text(f"[runners.asker]\nargv = {json.dumps(argv)}\n")
     d.start()
+    assert {r["name"]: r for r in d.cli_json("runners")}["asker"]["terminal"] == "tmux", "`runners` says where it runs"
     job = d.enqueue(repo, "ask me", "--runner", "asker", "--path", "answer.txt")
     assert job == 1
     until(lambda: "your name?" in d.cli("logs", str(job)).stdout, timeout=60, what="the CLI asks")
