@@ -74,19 +74,12 @@ def make_repo(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def daemon_factory(tmp_path: Path):
-    """Start real daemons on temp homes; every one is stopped at the end of the test."""
-    from tests.harness import Daemon
+    """Make real daemons on temp homes: `daemon_factory(name, env)` runs one in this process (`InProcessDaemon`),
+    `process=True` as a process of its own, the CLI as processes too (`Daemon`); all are stopped at the end."""
+    from tests.harness import daemons
 
-    made: list[Daemon] = []
-
-    def _make(name: str = "home", env: dict[str, str] | None = None) -> Daemon:
-        d = Daemon(tmp_path / name, env)
-        made.append(d)
-        return d
-
-    yield _make
-    for d in made:
-        d.stop()
+    with daemons(tmp_path) as make:
+        yield make
 
 
 FOUR_SLOTS = {"MAX_CONCURRENT_JOBS": "4"}

@@ -49,7 +49,7 @@ def test_a_dead_daemons_escapees_are_ended_on_start(make_repo, daemon_factory):
     """kill -9 of the daemon while a job's `setsid env -i` process runs: the next daemon on that state dir
     kills it through the cgroup its predecessor made, before it recovers anything."""
     repo = make_repo()
-    d = daemon_factory(env={"ORCHESTRATOR_SANDBOX": "none"}).start()
+    d = daemon_factory(env={"ORCHESTRATOR_SANDBOX": "none"}, process=True).start()
     tag = a_tag()
     job = d.enqueue(repo, f"setsid env -i sleep {tag} & sleep 120", "--path", "x/")
     until("the escapee runs", lambda: running(tag), 60)

@@ -149,7 +149,7 @@ def test_a_jobs_path_is_the_login_path_first_without_the_daemons_venv():
 
 def test_a_template_named_like_a_builtin_is_a_config_error(daemon_factory):
     """`[runners.shell]` is refused at start with exit 78 and the key named."""
-    d = daemon_factory()
+    d = daemon_factory(process=True)
     (d.home / "config").mkdir(parents=True)
     (d.home / "config" / "config.toml").write_text('[runners.shell]\nargv = ["sh"]\n')
     d.start(wait=False)

@@ -14,8 +14,9 @@ from tests.harness import Daemon, until
 
 
 def restart(daemon_factory, d: Daemon, name: str) -> Daemon:  # type: ignore[no-untyped-def]
-    """A new daemon on the same home (stopped by the fixture at the end), logging to `home/<name>.log`."""
-    again = daemon_factory(name)
+    """A new daemon of the same kind on the same home (stopped by the fixture at the end), logging to
+    `home/<name>.log`."""
+    again = daemon_factory(name, process=isinstance(d, Daemon))
     again.home, again.env, again.socket = d.home, d.env, d.socket
     again.log_path = d.home / f"{name}.log"
     return again.start()
@@ -26,7 +27,7 @@ def test_runner_of_a_killed_daemon_is_ended_before_the_retry(make_repo, daemon_f
     repo = make_repo()
     ctl = tmp_path / "lines"
     ctl.write_text("600\n")  # the first run would append for 30 s
-    d = daemon_factory().start()
+    d = daemon_factory(process=True).start()
     job = d.enqueue(
         repo,
         f'n=$(cat {ctl}); i=0; while [ $i -lt $n ]; do echo "$$ $i" >> a.txt; i=$((i+1)); sleep 0.05; done',
@@ -74,7 +75,7 @@ def test_process_that_left_its_group_is_ended_with_its_job(make_repo, daemon_fac
 def test_process_that_left_its_group_is_ended_after_a_kill(make_repo, daemon_factory):
     """kill -9 the daemon while a job's `setsid` writer runs: the restarted daemon ends it before the retry."""
     repo = make_repo()
-    d = daemon_factory().start()
+    d = daemon_factory(process=True).start()
     job = d.enqueue(repo, f"{_ESCAPE} sleep 60", "--path", "a.txt", "--path", "esc.pid")
     worktree = Path(until("a worktree", lambda: d.cli_json("show", str(job)).get("worktree")))
     pid_file = worktree / "esc.pid"
@@ -128,7 +129,7 @@ def test_landing_killed_after_the_ref_moved_is_finished_on_restart(make_repo, da
     )
     hook.chmod(0o755)
     git(repo, "config", "core.fsmonitor", str(hook))
-    d = daemon_factory().start()
+    d = daemon_factory(process=True).start()
     job = d.enqueue(repo, "echo new > a.txt", "--path", "a.txt")
     until("main to move and the checkout update to stall", mark.exists, timeout=60)
     assert git(repo, "rev-parse", "main") != old

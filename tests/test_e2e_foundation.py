@@ -18,7 +18,7 @@ ADMISSION = {"admission.admitted", "admission.deferred", "admission.replan", "ad
 def test_three_shell_jobs_land_and_status_tells_the_truth(make_repo, daemon_factory):
     """Three shell jobs enqueued through the CLI all land with their changes; status and the log agree."""
     repo = make_repo()
-    d = daemon_factory().start("--burst", "--grace", "3")
+    d = daemon_factory(process=True).start("--burst", "--grace", "3")
     ids = [
         d.enqueue(repo, "echo one > one.txt", "--path", "one.txt"),
         d.enqueue(repo, "echo two > src/two.py", "--path", "src/two.py"),
@@ -81,7 +81,7 @@ def test_killed_daemon_restarts_where_it_was(make_repo, daemon_factory, tmp_path
     """SIGKILL while a job runs: on restart that job is interrupted, the others intact, and retry completes it."""
     repo = make_repo()
     gate = tmp_path / "gate"
-    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}).start()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}, process=True).start()
     slow = d.enqueue(repo, f"while [ ! -e {gate} ]; do sleep 0.05; done; echo slow > slow.txt", "--path", "slow.txt")
     queued = d.enqueue(repo, "echo later > later.txt", "--path", "later.txt")
     deadline = time.monotonic() + 20
@@ -90,7 +90,7 @@ def test_killed_daemon_restarts_where_it_was(make_repo, daemon_factory, tmp_path
         time.sleep(0.05)
     d.kill(signal.SIGKILL)
 
-    d2 = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"})
+    d2 = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}, process=True)
     d2.home, d2.log_path, d2.socket = d.home, d.home / "daemon2.log", d.socket
     d2.env = d.env
     d2.start()
@@ -204,7 +204,7 @@ def test_socket_is_private(daemon_factory):
 def test_second_daemon_on_the_same_home_is_refused(daemon_factory):
     """A second daemon on one home exits 1 with a clear message; the first keeps running."""
     d = daemon_factory().start()
-    second = daemon_factory()
+    second = daemon_factory(process=True)
     second.home, second.env, second.log_path = d.home, d.env, d.home / "second.log"
     second.start(wait=False)
     assert second.wait_exit(30) == 1
@@ -225,7 +225,7 @@ def test_sigterm_stops_gracefully_and_interrupts_running_jobs(make_repo, daemon_
     """SIGTERM: the daemon exits 0 promptly, the running job is interrupted and its process is gone."""
     repo = make_repo()
     pidfile = tmp_path / "runner.pid"
-    d = daemon_factory().start()
+    d = daemon_factory(process=True).start()
     job = d.enqueue(repo, f"echo $$ > {pidfile}; exec sleep 60", "--path", "slow.txt")
     deadline = time.monotonic() + 20
     while not pidfile.exists() or not pidfile.read_text().strip():
@@ -245,7 +245,7 @@ def test_sigterm_stops_gracefully_and_interrupts_running_jobs(make_repo, daemon_
         alive = False
     assert not alive, "no runner process outlives the daemon's shutdown"
 
-    d2 = daemon_factory()
+    d2 = daemon_factory(process=True)
     d2.home, d2.env, d2.log_path, d2.socket = d.home, d.env, d.home / "after.log", d.socket
     d2.start()
     shown = d2.cli_json("show", str(job))

@@ -6,19 +6,15 @@ without sleeping on guesses. Every wait loop is bounded.
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 from pathlib import Path
 
+from tests import harness
 from tests.conftest import FOUR_SLOTS, git
 
 
 def until(cond, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    harness.until(what, cond, timeout)
 
 
 def wait_for_file(path: Path, limit: int = 400) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 from orchestrator.commands import fit
 from tests.conftest import git
@@ -114,7 +113,7 @@ def test_why_tells_a_landing_waits_on_the_users_uncommitted_edit(started):
     text = d.cli("why", str(job)).stdout
     assert "landing (UserDirty)" in text and "starts now" not in text
     until(lambda: len([e for e in d.events() if e["event"] == "landing.waiting"]) >= 1, what="logged")
-    time.sleep(3.5)  # at least two retries of the landing
+    until(lambda: len(_attempts(d, job)) >= 3, what="two retries of the landing (the second one done)")
     waits = [e for e in d.events() if e["event"] == "landing.waiting"]
     assert len(waits) == 1 and waits[0]["code"] == "UserDirty", "logged when it starts, not on every retry"
     git(repo, "checkout", "--", "README.md")
@@ -126,3 +125,7 @@ def test_why_tells_a_landing_waits_on_the_users_uncommitted_edit(started):
     failed = [e for e in d.events() if e["event"] in ("job.failed", "job.cancelled", "landing.waiting")]
     assert all("code" in e for e in failed)
     assert json.loads(d.cli("why", str(job), "--json").stdout)["next"].startswith("nothing: it has landed")
+
+
+def _attempts(d, job: int) -> list[dict]:
+    return [e for e in d.events() if e["event"] == "landing.started" and e.get("job_id") == job]

@@ -98,7 +98,7 @@ async def test_memories_cut_by_a_kill_are_extracted_after_restart(daemon_factory
     try:
         home = tmp_path / "home"
         write_config(home, slow.url, extract_every=1)
-        d = daemon_factory("home").start()
+        d = daemon_factory("home", process=True).start()
         status, events = await turn(d.socket, "ann", "remember that my dog is called Rex")
         assert status == 200 and events[-1]["event"] == "done"
         for _ in range(200):  # the extraction call has reached the server

@@ -77,7 +77,7 @@ def test_unreadable_config_exits_78(tmp_path):
 def test_wait_and_follow_exit_3_when_the_daemon_dies(make_repo, daemon_factory):
     """`wait` and `logs -f` on a daemon that is killed exit 3 with a message, not a traceback."""
     repo = make_repo()
-    d = daemon_factory().start()
+    d = daemon_factory(process=True).start()
     job = d.enqueue(repo, "echo started; sleep 60", "--path", "x.txt")
     until("the job to run", lambda: d.cli_json("show", str(job))["state"] == "running")
     cmd = [sys.executable, "-m", "orchestrator"]
@@ -112,7 +112,7 @@ def test_graceful_stop_gives_jobs_sigterm_and_a_grace(make_repo, daemon_factory,
     """SIGTERM to the daemon: a running job gets SIGTERM first and may finish its cleanup in the grace period."""
     repo = make_repo()
     out = tmp_path / "out"
-    d = daemon_factory().start()
+    d = daemon_factory(process=True).start()
     cleanup = f"trap 'sleep 0.3; echo cleaned >> {out}; exit 0' TERM"
     job = d.enqueue(repo, f"{cleanup}; echo started >> {out}; while :; do sleep 0.1; done")
     until("the job to start", out.exists)

@@ -338,8 +338,9 @@ verbs = st.tuples(st.integers(0, 3), st.integers(1, N_JOBS))
 """A person's verb (cancel, reject, land, retry) on one job."""
 
 
-# A job whose task moved it to `running` while a round was deciding still counts as active (it is in the
-# scheduler's `running` until its task ends): a model that ended "starting" at that move fails here.
+# Job 1 cancelled after a round read it planned, admitted on that read, then retried and planned again while
+# the task of that admission lives: a retry that did not wait for that task (`Scheduler.settled`) lets the task
+# start the new attempt beside job 2, admitted meanwhile on the same path.
 @example(
     claim_paths=[{"a.py"}, {"a.py"}, {"b.py"}],
     lives_=[(False, False, False, Landed.LANDED)] * 3,

@@ -222,7 +222,7 @@ def test_a_rate_limited_job_frees_its_slot_and_its_limit_outlives_a_restart(make
     from tests.test_crash_recovery import restart
 
     repo = make_repo()
-    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"})
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}, process=True)
     (d.home / "config").mkdir(parents=True)
     (d.home / "config" / "config.toml").write_text(
         '[plan]\nplanner = "local"\n[runners.limited]\nrate_limits = "claude-code"\n'

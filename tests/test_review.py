@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from tests import harness
 from tests.conftest import git
 
 
 def until(cond, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    harness.until(what, cond, timeout)
 
 
 def _state(d, job: int) -> str:

@@ -74,7 +74,7 @@ def test_a_failed_job_is_revised_through_admission_and_survives_kill_9_in_its_ke
 
     repo = make_repo(files={"a.txt": "base\n", "b.txt": "b\n"})
     hold, go = tmp_path / "hold", tmp_path / "go"
-    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}).start()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}, process=True).start()
     # Round one writes half its work and fails; a revision appends the feedback, waiting for `go` first.
     script = (
         'if [ -z "$ORCHESTRATOR_FEEDBACK" ]; then echo half >> a.txt; exit 3; fi\n'

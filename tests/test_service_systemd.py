@@ -208,7 +208,7 @@ def test_daemon_speaks_notify_protocol(tmp_path: Path, make_repo, daemon_factory
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         s.bind(str(path))
         s.settimeout(0.5)
-        d = daemon_factory(env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1500000"})
+        d = daemon_factory(env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1500000"}, process=True)
         d.start(wait=False)
         seen: list[str] = []
         deadline = time.monotonic() + 30

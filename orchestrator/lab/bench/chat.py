@@ -525,18 +525,20 @@ async def _ttfa_step(args: argparse.Namespace, mode: str, default_slots: int) ->
             _stop(proc)
 
 
+def plan(policies: list[str], ns: list[int], slot_counts: list[int], run: int) -> list[tuple[str, int, int]]:
+    """Run `run`'s (policy, N, slots) steps. Policies innermost: gate and naive of one (slots, N) run back to back,
+    side by side; every other run in the reverse order, so a load that drifts during a run favours neither policy
+    over the runs."""
+    order = policies if run % 2 == 0 else policies[::-1]
+    return [(p, n, k) for k in slot_counts for n in ns for p in order]
+
+
 async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     from orchestrator.lab.bench import chat_report as report
     from orchestrator.lab.doubles.ollama import profile_named
 
     real = args.ollama or args.llama_server
     slot_counts = args.slots or [1 if real else profile_named(args.double).num_parallel]
-
-    def plan(run: int) -> list[tuple[str, int, int]]:
-        """Policies innermost: gate and naive of one (slots, N) run back to back, side by side; every other run
-        in the reverse order, so a load that drifts during a run favours neither policy over the runs."""
-        order = policies if run % 2 == 0 else policies[::-1]
-        return [(p, n, k) for k in slot_counts for n in args.n for p in order]
 
     sweep = [
         ("gate", n, k) for k in args.sweep_slots or [] for n in args.n if k not in slot_counts or "gate" not in policies
@@ -546,7 +548,9 @@ async def _main(args: argparse.Namespace, policies: list[str]) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     steps: list[tuple[int, str, int | str, int]] = [
-        (run, *step) for run in range(args.repeat) for step in ([] if args.only_ttfa else plan(run) + sweep)
+        (run, *step)
+        for run in range(args.repeat)
+        for step in ([] if args.only_ttfa else plan(policies, args.n, slot_counts, run) + sweep)
     ]
     steps += [(0, "ttfa", m, 0) for m in (("typing", "burst") if args.ttfa_sessions > 0 else ())]
     rows: list[dict[str, Any]] = []
