@@ -93,7 +93,6 @@ def run(tmux_path: str, dir_: Path, command: Sequence[str]) -> int:
     held = 'read _ < "$0"; "$@"; echo "$?" > "$0.status"'
     pane = ["sh", "-c", held, str(dir_ / "gate"), *command]
     size = ["-x", str(WIDTH), "-y", str(HEIGHT)]
-    subprocess.run([*base, "new-session", "-d", "-s", SESSION, *size, "--", *pane], check=True, timeout=30)
 
     def end(*_: object) -> None:
         pane = subprocess.run([*base, "display-message", "-p", "-t", SESSION, "#{pane_pid}"], capture_output=True,
@@ -111,6 +110,7 @@ def run(tmux_path: str, dir_: Path, command: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, end)
     signal.signal(signal.SIGALRM, stuck)
     try:
+        subprocess.run([*base, "new-session", "-d", "-s", SESSION, *size, "--", *pane], check=True, timeout=30)
         out_fifo = shlex.quote(str(dir_ / "out"))
         subprocess.run([*base, "pipe-pane", "-O", "-t", SESSION, f"cat >> {out_fifo}"], check=True, timeout=30)
         signal.alarm(START_WAIT)  # the two FIFOs open once their other ends do: never wait on them for ever
