@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,51 @@ def test_a_disjoint_pair_is_held_apart_exactly_when_its_estimate_is_above_plan_r
 def test_a_base_the_clone_lacks_says_what_to_do(shop: Path, tmp_path: Path) -> None:  # noqa: F811
     with pytest.raises(tickets.TicketsError, match=r"is not in .*clone a fork with its full history"):
         tickets.run(_ticket_file(tmp_path, "0" * 40), shop.parent, None, 0.03, "source")
+
+
+def test_pairs_run_at_once_whose_fixes_would_not_merge_are_counted_from_the_fixes_in_the_history(
+    shop: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two tickets claim different modules but were both fixed in cart.py, one fix on top of the other (found by
+    the pull request number in their messages): admitted at once, their fixes meet and would not merge; a ticket
+    whose fix named no request and touched exactly its gold files is found by its files."""
+    repo = tmp_path / "shop"
+    git(tmp_path, "clone", "-q", str(shop), str(repo))
+    base = git(repo, "rev-parse", "HEAD")
+    when = int(git(repo, "show", "-s", "--format=%ct", base))
+    cart = (shop / "src/shop/cart.py").read_text()
+    def commit(path: str, text: str, message: str, after: int) -> None:
+        (repo / path).write_text(text)
+        at = f"{when + after} +0000"
+        env = {**os.environ, "GIT_AUTHOR_DATE": at, "GIT_COMMITTER_DATE": at}
+        subprocess.run(["git", "commit", "-qam", message], cwd=repo, check=True, env=env)
+
+    commit("src/shop/cart.py", cart + "x = 1\n", "Fix receipts (#101)", 60)
+    commit("src/shop/cart.py", cart + "x = 2\n", "Fix totals (#102)", 120)
+    commit("src/shop/search.py", "def find_products(query):\n    return [query]\n", "Search finds accents", 300)
+    rows = [
+        ("shop__shop-101", "send_receipt sends every receipt twice\n\nCustomers get two mails.", ["src/shop/cart.py"]),
+        ("shop__shop-102", TICKETS[0][1], ["src/shop/cart.py"]),
+        ("shop__shop-7", TICKETS[3][1], ["src/shop/search.py"]),
+    ]
+    path = tmp_path / "tickets.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"instance_id": i, "repo": "acme/shop", "base_commit": base, "problem_statement": text,
+                        "gold_files": gold, "test_files": []}) + "\n"
+            for i, text, gold in rows
+        )
+    )  # fmt: skip
+    r = tickets.run(path, tmp_path, None, 0.99, "source")
+    fixes = {t["id"]: t["fix"] for t in r["per_ticket"]}
+    log = git(repo, "log", "--format=%H %s").splitlines()
+    by_subject = {line.split(" ", 1)[1]: line.split(" ", 1)[0] for line in log}
+    assert fixes == {
+        "shop__shop-101": by_subject["Fix receipts (#101)"],
+        "shop__shop-102": by_subject["Fix totals (#102)"],
+        "shop__shop-7": by_subject["Search finds accents"],
+    }
+    o = r["overall"]
+    assert (o["fn_pairs"], o["run_and_met_fixes_known"], o["run_and_not_merged"]) == (1, 1, 1)
+    assert o["run_and_not_merged_share"] == round(1 / 3, 4) and o["fixes_known"] == 3

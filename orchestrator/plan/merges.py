@@ -62,12 +62,19 @@ def result(
     repo: pygit2.Repository, earlier: pygit2.Commit, later: pygit2.Commit, is_union: merging.Mergeable
 ) -> Result:
     """Replay `later` onto `earlier`'s parent, then merge it with `earlier` (both on their first parents)."""
+    return conflicts(repo, earlier, later, is_union)[0]
+
+
+def conflicts(
+    repo: pygit2.Repository, earlier: pygit2.Commit, later: pygit2.Commit, is_union: merging.Mergeable
+) -> tuple[Result, tuple[str, ...]]:
+    """`result`, with the paths that did not apply or did not merge."""
     base = earlier.parents[0].tree
-    onto, conflicts = merging.merged_trees(repo, later.parents[0].tree, base, later.tree, is_union)
+    onto, paths = merging.merged_trees(repo, later.parents[0].tree, base, later.tree, is_union)
     if onto is None:
-        return Result.DEPENDENT
-    _, conflicts = merging.merged_trees(repo, base, earlier.tree, onto, is_union)
-    return Result.CONFLICT if conflicts else Result.CLEAN
+        return Result.DEPENDENT, paths
+    _, paths = merging.merged_trees(repo, base, earlier.tree, onto, is_union)
+    return (Result.CONFLICT, paths) if paths else (Result.CLEAN, ())
 
 
 def record(

@@ -16,9 +16,9 @@ Merge commits are not replayed: a job is one authored change with its own messag
 them; the commits it brings are replayed instead, each on its own parent. `--merges` replays the
 first-parent line as it is (each merge one change, the commits it brings none), for comparison.
 
-    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--merges] [--risk 0.05] [--json]
-    orchestrator bench predict --history [FILE.jsonl] [--limit N] [--risk 0.05] [--json]
-    orchestrator bench predict --tickets FILE --repos DIR [--only R,..] [--risk 0.05] [--scope source|all] [--json]
+    orchestrator bench predict --repo PATH [--range A..B] [--limit N] [--merges] [--risk 0.08] [--json]
+    orchestrator bench predict --history [FILE.jsonl] [--limit N] [--risk 0.08] [--json]
+    orchestrator bench predict --tickets FILE --repos DIR [--only R,..] [--risk 0.08] [--scope source|all] [--json]
 
 `--history` replays a touch-pattern file (`{"sha", "parent", "subject", "files": [[path, +, -], ...]}` per
 line, oldest first; without FILE the one that ships with the package, 496 changes of a public project) on

@@ -14,8 +14,10 @@ Then every pair of tickets of one repository is put to admission (`core.admissio
 decision the daemon makes): one active, the other waiting. A pair *truly overlaps* when its gold files
 meet. Reported: FN-concurrency (truly overlapping pairs admission lets run at once, over all truly
 overlapping pairs) and over-serialisation (disjoint pairs held apart, over all disjoint pairs), per
-repository and overall, beside published anchors. `--scope source` (the default) leaves tests and docs
-out of claims and risks, as the gold files leave them out; `--scope all` keeps them.
+repository and overall, beside published anchors. And what costs: of the pairs run at once whose fixes meet,
+those whose fixes would not merge (`plan.merges.result`), where both fixes can be found in the clone's history
+(`fix_commit`: a ticket set has the fixes' files, not the fixes). `--scope source` (the default) leaves tests and
+docs out of claims and risks, as the gold files leave them out; `--scope all` keeps them.
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pygit2
+
 from orchestrator.core import claims
 from orchestrator.core.admission import clear_caches, decide
 from orchestrator.core.models import Claim, JobView, Policy, Snapshot
 from orchestrator.core.risk import Escapes, pair_risk
+from orchestrator.git import merging
 from orchestrator.lab.bench import schedule as sched
 from orchestrator.plan import index as index_mod
-from orchestrator.plan import record
+from orchestrator.plan import merges, record
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import KEEP, History, mine
 from orchestrator.plan.kinds import is_doc, is_test
@@ -73,6 +78,8 @@ class Ticket:
     move_seconds: float = 0.0
     rank: int | None = None
     p_gold: float = 0.0
+    fix: str | None = None
+    """The commit that fixed it in the clone's history, where one can be told (`fix_commit`)."""
 
 
 def load(path: Path, limit: int | None = None) -> list[Ticket]:
@@ -143,6 +150,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
     calibration = record.fit(samples, MERGEABLE, scope)
     record_s = time.perf_counter() - t0
     index = index_mod.for_repo(clone)
+    taken: set[str] = set()
     for t in tickets:
         mine_ = _ancestors(clone, t.base, KEEP)
         history = History([c for c in changes if c.sha in mine_][-KEEP:])
@@ -158,11 +166,54 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
         gold = sorted(t.gold)[0] if t.gold else ""
         t.rank = ranked.index(gold) + 1 if gold in ranked else None
         t.p_gold = next((float(r["p"]) for r in plan.ranking if r["path"] == gold), 0.0)
+        t.fix = fix_commit(clone, t, taken)
     return {
         "replayed": len(samples),
         "calibration": calibration.to_json() if calibration is not None else None,
         "record_seconds": round(record_s, 1),
     }
+
+
+FIX_WITHIN = 2 * 365 * 86400
+"""How long after a ticket's base its fix is looked for."""
+
+
+def fix_commit(clone: Path, t: Ticket, taken: set[str] | None = None) -> str | None:
+    """The commit that fixed `t` in the clone's history, where one can be told, descending from its base and
+    within `FIX_WITHIN` after it: the one whose message names its pull request (`#N` of an instance id
+    `owner__name-N`; a merge stands for the whole request, against its first parent), else the first authored
+    commit whose source files, tests, docs and changelogs aside, are exactly its gold files and that no other
+    ticket took (`taken`). A fix found neither way is not told (None)."""
+    taken = set() if taken is None else taken
+    since, until = f"--since=@{t.time}", f"--until=@{t.time + FIX_WITHIN}"
+    number = t.id.rsplit("-", 1)[-1]
+    if number.isdigit():
+        named = _git(clone, "log", "--all", "--format=%H", since, until, "-E", f"--grep=#{number}([^0-9]|$)")
+        for sha in reversed(named.split()):
+            if sha not in taken and _descends(clone, t.base, sha):
+                taken.add(sha)
+                return sha
+    if not t.gold:
+        return None
+    args = ("log", "--all", "--no-merges", "--reverse", "--format=%H", since, until, "--", *sorted(t.gold))
+    for sha in _git(clone, *args).split()[:FIX_CANDIDATES]:
+        if sha in taken:
+            continue
+        files = _git(clone, "diff-tree", "--no-commit-id", "--name-only", "-r", sha).split("\n")
+        source = {f for f in files if f and not is_test(f) and not is_doc(f) and not claims.matches(f, MERGEABLE)}
+        if source == t.gold and _descends(clone, t.base, sha):
+            taken.add(sha)
+            return sha
+    return None
+
+
+FIX_CANDIDATES = 40
+"""Commits touching a ticket's gold files that `fix_commit` looks at."""
+
+
+def _descends(clone: Path, base: str, sha: str) -> bool:
+    out = subprocess.run(["git", "-C", str(clone), "merge-base", "--is-ancestor", base, sha], capture_output=True)
+    return out.returncode == 0
 
 
 def _ancestors(clone: Path, rev: str, n: int) -> frozenset[str]:
@@ -180,19 +231,26 @@ def scoped(claim: Claim, scope: str) -> Claim:
     return replace(claim, paths=keep, risk=risk)
 
 
-def pairs(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, Any]:
-    """Every pair of one repository's tickets put to admission: one active, the other waiting."""
+def pairs(tickets: Sequence[Ticket], policy: Policy, scope: str, clone: Path | None = None) -> dict[str, Any]:
+    """Every pair of one repository's tickets put to admission: one active, the other waiting. With `clone`, each
+    pair admitted at once whose fixes meet is merged (`plan.merges.result`, the later fix replayed on the earlier
+    one's base, then merged with it) where both fixes are known (`fix_commit`): would it merge?"""
     clear_caches()
     views = [JobView(i + 1, "repo", "main", scoped(t.claim, scope)) for i, t in enumerate(tickets)]
     fn = overlapping = over = disjoint = 0
+    run_met: list[tuple[Ticket, Ticket]] = []
     for (i, a), (j, b) in itertools.combinations(enumerate(tickets), 2):
         together = decide(views[j], Snapshot(active=(views[i],), waiting=(views[j],), policy=policy)).admitted
         if claims.PathIndex(a.gold).meeting(b.gold):
             overlapping += 1
             fn += together
+            if together:
+                run_met.append((a, b))
         else:
             disjoint += 1
             over += not together
+    known = [(a, b) for a, b in run_met if a.fix and b.fix]
+    failed = sum(not merged for merged in _merged(clone, known)) if clone is not None else 0
     return {
         "pairs": overlapping + disjoint,
         "overlapping": overlapping,
@@ -200,12 +258,36 @@ def pairs(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, An
         "fn_pairs": fn,
         "over_serialisation": round(over / disjoint, 4) if disjoint else None,
         "held_apart": over,
+        "run_and_met_fixes_known": len(known),
+        "run_and_not_merged": failed,
+        "run_and_not_merged_share": _share(failed, overlapping + disjoint),
     }
 
 
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _merged(clone: Path, pairs_: Sequence[tuple[Ticket, Ticket]]) -> list[bool]:
+    """Whether each pair's fixes would have merged (the later fix, by time, replayed on the earlier one's base)."""
+    out = []
+    with merging.scratch(clone) as git:
+        for a, b in pairs_:
+            assert a.fix is not None and b.fix is not None
+            fa, fb = git[a.fix].peel(pygit2.Commit), git[b.fix].peel(pygit2.Commit)
+            earlier, later = (fa, fb) if fa.commit_time <= fb.commit_time else (fb, fa)
+            is_union = merging.union_paths(git, earlier.id, lambda p: claims.matches(p, MERGEABLE))
+            _, paths = merges.conflicts(git, earlier, later, is_union)
+            # A pull request's merge may bring files beside its fix (a branch behind its mainline): only the fixes'
+            # own files, and their tests, count.
+            own = claims.PathIndex(a.gold | b.gold | a.tests | b.tests)
+            out.append(not own.meeting(paths))
+    return out
+
+
 def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]:
-    """For each pair of one repository's tickets whose claims are disjoint and both estimated: the risk
-    admission estimates for it, and whether their gold files really meet."""
+    """For each pair of one repository's tickets whose claims are disjoint and both estimated: the chance that
+    they meet as admission estimates it (the risk's first factor), and whether their gold files really meet."""
     scoped_ = [scoped(t.claim, scope) for t in tickets]
     escapes = [Escapes.of(c.risk) for c in scoped_]
     out = []
@@ -214,7 +296,7 @@ def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]
         if escapes[i] is None or escapes[j] is None or claims.PathIndex(ca.paths).meeting(cb.paths):
             continue
         met = bool(claims.PathIndex(a.gold).meeting(b.gold))
-        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths).risk, met))
+        out.append((pair_risk(escapes[j], cb.paths, escapes[i], ca.paths).meet, met))
     return out
 
 
@@ -278,7 +360,7 @@ def run(
     for name, ts in sorted(by_repo.items()):
         clone = clone_of(repos_dir, name)
         facts = plan_repo(clone, ts, scope)
-        row = {**summary(ts, policy, scope), **pairs(ts, policy, scope), "record": facts}
+        row = {**summary(ts, policy, scope), **pairs(ts, policy, scope, clone), "record": facts}
         points += estimates(ts, scope)
         rows[name] = row
         print(
@@ -286,7 +368,7 @@ def run(
             f"over-serialisation {_fmt(row['over_serialisation'])}",
             file=sys.stderr,
         )
-        for k in ("pairs", "overlapping", "fn_pairs", "held_apart"):
+        for k in ("pairs", "overlapping", "fn_pairs", "held_apart", "run_and_met_fixes_known", "run_and_not_merged"):
             totals[k] += row[k]
     every = [t for ts in by_repo.values() for t in ts]
     others = []
@@ -308,6 +390,8 @@ def run(
         **dict(totals),
         "fn_concurrency": round(totals["fn_pairs"] / totals["overlapping"], 4) if totals["overlapping"] else None,
         "over_serialisation": round(totals["held_apart"] / disjoint, 4) if disjoint else None,
+        "run_and_not_merged_share": _share(totals["run_and_not_merged"], totals["pairs"]),
+        "fixes_known": sum(t.fix is not None for t in every),
     }
     return {
         "tickets_file": str(path),
@@ -327,6 +411,7 @@ def run(
                 "gold": sorted(t.gold),
                 "gold_rank": t.rank,
                 "gold_p": round(t.p_gold, 4),
+                "fix": t.fix,
                 "seconds": round(t.seconds, 3),
             }
             for t in every
@@ -355,11 +440,18 @@ def print_report(r: dict[str, Any]) -> None:
     for name, row in r["repos"].items():
         line(name, row)
     line("overall", r["overall"])
+    o = r["overall"]
+    print(
+        f"  run at once and their fixes would not merge: {o['run_and_not_merged']} of {o['pairs']} pairs "
+        f"({_fmt(o['run_and_not_merged_share'])}); of the {o['fn_pairs']} pairs run at once whose fixes meet, "
+        f"{o['run_and_met_fixes_known']} have both fixes found in the history ({o['fixes_known']} of "
+        f"{o['tickets']} tickets' fixes found)"
+    )
     for f in r.get("frontier", ()):
         fn, over = _fmt(f["fn_concurrency"]), _fmt(f["over_serialisation"])
         print(f"  at plan.risk {f['risk']:.0%}: FN-concurrency {fn}, over-serialisation {over}")
     if r.get("calibration"):
-        print("  estimated risk of the pairs with disjoint claims against how often their fixes really met:")
+        print("  estimated chance of meeting of the pairs with disjoint claims against how often their fixes met:")
         for b in r["calibration"]:
             print(
                 f"    {b['from']:>4.0%} to {b['to']:>4.0%}: {b['pairs']:>5} pairs, estimated {b['estimated']:>6.1%}, "
