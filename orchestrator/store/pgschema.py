@@ -175,4 +175,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE nodes ADD COLUMN lease DOUBLE PRECISION NOT NULL DEFAULT 30;
     ALTER TABLE jobs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;
     """,
+    # 9: each job's order sealed under the team's secret (`core.seal`), which this database never holds: a node runs
+    # only an order a node of the team sealed. Jobs queued before have none: no node runs them (queue them again).
+    """
+    ALTER TABLE jobs ADD COLUMN seal TEXT NOT NULL DEFAULT '';
+    """,
 )
