@@ -37,14 +37,15 @@ class TeamNode:
         self.board = board
         self.scheduler = scheduler
         self.git_timeout = git_timeout
-        self.every = store.lease / 3
+        self.every = store.team.lease / 3
         self._task: asyncio.Task[None] | None = None
         self._heard: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        await self.store.listen(self._foreign)
+        await self.store.team.listen(self._foreign)
         olog.get().info(
-            olog.Event.TEAM_JOINED, node=self.store.node, labels=list(self.store.labels), lease=self.store.lease,
+            olog.Event.TEAM_JOINED, node=self.store.node, labels=list(self.store.team.labels),
+            lease=self.store.team.lease,
             store=str(self.store.path),
         )  # fmt: skip
         self._task = asyncio.create_task(self._loop(), name="team-node")
@@ -62,8 +63,8 @@ class TeamNode:
         task.add_done_callback(self._heard.discard)
 
     async def _heard_of(self, ids: set[int]) -> None:
-        if self.store.remote_moved and isinstance(self.scheduler.facts, TeamFacts):
-            self.store.remote_moved = False
+        if self.store.team.remote_moved and isinstance(self.scheduler.facts, TeamFacts):
+            self.store.team.remote_moved = False
             self.scheduler.facts.forget()
         try:
             await self.board.foreign(ids)
@@ -82,18 +83,15 @@ class TeamNode:
 
     async def beat(self) -> None:
         """One renewal: the lease, the notification connection, lapsed jobs taken over, cancels from elsewhere."""
-        await self.store.renew()
-        await self.store.relisten()
-        taken = 0
-        for job in await self.store.lapsed():
-            taken += await self.take_over(job)
+        await self.store.team.renew()
+        await self.store.team.relisten()
+        for job in await self.store.team.lapsed():
+            await self.take_over(job)
         await self._cancelled_elsewhere()
-        if taken:
-            await self.board.announce()
 
     async def take_over(self, job: Job) -> bool:
         landed = await self._landed(job) if job.state is JobState.LANDING else None
-        done = await self.store.take_over(job, landed=landed)
+        done = await self.board.take_over(job, landed=landed)
         if done is not None:
             olog.get(job_id=job.id, repo=job.repo).warning(
                 olog.Event.TEAM_TAKEOVER, node=job.node, was=str(job.state), now=str(done.state), landed=landed
@@ -103,7 +101,7 @@ class TeamNode:
     async def _landed(self, job: Job) -> str | None:
         """The commit a dead node's push of this job put on the remote, if its journal says it tried and the remote
         branch holds it."""
-        intents = await self.store.remote_intents(job.id)
+        intents = await self.store.journal.remote(job.id)
         if not intents:
             return None
         remote = await asyncio.to_thread(clones.remote_of, job.repo, job.branch)
@@ -117,7 +115,7 @@ class TeamNode:
         running = list(self.scheduler.running)
         if not running:
             return
-        for job in await self.store.get_many(running):
+        for job in await self.store.jobs.many(running):
             if job.state is JobState.CANCELLED and job.id in self.scheduler.running:
                 olog.get(job_id=job.id, repo=job.repo).info(olog.Event.TEAM_CANCELLED_ELSEWHERE, state=str(job.state))
                 # Its state is written already; the stop's own write (expecting `running`) backs off.
