@@ -44,6 +44,7 @@ from orchestrator.paths import open_private, private_dir
 __all__ = [
     "ADMIN",
     "MAX_FILE_BYTES",
+    "Rebased",
     "ResultRefused",
     "Workspace",
     "WorkspaceError",
@@ -64,6 +65,18 @@ _OWN_CONFIG = (
 )  # fmt: skip
 _INFO_FILES = ("exclude", "attributes")
 """Files of the repository's `info/` a workspace inherits: ignore rules and attributes the user set there."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rebased:
+    """What bringing a kept workspace to a new base did (`Workspace.rebase`)."""
+
+    old: str
+    new: str
+    moved: tuple[str, ...]
+    """The paths that changed between the two bases (merged into the job's files)."""
+    yours: dict[str, bytes]
+    """Files where the job's edit conflicted with the new base's: the job's version (the files hold the base's)."""
 
 
 class WorkspaceError(RuntimeError):
@@ -278,6 +291,41 @@ class Workspace:
         _write(self.admin / "HEAD", f"{base}\n")
         self._inherit_info(common)
         self.git("read-tree", base)  # the index only: the files are not touched
+
+    def rebase(self, new: str, branch: str | None) -> Rebased:
+        """Bring a kept workspace (its job's processes all ended) from its base to `new`: what changed between them
+        is merged into the job's files, three-way, and `new` becomes its base (the admin dir and the job's own git
+        dir point at it), so its change is its files' difference from `new`. Where the job's edit and the new base's
+        conflict, the file is the new base's and the job's version is handed back (`Rebased.yours`) instead:
+        a conflict never stays in the files as markers that could land.
+
+        The files are written by git from the admin dir (`read-tree --reset -u`), which never writes through a
+        link the job left where a directory belongs."""
+        repo = self.repo()
+        old = self.head()
+        old_tree, new_tree = (repo.revparse_single(r).peel(pygit2.Tree) for r in (old, new))
+        ours = repo[self.tree(record=False)].peel(pygit2.Tree)
+        moved = sorted({p for d in old_tree.diff_to_tree(new_tree).deltas for p in (d.old_file.path, d.new_file.path)})
+        index = repo.merge_trees(old_tree, ours, new_tree)
+        yours: dict[str, bytes] = {}
+        for entries in list(index.conflicts or ()):
+            _, mine, landed = entries
+            if mine is not None and mine.mode != pygit2.enums.FileMode.LINK:
+                blob = repo[mine.id]
+                if isinstance(blob, pygit2.Blob):
+                    yours[mine.path] = blob.data
+            for path in {e.path for e in entries if e is not None}:
+                left = index.conflicts
+                if left is not None and path in left:
+                    del left[path]
+            if landed is not None:
+                index.add(pygit2.IndexEntry(landed.path, landed.id, landed.mode))
+        merged = index.write_tree(repo)
+        self.git("read-tree", "--reset", "-u", str(merged))  # the files: the job's change on the new base
+        self.git("read-tree", "--reset", new)  # the admin index: the new base (the files stay as they are)
+        _write(self.admin / "HEAD", f"{new}\n")
+        self._point(new, branch)
+        return Rebased(old, new, tuple(moved), yours)
 
     def move(self, dest: Workspace) -> None:
         """Rename files and admin dir together (the admin dir names no path, so nothing else changes)."""

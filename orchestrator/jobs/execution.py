@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -25,16 +26,16 @@ from orchestrator.core.lifecycle import RunEnd
 from orchestrator.core.models import ACTIVE, Code, JobEvent, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
-from orchestrator.git.workspace import ResultRefused
-from orchestrator.git.worktrees import WorktreePool
+from orchestrator.git.workspace import Rebased, ResultRefused, Workspace, remove_tree
+from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs import escapes, joblog, quota
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.door import Door, Doors
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
-from orchestrator.jobs.rerun import Rerun, requeue
+from orchestrator.jobs.rerun import Rerun, hold, requeue
 from orchestrator.llm import pricing
-from orchestrator.paths import Paths
+from orchestrator.paths import Paths, open_private, private_dir
 from orchestrator.runners import Runner, ratelimit
 from orchestrator.runners import get as get_runner
 from orchestrator.runners.base import RunContext, RunResult
@@ -163,12 +164,29 @@ class Executor:
     def _policy(self) -> lifecycle.LandingPolicy:
         return lifecycle.LandingPolicy(self.cfg.jobs.retry_on_conflict, self.cfg.jobs.max_attempts)
 
-    async def _rerun(self, job: Job, rerun: Rerun, ran: float) -> Job:
-        """The attempt stopped (its runner is done): back to the queue behind what it met, or conflicted."""
+    async def _rerun(self, job: Job, rerun: Rerun, ran: float, *, resumes: bool = False) -> Job:
+        """The attempt stopped (its runner is done): back to the queue behind what it met, or conflicted; with
+        `resumes` (an agent CLI that goes on with its session), waiting to go on in its kept worktree instead."""
         current = await self.board.store.get(job.id) or job
         if current.state is not JobState.RUNNING:
             raise _Moved(current)
+        if resumes:
+            return await hold(self.board, self.pool, self._policy(), current, rerun, ran)
         return await requeue(self.board, self.pool, self._policy(), current, rerun, ran)
+
+    async def _moved_on(self, job: Job, worktree: Path, resume: str) -> tuple[Job, str]:
+        """A job stopped on a real conflict goes on in its kept worktree from the head (`moved_from`): what moved is
+        merged into its files (`Workspace.rebase`), each file where its edit conflicted left as landed with its own
+        version beside it in its private dir, and its agent is told."""
+        done = await asyncio.to_thread(Workspace.at(worktree).rebase, str(job.base), branch_name(job.id))
+        yours = self.paths.job_private(job.id) / "yours"
+        await asyncio.to_thread(_hand_back, yours, done.yours)
+        note = _moved_note(done, yours)
+        job = _still(await self.board.update(job.id, RUNNING, moved_from="", feedback=f"{resume}\n\n{note}"), job)
+        olog.get().info(
+            olog.Event.JOB_MOVED_ON, old=done.old, new=done.new, moved=len(done.moved), yours=sorted(done.yours)
+        )
+        return job, job.feedback
 
     async def _beside(self, job: Job) -> tuple[int, ...]:
         """The other active jobs of the job's repository and branch (their landings can move its base)."""
@@ -337,6 +355,8 @@ class Executor:
             worktree = self.pool.path_for(repo, job.id)
             if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
                 raise RuntimeError(f"its worktree {worktree} is gone; nothing to go on from")
+            if job.moved_from:
+                job, resume = await self._moved_on(job, worktree, resume)
         else:
             worktree = await self.pool.acquire(repo, job.id, base)
             if self.on_acquired is not None:
@@ -422,8 +442,9 @@ class Executor:
         await a.watcher.stop()
         if not isinstance(outcome, Rerun):
             behind = await self._beside(job)
-            outcome = Rerun(outcome.summary, behind, settles=bool(behind))
-        return await self._rerun(job, outcome, ran)
+            return await self._rerun(job, Rerun(outcome.summary, behind, settles=bool(behind)), ran)
+        # An agent CLI that resumes its session goes on from where it was stopped; any other runs again.
+        return await self._rerun(job, outcome, ran, resumes=bool(getattr(a.runner, "resumes", False)))
 
     async def _escaped(self, a: Attempt, job: Job, result: RunResult) -> RunResult:
         """`result`, or a failure when the job wrote the user's checkout while it ran (no sandbox to stop it)."""
@@ -539,3 +560,31 @@ async def _stop_watching(watcher: ChangeWatcher) -> None:
 async def _close_door(door: Door) -> None:
     """The job's door closes with its run, even when the run is being cancelled."""
     await asyncio.shield(door.close())
+
+
+def _hand_back(where: Path, yours: dict[str, bytes]) -> None:
+    """The job's own versions of the files its edit conflicted in, under `where` (made afresh, 0700)."""
+    remove_tree(where)
+    for rel, data in yours.items():
+        dest = where / rel
+        private_dir(dest.parent)
+        fd = open_private(dest, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+
+def _moved_note(done: Rebased, yours: Path) -> str:
+    """What a job's agent is told when it goes on from the new head: what moved, and where its edits conflicted."""
+    shown = ", ".join(done.moved[:20]) + (f" and {len(done.moved) - 20} more" if len(done.moved) > 20 else "")
+    note = (
+        f"While you were stopped, the branch moved from {done.old[:12]} to {done.new[:12]} in {len(done.moved)} "
+        f"path{'s' if len(done.moved) != 1 else ''} ({shown}); that is merged into your working tree, which now "
+        "starts from the new head."
+    )
+    if done.yours:
+        files = ", ".join(sorted(done.yours))
+        note += (
+            f" Your edits to {files} conflicted with it: those files now hold the landed version, and yours are kept "
+            f"read-only under {yours}/ (same paths). Make your change again on top of the landed version."
+        )
+    return note + " Go on with your task from there."

@@ -182,6 +182,12 @@ class CommandRunner:
         self.sandbox = sandbox
 
     @property
+    def resumes(self) -> bool:
+        """Its CLI goes on with its own session (`resume_argv`): a job stopped on a real conflict goes on from
+        where it was, on the new head, instead of starting again."""
+        return bool(self.template.resume_argv)
+
+    @property
     def wants_door(self) -> bool:
         """Its CLI is told of the job's MCP server (`mcp`): the executor opens the job's door for it."""
         return bool(self.template.mcp)
