@@ -78,6 +78,13 @@ class JobsConfig:
     min_free_bytes: int = 256 * 2**20
     """Free room a running job's disk keeps (bytes); under it every job writing there is stopped (code NoSpace)
     before the disk is full. 0: no floor."""
+    max_result_bytes: int = 256 * 2**20
+    """Bytes a job's result may add to the repository in all (its new and changed files); past it nothing is
+    committed (code TooBig). 0: no limit."""
+    pids_max: int = 1024
+    """Processes and threads one command of a job may have at once (its cgroup's `pids.max`). 0: no limit."""
+    memory_max: int = 0
+    """Bytes of memory one command of a job may use (its cgroup's `memory.max`); 0: half the machine's memory."""
 
 
 @dataclass(frozen=True)
@@ -411,6 +418,9 @@ rate_limit_waits = 5      # waits per job; limited once more, it fails (code Rat
 max_tracked_paths = 10000  # a running job's touched paths listed at most; past that it claims the whole repo
 max_bytes = 21474836480   # disk one running job's workspace and scratch dirs may take (20 GiB); past it: TooBig
 min_free_bytes = 268435456  # free room kept on a running job's disk (256 MiB); under it jobs stop: NoSpace
+max_result_bytes = 268435456  # bytes a job's result may add to your repository (256 MiB); past it: TooBig
+pids_max = 1024           # processes and threads one command of a job may have (its cgroup's pids.max; 0: none)
+memory_max = 0            # bytes one command of a job may use (its cgroup's memory.max); 0: half the machine's RAM
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -588,7 +598,7 @@ def _check_jobs(cfg: Config) -> None:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.jobs.max_tracked_paths < 1:
         raise ConfigError("jobs.max_tracked_paths: must be at least 1")
-    for name in ("max_bytes", "min_free_bytes"):
+    for name in ("max_bytes", "min_free_bytes", "max_result_bytes", "pids_max", "memory_max"):
         if getattr(cfg.jobs, name) < 0:
             raise ConfigError(f"jobs.{name}: must be 0 (no limit) or a number of bytes")
     if not (cfg.jobs.rate_limit_wait > 0 and cfg.jobs.rate_limit_max_wait > 0):

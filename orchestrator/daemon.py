@@ -54,7 +54,7 @@ from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
-from orchestrator.proc import jobpath, process
+from orchestrator.proc import cgroups, jobpath, process
 from orchestrator.proc import sandbox as sandboxes
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import Runner, registry
@@ -243,8 +243,10 @@ class Daemon:
         parts.push_async_callback(store.close)
         parts.push_async_callback(notifier.close)
         # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
-        no_cgroups = await asyncio.to_thread(process.use_cgroups)
-        olog.get().info(olog.Event.PROCESS_CGROUPS, used=not no_cgroups, reason=no_cgroups or None)
+        limits = cgroups.Limits.of(self.cfg.jobs.pids_max, self.cfg.jobs.memory_max)
+        used, why = await asyncio.to_thread(process.use_cgroups, limits)
+        shown = process.CGROUPS.shown() if process.CGROUPS is not None else None
+        olog.get().info(olog.Event.PROCESS_CGROUPS, used=used, limits=shown, reason=why or None)
         # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
         await end_survivors(store, grace=self.cfg.jobs.kill_grace)
         board = Board(store)
@@ -344,7 +346,9 @@ class Daemon:
         """What no confined job may see: the daemon's dirs, its env file and, in team mode, the store's sockets and
         password files (`team.reach`)."""
         homes = (Path(os.environ.get("HOME") or Path.home()), Path(pwd.getpwuid(os.getuid()).pw_dir))
-        own = (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir, unit.env_file())
+        # The service's env file, and the default place of one (a key kept there with ORCHESTRATOR_HOME set too).
+        env_files = (unit.env_file(), unit.env_file({k: v for k, v in os.environ.items() if k != "ORCHESTRATOR_HOME"}))
+        own = (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir, *dict.fromkeys(env_files))
         return (*map(str, own), *reach.hidden(self.cfg.store.url, os.environ, homes))
 
     async def _join_team(

@@ -44,14 +44,21 @@ from orchestrator import logging as olog
 from orchestrator.core.job import FIELDS, Job, encode, fresh_attempt, from_row
 from orchestrator.core.models import ACTIVE, OPEN, Code, JobEvent, JobState
 from orchestrator.core.urls import shown
+from orchestrator.store import guarded
 from orchestrator.store.base import DuplicateTicket, RemoteOf, StoreUnreachable, StoreUnusable, TeamQueue, Write
-from orchestrator.store.guarded import COLUMNS, LIVE, Guarded
+from orchestrator.store.guarded import COLUMNS, Guarded
 from orchestrator.store.pgconn import CONNECTION_ERRORS, NOW, PgConnection
 from orchestrator.store.pgrecords import PgChat, PgEvents, PgJournal, PgLimits, PgPlans
 from orchestrator.store.pgschema import MIGRATIONS
 from orchestrator.store.sqlite import SqliteStore
 
 CHANNEL = "orchestrator_jobs"
+RENEW = f"UPDATE nodes SET lease_until = {NOW} + $2 WHERE name = $1 RETURNING lease_until"
+"""SQL: node $1's lease runs for $2 more seconds, from the server's clock."""
+LIVE = f"(n.lease_until > {NOW} OR extract(epoch FROM pg_postmaster_start_time()) + n.lease > {NOW})"
+"""SQL: node `n` holds its jobs. Its lease has not ended, or the server has not been up for a whole lease of it
+since it (re)started: a database that was down longer than the lease takes no node's jobs away before the nodes
+could renew (each renews within a few seconds of the server's return, from a thread of its own)."""
 FOREIGN = "team:"
 """How a job of a repository this node has no clone of names it (`team:<repository>`): no path on this machine."""
 NODE_HELD = OPEN - {JobState.QUEUED}
@@ -103,6 +110,10 @@ class PgJobs(Guarded):
         self.node = node
         self.clones = clones
         self.remote_of = remote_of
+        self.epochs: dict[int, int] = {}
+        """The lease epoch of each job this node holds, as it took it (a claim, or held at its start). Every write
+        that matters for such a job applies only at that epoch: a job taken over (its epoch moved on) and even
+        claimed again by this node is never written by the attempt that lost it."""
 
     def _row_job(self, row: asyncpg.Record) -> Job:
         """A job as this node sees it: its repository is this node's clone of the shared one, or, for a repository
@@ -203,7 +214,7 @@ class PgJobs(Guarded):
         out = []
         for row in rows:
             shown_json = self._row_job(row).to_json()
-            live = {k: shown_json.pop(k) for k in LIVE}
+            live = {k: shown_json.pop(k) for k in guarded.LIVE}
             out.append((int(row["id"]), str(row["state"]), json.dumps(shown_json), json.dumps(live)))
         return out
 
@@ -243,6 +254,9 @@ class PgJobs(Guarded):
         except _Missed:
             return [None] * len(writes)
         self._written(writes, rows, changed)
+        for w, row in zip(writes, rows, strict=True):
+            if row is not None and row["node"] != self.node:
+                self.epochs.pop(w.job_id, None)  # it left this node (back to the queue): a claim takes it afresh
         return rows
 
     async def _write_one(
@@ -261,6 +275,9 @@ class PgJobs(Guarded):
         if (w.expect & NODE_HELD and w.to is not JobState.CANCELLED) or holder is not None:
             args.append(owner)
             where += f" AND node = ${len(args)}"
+            if holder is None and w.job_id in self.epochs:
+                args.append(self.epochs[w.job_id])
+                where += f" AND epoch = ${len(args)}"  # the fence: an attempt that lost the job writes nothing
         if w.to is JobState.RUNNING and w.beside is not None and not await self._admissible(conn, w):
             return None
         if values:
@@ -268,6 +285,8 @@ class PgJobs(Guarded):
             for k, v in values.items():
                 args.append(v)
                 sets.append(f"{_q(k)} = ${len(args)}")
+            if values.get("node") == "" or holder is not None:
+                sets.append("epoch = epoch + 1")  # it leaves its holder: whatever that holder still runs is fenced
             row = await conn.fetchrow(f"UPDATE jobs SET {', '.join(sets)} WHERE {where} RETURNING *", *args)
         else:
             row = await conn.fetchrow(f"SELECT * FROM jobs WHERE {where}", *args)
@@ -411,8 +430,7 @@ class PgTeam:
                 WITH pick AS (
                     SELECT j.id FROM jobs j
                     WHERE j.state = 'queued'
-                      AND (j.node = '' OR NOT EXISTS (
-                          SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}))
+                      AND (j.node = '' OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = j.node AND {LIVE}))
                       AND j.remote = ANY($4::text[])
                       AND j.labels::jsonb <@ $2::jsonb
                     ORDER BY j.priority DESC, COALESCE(j.place, j.id), j.id
@@ -420,11 +438,13 @@ class PgTeam:
                                          WHERE node = $1 AND state IN ('queued', 'planning', 'planned')), 0)
                     FOR UPDATE OF j SKIP LOCKED
                 )
-                UPDATE jobs SET node = $1 FROM pick WHERE jobs.id = pick.id RETURNING jobs.id
+                UPDATE jobs SET node = $1, epoch = jobs.epoch + 1 FROM pick WHERE jobs.id = pick.id
+                RETURNING jobs.id, jobs.epoch
                 """,
                 self.node, json.dumps(sorted(self.labels)), self.hold, self.clones_of.keys(),
             )  # fmt: skip
             ids = [int(r[0]) for r in rows]
+            epochs.update({int(r[0]): int(r[1]) for r in rows})
             if ids:
                 await conn.executemany(
                     "INSERT INTO job_events (job_id, at, kind, data, node) VALUES ($1, $2, $3, $4, $5)",
@@ -433,7 +453,9 @@ class PgTeam:
                 await self._jobs.notify(conn, ids)
             return ids
 
+        epochs: dict[int, int] = {}
         ids = await self._db.run(work)
+        self._jobs.epochs.update({i: epochs[i] for i in ids})
         self._jobs.changes.add(ids)
         return ids
 
@@ -451,15 +473,16 @@ class PgTeam:
         return [self._jobs._row_job(r) for r in rows]
 
     async def renew(self) -> None:
-        """Extend this node's hold on its jobs by `lease` seconds (from the server's clock)."""
-        await self._db.execute(f"UPDATE nodes SET lease_until = {NOW} + $2 WHERE name = $1", self.node, self.lease)
+        """Extend this node's hold on its jobs by `lease` seconds (from the server's clock). A daemon renews from a
+        thread of its own (`team.lease`), so that a busy event loop never lets its lease lapse."""
+        await self._db.execute(RENEW, self.node, self.lease)
 
     async def lapsed(self) -> list[Job]:
         """Jobs of this node's repositories held by nodes whose lease ended, in states another node can take over."""
         names = sorted(str(s) for s in (*NODE_HELD - {JobState.READY}, JobState.QUEUED))
         rows = await self._db.fetch(
             f"SELECT * FROM jobs j WHERE j.node <> '' AND j.node <> $1 AND j.state = ANY($2) AND NOT EXISTS "
-            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}) "
+            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND {LIVE}) "
             "AND j.remote = ANY($3::text[]) ORDER BY j.id",
             self.node, names, self.clones_of.keys(),
         )  # fmt: skip
@@ -493,9 +516,27 @@ class PgTeam:
     async def holds(self, job_id: int, state: JobState = JobState.LANDING) -> bool:
         """Whether this node still holds the job in `state` (the fence a push asks right before it)."""
         row = await self._db.fetchrow(
-            "SELECT 1 FROM jobs WHERE id = $1 AND node = $2 AND state = $3", job_id, self.node, str(state)
+            "SELECT epoch FROM jobs WHERE id = $1 AND node = $2 AND state = $3", job_id, self.node, str(state)
         )
-        return row is not None
+        return row is not None and self._jobs.epochs.get(job_id, int(row[0])) == int(row[0])
+
+    async def lost(self, ids: Iterable[int]) -> dict[int, Job]:
+        """Of these jobs (which this node runs or lands), those it no longer holds at the epoch it took them at:
+        taken over, or cancelled, or gone (None). The node stops their runners at once; nothing of theirs is
+        written again (every write of theirs is fenced by the epoch)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        rows = {int(r["id"]): r for r in await self._db.fetch("SELECT * FROM jobs WHERE id = ANY($1)", wanted)}
+        out: dict[int, Job] = {}
+        for i in wanted:
+            row = rows.get(i)
+            if row is None:
+                continue
+            mine = row["node"] == self.node and self._jobs.epochs.get(i, int(row["epoch"])) == int(row["epoch"])
+            if not mine or JobState(row["state"]) is JobState.CANCELLED:
+                out[i] = self._jobs._row_job(row)
+        return out
 
     @contextlib.asynccontextmanager
     async def landing_lock(self, key: str) -> AsyncIterator[None]:
@@ -596,6 +637,11 @@ class PgStore:
         return self.team.node
 
     @property
+    def url(self) -> str:
+        """The team's database, password and all (for the lease keeper's own connection)."""
+        return self.team.url
+
+    @property
     def home(self) -> Path:
         return self.team.home
 
@@ -662,14 +708,16 @@ class PgStore:
         t = self.team
         await self._db.run(
             lambda c: c.execute(
-                f"INSERT INTO nodes (name, labels, lease_until, started_at, host, pid) VALUES ($1, $2, {NOW} + $3, "
-                f"{NOW}, $4, $5) ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, "
+                f"INSERT INTO nodes (name, labels, lease_until, started_at, host, pid, lease) VALUES ($1, $2, "
+                f"{NOW} + $3, {NOW}, $4, $5, $3) ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, "
                 "lease_until = excluded.lease_until, started_at = excluded.started_at, host = excluded.host, "
-                "pid = excluded.pid",
+                "pid = excluded.pid, lease = excluded.lease",
                 t.node, json.dumps(sorted(t.labels)), t.lease, socket.gethostname(), os.getpid(),
             )
         )  # fmt: skip
         await self.team.clones_of.load()
+        rows = await self._db.fetch("SELECT id, epoch FROM jobs WHERE node = $1", t.node)
+        self.jobs.epochs = {int(r["id"]): int(r["epoch"]) for r in rows}
 
     async def close(self) -> None:
         await self.team.close()
@@ -680,11 +728,12 @@ class PgStore:
         return int(await self._db.run(lambda c: c.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")))
 
     async def columns(self) -> list[str]:
-        """The jobs table's job-field columns, in order (`repo_key` and `remote` are the team's, not job fields)."""
+        """The jobs table's job-field columns, in order (`repo_key`, `remote` and `epoch` are the team's, not job
+        fields)."""
         rows = await self._db.fetch(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' ORDER BY ordinal_position"
         )
-        return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote")]
+        return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote", "epoch")]
 
 
 __all__ = ["PgStore"]
