@@ -37,7 +37,7 @@ async def test_a_name_that_is_not_utf8_does_not_blind_the_overlap_watch(make_rep
         second = await p.enqueue(repo, "echo y > docs/x.md", "docs/x.md")
 
         async def decided() -> Job | None:
-            job = await p.store.get(second)
+            job = await p.store.jobs.get(second)
             waits = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
             return job if job is not None and (job.code or job.state not in waits) else None
 
