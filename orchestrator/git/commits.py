@@ -57,6 +57,18 @@ def job_message(message: str, job_id: int) -> str:
     return f"{body}\n\n{TRAILER}: {job_id}\n"
 
 
+def job_of(message: str) -> int | None:
+    """The job a commit message says it is the work of: its `Orchestrator-Job: N` trailer, read as git reads
+    trailers (the message's last paragraph only; `job_message` puts the job's own text before it, so no text of a
+    job can name another job there). None when it names none."""
+    last = message.strip().rsplit("\n\n", 1)[-1]
+    for line in last.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == TRAILER and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
 class ForeignWorktree(repos.RepoError):
     """The workspace is not (or no longer) one of the job's repository; nothing was committed."""
 

@@ -34,6 +34,7 @@ from orchestrator.jobs.door import Door, Doors
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
 from orchestrator.jobs.rerun import Rerun, hold, requeue
+from orchestrator.jobs.retire import retire_attempt
 from orchestrator.llm import pricing
 from orchestrator.paths import Paths, open_private, private_dir
 from orchestrator.runners import Runner, ratelimit
@@ -358,6 +359,11 @@ class Executor:
             if job.moved_from:
                 job, resume = await self._moved_on(job, worktree, resume)
         else:
+            if await asyncio.to_thread(self.pool.path_for(repo, job.id).exists):
+                # An earlier attempt's workspace, kept (its node lost the job, or stopped): this attempt starts
+                # afresh, that one's work kept on its attempt branch.
+                kept = await retire_attempt(self.pool, job)
+                olog.get().info(olog.Event.ATTEMPT_KEPT, branch=kept, why="a fresh workspace for this attempt")
             worktree = await self.pool.acquire(repo, job.id, base)
             if self.on_acquired is not None:
                 self.on_acquired(repo, base)
@@ -577,6 +583,8 @@ def _hand_back(where: Path, yours: dict[str, bytes]) -> None:
 
 def _moved_note(done: Rebased, yours: Path) -> str:
     """What a job's agent is told when it goes on from the new head: what moved, and where its edits conflicted."""
+    if not done.moved:
+        return "The branch did not move meanwhile (the job it waited for did not land): go on with your task."
     shown = ", ".join(done.moved[:20]) + (f" and {len(done.moved) - 20} more" if len(done.moved) > 20 else "")
     note = (
         f"While you were stopped, the branch moved from {done.old[:12]} to {done.new[:12]} in {len(done.moved)} "

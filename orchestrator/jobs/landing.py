@@ -247,9 +247,9 @@ class Lander:
         """The job's result into its repository (its objects from the workspace's quarantine, and its branch): what
         lands must be there; what never lands (a rejected review) never gets there."""
         assert job.result is not None
-        await asyncio.to_thread(
-            commits.publish_result, job.worktree, Path(job.repo), job.result, branch_name(job.id)
-        )
+        # The job's workspace is where the pool keeps it, never where the record says.
+        worktree = str(self.pool.path_for(Path(job.repo), job.id)) if job.worktree else None
+        await asyncio.to_thread(commits.publish_result, worktree, Path(job.repo), job.result, branch_name(job.id))
 
     async def _landed(
         self, job: Job, sha: str, reason: str, log: structlog.typing.FilteringBoundLogger, *, noop: bool = False
