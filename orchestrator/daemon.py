@@ -346,7 +346,9 @@ class Daemon:
         """What no confined job may see: the daemon's dirs, its env file and, in team mode, the store's sockets and
         password files (`team.reach`)."""
         homes = (Path(os.environ.get("HOME") or Path.home()), Path(pwd.getpwuid(os.getuid()).pw_dir))
-        own = (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir, unit.env_file())
+        # The service's env file, and the default place of one (a key kept there with ORCHESTRATOR_HOME set too).
+        env_files = (unit.env_file(), unit.env_file({k: v for k, v in os.environ.items() if k != "ORCHESTRATOR_HOME"}))
+        own = (self.paths.state_dir, self.paths.config_dir, self.paths.runtime_dir, *dict.fromkeys(env_files))
         return (*map(str, own), *reach.hidden(self.cfg.store.url, os.environ, homes))
 
     async def _join_team(

@@ -130,3 +130,31 @@ async def test_an_agent_cli_that_resumes_goes_on_from_the_new_head_told_what_mov
     assert (tmp_path / "note.files").read_text() == "A\nb\n", "the landed f.txt, and its own b.txt kept"
     assert git(repo, "show", "main:f.txt") == "A, then B" and git(repo, "show", "main:b.txt") == "b"
     assert git(repo, "show", "main:g.txt") == "g\nmore", "the earlier job's work is all there"
+
+
+def test_a_kept_workspace_moves_to_a_new_base_with_its_own_change_and_nothing_of_it_lost(make_repo, tmp_path):
+    """`Workspace.rebase`: what the branch changed is merged into the job's files (a file it added, one it deleted
+    and one it edited apart from the landed lines stay so), the new base is its base (its diff is its own change
+    only), and where its edit conflicts the file is the landed one, the job's version handed back."""
+    from orchestrator.git.changes import actual_paths
+    from orchestrator.git.workspace import Workspace
+    from tests.conftest import workspace, write
+
+    lines = "".join(f"{n}\n" for n in range(1, 11))
+    repo = make_repo(files={"f.txt": lines, "c.txt": "c\n", "gone.txt": "x\n", "other.txt": "o\n"})
+    old = git(repo, "rev-parse", "HEAD")
+    ws_path = workspace(repo, tmp_path / "ws", old, "orchestrator/7")
+    write(ws_path, {"f.txt": lines.replace("1\n", "one\n", 1), "c.txt": "mine\n", "new.txt": "new\n"})
+    (ws_path / "gone.txt").unlink()
+    write(repo, {"f.txt": lines.replace("10\n", "ten\n"), "c.txt": "landed\n", "other.txt": "moved\n"})
+    git(repo, "commit", "-qam", "landed meanwhile")
+    new = git(repo, "rev-parse", "HEAD")
+    done = Workspace.at(ws_path).rebase(new, "orchestrator/7")
+    assert (done.old, done.new) == (old, new) and done.moved == ("c.txt", "f.txt", "other.txt")
+    assert done.yours == {"c.txt": b"mine\n"}
+    assert (ws_path / "f.txt").read_text() == lines.replace("1\n", "one\n", 1).replace("10\n", "ten\n")
+    assert (ws_path / "c.txt").read_text() == "landed\n" and (ws_path / "other.txt").read_text() == "moved\n"
+    assert (ws_path / "new.txt").read_text() == "new\n" and not (ws_path / "gone.txt").exists()
+    assert Workspace.at(ws_path).head() == new
+    assert actual_paths(ws_path, new) == {"f.txt", "new.txt", "gone.txt"}, "its diff is its own change only"
+    assert Workspace.at(ws_path).rebase(new, "orchestrator/7").moved == (), "at its base already: nothing moves"

@@ -583,6 +583,8 @@ def _hand_back(where: Path, yours: dict[str, bytes]) -> None:
 
 def _moved_note(done: Rebased, yours: Path) -> str:
     """What a job's agent is told when it goes on from the new head: what moved, and where its edits conflicted."""
+    if not done.moved:
+        return "The branch did not move meanwhile (the job it waited for did not land): go on with your task."
     shown = ", ".join(done.moved[:20]) + (f" and {len(done.moved) - 20} more" if len(done.moved) > 20 else "")
     note = (
         f"While you were stopped, the branch moved from {done.old[:12]} to {done.new[:12]} in {len(done.moved)} "
