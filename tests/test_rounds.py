@@ -122,7 +122,7 @@ def test_a_long_queue_writes_few_events_per_job(make_repo, daemon_factory):
     d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "1"}).start()
     client = Client(d.socket)
     ids = [
-        client.enqueue(repo=str(repo), text=f"echo {i} > f{i}.txt", paths=[f"f{i}.txt"])["id"] for i in range(16)
+        client.enqueue(repo=str(repo), text=f"echo {i} > f{i}.txt", paths=[f"f{i}.txt"])["id"] for i in range(10)
     ]
     assert client.wait(ids, timeout=120)["done"]
     for i in ids:
