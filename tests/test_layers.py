@@ -262,7 +262,7 @@ def test_a_write_beside_the_board_fails_the_rule(tmp_path):
 ENGINES = {
     "sqlite": ("orchestrator.store.sqlite", "orchestrator.store.sqlite_records", "orchestrator.store.sqlite_thread"),
     "postgres": ("orchestrator.store.postgres", "orchestrator.store.pgrecords", "orchestrator.store.pgconn",
-                 "orchestrator.store.pgschema"),
+                 "orchestrator.store.pgaudit"),
 }  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.core.job import FIELDS
 from orchestrator.core.lifecycle import MoveError
 from orchestrator.core.models import Claim, JobEvent, JobState
-from orchestrator.store.pgschema import MIGRATIONS as PG_MIGRATIONS
+from orchestrator.store.schema import POSTGRES as PG_MIGRATIONS
 from orchestrator.store.sqlite import SqliteStore
 from tests.conftest import bare_remote, git
 
@@ -91,6 +91,32 @@ async def test_a_node_claims_the_team_queue_in_its_order_and_a_switch_is_all_or_
         assert done is not None and [j.place for j in done] == [float(jobs[2].id), float(first.id)]
     finally:
         await a.close()
+
+
+async def test_postgresql_migrations_leave_each_table_as_it_is_written(pg_url, clones):
+    """Every table the PostgreSQL migrations leave has exactly the columns its one definition (`store.schema`) gives
+    PostgreSQL, in order."""
+    import asyncpg
+
+    from orchestrator.store.schema import TABLES, Dialect, tables
+
+    a = await _node(pg_url, "a")
+    await a.close()
+    conn = await asyncpg.connect(pg_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
+            "ORDER BY table_name, ordinal_position"
+        )
+    finally:
+        await conn.close()
+    found: dict[str, list[str]] = {}
+    for r in rows:
+        found.setdefault(r["table_name"], []).append(r["column_name"])
+    found.pop("schema_version")
+    assert set(found) == tables(Dialect.POSTGRES)
+    for name, cols in found.items():
+        assert sorted(cols) == sorted(c.name for c in TABLES[name].columns if c.only in (None, Dialect.POSTGRES))
 
 
 async def test_same_columns_migrations_and_guarded_transitions(pg_url, clones):

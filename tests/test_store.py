@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from orchestrator.core.models import Claim, ClaimSource, JobState
-from orchestrator.store.schema import MIGRATIONS
+from orchestrator.store.schema import SQLITE as MIGRATIONS
 from orchestrator.store.sqlite import SqliteStore
 from tests.jobstates import put
 

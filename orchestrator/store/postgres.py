@@ -3,8 +3,8 @@ store's (`store.base`), implemented side by side.
 
 What is the same: every state change is one compare-and-set (`UPDATE … WHERE id = $1 AND state = ANY($2)
 RETURNING *`) checked against `core.lifecycle`, with its event in the same transaction; the job field list is
-`core.job.FIELDS`, encoded by the same codecs; migrations (`store.pgschema`) are applied in order, one daemon at
-a time (a transaction-scoped advisory lock).
+`core.job.FIELDS`, encoded by the same codecs; the migrations are the one list (`store.schema`) rendered for
+PostgreSQL, applied in order, one daemon at a time (a transaction-scoped advisory lock).
 
 What the team adds (this node is `node`):
 - reads of jobs by state (`jobs.all`, `jobs.count`) are this node's: the jobs it holds. `jobs.json` (status),
@@ -49,7 +49,7 @@ from orchestrator.store.base import DuplicateTicket, RemoteOf, StoreUnreachable,
 from orchestrator.store.guarded import COLUMNS, Guarded
 from orchestrator.store.pgconn import CONNECTION_ERRORS, NOW, PgConnection
 from orchestrator.store.pgrecords import PgChat, PgEvents, PgJournal, PgLimits, PgPlans
-from orchestrator.store.pgschema import MIGRATIONS
+from orchestrator.store.schema import POSTGRES as MIGRATIONS
 from orchestrator.store.sqlite import SqliteStore
 
 CHANNEL = "orchestrator_jobs"

@@ -27,7 +27,7 @@ from orchestrator.core.models import Claim, Code, JobEvent, JobState
 from orchestrator.store.base import DuplicateTicket, StoreFull, StoreUnusable, Write
 from orchestrator.store.guarded import COLUMNS, LIVE, Guarded
 from orchestrator.store.reserve import Reserve
-from orchestrator.store.schema import MIGRATIONS
+from orchestrator.store.schema import SQLITE as MIGRATIONS
 from orchestrator.store.sqlite_records import (
     SqliteChat,
     SqliteEvents,
@@ -39,7 +39,7 @@ from orchestrator.store.sqlite_records import (
 )
 from orchestrator.store.sqlite_thread import Connection, transaction
 
-__all__ = ["MIGRATIONS", "SqliteJobs", "SqliteStore", "SqliteTeam"]
+__all__ = ["SqliteJobs", "SqliteStore", "SqliteTeam"]
 
 
 def _private(path: Path) -> None:
