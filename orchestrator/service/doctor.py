@@ -238,7 +238,7 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
     why = seal.problem(secret)
     out.append(Check("team secret", FAIL if why else OK, why or f"{seal.SECRET_ENV} is set (never printed)"))
     try:
-        from orchestrator.store import pgaudit, pgschema
+        from orchestrator.store import pgaudit, schema
 
         facts = asyncio.run(pgaudit.inspect(url, password=os.environ.get("PGPASSWORD") or in_file))
     except ImportError as e:
@@ -251,7 +251,7 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
         "over TCP, which a job's network reaches too: it needs the password (hidden from jobs); docs/team.md says "
         "how to close the port to jobs")  # fmt: skip
     out.append(Check("postgresql", OK, f"{shown(url)} answers as {facts.role}, {where}"))
-    out += [Check(name, level, detail) for name, level, detail in pgaudit.verdict(facts, len(pgschema.MIGRATIONS))]
+    out += [Check(name, level, detail) for name, level, detail in pgaudit.verdict(facts, len(schema.POSTGRES))]
     return out
 
 
