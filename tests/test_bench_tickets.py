@@ -52,7 +52,7 @@ def test_every_pair_is_put_to_admission_and_the_estimates_are_shown_against_what
     assert per["cart-1"]["gold_rank"] == 1
     table = r["calibration"]
     assert sum(b["pairs"] for b in table) == 9, "every pair of disjoint, estimated claims, binned once"
-    assert all(b["met_pairs"] == 0 and b["from"] <= b["estimated"] < b["to"] for b in table)
+    assert all(b["happened"] == 0 and b["from"] <= b["estimated"] < b["to"] for b in table)
     assert r["frontier"] == []
 
 
