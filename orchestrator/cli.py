@@ -68,12 +68,17 @@ def main() -> None:
     show_default=True,
     help="In burst mode, how long to stay idle (for a client about to enqueue) before exiting.",
 )
-def daemon(burst: bool, grace: float) -> None:
-    """Run the daemon in the foreground (systemd runs it this way)."""
+@click.option("--detach", is_flag=True, help="In the background: return once it answers (its log: the state dir).")
+def daemon(burst: bool, grace: float, detach: bool) -> None:
+    """Run the daemon in the foreground (systemd runs it this way); --detach: in the background."""
     from orchestrator import config
     from orchestrator import daemon as daemon_mod
 
     p = paths.resolve()
+    if detach:
+        from orchestrator.commands.detach import detach as start
+
+        sys.exit(start(p, [*(["--burst"] if burst else []), "--grace", str(grace)]))
     stamp = config.stamp(p.config_file)
     try:
         cfg = config.load(p.config_file)
@@ -147,6 +152,7 @@ main.add_lazy("service", "orchestrator.commands.service:service")
 main.add_lazy("hook", "orchestrator.commands.service:hook")
 main.add_lazy("doctor", "orchestrator.commands.service:doctor")
 main.add_lazy("mcp", "orchestrator.commands.mcp:mcp")
+main.add_lazy("stand-in", "orchestrator.commands.standin:stand_in")
 
 
 if __name__ == "__main__":  # pragma: no cover

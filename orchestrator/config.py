@@ -12,7 +12,7 @@ import dataclasses
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -78,6 +78,13 @@ class JobsConfig:
     min_free_bytes: int = 256 * 2**20
     """Free room a running job's disk keeps (bytes); under it every job writing there is stopped (code NoSpace)
     before the disk is full. 0: no floor."""
+    max_result_bytes: int = 256 * 2**20
+    """Bytes a job's result may add to the repository in all (its new and changed files); past it nothing is
+    committed (code TooBig). 0: no limit."""
+    pids_max: int = 1024
+    """Processes and threads one command of a job may have at once (its cgroup's `pids.max`). 0: no limit."""
+    memory_max: int = 0
+    """Bytes of memory one command of a job may use (its cgroup's `memory.max`); 0: half the machine's memory."""
 
 
 @dataclass(frozen=True)
@@ -411,6 +418,9 @@ rate_limit_waits = 5      # waits per job; limited once more, it fails (code Rat
 max_tracked_paths = 10000  # a running job's touched paths listed at most; past that it claims the whole repo
 max_bytes = 21474836480   # disk one running job's workspace and scratch dirs may take (20 GiB); past it: TooBig
 min_free_bytes = 268435456  # free room kept on a running job's disk (256 MiB); under it jobs stop: NoSpace
+max_result_bytes = 268435456  # bytes a job's result may add to your repository (256 MiB); past it: TooBig
+pids_max = 1024           # processes and threads one command of a job may have (its cgroup's pids.max; 0: none)
+memory_max = 0            # bytes one command of a job may use (its cgroup's memory.max); 0: half the machine's RAM
 
 [ollama]
 host = "http://127.0.0.1:11434"   # env OLLAMA_HOST
@@ -550,6 +560,12 @@ def _section(cls: type[Any], prefix: str, data: Any) -> Any:
 
 
 def _validate(cfg: Config) -> None:
+    """Every section's checks, in order: the first setting that is wrong raises a ConfigError naming it."""
+    for check in CHECKS:
+        check(cfg)
+
+
+def _check_jobs(cfg: Config) -> None:
     if cfg.jobs.max_concurrent < 1:
         raise ConfigError("jobs.max_concurrent: must be at least 1")
     if cfg.jobs.per_repo < 1:
@@ -569,12 +585,6 @@ def _validate(cfg: Config) -> None:
     if cfg.jobs.agent and (cfg.jobs.agent not in known or cfg.jobs.agent in ("shell", "replay")):
         agents = ", ".join(n for n in known if n not in ("shell", "replay"))
         raise ConfigError(f"jobs.agent: {cfg.jobs.agent!r} is no agent; use one of {agents} (or define [runners.NAME])")
-    if cfg.daemon.shutdown_timeout < 0:
-        raise ConfigError("daemon.shutdown_timeout: must not be negative")
-    if cfg.daemon.header_timeout <= 0:
-        raise ConfigError("daemon.header_timeout: must be positive")
-    if cfg.daemon.max_connections < 1:
-        raise ConfigError("daemon.max_connections: must be at least 1")
     if cfg.jobs.on_end:
         try:
             on_end.check(cfg.jobs.on_end)
@@ -582,20 +592,45 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"jobs.{e}") from None
     if cfg.jobs.land_style not in LAND_STYLES:
         raise ConfigError(f"jobs.land_style: {cfg.jobs.land_style!r} is not one of {', '.join(LAND_STYLES)}")
-    for path, rc in cfg.repos.items():
-        if rc.land_style and rc.land_style not in LAND_STYLES:
-            raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
-        if rc.check_timeout <= 0:
-            raise ConfigError(f'repos."{path}".check_timeout: must be positive (seconds the landing check may take)')
     if cfg.jobs.log_max_bytes < 4096:
         raise ConfigError("jobs.log_max_bytes: must be at least 4096")
     if cfg.jobs.kill_grace < 0:
         raise ConfigError("jobs.kill_grace: must not be negative")
     if cfg.jobs.max_tracked_paths < 1:
         raise ConfigError("jobs.max_tracked_paths: must be at least 1")
-    for name in ("max_bytes", "min_free_bytes"):
+    for name in ("max_bytes", "min_free_bytes", "max_result_bytes", "pids_max", "memory_max"):
         if getattr(cfg.jobs, name) < 0:
             raise ConfigError(f"jobs.{name}: must be 0 (no limit) or a number of bytes")
+    if not (cfg.jobs.rate_limit_wait > 0 and cfg.jobs.rate_limit_max_wait > 0):
+        raise ConfigError("jobs.rate_limit_wait, jobs.rate_limit_max_wait: must be positive (seconds)")
+    if cfg.jobs.rate_limit_waits < 0:
+        raise ConfigError("jobs.rate_limit_waits: must be 0 or more")
+    if cfg.jobs.sandbox not in ("auto", "bwrap", "none"):
+        raise ConfigError(f"jobs.sandbox: {cfg.jobs.sandbox!r}; use auto, bwrap or none")
+
+
+def _check_daemon(cfg: Config) -> None:
+    if cfg.daemon.shutdown_timeout < 0:
+        raise ConfigError("daemon.shutdown_timeout: must not be negative")
+    if cfg.daemon.header_timeout <= 0:
+        raise ConfigError("daemon.header_timeout: must be positive")
+    if cfg.daemon.max_connections < 1:
+        raise ConfigError("daemon.max_connections: must be at least 1")
+
+
+def _check_repos(cfg: Config) -> None:
+    for path, rc in cfg.repos.items():
+        if rc.land_style and rc.land_style not in LAND_STYLES:
+            raise ConfigError(f'repos."{path}".land_style: {rc.land_style!r} is not one of {", ".join(LAND_STYLES)}')
+        if rc.check_timeout <= 0:
+            raise ConfigError(f'repos."{path}".check_timeout: must be positive (seconds the landing check may take)')
+    for key, land in [("jobs.land", cfg.jobs.land), *((f'repos."{p}".land', r.land) for p, r in cfg.repos.items())]:
+        if land not in ("auto", "review") and not (land == "" and key != "jobs.land"):
+            raise ConfigError(f"{key}: {land!r}; use auto or review")
+
+
+def _check_models(cfg: Config) -> None:
+    """The model servers, the planner and the chat plane."""
     if cfg.ollama.parallel < 1:
         raise ConfigError("ollama.parallel: must be at least 1")
     if not 0 <= cfg.ollama.turn_slots <= cfg.ollama.parallel:
@@ -625,16 +660,13 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("anthropic.timeout: must be positive")
     if cfg.anthropic.max_retries < 0:
         raise ConfigError("anthropic.max_retries: must be 0 or more")
-    if not (cfg.jobs.rate_limit_wait > 0 and cfg.jobs.rate_limit_max_wait > 0):
-        raise ConfigError("jobs.rate_limit_wait, jobs.rate_limit_max_wait: must be positive (seconds)")
-    if cfg.jobs.rate_limit_waits < 0:
-        raise ConfigError("jobs.rate_limit_waits: must be 0 or more")
-    if cfg.jobs.sandbox not in ("auto", "bwrap", "none"):
-        raise ConfigError(f"jobs.sandbox: {cfg.jobs.sandbox!r}; use auto, bwrap or none")
-    for key, land in [("jobs.land", cfg.jobs.land), *((f'repos."{p}".land', r.land) for p, r in cfg.repos.items())]:
-        if land not in ("auto", "review") and not (land == "" and key != "jobs.land"):
-            raise ConfigError(f"{key}: {land!r}; use auto or review")
+
+
+def _check_team(cfg: Config) -> None:
     _validate_team(cfg.store, cfg.team)
+
+
+def _check_runners(cfg: Config) -> None:
     for name, t in cfg.runners.items():
         if not t.argv or not t.argv[0]:
             raise ConfigError(f'runners.{name}.argv: name the command, e.g. ["claude", "-p", "{{prompt}}"]')
@@ -652,6 +684,12 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(
                 f"runners.{name}.rate_limits: {t.rate_limits!r}; use one of {', '.join(map(repr, RATE_LIMIT_SIGNS))}"
             )
+
+
+CHECKS: tuple[Callable[[Config], None], ...] = (
+    _check_jobs, _check_daemon, _check_repos, _check_models, _check_team, _check_runners,
+)  # fmt: skip
+"""The config's checks, by section; each reads only the config (the layers it configures are not imported)."""
 
 
 def _runner(name: str, data: Any) -> RunnerTemplate:

@@ -54,7 +54,7 @@ from orchestrator.llm.shared import SharedClaude
 from orchestrator.paths import PathError, Paths
 from orchestrator.plan import composite
 from orchestrator.plan.base import Planner
-from orchestrator.proc import jobpath, process
+from orchestrator.proc import cgroups, jobpath, process
 from orchestrator.proc import sandbox as sandboxes
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import Runner, registry
@@ -62,7 +62,7 @@ from orchestrator.runners import task as runners_task
 from orchestrator.service import intake, unit
 from orchestrator.service.systemd import Notifier, status_line
 from orchestrator.socketguard import Guard
-from orchestrator.store import EX_STATE, EX_TEMPFAIL, StoreUnreachable, StoreUnusable
+from orchestrator.store import EX_STATE, EX_TEMPFAIL, Store, StoreUnreachable, StoreUnusable
 from orchestrator.team import engine, reach
 
 ROUND_GRACE = 10.0
@@ -215,25 +215,46 @@ class Daemon:
 
     async def startup(self, parts: contextlib.AsyncExitStack) -> tuple[JobPlane, Notifier]:
         """Take the state dir, recover what a dead daemon left, build and start every part; register each part's
-        stop on `parts` as it starts."""
+        stop on `parts` as it starts (so shutdown runs in the reverse order): the steps below, in order."""
+        self._take_state_dir(parts)
+        notifier = Notifier()
+        store, board, recovered = await self._recover(parts, notifier)
+        plane = await self._job_plane(parts, store, board)
+        await self._serve(parts, plane, store)
+        if any(recovered.values()):
+            olog.get().info(olog.Event.DAEMON_RECOVERED, **recovered)
+        await self._ready(parts, plane, notifier, store)
+        return plane, notifier
+
+    def _take_state_dir(self, parts: contextlib.AsyncExitStack) -> None:
+        """One daemon per state dir (its lock); SIGTERM and SIGINT stop it."""
         self.paths.ensure()
         lock = _lock(self.paths)
         parts.callback(lock.close)
-        log = olog.get()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop.set)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        notifier = Notifier()
+
+    async def _recover(
+        self, parts: contextlib.AsyncExitStack, notifier: Notifier
+    ) -> tuple[Store, Board, dict[str, list[int]]]:
+        """The store opened, what a dead daemon left running ended, its jobs' states recovered."""
         store = await engine.open_store(self.cfg, self.paths, self._stop, status=notifier.status)
         parts.push_async_callback(store.close)
         parts.push_async_callback(notifier.close)
         # Where the daemon may make a cgroup per command, nothing a job starts can outlive it.
-        no_cgroups = await asyncio.to_thread(process.use_cgroups)
-        log.info(olog.Event.PROCESS_CGROUPS, used=not no_cgroups, reason=no_cgroups or None)
+        limits = cgroups.Limits.of(self.cfg.jobs.pids_max, self.cfg.jobs.memory_max)
+        used, why = await asyncio.to_thread(process.use_cgroups, limits)
+        shown = process.CGROUPS.shown() if process.CGROUPS is not None else None
+        olog.get().info(olog.Event.PROCESS_CGROUPS, used=used, limits=shown, reason=why or None)
         # Survivors of a dead daemon first: no worktree is recovered or handed out while they run.
         await end_survivors(store, grace=self.cfg.jobs.kill_grace)
         board = Board(store)
-        recovered = await board.recover()
+        return store, board, await board.recover()
+
+    async def _job_plane(self, parts: contextlib.AsyncExitStack, store: Store, board: Board) -> JobPlane:
+        """The job plane built on the recovered store: runners, the worktree pool (its workspaces recovered),
+        interrupted landings settled, the scheduler's state loaded; team mode joins the team."""
         # One Claude client for the daemon: every agent (and planner) call shares its bound and retries.
         claude = SharedClaude(self.cfg.anthropic)
         parts.push_async_callback(claude.close)
@@ -242,16 +263,7 @@ class Daemon:
         await asyncio.to_thread(jobpath.warm)  # the login PATH jobs get, asked of the user's shell once
         runners = registry(self.cfg, claude, sandbox)
         pool = WorktreePool(self.paths.worktrees, warm=warm_size(self.cfg))
-        # Team mode: this node's clones too (jobs it ran may all have been taken over while it was down).
-        workspaces: dict[str, frozenset[int]] = {}
-        for repo in sorted({j.repo for j in await store.jobs()} | set(store.clone_paths())):
-            # Half-made worktrees first: they make every `git worktree list` in the repo fail.
-            with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
-                await asyncio.to_thread(
-                    landing_check.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
-                )
-            with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
-                workspaces[repo] = await pool.recover(Path(repo))
+        workspaces = await self._recover_workspaces(store, pool)
         # Interrupted landings next: the user's checkouts are level before anything lands again.
         await settle_landings(board, pool)
         plane = JobPlane.load(
@@ -270,6 +282,24 @@ class Daemon:
             await requeue_interrupted(plane.jobs, runners)
         if engine.is_team(store):
             await self._join_team(parts, plane, workspaces, pool)
+        return plane
+
+    async def _recover_workspaces(self, store: Store, pool: WorktreePool) -> dict[str, frozenset[int]]:
+        """Each repository's job workspaces a dead daemon left, recovered (stale landing-check ones removed first);
+        in team mode this node's clones too (jobs it ran may all have been taken over while it was down)."""
+        workspaces: dict[str, frozenset[int]] = {}
+        for repo in sorted({j.repo for j in await store.jobs()} | set(store.clone_paths())):
+            # Half-made worktrees first: they make every `git worktree list` in the repo fail.
+            with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
+                await asyncio.to_thread(
+                    landing_check.remove_stale_scratch, Path(repo), self.paths.scratch, self.paths.state_dir
+                )
+            with olog.best_effort("recover worktrees", *CLEANUP_ERRORS, repo=repo):
+                workspaces[repo] = await pool.recover(Path(repo))
+        return workspaces
+
+    async def _serve(self, parts: contextlib.AsyncExitStack, plane: JobPlane, store: Store) -> None:
+        """The chat plane and the API on the socket."""
         # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
         chat = ChatPlane(
             store,
@@ -280,7 +310,7 @@ class Daemon:
         parts.callback(self._unlink_socket)
         api = Api(plane.jobs, self.request_stop, config_stamp=self.config_stamp)
         await self._start_api(parts, api, ChatApi(chat).routes())
-        log.info(
+        olog.get().info(
             olog.Event.DAEMON_STARTED,
             pid=os.getpid(),
             version=__version__,
@@ -289,8 +319,11 @@ class Daemon:
             max_concurrent=self.cfg.jobs.max_concurrent,
             per_repo=self.cfg.jobs.per_repo,
         )
-        if any(recovered.values()):
-            log.info(olog.Event.DAEMON_RECOVERED, **recovered)
+
+    async def _ready(
+        self, parts: contextlib.AsyncExitStack, plane: JobPlane, notifier: Notifier, store: Store
+    ) -> None:
+        """What the git hook spooled is queued, then the service manager is told the daemon is ready."""
 
         async def open_jobs() -> list[dict[str, Any]]:
             return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN)]
@@ -301,14 +334,13 @@ class Daemon:
         await spool.drain()
         # Under systemd: ready only now (socket listening, recovery done); status on change; watchdog.
         plane.scheduler.tick = notifier.tick
-        board.on_change(notifier.changed)
+        plane.board.on_change(notifier.changed)
         notifier.ready(status_line(await open_jobs()))
         # Start-up's objects live as long as the daemon: keep them out of the collector's full passes
         # (a gen-2 pass over them paused the loop for 60-90 ms, the chat acknowledgement with it).
         gc.freeze()
         notifier.start(open_jobs, lambda: plane.scheduler.heartbeat)
         spool.start()
-        return plane, notifier
 
     def _hidden(self) -> tuple[str, ...]:
         """What no confined job may see: the daemon's dirs, its env file and, in team mode, the store's sockets and

@@ -102,6 +102,8 @@ class Event(StrEnum):
     JOB_OVERLAP_CHECKED = "job.overlap_checked"
     DOOR_REFUSED = "door.refused"
     """A job's door (its MCP server's way in) refused a request: a wrong token, a slow or malformed request."""
+    JOB_MOVED_ON = "job.moved_on"
+    """A job stopped on a real conflict goes on in its kept worktree from the new head: what moved is merged in."""
     JOB_STOPPED = "job.stopped"
     """A real conflict with another job (running, or just landed) was found while this one ran: it stops at once
     and runs again behind that job (`blocking`), or its landing settles it when its run had ended."""

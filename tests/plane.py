@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator import testhook
-from orchestrator.config import Config, JobsConfig, PlanConfig
+from orchestrator.config import PROFILES, Config, JobsConfig, PlanConfig, RunnerTemplate
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobState
 from orchestrator.daemon import JobPlane
@@ -63,12 +63,18 @@ class Plane:
 
 
 @contextlib.asynccontextmanager
-async def plane(tmp_path: Path, plan: PlanConfig | None = None, **jobs: Any) -> AsyncIterator[Plane]:
+async def plane(
+    tmp_path: Path, plan: PlanConfig | None = None, runners: Mapping[str, RunnerTemplate] | None = None, **jobs: Any
+) -> AsyncIterator[Plane]:
     """A running job plane on a fresh home under `tmp_path`; `jobs` override `JobsConfig` fields, `plan` is the
-    planning config (default: the defaults)."""
+    planning config (default: the defaults), `runners` command runners beside the shipped profiles."""
     paths = resolve({"ORCHESTRATOR_HOME": str(tmp_path / "home")})
     paths.ensure()
-    cfg = Config(jobs=replace(JobsConfig(), sandbox="none", kill_grace=1.0, **jobs), plan=plan or PlanConfig())
+    cfg = Config(
+        jobs=replace(JobsConfig(), sandbox="none", kill_grace=1.0, **jobs),
+        plan=plan or PlanConfig(),
+        runners={**PROFILES, **(runners or {})},
+    )
     store = await Store.open(paths.db)
     board = Board(store)
     pool = WorktreePool(paths.worktrees, warm=0)

@@ -484,3 +484,49 @@ def _tool_result(body: dict[str, Any]) -> str:
     blocks = [b for b in last["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
     assert blocks, last
     return text_of(blocks[-1].get("content"))
+
+
+@needs_bwrap
+def test_claude_code_stopped_on_a_real_conflict_resumes_its_session_on_the_new_head(
+    make_repo, daemon_factory, tmp_path
+):
+    """Real Claude Code writes a file another running job wrote differently: it is stopped at once, waits with its
+    worktree and session kept, and once the other job landed resumes its own session (`--continue`), told what
+    moved and where its version of the conflicting file is; its change on top of the landed one lands."""
+    clis.need("claude")
+    repo = make_repo()
+    released = repo / ".git" / "release-the-holder"  # what a confined job sees of the test: the repository
+    conv = Conversations(
+        {
+            "set a to its new value": [
+                _write("src/a.py", "a = 3\n"),
+                lambda t: Reply(**{**text_message("still thinking").__dict__, "delay": 8.0}),  # stopped meanwhile
+                lambda t: _edit("src/a.py", "a = 2", "a = 2  # and 3")(t),  # resumed: on the landed file
+                text_message("Done, on top of the landed change."),
+            ]
+        },
+        side=text_message("ok"),
+        tools_only=True,
+    )
+    with anthropic_double(conv) as double:
+        d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url})
+        holder = d.enqueue(repo, f"echo 'a = 2' > src/a.py; n=0; until [ -e {released} ] || [ $n -gt 1800 ]; "
+                           "do sleep 0.1; n=$((n+1)); done", "--path", "src/a.py")  # fmt: skip
+        until("the holder running", lambda: d.cli_json("show", str(holder))["state"] == "running")
+        job = d.enqueue(repo, "Please set a to its new value", "--runner", "claude-code", "--path", "README.md")
+
+        def stopped() -> dict[str, Any] | None:
+            return next((e for e in d.cli_json("show", str(job))["events"] if e["kind"] == "requeued"), None)
+
+        until("the agent stopped on the conflict", lambda: stopped() is not None, timeout=120)
+        event = stopped()
+        assert event is not None and event["resume"] is True and event["behind"] == [holder], event
+        released.touch()
+        holder_shown, shown = _finish(d, holder, job)
+    turns = conv.requests("set a to its new value")
+    resumed = turns[-2]  # the resumed session's first request: the whole session, then what it is told now
+    told = "\n".join(text_of(m.get("content")) for m in resumed["messages"] if m.get("role") == "user")
+    assert "You were stopped while you worked" in told and "yours" in told, told
+    assert "Your edits to src/a.py conflicted with it" in told, told
+    assert git(repo, "show", f"{holder_shown['landed_sha']}:src/a.py") == "a = 2"
+    assert git(repo, "show", "main:src/a.py") == "a = 2  # and 3" and shown["attempts"] == 1

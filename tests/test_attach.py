@@ -26,7 +26,7 @@ def asker(mark: str, socket: str) -> str:
     (an attached terminal must obey none)."""
     return (
         f"tmux -S {socket} run-shell 'touch {mark}' 2>/dev/null; "
-        "printf 'your name? '; read name; "
+        "printf 'your %s? ' name; read name; "  # `your name?` only in its output, not in its command line
         f"printf '{ESC}]0;PWNED{BEL}{ESC}]52;c;cm0gLXJmIH4K{BEL}{PASSED}'; "  # while the person is attached
         "echo \"$name\" > answer.txt; echo thanks; sleep 1"
     )
@@ -44,6 +44,7 @@ def test_a_person_attaches_to_a_running_agent_cli_types_to_it_and_it_lands(make_
     argv = ["sh", "-c", asker(str(mark), str(socket))]
     (d.home / "config" / "config.toml").write_text(f"[runners.asker]\nargv = {json.dumps(argv)}\n")
     d.start()
+    assert {r["name"]: r for r in d.cli_json("runners")}["asker"]["terminal"] == "tmux", "`runners` says where it runs"
     job = d.enqueue(repo, "ask me", "--runner", "asker", "--path", "answer.txt")
     assert job == 1
     until(lambda: "your name?" in d.cli("logs", str(job)).stdout, timeout=60, what="the CLI asks")
@@ -115,11 +116,11 @@ def test_a_cancelled_job_s_terminal_ends_with_everything_in_it(make_repo, daemon
     tag = f"orch-term-{tmp_path.name}"
     d = daemon_factory()
     (d.home / "config").mkdir(parents=True)
-    argv = ["sh", "-c", "trap '' HUP; echo started; while :; do sleep 0.2; done", tag]
+    argv = ["sh", "-c", "trap '' HUP; echo up-$((20+22)); while :; do sleep 0.2; done", tag]
     (d.home / "config" / "config.toml").write_text(f"[runners.stubborn]\nargv = {json.dumps(argv)}\n")
     d.start()
     job = d.enqueue(repo, "run", "--runner", "stubborn", "--path", "x.txt")
-    until(lambda: "started" in d.cli("logs", str(job)).stdout, timeout=60, what="the CLI started")
+    until(lambda: "up-42" in d.cli("logs", str(job)).stdout, timeout=60, what="the CLI started")
     assert (d.home / "run" / "tmux" / str(job) / "sock").exists()
     assert d.cli("cancel", str(job)).returncode == 0
     until(lambda: d.cli_json("show", str(job))["state"] == "cancelled", timeout=60, what="cancelled")

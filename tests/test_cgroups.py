@@ -73,3 +73,78 @@ def test_without_a_sandbox_a_leftover_never_writes_after_the_job(make_repo, daem
     assert d.cli("wait", str(job), "--timeout", "60").returncode == 0
     time.sleep(1.5)
     assert not late.exists()
+
+
+FORKS = (
+    "import os, sys, time\n"
+    "n = 0\n"
+    "try:\n"
+    "    for _ in range(int(sys.argv[1])):\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(30)\n"
+    "            os._exit(0)\n"
+    "        n += 1\n"
+    "except OSError as e:\n"
+    "    print('fork refused:', e.strerror)\n"
+    "print('children', n, flush=True)\n"
+)
+"""A bounded fork bomb: as many sleeping children as it may make (up to argv[1]); it says how many it made."""
+
+
+def limited(pids: int = 0, memory: int = 0) -> cgroups.Cgroups:
+    """The daemon's cgroups with these limits, or the test is skipped saying which controller is missing."""
+    found, why = cgroups.find(cgroups.Limits(pids=pids, memory=memory))
+    if found is None:
+        pytest.skip(f"no cgroup for the tests to make: {why}")
+    wanted = {"pids"} if pids else set()
+    wanted |= {"memory"} if memory else set()
+    held = {b.controller for b in found.bounds}
+    if not wanted <= held:
+        pytest.skip(f"no {', '.join(sorted(wanted - held))} controller here: {why}")
+    return found
+
+
+def children(output: str) -> int:
+    return int(output.rsplit("children", 1)[1].split()[0])
+
+
+async def test_a_fork_bomb_is_held_to_pids_max(tmp_path, monkeypatch):
+    """A command that forks as much as it can is held to `pids.max` (processes and threads of its cgroup
+    together), told so by the kernel (EAGAIN), and everything it made is gone when it ends."""
+    monkeypatch.setattr(process, "CGROUPS", limited(pids=32))
+    (tmp_path / "forks.py").write_text(FORKS)
+    result = await process.run(["python3", str(tmp_path / "forks.py"), "500"], cwd=tmp_path,
+                               env=process.environment(), timeout=60)  # fmt: skip
+    assert result.ok, result.output_tail
+    assert "fork refused" in result.output_tail and children(result.output_tail) < 32
+    assert not [p for p in process.CGROUPS.base.iterdir() if p.name.startswith(cgroups.PREFIX + "unowned.")]
+
+
+async def test_memory_past_memory_max_ends_the_command_not_the_daemon(tmp_path, monkeypatch):
+    """A command that takes more memory than `memory.max` is killed by the kernel inside its own cgroup (the job
+    fails, SIGKILL); the daemon goes on."""
+    monkeypatch.setattr(process, "CGROUPS", limited(memory=64 * 2**20))
+    result = await process.run(["python3", "-c", "b = b'x' * (400 * 2**20); print('kept', len(b))"], cwd=tmp_path,
+                               env=process.environment(), timeout=60)  # fmt: skip
+    assert result.returncode == -signal.SIGKILL and "kept" not in result.output_tail
+
+
+def test_a_fork_bomb_job_is_held_and_the_daemon_answers(make_repo, daemon_factory, tmp_path):
+    """Through the real daemon, `jobs.pids_max = 64`: a job forking as much as it can makes fewer than 64
+    processes, the daemon answers its API all the while, and says at start which limits hold."""
+    limited(pids=64)
+    repo = make_repo()
+    (tmp_path / "forks.py").write_text(FORKS)
+    d = daemon_factory()
+    (d.home / "config").mkdir(parents=True)
+    (d.home / "config" / "config.toml").write_text("[jobs]\npids_max = 64\n")
+    d.start()
+    started = [e for e in d.events() if e["event"] == "process.cgroups"]
+    assert started and "pids.max=64" in started[0]["limits"], started
+    job = d.enqueue(repo, f"python3 {tmp_path / 'forks.py'} 2000; echo x > x.txt", "--path", "x.txt")
+    until("the job to run", lambda: d.cli_json("show", str(job))["state"] != "queued")
+    for _ in range(10):
+        assert d.cli("status", timeout=10).returncode == 0
+    assert d.cli("wait", str(job), "--timeout", "120").returncode == 0
+    log = d.cli("logs", str(job), "--raw").stdout
+    assert "fork refused" in log and children(log) < 64, log[-500:]

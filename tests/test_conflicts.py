@@ -92,3 +92,41 @@ async def test_a_running_job_whose_branch_moved_under_it_in_conflict_stops_and_r
 
 async def _exists(path) -> bool:
     return path.exists()
+
+
+async def test_an_agent_cli_that_resumes_goes_on_from_the_new_head_told_what_moved(make_repo, tmp_path):
+    """A job of an agent CLI that resumes its session, stopped on a real conflict, keeps its worktree and waits for
+    the other job to land; then what landed is merged into its files (its conflicting file as landed, its own
+    version handed back beside), and its CLI goes on with its session, told what moved; its other work stays."""
+    from orchestrator.config import RunnerTemplate
+
+    repo = make_repo(files={"f.txt": "one\n", "g.txt": "g\n"})
+    a_wrote, note, go = tmp_path / "a.wrote", tmp_path / "note", tmp_path / "go"
+    first = f"{_wait(a_wrote)}; echo B > f.txt; echo b > b.txt; sleep 120"
+    # Going on: it writes down what it was told and what it finds, then makes its change again on the landed file.
+    again = f'printf "%s" "$1" > {note}; cat f.txt b.txt >> {note}.files; echo "$(cat f.txt), then B" > f.txt'
+    resumer = RunnerTemplate(argv=("sh", "-c", first), resume_argv=("sh", "-c", again, "resumer", "{feedback}"))
+    async with plane(tmp_path, runners={"resumer": resumer}, max_concurrent=2, per_repo=2) as p:
+        a = await p.enqueue(repo, f"echo A > f.txt; echo more >> g.txt; touch {a_wrote}; {_wait(go)}", "a.txt")
+        b = await p.enqueue(repo, "Change f for B", "b.txt", runner="resumer")
+
+        async def held():
+            job = await p.store.get(b)
+            return job if job.attempts else None
+
+        waiting = await p.until("b stopped to go on later", held, timeout=20)
+        assert waiting.state in (JobState.PLANNED, JobState.RUNNING) and waiting.land_after == (a,)
+        assert waiting.moved_from and waiting.worktree, "its worktree kept, and the base it was made at"
+        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        assert event["resume"] is True and event["conflicts"] == ["f.txt"] and event["behind"] == [a]
+        go.touch()
+        done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
+        assert done.state is JobState.LANDED, done.reason
+        assert (await p.store.get(a)).state is JobState.LANDED
+        yours = p.home / "state" / "private" / str(b) / "yours" / "f.txt"
+    told = note.read_text()
+    assert "You were stopped while you worked: a real conflict with job" in told
+    assert "Your edits to f.txt conflicted with it" in told and str(yours.parent) in told, told
+    assert (tmp_path / "note.files").read_text() == "A\nb\n", "the landed f.txt, and its own b.txt kept"
+    assert git(repo, "show", "main:f.txt") == "A, then B" and git(repo, "show", "main:b.txt") == "b"
+    assert git(repo, "show", "main:g.txt") == "g\nmore", "the earlier job's work is all there"

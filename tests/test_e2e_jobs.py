@@ -26,9 +26,10 @@ def ts(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
 
 
-def test_disjoint_jobs_run_at_the_same_time_and_both_land(started, tmp_path):
-    """Two jobs with disjoint claims are admitted together, overlap in time, and both land."""
-    repo, d = started
+def test_disjoint_jobs_run_at_the_same_time_and_both_land(make_repo, daemon_factory, tmp_path):
+    """Two jobs with disjoint claims are admitted together, overlap in time, and both land (end to end: a daemon
+    process, the CLI as processes)."""
+    repo, d = make_repo(), daemon_factory(env=FOUR_SLOTS, process=True).start()
     a_up, b_up = tmp_path / "a.up", tmp_path / "b.up"
     a = d.enqueue(
         repo, f"touch {a_up}; {wait_for_file(b_up)}; [ -e {b_up} ] && echo a > src/a.py", "--path", "src/a.py"

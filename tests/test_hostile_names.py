@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
 from tests.conftest import git
 from tests.plane import plane
@@ -34,8 +35,14 @@ async def test_a_name_that_is_not_utf8_does_not_blind_the_overlap_watch(make_rep
 
         await p.until("the write outside the claim to be seen", grown)
         second = await p.enqueue(repo, "echo y > docs/x.md", "docs/x.md")
-        waiting = await p.reach(second, JobState.PLANNED)
-        assert waiting.code == "Overlap", waiting.reason
+
+        async def decided() -> Job | None:
+            job = await p.store.get(second)
+            waits = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
+            return job if job is not None and (job.code or job.state not in waits) else None
+
+        waiting = await p.until("admission to decide on it", decided)
+        assert waiting.state is JobState.PLANNED and waiting.code == "Overlap", waiting.reason
         gate.touch()
         done = await p.reach(first, JobState.LANDED, JobState.FAILED)
         assert done.state is JobState.LANDED, done.reason

@@ -380,13 +380,16 @@ async def _interleave(claim_paths, lives_, spawned, order) -> None:
                 if not live:
                     break
                 i = pick % len(live)
+                seen = (len(w.branch), frozenset(w.landing_now))
                 try:
                     await anext(live[i])
                 except StopAsyncIteration:
                     del live[i]
                 live += w.spawned
                 w.spawned.clear()
-                await _check(w)
+                if store.take_changed() or (len(w.branch), frozenset(w.landing_now)) != seen:
+                    await _check(w)  # (a step that wrote nothing and moved nothing changed no invariant)
+            await _history(w)
         finally:
             await store.close()
 
@@ -401,7 +404,12 @@ async def _check(w: World) -> None:
     active = [j for j in jobs if j.state in ACTIVE]
     for a, b in itertools.combinations(active, 2):
         assert not claims.overlapping(a.claim.paths, b.claim.paths), f"jobs {a.id} and {b.id} overlap while active"
-    for j in jobs:
+
+
+async def _history(w: World) -> None:
+    """Each job's events (kept whole: checked once, at the end): nothing lands after a cancel or reject that no
+    retry followed."""
+    for j in await w.store.jobs():
         kinds = [e["kind"] for e in await w.store.events(j.id)]
         for n, kind in enumerate(kinds):
             if kind in ("cancelled", "rejected"):

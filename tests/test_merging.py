@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def test_worktree_trees_conflict(make_repo: Callable[..., Path], tmp_path: Path)
         wt = workspace(repo, tmp_path / f"wt{n}", base, f"orchestrator/{n}")
         write(wt, {"f.txt": LINES.replace("line 7\n", text), f"only{n}.txt": "x\n"})
         trees.append(tree_of_worktree(wt))
-    assert merge_conflicts(repo, base, trees[0], trees[1]) == ("f.txt",)
+    quarantines = [Workspace(tmp_path / f"wt{n}").quarantine for n in (1, 2)]
+    assert all(quarantines), "each tree went to its workspace's quarantine, not the repository"
+    assert merge_conflicts(repo, base, trees[0], trees[1], objects=quarantines) == ("f.txt",)  # type: ignore[arg-type]
 
 
 def test_mergeable_changelog_is_union_merged(make_repo: Callable[..., Path]) -> None:
@@ -148,11 +151,13 @@ def test_tree_of_worktree_touches_nothing(make_repo: Callable[..., Path], tmp_pa
 
     tree = str(tree_of_worktree(wt))
 
-    assert set(git(repo, "ls-tree", "-r", "--name-only", tree).splitlines()) == {
+    assert subprocess.run(["git", "cat-file", "-e", tree], cwd=repo).returncode != 0, "nothing in the repository"
+    admin = str(Workspace(wt).admin)  # the workspace's own object dir (its quarantine) has it
+    assert set(git(repo, f"--git-dir={admin}", "ls-tree", "-r", "--name-only", tree).splitlines()) == {
         ".gitignore",
         "f.txt",
         "untracked.txt",
     }
-    assert blob(repo, tree, "f.txt") == "changed\n"
+    assert git(repo, f"--git-dir={admin}", "show", f"{tree}:f.txt") == "changed"
     assert ([(f.read_bytes(), f.stat().st_mtime_ns) for f in index_files], git(wt, "rev-parse", "HEAD")) == before
     assert git(wt, "--no-optional-locks", "status", "--porcelain") == status

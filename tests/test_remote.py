@@ -290,3 +290,31 @@ def test_a_race_lost_inside_the_remote_is_a_lost_race_not_a_refusal():
     hook = out.replace("(failed to update ref)", "(pre-receive hook declined)")
     refused = rmt.push_outcome(remote, "a" * 40, 1, hook, "remote: main is protected\n")
     assert refused is not None and refused.outcome is rmt.PushOutcome.REFUSED and "main is protected" in refused.message
+
+
+async def test_a_job_whose_earlier_attempt_landed_on_another_node_lands_nothing_again(team):
+    """Job 7 taken over from node A (its push had not shown yet) ran again on node B; A's push lands after all.
+    B's landing of its own attempt finds job 7's commit on the remote since the base: nothing is pushed again, and
+    the job is landed at A's commit. A commit whose body merely quotes the trailer is no such commit."""
+    from orchestrator.git.commits import job_message
+
+    bare, a, b = team
+    base = git(a, "rev-parse", "main")
+    first = job_commit(a, {"src/a.py": "a = 2\n"}, job_message("first attempt", 7))
+    assert (await rmt.land(a, rmt.Remote(str(bare), "main"), first, job_id=7, message="m", base=base)).outcome is (
+        LandOutcome.LANDED
+    )
+    pushed = git(bare, "rev-parse", "main")
+    quoted = pushed_from(b, {"src/b.py": "b = 2\n"}, "note\n\nOrchestrator-Job: 8 is quoted here\n\nSee-also: x")
+    again = job_commit(b, {"src/a.py": "a = 2\n", "README.md": "run twice\n"}, job_message("second attempt", 7), base)
+    result = await rmt.land(b, rmt.Remote(str(bare), "main"), again, job_id=7, message="m", base=base)
+    assert result.outcome is LandOutcome.NOOP and result.sha == first, result.message
+    assert git(bare, "rev-parse", "main") == quoted != pushed
+    git(b, "checkout", "-q", "-b", "job-eight", base)
+    write(b, {"src/eight.py": "eight = 8\n"})
+    git(b, "add", "-A")
+    git(b, "commit", "-qm", job_message("job eight", 8))
+    other = git(b, "rev-parse", "HEAD")
+    git(b, "checkout", "-q", "main")
+    landed8 = await rmt.land(b, rmt.Remote(str(bare), "main"), other, job_id=8, message="m", base=base)
+    assert landed8.outcome is LandOutcome.LANDED, landed8.message

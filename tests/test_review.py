@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+import pygit2
 
 from tests import harness
 from tests.conftest import git
+
+
+def _blob_id(text: str) -> str:
+    return str(pygit2.hash(text.encode()))
 
 
 def until(cond, timeout: float = 60.0, what: str = "condition") -> None:
@@ -45,7 +52,10 @@ def test_review_mode_holds_paths_until_land_or_reject(make_repo, daemon_factory)
     assert d.cli("wait", str(a), str(b), str(e), "--timeout", "60").returncode == 0
     assert git(repo, "show", "main:src/a.py").splitlines() == ["reviewed", "second"]
     assert git(repo, "show", "main:docs/x.md") == "after", "the rejected change never landed"
-    assert git(repo, "show", f"orchestrator/{c}:docs/x.md") == "rejected", "its branch is kept for inspection"
+    assert git(repo, "branch", "--list", f"orchestrator/{c}") == "", "nothing of a rejected job is in the repository"
+    blob = _blob_id("rejected\n")
+    assert subprocess.run(["git", "cat-file", "-e", blob], cwd=repo).returncode != 0, "not even its blob"
+    assert "nothing of it was written" in rejected["reason"]
     assert d.cli("land", str(c)).returncode == 2, "only a ready job can be landed"
 
 
@@ -61,3 +71,29 @@ def test_review_is_a_repo_setting_too(make_repo, daemon_factory):
     assert d.cli("wait", str(auto), "--timeout", "60").returncode == 0
     until(lambda: _state(d, held) == "ready", what="held ready")
     assert d.cli_json("show", str(held))["land"] == "review"
+
+
+def _objects_bytes(repo: Path) -> int:
+    return sum(p.stat().st_size for p in (repo / ".git" / "objects").rglob("*") if p.is_file())
+
+
+def test_a_review_jobs_result_stays_out_of_the_repository_until_it_lands(make_repo, daemon_factory):
+    """A review job writes 8 files of 3 MiB of noise: while it waits `ready`, after `reject` and after `clean`, the
+    repository's objects have not grown by its size (its blobs are in its workspace, not in your .git); one that
+    is landed brings its objects along."""
+    repo = make_repo()
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "4"}).start()
+    before = _objects_bytes(repo)
+    noise = "for i in 1 2 3 4 5 6 7 8; do head -c 3000000 /dev/urandom > big$i.bin; done"
+    dropped = d.enqueue(repo, noise, "--path", "big1.bin", "--land", "review")
+    kept = d.enqueue(repo, "head -c 2000000 /dev/urandom > small.bin", "--path", "small.bin", "--land", "review")
+    until(lambda: _state(d, dropped) == "ready" and _state(d, kept) == "ready", what="both ready")
+    assert _objects_bytes(repo) - before < 1_000_000, "nothing of either result is in the repository yet"
+    assert "big1.bin" in d.cli("diff", str(dropped)).stdout, "yet its diff is there to review"
+    assert d.cli("reject", str(dropped)).returncode == 0
+    assert d.cli("clean", str(dropped)).returncode == 0
+    assert _objects_bytes(repo) - before < 1_000_000, "a rejected job leaves the repository as it was"
+    assert d.cli("land", str(kept)).returncode == 0
+    assert d.cli("wait", str(kept), "--timeout", "60").returncode == 0
+    assert _objects_bytes(repo) - before > 1_900_000, "a landed job's objects are in the repository"
+    assert subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo, capture_output=True).returncode == 0

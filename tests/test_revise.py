@@ -42,10 +42,6 @@ def test_revise_sends_a_ready_agent_job_back_with_feedback_and_it_goes_on(make_r
         assert _state(d, waiter) == "planned", "its paths stayed taken while it was revised"
         assert d.cli_json("why", str(waiter))["decision"]["blocking"] == [job]
     shown = d.cli_json("show", str(job))
-    assert git(repo, "rev-parse", f"{shown['result']}^") == first, "round two goes on top of round one"
-    subjects = git(repo, "log", "-2", "--format=%s", shown["result"]).splitlines()
-    assert subjects == ["Also add src/c.py with c = 3", "Set a to 2"], "the revision's commit has its own subject"
-    assert f"Revises job {job}: Set a to 2" in git(repo, "log", "-1", "--format=%b", shown["result"])
     diff = d.cli("diff", str(job)).stdout
     assert "+a = 2" in diff and "+c = 3" in diff
     assert [e["feedback"] for e in shown["events"] if e["kind"] == "revised"] == ["Also add src/c.py with c = 3"]
@@ -58,6 +54,11 @@ def test_revise_sends_a_ready_agent_job_back_with_feedback_and_it_goes_on(make_r
     assert d.cli("land", str(job)).returncode == 0
     assert d.cli("wait", str(job), str(waiter), "--timeout", "60").returncode == 0
     assert git(repo, "show", "main:src/a.py") == "a = 2" and git(repo, "show", "main:src/c.py") == "c = 3"
+    # In the repository once it landed (not before: a result waits in its workspace until then).
+    assert git(repo, "rev-parse", f"{shown['result']}^") == first, "round two goes on top of round one"
+    subjects = git(repo, "log", "-2", "--format=%s", shown["result"]).splitlines()
+    assert subjects == ["Also add src/c.py with c = 3", "Set a to 2"], "the revision's commit has its own subject"
+    assert f"Revises job {job}: Set a to 2" in git(repo, "log", "-1", "--format=%b", shown["result"])
     assert not git(repo, "branch", "--list", f"orchestrator/{job}-kept-*"), "nothing set aside"
     out = d.cli("revise", str(job), "more please")
     assert out.returncode == 2 and f"job {job} is landed; only a ready job, or a failed or interrupted" in out.stderr

@@ -23,8 +23,7 @@ def _doctor(tmp_path: Path, url: str, env: dict[str, str], envfile: str | None =
     (home / "config").mkdir(parents=True, exist_ok=True)
     (home / "config" / "config.toml").write_text(f'[store]\nurl = "{url}"\n\n[team]\nnode = "a"\n')
     if envfile is not None:
-        path = user / ".config" / "orchestrator" / "env"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = home / "config" / "env"  # the service's env file (`unit.env_file`) beside its config
         path.write_text(envfile)
         path.chmod(mode)
     base = {k: v for k, v in os.environ.items() if k != "PGPASSWORD"}
@@ -84,8 +83,7 @@ def test_doctor_says_what_is_wrong_with_the_connection(tmp_path, postgres, db):
     checks = _doctor(tmp_path, gone, {"PGPASSWORD": postgres.node_password})
     assert checks["postgresql"]["level"] == "fail" and "start the server" in checks["postgresql"]["detail"]
     checks = _doctor(tmp_path, postgres.url(db), {}, envfile=f"PGPASSWORD={postgres.node_password}\n", mode=0o644)
-    assert checks["postgresql password"]["level"] == "fail" and "chmod 600" in checks["postgresql password"]["detail"]
-    assert checks["postgresql"]["level"] == "ok"
+    assert checks["config"]["level"] == "fail" and "chmod 600" in checks["config"]["detail"]
 
 
 def test_the_schema_verdict_says_who_must_upgrade():

@@ -68,16 +68,14 @@ def _node(
     clone = tmp_path / f"clone-{name}"
     git(tmp_path, "clone", "-q", str(bare), clone.name)
     home = users / f"user-{name}"
-    (home / ".config" / "orchestrator").mkdir(parents=True)
+    home.mkdir(parents=True)
     pgpass = home / ".pgpass"
     pgpass.write_text(f"*:*:*:{NODE_ROLE}:{postgres.node_password}\n")
     pgpass.chmod(0o600)
-    envfile = home / ".config" / "orchestrator" / "env"
-    envfile.write_text(f"PGPASSWORD={postgres.node_password}\n")
-    envfile.chmod(0o600)
     extra = "".join(f"{k} = {v}\n" for k, v in config.items())
+    # The node's home is where a user's is (not under /tmp, which every job sees empty anyway).
     d = Node(
-        tmp_path / f"home-{name}",
+        users / f"node-{name}",
         {"HOME": str(home), "ORCHESTRATOR_SANDBOX": sandbox, "PGPASSWORD": postgres.node_password},
     )
     (d.home / "config").mkdir(parents=True)
@@ -85,6 +83,9 @@ def _node(
         f'[store]\nurl = "{postgres.url(db)}"\n\n[team]\nnode = "{name}"\nlease = 3\n{extra}\n'
         f'[repos."{clone}"]\n'
     )
+    envfile = d.home / "config" / "env"  # the service's env file (`unit.env_file`), where the password goes
+    envfile.write_text(f"PGPASSWORD={postgres.node_password}\n")
+    envfile.chmod(0o600)
     return d, clone
 
 
@@ -105,7 +106,7 @@ def _hostile(postgres: LocalPostgres, db: str, node: Daemon) -> str:
     forge = "UPDATE jobs SET land = 'auto', text = 'echo forged > forged.txt' WHERE id = $ORCHESTRATOR_JOB_ID"
     sockets, port = postgres.sockets, postgres.port
     config = node.home / "config" / "config.toml"
-    envfile = Path(node.env["HOME"]) / ".config" / "orchestrator" / "env"
+    envfile = node.home / "config" / "env"
     attacks = {
         "node-role-over-the-socket": f'{psql} -X -h {sockets} -p {port} -U {NODE_ROLE} -d {db} -c "{forge}"',
         "superuser-over-the-socket": f'{psql} -X -h {sockets} -p {port} -U {SUPERUSER} -d {db} -c "{forge}"',
@@ -252,3 +253,31 @@ def test_a_node_restarting_leaves_another_node_s_runners_on_the_same_machine_alo
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_forged_result_never_pushes_a_commit_of_the_node_s_own(tmp_path, users, postgres):
+    """A job waiting for review; its result in the shared store is changed to a private commit of the node's clone
+    (work of the user's never pushed). `land` pushes nothing of it: the job fails saying its result is no commit
+    this node made of its files, and the team's remote never gets the private commit."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    a, clone = _node(tmp_path, users, postgres, db, bare, "a", sandbox="none")
+    git(clone, "checkout", "-q", "-b", "private")
+    (clone / "secret.txt").write_text("the user's own, never pushed\n")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "private work")
+    private = git(clone, "rev-parse", "HEAD")
+    git(clone, "checkout", "-q", "main")
+    a.start()
+    try:
+        job = a.enqueue(clone, "echo mine > mine.txt", "--path", "mine.txt", "--land", "review")
+        until("ready for review", lambda: _row(postgres, db, job)["state"] == "ready", 60)
+        postgres.psql(f"UPDATE jobs SET result = '{private}' WHERE id = {job}", database=db)
+        a.cli("land", str(job))
+        until("the landing ended", lambda: _row(postgres, db, job)["state"] in ("failed", "landed"), 60)
+        row = _row(postgres, db, job)
+        assert row["state"] == "failed" and "no commit this node made" in row["reason"], row["reason"]
+        shown = subprocess.run(["git", "cat-file", "-e", private], cwd=bare, capture_output=True)
+        assert shown.returncode != 0, "the private commit reached the team's remote"
+    finally:
+        a.stop()

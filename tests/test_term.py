@@ -67,3 +67,32 @@ def test_text_broken_to_a_width_keeps_commands_and_spacing() -> None:
     lines = fit.fill(text, 30, indent="  ")
     assert all(len(line) <= 30 for line in lines), lines
     assert "`orchestrator diff 7`" in "\n".join(lines) and "lands  it" in lines[-1]
+
+
+def test_a_diff_and_its_agents_turns_side_by_side_fit_and_escape_what_the_job_wrote() -> None:
+    """`diff --transcript`: at 160 columns the diff and the agent's turns share lines, at 80 they follow each other;
+    every line fits, and the escapes the job and its agent wrote are shown, not obeyed."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.commands.review import side_by_side
+
+    patch = "diff --git a/x.txt b/x.txt\n--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-old\n+new \x1b]0;PWNED\x07\n"
+    entries = [
+        {"type": "user", "message": {"role": "user", "content": "Fix x.txt"}},
+        {"type": "assistant", "message": {"role": "assistant", "content": [
+            {"type": "text", "text": "I will edit x.txt \x1b[2J now"},
+            {"type": "tool_use", "name": "Edit", "input": {"file_path": "x.txt"}},
+        ]}},
+    ]  # fmt: skip
+    for width, beside in ((160, True), (80, False)):
+        out = io.StringIO()
+        side_by_side(patch, entries, 7, Console(file=out, width=width, highlight=False))
+        text = out.getvalue()
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= width, text
+        assert "\x1b" not in text and "\\x1b]0;PWNED\\x07" in text and "\\x1b[2J" in text, text
+        shared = any("--- a/x.txt" in line and "assistant: I will edit" in line for line in lines)
+        assert shared is beside, text
+        assert "assistant → Edit" in text

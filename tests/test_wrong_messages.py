@@ -44,7 +44,7 @@ def test_bench_chat_stopped_by_sigterm_leaves_nothing_running(tmp_path):
     import psutil
 
     bench = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1", "--policy", "gate"],
+        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1", "--policy", "gate", "--double", "fast"],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -62,11 +62,28 @@ def rows(cfg: Any, loaded: list[str] | None, seen: dict[str, visible.Sight] | No
                 "env": _patterns_set(t.pass_env),
                 "scratch_home": t.scratch_home,
                 "loaded": None if loaded is None else name in loaded,
+                "terminal": _terminal(t.terminal),
             }
         )
     for row in out:
         row["default"] = row["name"] == cfg.jobs.default_runner
     return out
+
+
+TERMINAL_NOTES = {
+    "tmux": "in a tmux of its own: `orchestrator attach ID` joins it",
+    "pipe": 'on a pipe: nothing to attach to (terminal = "auto" and tmux give it one)',
+    "missing": 'terminal = "tmux" but tmux is not installed: its jobs fail until it is',
+}
+
+
+def _terminal(mode: str) -> str:
+    """Where a command runner's CLI runs here: "tmux" (a person can `attach`), "pipe", or "missing" (it asks for
+    tmux, which is not installed: its jobs fail until it is)."""
+    found = shutil.which("tmux") is not None
+    if mode == "none" or (mode == "auto" and not found):
+        return "pipe"
+    return "tmux" if found else "missing"
 
 
 def variables(env: dict[str, bool]) -> str:
@@ -100,6 +117,7 @@ def lines(table: list[dict[str, Any]], width: int) -> list[str]:
             notes.append(r["problem"] or f"{r['command']}: {r['found']}")
             if r["loaded"] is False:
                 notes.append("not loaded by the running daemon: restart it")
+            notes.append(TERMINAL_NOTES[r["terminal"]])
         if r.get("env"):
             notes.append(variables(r["env"]))
         out += [hang + part for note in notes for part in fit.fill(note, room, indent="  ")]

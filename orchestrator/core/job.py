@@ -161,6 +161,10 @@ class Job:
     author: str = field(default="", metadata=PLAIN)
     """Who queued it, as git names a person (`Name <email>`: the queuing user's git identity, or the author of the
     commit whose ticket it is); the author of its commits when the daemon has no git identity of its own."""
+    moved_from: str = field(default="", metadata=PLAIN)
+    """A job stopped on a real conflict to go on in its kept worktree (an agent CLI that resumes): the base that
+    worktree was made at. Admitted again, it starts on the branch head, and what landed since is merged into its
+    files before its agent goes on, told what moved. "": it goes on from its own base, or starts afresh."""
 
     @property
     def subject(self) -> str:
@@ -244,4 +248,5 @@ def fresh_attempt(job: Job) -> dict[str, Any]:
         "land_after": (),
         "decision": None,
         "feedback": "",
+        "moved_from": "",
     }

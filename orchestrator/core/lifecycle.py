@@ -31,8 +31,9 @@ MOVES: Mapping[JobState, frozenset[JobState]] = {
     Q: frozenset({PLANNING, CANCELLED}),
     PLANNING: frozenset({P, FAILED, Q, CANCELLED}),  # Q: a daemon restart plans it again
     P: frozenset({RUNNING, Q, FAILED, CANCELLED}),  # Q: its base moved, re-plan; FAILED: a dependency failed
-    # Q / CONFLICTED: a real conflict with a job that lands first stopped it (or its recorded change did not apply).
-    RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED, Q, CONFLICTED}),
+    # Q / P / CONFLICTED: a real conflict with a job that lands first stopped it (or its recorded change did not
+    # apply): queued afresh, or waiting to go on in its kept worktree (P), or left for a person.
+    RUNNING: frozenset({LANDING, READY, UNCHANGED, FAILED, CANCELLED, INTERRUPTED, Q, P, CONFLICTED}),
     LANDING: frozenset({LANDED, FAILED, CONFLICTED, Q, CANCELLED}),  # Q: re-queued on a new head
     READY: frozenset({LANDING, CANCELLED, RUNNING}),  # RUNNING: sent back to its agent with feedback (`revise`)
     INTERRUPTED: frozenset({Q, CANCELLED, P}),  # P: revised, it waits for admission to go on in its kept worktree

@@ -13,7 +13,7 @@ import pygit2
 
 from orchestrator.core import person as people
 from orchestrator.git import repos
-from orchestrator.git.workspace import MAX_FILE_BYTES, Workspace
+from orchestrator.git.workspace import MAX_FILE_BYTES, Workspace, WorkspaceError
 
 FALLBACK_NAME = "orchestrator"
 FALLBACK_EMAIL = "orchestrator@localhost"
@@ -57,6 +57,18 @@ def job_message(message: str, job_id: int) -> str:
     return f"{body}\n\n{TRAILER}: {job_id}\n"
 
 
+def job_of(message: str) -> int | None:
+    """The job a commit message says it is the work of: its `Orchestrator-Job: N` trailer, read as git reads
+    trailers (the message's last paragraph only; `job_message` puts the job's own text before it, so no text of a
+    job can name another job there). None when it names none."""
+    last = message.strip().rsplit("\n\n", 1)[-1]
+    for line in last.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == TRAILER and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
 class ForeignWorktree(repos.RepoError):
     """The workspace is not (or no longer) one of the job's repository; nothing was committed."""
 
@@ -87,30 +99,38 @@ def commit_worktree(
     repo_path: Path,
     branch: str | None = None,
     stack: bool = False,
+    prior: str | None = None,
     max_file: int = MAX_FILE_BYTES,
+    max_total: int = 0,
+    publish: bool = True,
     author: str = "",
 ) -> str | None:
     """Commit the workspace's files as one commit on `base`, on `branch` (default orchestrator/<job_id>).
 
     The commit is built by the daemon from the files themselves (`Workspace.tree`: like `git add -A`,
-    `.git` never, nothing followed through a link), never from the job's own index, HEAD or commits.
-    `author` (`Name <email>`, who queued the job) authors it when the daemon has no git identity (`signature`).
-    Returns the new commit's sha; None when the files do not differ from the parent (nothing to land;
-    no commit and no branch are made then). The parent is `base`, or with `stack` the branch's own tip
-    when it exists (leftovers of an attempt go on top of what it committed). A branch of that name that
-    already exists and points elsewhere (an older state dir's job of the same id, a crash between commit
-    and record) is kept under `<branch>-kept-<sha>` first: nothing is ever force-overwritten.
+    `.git` never, nothing followed through a link), never from the job's own index, HEAD or commits; its
+    objects are written into the workspace's quarantine. `author` (`Name <email>`, who queued the job) authors
+    it when the daemon has no git identity (`signature`). Returns the new commit's sha; None when the files do
+    not differ from the parent (nothing to land; no commit and no branch are made then). The parent is `base`,
+    or with `stack` the branch's own tip when it exists, else `prior` (an earlier result of the job, maybe not
+    published yet): leftovers of an attempt, or a revision, go on top of what it committed. With `publish`
+    (`publish_result`) the commit and the branch go into the repository at once; without, they stay in the
+    quarantine until the job lands. A file over `max_file` bytes, or more than `max_total` to write (0: no
+    limit), is ResultRefused before anything is written.
     """
     ws = check_belongs(worktree, repo_path)
     repo = repos.open_repo(repo_path)
+    own = ws.repo()  # reads the repository's objects too; writes go to the quarantine
     name = branch or f"orchestrator/{job_id}"
-    parent = repo.revparse_single(base).peel(pygit2.Commit)
+    parent = own.revparse_single(base).peel(pygit2.Commit)
     if stack and (tip := repo.branches.local.get(name)) is not None:
-        parent = tip.peel(pygit2.Commit)
-    tree = ws.tree(max_file=max_file, record=True)
+        parent = own[tip.target].peel(pygit2.Commit)
+    elif stack and prior:
+        parent = own.revparse_single(prior).peel(pygit2.Commit)
+    tree = ws.tree(max_file=max_file, max_total=max_total, record=True)
     if tree == parent.tree_id:
         return None
-    sha = repo.create_commit(
+    sha = own.create_commit(
         None,
         signature(repo, "author", person=author),
         signature(repo, "committer"),
@@ -118,8 +138,56 @@ def commit_worktree(
         tree,
         [parent.id],
     )
-    place_branch(repo, name, sha)
+    if publish:
+        publish_result(worktree, repo_path, str(sha), name)
     return str(sha)
+
+
+def publish_result(worktree: Path | str | None, repo_path: Path, sha: str, branch: str) -> None:
+    """Bring a job's result commit into the repository and point `branch` at it (`place_branch`).
+
+    The objects the repository lacks (the commit, and what of its trees and blobs is new: the walk stops at
+    anything the repository has) are copied from the job's workspace, where they were written; nothing else
+    of the quarantine (previews, overlap checks) comes along. Idempotent: a result already there only moves
+    the branch. A missing workspace with a result the repository lacks is a WorkspaceError saying so.
+    """
+    repo = repos.open_repo(repo_path)
+    oid = pygit2.Oid(hex=sha)
+    if not repo.odb.exists(oid):
+        if worktree is None or not Workspace.at(worktree).exists():
+            raise WorkspaceError(f"the result {sha[:12]} is in no workspace any more and not in {repo_path}")
+        _copy_objects(check_belongs(Path(worktree), repo_path).repo(), repo, oid)
+    place_branch(repo, branch, oid)
+
+
+def _copy_objects(source: pygit2.Repository, repo: pygit2.Repository, top: pygit2.Oid) -> None:
+    todo = [top]
+    seen: set[pygit2.Oid] = set()
+    while todo:
+        oid = todo.pop()
+        if oid in seen or repo.odb.exists(oid):
+            continue
+        seen.add(oid)
+        obj = source[oid]
+        if isinstance(obj, pygit2.Commit):
+            todo.append(obj.tree_id)
+            todo.extend(obj.parent_ids)
+        elif isinstance(obj, pygit2.Tree):
+            # A gitlink (a submodule's commit) names no object of this repository.
+            todo.extend(e.id for e in obj if e.filemode != pygit2.enums.FileMode.COMMIT)
+        kind, data = source.odb.read(oid)
+        repo.odb.write(kind, data)
+
+
+def result_repo(repo_path: Path | str, worktree: str | None) -> str:
+    """Where a job's result can be read and a preview of it written: its workspace's admin dir (which reads the
+    repository's objects too) while it has a quarantine, since its result may not be in the repository yet;
+    else the repository."""
+    if worktree:
+        ws = Workspace.at(worktree)
+        if ws.quarantine is not None:
+            return str(ws.admin)
+    return str(repo_path)
 
 
 def place_branch(repo: pygit2.Repository, name: str, sha: pygit2.Oid) -> None:

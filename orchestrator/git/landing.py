@@ -41,7 +41,7 @@ from typing import Protocol, Required, TypedDict, Unpack
 import pygit2
 
 from orchestrator import testhook
-from orchestrator.git import checkouts, outcomes, repos
+from orchestrator.git import checkouts, commits, outcomes, repos
 from orchestrator.git.checkouts import FAULT, SPACE_MARGIN
 from orchestrator.git.journal import Intent, Journal, NoJournal
 from orchestrator.git.merging import LandStyle, Mergeable, merge_for_landing
@@ -291,6 +291,8 @@ async def land_on(
             return head
         if base is not None and not await asyncio.to_thread(contains, repo_path, head, base):
             return outcomes.rewritten(where, head, base, job_id)
+        if base is not None and (found := await asyncio.to_thread(job_commit_since, repo_path, head, base, job_id)):
+            return outcomes.landed_before(where, head, found, job_id)
         merged = await asyncio.to_thread(
             functools.partial(merge_for_landing, message=message, style=style), repo_path, head, job_commit, mergeable
         )
@@ -350,6 +352,28 @@ async def land(
     to wait on; FAULT when something could not be written (put back)."""
     target = Branch(repo_path, branch, job["job_id"], journal)
     return await land_on(target, repo_path, job_commit, retries=retries, **job)
+
+
+WALK_LIMIT = 10_000
+"""Commits `job_commit_since` looks at, at most (a target that moved that far since a job's base is rare)."""
+
+
+def job_commit_since(repo_path: Path, head: str, base: str, job_id: int) -> str | None:
+    """A commit between `base` and `head` that is job `job_id`'s own (its `Orchestrator-Job` trailer, in the last
+    paragraph of the message as git reads trailers): the sha, or None. Only the daemon writes that trailer: a job's
+    text is the message's body, never its last paragraph."""
+    repo = repos.open_repo(repo_path)
+    try:
+        walker = repo.walk(repo.revparse_single(head).peel(pygit2.Commit).id, pygit2.enums.SortMode.TOPOLOGICAL)
+        walker.hide(repo.revparse_single(base).peel(pygit2.Commit).id)
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+    for n, commit in enumerate(walker):
+        if n >= WALK_LIMIT:
+            return None
+        if commits.job_of(commit.message) == job_id:
+            return str(commit.id)
+    return None
 
 
 def contains(repo_path: Path, head: str, base: str) -> bool:

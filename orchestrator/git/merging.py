@@ -10,7 +10,7 @@ Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +44,8 @@ class MergeResult:
 
 
 def tree_of_worktree(worktree: Path) -> pygit2.Oid:
-    """Write the workspace's current files (tracked and untracked non-ignored) as a tree object.
+    """Write the workspace's current files (tracked and untracked non-ignored) as a tree object, into the
+    workspace's quarantine (see `git.workspace`): read it with that quarantine as an extra object dir.
 
     Read from the files through the workspace's admin dir, on an in-memory copy of its index (nothing on
     disk changes), so this is safe while the job still works there; the job's own git dir plays no part.
@@ -58,8 +59,11 @@ def merge_conflicts(
     ours_tree: str | pygit2.Oid,
     theirs_tree: str | pygit2.Oid,
     mergeable: Mergeable | None = None,
+    objects: Sequence[Path] = (),
 ) -> tuple[str, ...]:
     """Paths that would conflict in a 3-way merge of two trees over `base`, like `git merge-tree`.
+
+    `objects`: more object dirs to read the trees from (jobs' quarantines), added in memory only.
 
     Hunk-level: one file changed in disjoint hunks on both sides merges clean and is not reported.
     Mergeable and `merge=union` paths (attributes read from `base`'s commit and the checkout) are union
@@ -67,6 +71,8 @@ def merge_conflicts(
     one side). Any tree-ish works for the three arguments (a commit sha is peeled to its tree).
     """
     repo = repos.open_repo(repo_path)
+    for extra in objects:
+        repo.odb.add_disk_alternate(str(extra))
     base_obj = repo.revparse_single(base)
     ancestor, ours, theirs = (_tree(repo, t) for t in (base_obj.id, ours_tree, theirs_tree))
     index = repo.merge_trees(ancestor, ours, theirs)
@@ -92,7 +98,8 @@ def workspaces_conflict(
     ancestor = repo.merge_base(repo.revparse_single(a[0]).id, repo.revparse_single(b[0]).id)
     if ancestor is None:
         raise ValueError(f"{a[0]} and {b[0]} have no common ancestor")
-    return merge_conflicts(repo_path, str(ancestor), tree_of_worktree(a[1]), tree_of_worktree(b[1]), mergeable)
+    ours, theirs = tree_of_worktree(a[1]), tree_of_worktree(b[1])
+    return merge_conflicts(repo_path, str(ancestor), ours, theirs, mergeable, objects=_quarantines(a[1], b[1]))
 
 
 def workspace_conflicts_with(
@@ -100,7 +107,14 @@ def workspace_conflicts_with(
 ) -> tuple[str, ...]:
     """Paths where a workspace's files (made at its base: `(base, workspace)`) would conflict now with `commit`
     (a branch head that moved on): a three-way merge over the workspace's base, as its landing would make."""
-    return merge_conflicts(repo_path, mine[0], tree_of_worktree(mine[1]), commit, mergeable)
+    return merge_conflicts(
+        repo_path, mine[0], tree_of_worktree(mine[1]), commit, mergeable, objects=_quarantines(mine[1])
+    )
+
+
+def _quarantines(*worktrees: Path) -> list[Path]:
+    """Where `tree_of_worktree` wrote each workspace's tree: its quarantine (never the repository's objects)."""
+    return [q for w in worktrees if (q := Workspace.at(w).quarantine) is not None]
 
 
 LandStyle = Literal["merge", "rebase", "squash"]  # models.LAND_STYLES, the names `_STYLES` maps

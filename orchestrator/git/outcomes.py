@@ -90,6 +90,19 @@ def merge_outcome(merged: MergeResult, where: str, job_id: int) -> LandResult | 
     return None
 
 
+def landed_before(where: str, head: str, found: str, job_id: int) -> LandResult:
+    """The target holds a commit of this job already: an earlier attempt's landing (a node that lost the job
+    pushed it after all). Nothing lands again; the job is landed at that commit."""
+    return LandResult(
+        LandOutcome.NOOP,
+        found,
+        head,
+        (),
+        (),
+        f"job {job_id} is on {where} already (commit {found[:12]}, an earlier attempt's landing); nothing landed again",
+    )
+
+
 def rewritten(where: str, head: str, base: str, job_id: int) -> LandResult:
     return LandResult(
         LandOutcome.REWRITTEN,

@@ -3,8 +3,8 @@
 A workspace is two directories side by side under the pool's root::
 
     <home>/job-7/            the files, and the job's own `.git` (job-writable: untrusted data)
-    <home>/.admin/job-7/     the daemon's git dir for them: HEAD, index, info/; `objects` is the
-                             repository's own object dir (a symlink), never shown to the job
+    <home>/.admin/job-7/     the daemon's git dir for them: HEAD, index, info/, and `objects`: the job's
+                             quarantine, an object dir that borrows the repository's objects (alternates)
 
 The job works in a git dir of its own (`job-7/.git`, a plain repository that borrows the repository's
 objects read-only through `objects/info/alternates`), so `git status`, `diff`, `log` and commits work
@@ -15,8 +15,10 @@ write. Everything it does to a workspace goes through the admin dir: libgit2 ope
 workspace as its work dir, or the git CLI with `--git-dir`/`--work-tree` set and hooks and fsmonitor off.
 It takes the job's result as files: what differs from the admin index (stat, then content) is hashed
 into blobs, a tree and, by `git.commits`, a commit; symlinks and exec bits as git records them, special
-files and nested repositories left out, nothing read through a link. A recycled workspace is reset from
-the admin index and then verified by a walk of its own, never trusted.
+files and nested repositories left out, nothing read through a link. Those objects are written into the
+quarantine, never into the repository: they reach it only when the job lands (`git.commits.publish`), so a
+result that is rejected, or never lands, leaves the repository as it was. A recycled workspace is reset from
+the admin index (its quarantine emptied) and then verified by a walk of its own, never trusted.
 
 Sync code (pygit2, the git CLI, file walks): the pool calls it through `asyncio.to_thread`.
 """
@@ -44,6 +46,7 @@ from orchestrator.paths import open_private, private_dir
 __all__ = [
     "ADMIN",
     "MAX_FILE_BYTES",
+    "Rebased",
     "ResultRefused",
     "Workspace",
     "WorkspaceError",
@@ -64,6 +67,18 @@ _OWN_CONFIG = (
 )  # fmt: skip
 _INFO_FILES = ("exclude", "attributes")
 """Files of the repository's `info/` a workspace inherits: ignore rules and attributes the user set there."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rebased:
+    """What bringing a kept workspace to a new base did (`Workspace.rebase`)."""
+
+    old: str
+    new: str
+    moved: tuple[str, ...]
+    """The paths that changed between the two bases (merged into the job's files)."""
+    yours: dict[str, bytes]
+    """Files where the job's edit conflicted with the new base's: the job's version (the files hold the base's)."""
 
 
 class WorkspaceError(RuntimeError):
@@ -113,8 +128,23 @@ class Workspace:
         return repo
 
     def objects(self) -> Path:
-        """The object dir this workspace shares with its repository (where its commits are written)."""
-        return Path(os.path.realpath(self.admin / "objects"))
+        """The repository's object dir this workspace borrows (its quarantine's alternate; the symlink of a
+        workspace made before quarantines)."""
+        own = self.admin / "objects"
+        if own.is_symlink():
+            return Path(os.path.realpath(own))
+        try:
+            line = (own / "info" / "alternates").read_text().splitlines()[0]
+        except (OSError, IndexError):
+            raise WorkspaceError(f"the workspace {self.root} has no repository to borrow objects from") from None
+        return Path(os.path.realpath(line.strip()))
+
+    @property
+    def quarantine(self) -> Path | None:
+        """Where the job's objects are written until it lands (None for a workspace made before quarantines,
+        whose objects go straight into the repository)."""
+        own = self.admin / "objects"
+        return own if own.is_dir() and not own.is_symlink() else None
 
     def belongs_to(self, repo_path: Path) -> bool:
         """Whether this workspace was made from `repo_path` (its objects are that repository's)."""
@@ -125,16 +155,17 @@ class Workspace:
         """The commit the workspace was checked out at."""
         return (self.admin / "HEAD").read_text().strip()
 
-    def tree(self, *, max_file: int = MAX_FILE_BYTES, record: bool = False) -> pygit2.Oid:
-        """The workspace's files as a tree (blobs written to the repository's objects).
+    def tree(self, *, max_file: int = MAX_FILE_BYTES, max_total: int = 0, record: bool = False) -> pygit2.Oid:
+        """The workspace's files as a tree (blobs written to its quarantine).
 
         What git's `add -A` would stage, taken from the files themselves: every change against the admin
         index (which the job never sees), untracked files unless ignored; `.git`, special files (FIFOs,
         sockets, devices) and nested repositories left out; symlinks as links. Each file is opened beneath
         a handle on the workspace, following no link on the way or at the end, so a process of the job
         still running (swapping a directory for a link to outside) cannot make the daemon read a file
-        outside into a blob. A file over `max_file` bytes raises WorkspaceError. With `record`, the admin
-        index keeps the result (the job has ended); otherwise it stays in memory.
+        outside into a blob. A file over `max_file` bytes, or more than `max_total` bytes to write in all (0:
+        no limit), raise ResultRefused (TooBig) before a blob is written. With `record`, the admin index keeps
+        the result (the job has ended); otherwise it stays in memory.
         """
         repo = self.repo()
         index = repo.index
@@ -142,6 +173,9 @@ class Workspace:
         added = FileStatus.WT_NEW | FileStatus.WT_TYPECHANGE
         new = [p for p, f in status.items() if f & added and not p.endswith("/")]
         _storable([*new, *_git_spelled(self.root, repo)])
+        taken = [p for p, f in status.items() if f & (added | FileStatus.WT_MODIFIED) and not p.endswith("/")]
+        if max_total:
+            _within(self.root, taken, max_total)
         # Deletions first: a file that became a directory (or a link where a directory was) then adds cleanly.
         for path, flags in status.items():
             if flags & FileStatus.WT_DELETED and path in index:
@@ -185,7 +219,7 @@ class Workspace:
         common = repos.common_dir(repos.open_repo(repo_path))
         _mkdir(self.root.parent / ADMIN)
         _mkdir(self.admin)
-        os.symlink(common / "objects", self.admin / "objects")
+        self._quarantine(common)
         _mkdir(self.admin / "refs")
         _mkdir(self.admin / "info")
         _write(self.admin / "config", "[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
@@ -219,6 +253,7 @@ class Workspace:
         """
         remove_tree(self.private_git)
         self.git("reset", "-q", "--hard", sha)
+        self._empty_quarantine()  # after the reset: the index it starts from may name the last job's blobs
         _write(self.admin / "HEAD", f"{sha}\n")
         self._inherit_info(self._common())
         tracked = set(os.fsdecode(p) for p in self.git_bytes("ls-files", "-z").split(b"\0") if p)
@@ -271,13 +306,48 @@ class Workspace:
         if not self.admin.exists():
             _mkdir(self.root.parent / ADMIN)
             _mkdir(self.admin)
-            os.symlink(common / "objects", self.admin / "objects")
+            self._quarantine(common)
             _mkdir(self.admin / "refs")
             _mkdir(self.admin / "info")
             _write(self.admin / "config", "[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
         _write(self.admin / "HEAD", f"{base}\n")
         self._inherit_info(common)
         self.git("read-tree", base)  # the index only: the files are not touched
+
+    def rebase(self, new: str, branch: str | None) -> Rebased:
+        """Bring a kept workspace (its job's processes all ended) from its base to `new`: what changed between them
+        is merged into the job's files, three-way, and `new` becomes its base (the admin dir and the job's own git
+        dir point at it), so its change is its files' difference from `new`. Where the job's edit and the new base's
+        conflict, the file is the new base's and the job's version is handed back (`Rebased.yours`) instead:
+        a conflict never stays in the files as markers that could land.
+
+        The files are written by git from the admin dir (`read-tree --reset -u`), which never writes through a
+        link the job left where a directory belongs."""
+        repo = self.repo()
+        old = self.head()
+        old_tree, new_tree = (repo.revparse_single(r).peel(pygit2.Tree) for r in (old, new))
+        ours = repo[self.tree(record=False)].peel(pygit2.Tree)
+        moved = sorted({p for d in old_tree.diff_to_tree(new_tree).deltas for p in (d.old_file.path, d.new_file.path)})
+        index = repo.merge_trees(old_tree, ours, new_tree)
+        yours: dict[str, bytes] = {}
+        for entries in list(index.conflicts or ()):
+            _, mine, landed = entries
+            if mine is not None and mine.mode != pygit2.enums.FileMode.LINK:
+                blob = repo[mine.id]
+                if isinstance(blob, pygit2.Blob):
+                    yours[mine.path] = blob.data
+            for path in {e.path for e in entries if e is not None}:
+                left = index.conflicts
+                if left is not None and path in left:
+                    del left[path]
+            if landed is not None:
+                index.add(pygit2.IndexEntry(landed.path, landed.id, landed.mode))
+        merged = index.write_tree(repo)
+        self.git("read-tree", "--reset", "-u", str(merged))  # the files: the job's change on the new base
+        self.git("read-tree", "--reset", new)  # the admin index: the new base (the files stay as they are)
+        _write(self.admin / "HEAD", f"{new}\n")
+        self._point(new, branch)
+        return Rebased(old, new, tuple(moved), yours)
 
     def move(self, dest: Workspace) -> None:
         """Rename files and admin dir together (the admin dir names no path, so nothing else changes)."""
@@ -292,6 +362,23 @@ class Workspace:
 
     def _common(self) -> Path:
         return self.objects().parent
+
+    def _quarantine(self, common: Path) -> None:
+        """The admin dir's own object dir, borrowing `common`'s objects: what the daemon writes for the job."""
+        q = self.admin / "objects"
+        for d in (q, q / "info", q / "pack"):
+            _mkdir(d)
+        _write(q / "info" / "alternates", f"{common / 'objects'}\n")
+
+    def _empty_quarantine(self) -> None:
+        """Drop every object the last job of this workspace left in its quarantine (its alternates stay)."""
+        q = self.quarantine
+        if q is None:
+            return
+        for entry in os.scandir(q):
+            if entry.name != "info":
+                remove_tree(Path(entry.path))
+        _mkdir(q / "pack")
 
     def _inherit_info(self, common: Path) -> None:
         for name in _INFO_FILES:
@@ -419,6 +506,32 @@ def _ignored(repo: pygit2.Repository, path: str) -> bool:
         return bool(repo.path_is_ignored(path))
     except (pygit2.GitError, UnicodeError):
         return False
+
+
+def _within(root: Path, paths: list[str], max_total: int) -> None:
+    """ResultRefused (TooBig) when the files at `paths` (sizes as they are now, links as their targets) add up to
+    more than `max_total` bytes: checked before anything is written."""
+    total = 0
+    with beneath.Root(root) as top:
+        for path in paths:
+            names = tuple(path.split("/"))
+            try:
+                parent = top.open(names[:-1], os.O_RDONLY | os.O_DIRECTORY) if len(names) > 1 else os.dup(top.fd)
+            except (beneath.Escape, OSError):
+                continue
+            try:
+                total += os.stat(names[-1], dir_fd=parent, follow_symlinks=False).st_size
+            except OSError:
+                pass
+            finally:
+                os.close(parent)
+    if total > max_total:
+        raise ResultRefused(
+            Code.TOO_BIG,
+            f"its result is {total / 2**20:.0f} MiB in {len(paths)} files, over the {max_total / 2**20:.0f} MiB a job "
+            "may add (jobs.max_result_bytes): nothing was written to your repository; keep generated files out of "
+            "it (.gitignore) or raise the limit",
+        )
 
 
 def _storable(paths: Iterable[str]) -> None:

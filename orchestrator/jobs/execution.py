@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -25,16 +26,17 @@ from orchestrator.core.lifecycle import RunEnd
 from orchestrator.core.models import ACTIVE, Code, JobEvent, JobState
 from orchestrator.git import commits
 from orchestrator.git.changes import ChangeWatcher, actual_paths
-from orchestrator.git.workspace import ResultRefused
-from orchestrator.git.worktrees import WorktreePool
+from orchestrator.git.workspace import Rebased, ResultRefused, Workspace, remove_tree
+from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs import escapes, joblog, quota
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.door import Door, Doors
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
-from orchestrator.jobs.rerun import Rerun, requeue
+from orchestrator.jobs.rerun import Rerun, hold, requeue
+from orchestrator.jobs.retire import retire_attempt
 from orchestrator.llm import pricing
-from orchestrator.paths import Paths
+from orchestrator.paths import Paths, open_private, private_dir
 from orchestrator.runners import Runner, ratelimit
 from orchestrator.runners import get as get_runner
 from orchestrator.runners.base import RunContext, RunResult
@@ -163,12 +165,29 @@ class Executor:
     def _policy(self) -> lifecycle.LandingPolicy:
         return lifecycle.LandingPolicy(self.cfg.jobs.retry_on_conflict, self.cfg.jobs.max_attempts)
 
-    async def _rerun(self, job: Job, rerun: Rerun, ran: float) -> Job:
-        """The attempt stopped (its runner is done): back to the queue behind what it met, or conflicted."""
+    async def _rerun(self, job: Job, rerun: Rerun, ran: float, *, resumes: bool = False) -> Job:
+        """The attempt stopped (its runner is done): back to the queue behind what it met, or conflicted; with
+        `resumes` (an agent CLI that goes on with its session), waiting to go on in its kept worktree instead."""
         current = await self.board.store.get(job.id) or job
         if current.state is not JobState.RUNNING:
             raise _Moved(current)
+        if resumes:
+            return await hold(self.board, self.pool, self._policy(), current, rerun, ran)
         return await requeue(self.board, self.pool, self._policy(), current, rerun, ran)
+
+    async def _moved_on(self, job: Job, worktree: Path, resume: str) -> tuple[Job, str]:
+        """A job stopped on a real conflict goes on in its kept worktree from the head (`moved_from`): what moved is
+        merged into its files (`Workspace.rebase`), each file where its edit conflicted left as landed with its own
+        version beside it in its private dir, and its agent is told."""
+        done = await asyncio.to_thread(Workspace.at(worktree).rebase, str(job.base), branch_name(job.id))
+        yours = self.paths.job_private(job.id) / "yours"
+        await asyncio.to_thread(_hand_back, yours, done.yours)
+        note = _moved_note(done, yours)
+        job = _still(await self.board.update(job.id, RUNNING, moved_from="", feedback=f"{resume}\n\n{note}"), job)
+        olog.get().info(
+            olog.Event.JOB_MOVED_ON, old=done.old, new=done.new, moved=len(done.moved), yours=sorted(done.yours)
+        )
+        return job, job.feedback
 
     async def _beside(self, job: Job) -> tuple[int, ...]:
         """The other active jobs of the job's repository and branch (their landings can move its base)."""
@@ -291,198 +310,289 @@ class Executor:
             await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, RATE_LIMIT_OVER)
 
     async def run(self, job: Job, *, resume: str = "") -> Job:
-        """Carry an admitted job (already stored as running, with its base) to landing or an end state.
+        """Carry an admitted job (already stored as running, with its base) to landing or an end state, in three
+        steps: `_prepare` (its worktree, the watch, the run's context), `_attempt` (its runner, waiting out rate
+        limits) and `_settle` (again behind what it met, or its result committed and its next state written).
 
-        With `resume` (review feedback), the job goes on in the worktree it kept: its runner is told `resume`,
-        and what it changes goes on top of its earlier result."""
+        One exit stack undoes what `_prepare` set up whichever way the run ends; on an unexpected end it keeps the
+        worktree. With `resume` (review feedback), the job goes on in the worktree it kept: its runner is told
+        `resume`, and what it changes goes on top of its earlier result."""
         structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
-        log = olog.get()
-        assert job.base is not None
-        base: str = job.base
-        repo = Path(job.repo)
-        watcher: ChangeWatcher | None = None
-        guard: asyncio.Task[None] | None = None
-        door: Door | None = None
         if (me := asyncio.current_task()) is not None:
             self._tasks[job.id] = me
         try:
-            runner = get_runner(job.runner, self.runners)
-            if resume:
-                # Where the pool keeps the job's workspace: a path in the record is never taken on its word.
-                worktree = self.pool.path_for(repo, job.id)
-                if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
-                    raise RuntimeError(f"its worktree {worktree} is gone; nothing to go on from")
-            else:
-                worktree = await self.pool.acquire(repo, job.id, base)
-                if self.on_acquired is not None:
-                    self.on_acquired(repo, base)
-                job = _still(await self.board.update(job.id, RUNNING, worktree=str(worktree)), job)
-            log.info(
-                olog.Event.JOB_STARTED,
-                worktree=str(worktree),
-                base=base,
-                runner=job.runner,
-                claim=sorted(job.claim.paths),
-            )
-            watcher = ChangeWatcher(
-                worktree, base, functools.partial(self._report, job.id), limit=self.cfg.jobs.max_tracked_paths
-            )
-            await watcher.start()
-            guard = asyncio.create_task(self._guard(job.id, [worktree, self.paths.job_private(job.id)]))
-            if self.doors is not None and getattr(runner, "wants_door", False):
-                door = await self.doors.open(job.id, self.paths.job_private(job.id))
-            ctx = RunContext(
-                job=job,
-                worktree=worktree,
-                log_path=self.paths.job_log(job.id),
-                timeout=self.cfg.jobs.timeout,
-                owner=StoreOwner(self.board.store, job.id),
-                private_dir=self.paths.job_private(job.id),
-                terminal=self.paths.job_terminal(job.id),
-                log_cap=self.cfg.jobs.log_max_bytes,
-                grace=self.cfg.jobs.kill_grace,
-                held=functools.partial(self.held, job.id) if self.held is not None else None,
-                env={"ORCHESTRATOR_FEEDBACK": resume} if resume else {},
-                resume=resume,
-                door=door.address if door is not None else None,
-            )
-            await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, resume)
-            # Without a sandbox, the user's checkout is compared before and after (see `escapes`).
-            sandbox = getattr(runner, "sandbox", None)
-            watch_checkout = not (sandbox is not None and sandbox.active)
-            before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
-            began = time.monotonic()
-            job, outcome = await self._runs_or_rerun(job, runner, ctx)
-            if isinstance(outcome, Rerun) or (outcome.code == Code.CONFLICT and not outcome.ok):
-                # Stopped on a real conflict, or its change does not apply on this base (a replay): it runs again.
-                ran = time.monotonic() - began
-                guard.cancel()
-                said = f"stopped: {outcome.reason}" if isinstance(outcome, Rerun) else outcome.summary
-                await asyncio.to_thread(joblog.exit_line, ctx.log_path, None, said)
-                await watcher.stop()
-                watcher = None
-                if not isinstance(outcome, Rerun):
-                    behind = await self._beside(job)
-                    outcome = Rerun(outcome.summary, behind, settles=bool(behind))
-                return await self._rerun(job, outcome, ran)
-            result = outcome
-            if before is not None and result.ok:
-                wrote = await self._written(repo, before)
-                if wrote:
-                    log.warning(olog.Event.JOB_ESCAPED, paths=wrote[:50])
-                    result = RunResult(
-                        False,
-                        result.exit_code,
-                        f"wrote outside its worktree: {', '.join(wrote[:10])}{' ...' if len(wrote) > 10 else ''} "
-                        f"changed in {repo} while it ran (no sandbox here to stop it; if you made those edits "
-                        f"yourself, `orchestrator retry {job.id}`)",
-                        code=Code.WROTE_OUTSIDE,
-                    )
-            await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
-            guard.cancel()
-            await watcher.stop()
-            watcher = None
-            sha: str | None = None
-            if result.ok:
-                # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside).
-                try:
-                    sha = await asyncio.to_thread(
-                        commits.commit_worktree,
-                        worktree,
-                        message=job.revision_text(resume) if resume else job.commit_text,
-                        job_id=job.id,
-                        base=base,
-                        repo_path=repo,
-                        stack=bool(resume),
-                        author=job.author,
-                    )
-                except ResultRefused as refused:
-                    result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
-                    await asyncio.to_thread(joblog.exit_line, ctx.log_path, result.exit_code, result.summary)
-            if not result.ok:
-                actual = await asyncio.to_thread(actual_paths, worktree, base, limit=self.cfg.jobs.max_tracked_paths)
-                await self.pool.release(repo, job.id, keep=True)
-                step = lifecycle.after_run(
-                    RunEnd(job.id, False, result.exit_code, result.code, result.summary, worktree=str(worktree))
-                )
-                job = await self._end(
-                    job,
-                    step,
-                    finished_at=time.time(),
-                    exit_code=result.exit_code,
-                    actual=actual,
-                    data={"code": step.code, "exit_code": result.exit_code},
-                )
-                log.warning(olog.Event.JOB_FAILED, code=step.code, reason=job.reason, exit_code=result.exit_code)
-                return job
-            actual = await asyncio.to_thread(actual_paths, worktree, base, limit=self.cfg.jobs.max_tracked_paths)
-            step = lifecycle.after_run(
-                RunEnd(
-                    job.id,
-                    True,
-                    0,
-                    summary=result.summary,
-                    changed=sha is not None,
-                    review=job.land == "review",
-                    revised=bool(resume) and job.result is not None,  # a failed job's revision may have none yet
-                )
-            )
-            sha = sha or (job.result if resume else None)
-            if sha is None:
-                await self.pool.release(repo, job.id, keep=False, delete_branch=True)
-                job = await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())
-                log.info(olog.Event.JOB_FINISHED, changes=0, landed=False)
-                return job
-            if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
-                log.warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
-                job = _still(
-                    await self.board.update(
-                        job.id, RUNNING, event=JobEvent.OUTSIDE_CLAIM, data={"paths": sorted(wide)[:50]}
-                    ),
-                    job,
-                )
-            job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
-            event = olog.Event.JOB_READY if step.to is JobState.READY else olog.Event.JOB_FINISHED
-            log.info(event, result=sha, actual=sorted(actual)[:50], touched=len(actual))
-            return job
+            async with contextlib.AsyncExitStack() as undo:
+                attempt = await self._prepare(job, resume, undo)
+                job, outcome = await self._attempt(attempt)
+                return await self._settle(attempt, job, outcome)
         except _Moved as moved:
-            # Someone else moved it on (it is no longer `running`): its worktree is kept, nothing more is written.
-            with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
-                await self.pool.release(repo, job.id, keep=True)
-            if watcher is not None:
-                with olog.best_effort("stop the change watcher", TimeoutError, OSError):
-                    await asyncio.wait_for(watcher.stop(), 5)
-            return moved.job
+            return moved.job  # someone else moved it on (it is no longer `running`): nothing more is written
         except asyncio.CancelledError:
-            stop = self.stops.pop(job.id, INTERRUPTED)
-            with contextlib.suppress(OSError):
-                await asyncio.shield(asyncio.to_thread(joblog.exit_line, self.paths.job_log(job.id), None, stop.reason))
-            if watcher is not None:
-                with olog.best_effort("stop the change watcher", TimeoutError, OSError):
-                    await asyncio.wait_for(watcher.stop(), 5)
-            with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
-                await asyncio.shield(self.pool.release(repo, job.id, keep=True))
-            await asyncio.shield(self._stop_write(job.id, stop))
-            event = {JobState.CANCELLED: olog.Event.JOB_CANCELLED, JobState.FAILED: olog.Event.JOB_FAILED}.get(
-                stop.state, olog.Event.DAEMON_CANCELLED
-            )
-            log.warning(event, code=stop.code, reason=stop.reason)
+            await self._cancelled(job)
             raise
         except Exception as e:
-            if watcher is not None:
-                with olog.best_effort("stop the change watcher", TimeoutError, OSError):
-                    await asyncio.wait_for(watcher.stop(), 5)
-            with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
-                await self.pool.release(repo, job.id, keep=True)
             code, reason = _failure(e)
             step = lifecycle.Step(JobState.FAILED, RUNNING, JobEvent.FAILED, code, reason)
             job = await self._end(job, step, finished_at=time.time(), data={"code": code})
+            log = olog.get()
             log.error(olog.Event.JOB_FAILED, code=code, reason=job.reason, exc_info=code is Code.RUNNER_ERROR)
             return job
         finally:
-            if guard is not None:
-                guard.cancel()
-            if door is not None:
-                await asyncio.shield(door.close())
             self._tasks.pop(job.id, None)
             structlog.contextvars.unbind_contextvars("job_id", "repo")
+
+    # -- prepare ----------------------------------------------------------------------------------------
+
+    async def _prepare(self, job: Job, resume: str, undo: contextlib.AsyncExitStack) -> Attempt:
+        """The job's worktree (its own, or the one it kept), the watch of what it touches, the guard of its disk
+        use and the context its runner gets; each registered on `undo`."""
+        assert job.base is not None
+        base: str = job.base
+        repo = Path(job.repo)
+        undo.push_async_exit(functools.partial(self._keep_on_error, repo, job.id))
+        runner = get_runner(job.runner, self.runners)
+        if resume:
+            # Where the pool keeps the job's workspace: a path in the record is never taken on its word.
+            worktree = self.pool.path_for(repo, job.id)
+            if not job.worktree or not await asyncio.to_thread(worktree.is_dir):
+                raise RuntimeError(f"its worktree {worktree} is gone; nothing to go on from")
+            if job.moved_from:
+                job, resume = await self._moved_on(job, worktree, resume)
+        else:
+            if await asyncio.to_thread(self.pool.path_for(repo, job.id).exists):
+                # An earlier attempt's workspace, kept (its node lost the job, or stopped): this attempt starts
+                # afresh, that one's work kept on its attempt branch.
+                kept = await retire_attempt(self.pool, job)
+                olog.get().info(olog.Event.ATTEMPT_KEPT, branch=kept, why="a fresh workspace for this attempt")
+            worktree = await self.pool.acquire(repo, job.id, base)
+            if self.on_acquired is not None:
+                self.on_acquired(repo, base)
+            job = _still(await self.board.update(job.id, RUNNING, worktree=str(worktree)), job)
+        olog.get().info(
+            olog.Event.JOB_STARTED, worktree=str(worktree), base=base, runner=job.runner,
+            claim=sorted(job.claim.paths),
+        )  # fmt: skip
+        watcher = ChangeWatcher(
+            worktree, base, functools.partial(self._report, job.id), limit=self.cfg.jobs.max_tracked_paths
+        )
+        undo.push_async_callback(_stop_watching, watcher)
+        await watcher.start()
+        guard = asyncio.create_task(self._guard(job.id, [worktree, self.paths.job_private(job.id)]))
+        undo.callback(guard.cancel)
+        door: Door | None = None
+        if self.doors is not None and getattr(runner, "wants_door", False):
+            door = await self.doors.open(job.id, self.paths.job_private(job.id))
+            undo.push_async_callback(_close_door, door)
+        ctx = self._context(job, worktree, resume, door)
+        await asyncio.to_thread(joblog.attempt_header, ctx.log_path, job, resume)
+        # Without a sandbox, the user's checkout is compared before and after (see `escapes`).
+        sandbox = getattr(runner, "sandbox", None)
+        watch_checkout = not (sandbox is not None and sandbox.active)
+        before = await asyncio.to_thread(escapes.snapshot, repo) if watch_checkout else None
+        return Attempt(job, repo, base, worktree, runner, ctx, watcher, guard, before, resume)
+
+    def _context(self, job: Job, worktree: Path, resume: str, door: Door | None) -> RunContext:
+        """What the job's runner gets: its worktree, log, limits, owner of its processes, feedback, its door."""
+        return RunContext(
+            job=job,
+            worktree=worktree,
+            log_path=self.paths.job_log(job.id),
+            timeout=self.cfg.jobs.timeout,
+            owner=StoreOwner(self.board.store, job.id),
+            private_dir=self.paths.job_private(job.id),
+            terminal=self.paths.job_terminal(job.id),
+            log_cap=self.cfg.jobs.log_max_bytes,
+            grace=self.cfg.jobs.kill_grace,
+            held=functools.partial(self.held, job.id) if self.held is not None else None,
+            env={"ORCHESTRATOR_FEEDBACK": resume} if resume else {},
+            resume=resume,
+            door=door.address if door is not None else None,
+        )
+
+    async def _keep_on_error(self, repo: Path, job_id: int, *exc: Any) -> bool:
+        """On an unexpected end (an error, a cancel, the job moved by someone else): its worktree is kept."""
+        if exc[0] is not None:
+            with olog.best_effort("keep the worktree", *CLEANUP_ERRORS):
+                await asyncio.shield(self.pool.release(repo, job_id, keep=True))
+        return False
+
+    # -- run ----------------------------------------------------------------------------------------------
+
+    async def _attempt(self, a: Attempt) -> tuple[Job, RunResult | Rerun]:
+        """The runner's runs (`_runs`), or the `Rerun` the watch stopped it with."""
+        a.began = time.monotonic()
+        return await self._runs_or_rerun(a.job, a.runner, a.ctx)
+
+    # -- settle -------------------------------------------------------------------------------------------
+
+    async def _settle(self, a: Attempt, job: Job, outcome: RunResult | Rerun) -> Job:
+        """Where the job goes from what its run ended with."""
+        if isinstance(outcome, Rerun) or (outcome.code == Code.CONFLICT and not outcome.ok):
+            # Stopped on a real conflict, or its change does not apply on this base (a replay): it runs again.
+            return await self._again(a, job, outcome)
+        result = await self._escaped(a, job, outcome)
+        await asyncio.to_thread(joblog.exit_line, a.ctx.log_path, result.exit_code, result.summary)
+        a.guard.cancel()
+        await a.watcher.stop()
+        sha, result = await self._commit(a, job, result) if result.ok else (None, result)
+        if not result.ok:
+            return await self._failed(a, job, result)
+        return await self._finished(a, job, result, sha)
+
+    async def _again(self, a: Attempt, job: Job, outcome: RunResult | Rerun) -> Job:
+        """Its run was stopped or its change does not apply here: back to the queue behind what it met."""
+        ran = time.monotonic() - a.began
+        a.guard.cancel()
+        said = f"stopped: {outcome.reason}" if isinstance(outcome, Rerun) else outcome.summary
+        await asyncio.to_thread(joblog.exit_line, a.ctx.log_path, None, said)
+        await a.watcher.stop()
+        if not isinstance(outcome, Rerun):
+            behind = await self._beside(job)
+            return await self._rerun(job, Rerun(outcome.summary, behind, settles=bool(behind)), ran)
+        # An agent CLI that resumes its session goes on from where it was stopped; any other runs again.
+        return await self._rerun(job, outcome, ran, resumes=bool(getattr(a.runner, "resumes", False)))
+
+    async def _escaped(self, a: Attempt, job: Job, result: RunResult) -> RunResult:
+        """`result`, or a failure when the job wrote the user's checkout while it ran (no sandbox to stop it)."""
+        if a.before is None or not result.ok:
+            return result
+        wrote = await self._written(a.repo, a.before)
+        if not wrote:
+            return result
+        olog.get().warning(olog.Event.JOB_ESCAPED, paths=wrote[:50])
+        return RunResult(
+            False,
+            result.exit_code,
+            f"wrote outside its worktree: {', '.join(wrote[:10])}{' ...' if len(wrote) > 10 else ''} "
+            f"changed in {a.repo} while it ran (no sandbox here to stop it; if you made those edits "
+            f"yourself, `orchestrator retry {job.id}`)",
+            code=Code.WROTE_OUTSIDE,
+        )
+
+    async def _commit(self, a: Attempt, job: Job, result: RunResult) -> tuple[str | None, RunResult]:
+        """The job's result commit, built by the daemon from its files (None: it changed nothing); a refused result
+        is a failure that says why."""
+        # A revision's change goes on top of its earlier result (the branch moves forward, nothing kept aside). Into
+        # its quarantine: the result reaches the repository when it lands (`Lander`), not before.
+        try:
+            sha = await asyncio.to_thread(
+                commits.commit_worktree, a.worktree,
+                message=job.revision_text(a.resume) if a.resume else job.commit_text, job_id=job.id, base=a.base,
+                repo_path=a.repo, stack=bool(a.resume), prior=job.result if a.resume else None, author=job.author,
+                max_total=self.cfg.jobs.max_result_bytes, publish=False,
+            )  # fmt: skip
+        except ResultRefused as refused:
+            result = RunResult(False, result.exit_code, f"{refused}; nothing was committed", code=refused.code)
+            await asyncio.to_thread(joblog.exit_line, a.ctx.log_path, result.exit_code, result.summary)
+            return None, result
+        return sha, result
+
+    async def _failed(self, a: Attempt, job: Job, result: RunResult) -> Job:
+        """Its run failed: its worktree is kept for a person, what it touched recorded."""
+        actual = await asyncio.to_thread(actual_paths, a.worktree, a.base, limit=self.cfg.jobs.max_tracked_paths)
+        await self.pool.release(a.repo, job.id, keep=True)
+        step = lifecycle.after_run(
+            RunEnd(job.id, False, result.exit_code, result.code, result.summary, worktree=str(a.worktree))
+        )
+        job = await self._end(
+            job, step, finished_at=time.time(), exit_code=result.exit_code, actual=actual,
+            data={"code": step.code, "exit_code": result.exit_code},
+        )  # fmt: skip
+        olog.get().warning(olog.Event.JOB_FAILED, code=step.code, reason=job.reason, exit_code=result.exit_code)
+        return job
+
+    async def _finished(self, a: Attempt, job: Job, result: RunResult, sha: str | None) -> Job:
+        """Its run ended well: to landing (or review) with its result, or unchanged when it changed nothing."""
+        actual = await asyncio.to_thread(actual_paths, a.worktree, a.base, limit=self.cfg.jobs.max_tracked_paths)
+        step = lifecycle.after_run(
+            RunEnd(
+                job.id, True, 0, summary=result.summary, changed=sha is not None, review=job.land == "review",
+                revised=bool(a.resume) and job.result is not None,  # a failed job's revision may have none yet
+            )
+        )  # fmt: skip
+        sha = sha or (job.result if a.resume else None)
+        if sha is None:
+            await self.pool.release(a.repo, job.id, keep=False, delete_branch=True)
+            job = await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())
+            olog.get().info(olog.Event.JOB_FINISHED, changes=0, landed=False)
+            return job
+        if job.claim.paths and (wide := claims.outside(actual, job.claim.paths)):
+            olog.get().warning(olog.Event.JOB_OUTSIDE_CLAIM, paths=sorted(wide)[:50], claim=sorted(job.claim.paths))
+            job = _still(
+                await self.board.update(
+                    job.id, RUNNING, event=JobEvent.OUTSIDE_CLAIM, data={"paths": sorted(wide)[:50]}
+                ),
+                job,
+            )
+        job = await self._end(job, step, result=sha, actual=actual, exit_code=0, data={"result": sha})
+        event = olog.Event.JOB_READY if step.to is JobState.READY else olog.Event.JOB_FINISHED
+        olog.get().info(event, result=sha, actual=sorted(actual)[:50], touched=len(actual))
+        return job
+
+    async def _cancelled(self, job: Job) -> None:
+        """Its task was cancelled (a person, the daemon stopping, a limit): its stop written, whatever comes."""
+        stop = self.stops.pop(job.id, INTERRUPTED)
+        with contextlib.suppress(OSError):
+            await asyncio.shield(asyncio.to_thread(joblog.exit_line, self.paths.job_log(job.id), None, stop.reason))
+        await asyncio.shield(self._stop_write(job.id, stop))
+        event = {JobState.CANCELLED: olog.Event.JOB_CANCELLED, JobState.FAILED: olog.Event.JOB_FAILED}.get(
+            stop.state, olog.Event.DAEMON_CANCELLED
+        )
+        olog.get().warning(event, code=stop.code, reason=stop.reason)
+
+
+@dataclass
+class Attempt:
+    """One run of a job in its worktree: what its steps share."""
+
+    job: Job
+    repo: Path
+    base: str
+    worktree: Path
+    runner: Runner
+    ctx: RunContext
+    watcher: ChangeWatcher
+    guard: asyncio.Task[None]
+    before: escapes.CheckoutState | None
+    """The user's checkout before the run, when no sandbox keeps the job out of it."""
+    resume: str
+    began: float = 0.0
+
+
+async def _stop_watching(watcher: ChangeWatcher) -> None:
+    """The watch ends with its run (a no-op when the run stopped it already)."""
+    with olog.best_effort("stop the change watcher", TimeoutError, OSError):
+        await asyncio.wait_for(watcher.stop(), 5)
+
+
+async def _close_door(door: Door) -> None:
+    """The job's door closes with its run, even when the run is being cancelled."""
+    await asyncio.shield(door.close())
+
+
+def _hand_back(where: Path, yours: dict[str, bytes]) -> None:
+    """The job's own versions of the files its edit conflicted in, under `where` (made afresh, 0700)."""
+    remove_tree(where)
+    for rel, data in yours.items():
+        dest = where / rel
+        private_dir(dest.parent)
+        fd = open_private(dest, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+
+def _moved_note(done: Rebased, yours: Path) -> str:
+    """What a job's agent is told when it goes on from the new head: what moved, and where its edits conflicted."""
+    shown = ", ".join(done.moved[:20]) + (f" and {len(done.moved) - 20} more" if len(done.moved) > 20 else "")
+    note = (
+        f"While you were stopped, the branch moved from {done.old[:12]} to {done.new[:12]} in {len(done.moved)} "
+        f"path{'s' if len(done.moved) != 1 else ''} ({shown}); that is merged into your working tree, which now "
+        "starts from the new head."
+    )
+    if done.yours:
+        files = ", ".join(sorted(done.yours))
+        note += (
+            f" Your edits to {files} conflicted with it: those files now hold the landed version, and yours are kept "
+            f"read-only under {yours}/ (same paths). Make your change again on top of the landed version."
+        )
+    return note + " Go on with your task from there."

@@ -172,6 +172,7 @@ class Lander:
         log.info(olog.Event.LANDING_STARTED, result=job.result, branch=job.branch)
         head = await asyncio.to_thread(repos.branch_head, Path(job.repo), job.branch)
         try:
+            await self._publish(job)
             result = await self._git_land(job)
         except Exception as e:
             # Whatever failed, the job's state says what is on the branch: landed if its move went through.
@@ -241,6 +242,14 @@ class Lander:
         assert job.result is not None
         journal = StoreJournal(self.board.store, asyncio.get_running_loop())
         return await git_landing.land(Path(job.repo), job.branch, job.result, journal=journal, **self._landing(job))
+
+    async def _publish(self, job: Job) -> None:
+        """The job's result into its repository (its objects from the workspace's quarantine, and its branch): what
+        lands must be there; what never lands (a rejected review) never gets there."""
+        assert job.result is not None
+        # The job's workspace is where the pool keeps it, never where the record says.
+        worktree = str(self.pool.path_for(Path(job.repo), job.id)) if job.worktree else None
+        await asyncio.to_thread(commits.publish_result, worktree, Path(job.repo), job.result, branch_name(job.id))
 
     async def _landed(
         self, job: Job, sha: str, reason: str, log: structlog.typing.FilteringBoundLogger, *, noop: bool = False

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import logging as olog
-from orchestrator.core import lifecycle
+from orchestrator.core import claims, lifecycle
 from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job, fresh_attempt
 from orchestrator.core.models import Code, JobEvent, JobState
@@ -78,6 +78,41 @@ async def requeue(
         return done or await board.store.get(job.id) or job
     why = "no attempt left" if rerun.settles else "another attempt on this base would meet it again"
     return await _conflicted(board, pool, job, f"{rerun.reason}; {after}; not run again ({why})", data)
+
+
+async def hold(
+    board: Board, pool: WorktreePool, policy: lifecycle.LandingPolicy, job: Job, rerun: Rerun, ran: float
+) -> Job:
+    """For an agent CLI that resumes its own session: carry a `running` job whose attempt stopped on `rerun` back to
+    `planned`, its worktree and session kept, behind `rerun.behind`. Admitted again (once they have ended) it starts
+    on the branch head: what landed is merged into its files and its agent goes on, told what moved (`moved_from`,
+    the executor). Or `conflicted`, as `requeue`, when no attempt is left."""
+    if lifecycle.on_conflict(job.attempts, policy, behind=rerun.settles) is not JobState.QUEUED:
+        return await requeue(board, pool, policy, job, rerun, ran)
+    log = olog.get(job_id=job.id, repo=job.repo)
+    first = f"once {_jobs(rerun.behind)} landed" if rerun.behind else "at once"
+    note = (
+        f"You were stopped while you worked: {rerun.reason}, which lands first. Your work so far is kept in your "
+        "working tree; you go on from there once the other change is in."
+    )
+    reason = (
+        f"{rerun.reason}; stopped after {ran:.1f} s: goes on in its kept worktree on the new head {first} "
+        f"(attempt {job.attempts + 2} of {policy.max_attempts})"
+    )
+    data: dict[str, Any] = {
+        "code": Code.CONFLICT, "why": rerun.reason, "conflicts": list(rerun.conflicts[:50]),
+        "behind": list(rerun.behind), "ran_s": round(ran, 3), "resume": True,
+    }  # fmt: skip
+    await pool.release(Path(job.repo), job.id, keep=True)
+    # Its paths are held while it waits, all its kept worktree touched with them (as a revision waits).
+    grown = job.grown | claims.outside(job.actual, job.view().claim.paths)
+    done = await board.transition(
+        job.id, RUNNING, JobState.PLANNED, JobEvent.REQUEUED, attempts=job.attempts + 1, land_after=rerun.behind,
+        feedback=note, moved_from=job.base or "", grown=grown, decision=None, code=Code.CONFLICT, reason=reason,
+        data=data,
+    )  # fmt: skip
+    log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, **data)
+    return done or await board.store.get(job.id) or job
 
 
 async def _conflicted(board: Board, pool: WorktreePool, job: Job, why: str, data: dict[str, Any]) -> Job:

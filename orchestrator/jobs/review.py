@@ -1,9 +1,11 @@
 """Review before landing: a `ready` job's diff, and a person's `land` or `reject` of it.
 
-Under `land = "review"` a finished job stops in `ready` with its result commit on its branch
-`orchestrator/<id>`; admission keeps its paths taken (it is active) until it lands or is rejected.
-`land` hands it to the branch's landing queue as if it had just finished; `reject` ends it (cancelled, code
-Rejected), frees its paths and its worktree, and keeps its branch for inspection.
+Under `land = "review"` a finished job stops in `ready` with its result commit in its workspace's quarantine
+(`git.workspace`): nothing of it is in the repository yet, however big it is. Admission keeps its paths taken
+(it is active) until it lands or is rejected. `land` hands it to the branch's landing queue as if it had just
+finished (the landing brings the result into the repository, on branch `orchestrator/<id>`); `reject` ends it
+(cancelled, code Rejected) and frees its paths and its worktree: its result goes with the worktree, and the
+repository is as it was.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from orchestrator import logging as olog
 from orchestrator import testhook
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobEvent, JobState
-from orchestrator.git import merging, repos
+from orchestrator.git import commits, merging, repos
 from orchestrator.git.worktrees import WorktreePool, branch_name
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.landing import Lander
@@ -41,7 +43,13 @@ def diff(job: Job, head: str | None = None) -> dict[str, object]:
     """The job's change as a unified diff: against its base, or (with `head`) what landing it on `head` changes."""
     if job.result is None or job.base is None:
         raise ReviewError(f"job {job.id} has no result yet ({job.state}); a diff needs a finished job")
-    repo = pygit2.Repository(job.repo)
+    where = commits.result_repo(job.repo, job.worktree)
+    repo = pygit2.Repository(where)
+    if job.result not in repo:
+        raise ReviewError(
+            f"job {job.id}'s result {job.result[:12]} is gone: it never landed and its workspace was given back "
+            f"({job.state}); `orchestrator retry {job.id}` runs it again"
+        )
     if head is None:
         return {
             "id": job.id,
@@ -50,7 +58,7 @@ def diff(job: Job, head: str | None = None) -> dict[str, object]:
             "to": job.result,
             "diff": _patch(repo, job.base, job.result),
         }
-    merged = merging.merge_for_landing(Path(job.repo), head, job.result)
+    merged = merging.merge_for_landing(Path(where), head, job.result)  # a preview: written where the result is
     if merged.sha is None:
         return {
             "id": job.id,
@@ -84,11 +92,13 @@ async def land(board: Board, lander: Lander, job: Job) -> Job:
 
 
 async def reject(board: Board, pool: WorktreePool, job: Job) -> Job:
-    """Reject a ready job: it is cancelled first (if it is still ready), then its worktree goes; its branch stays."""
+    """Reject a ready job: it is cancelled first (if it is still ready), then its worktree goes, and its result with
+    it (an earlier result on its branch, from a landing that failed before a revision, stays there)."""
     if job.state is not JobState.READY:
         raise ReviewError(f"job {job.id} is {job.state}; only a ready job (review mode) can be rejected")
     await testhook.reach("review.reject", job.id)
-    kept = branch_name(job.id)
+    name = branch_name(job.id)
+    kept = name if await asyncio.to_thread(_has_branch, Path(job.repo), name) else None
     rejected = await board.transition(
         job.id,
         READY,
@@ -96,7 +106,8 @@ async def reject(board: Board, pool: WorktreePool, job: Job) -> Job:
         JobEvent.REJECTED,
         finished_at=time.time(),
         worktree=None,
-        reason=f"rejected in review; not landed; its change stays on branch {kept}",
+        reason="rejected in review; not landed; "
+        + (f"its earlier change stays on branch {kept}" if kept else "nothing of it was written to your repository"),
         code=Code.REJECTED,
         data={"code": Code.REJECTED, "branch": kept},
     )
@@ -106,6 +117,10 @@ async def reject(board: Board, pool: WorktreePool, job: Job) -> Job:
         await pool.release(Path(job.repo), job.id, keep=False, delete_branch=False)
     olog.get(job_id=job.id, repo=job.repo).info(olog.Event.JOB_REJECTED, branch=kept)
     return rejected
+
+
+def _has_branch(repo: Path, name: str) -> bool:
+    return repos.open_repo(repo).branches.local.get(name) is not None
 
 
 def _moved(job_id: int, now: Job | None, verb: str) -> str:

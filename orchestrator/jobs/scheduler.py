@@ -469,8 +469,11 @@ class Scheduler:
         try:
             await testhook.reach("admit", job.id)
             # A revision goes on in the worktree it kept, on the base it was made from (its landing merges from
-            # there); any other job starts on the head admission checked.
+            # there); a job stopped on a real conflict goes on in its kept worktree from the head (the executor
+            # merges what moved); any other job starts on the head admission checked.
             fresh: dict[str, Any] = {} if job.feedback else {"started_at": time.time(), "base": head}
+            if job.moved_from:
+                fresh = {"base": head}
             try:
                 started = await self.board.transition(
                     job.id,

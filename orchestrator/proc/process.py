@@ -36,6 +36,7 @@ import contextlib
 import fnmatch
 import hashlib
 import os
+import resource
 import shlex
 import signal
 import tempfile
@@ -51,7 +52,7 @@ from orchestrator import logging as olog
 from orchestrator.core.records import Group
 from orchestrator.paths import open_private, private_dir
 from orchestrator.proc import cgroups, jobpath
-from orchestrator.proc.cgroups import PREFIX, Cgroups
+from orchestrator.proc.cgroups import Cgroups
 
 TAIL_BYTES = 4096
 """How much of a command's output `ProcessResult.output_tail` keeps."""
@@ -418,8 +419,8 @@ async def _end_group(
         olog.get().warning(olog.Event.PROCESS_LINGERS, pgid=group.pgid, what=group.what)
     if group.mark:
         await end_marked(f"{RUN_MARK}={group.mark}", exact=True, what=group.what)
-        cgroup = CGROUPS.base / f"{PREFIX}{group.mark}" if CGROUPS is not None else None
-        if cgroup is not None and not await asyncio.to_thread(Cgroups.end, cgroup):
+        cgroup = CGROUPS.path(group.mark) if CGROUPS is not None else None
+        if cgroup is not None and CGROUPS is not None and not await asyncio.to_thread(CGROUPS.end, cgroup):
             olog.get().warning(olog.Event.PROCESS_LINGERS, cgroup=group.mark, what=group.what)
 
 
@@ -427,25 +428,56 @@ async def _end_group(
 
 CGROUPS: Cgroups | None = None
 """The daemon's cgroups (`proc.cgroups`) when it may make them; set once at start (`use_cgroups`)."""
+LIMITS = cgroups.Limits()
+"""What each command may take (`jobs.pids_max`, `jobs.memory_max`); set once at start (`use_cgroups`)."""
+OOM_SCORE_ADJ = 500
+"""Every command's processes are the kernel's first choice when memory runs out (the daemon and your session
+last): what protects the machine's memory where no memory limit holds."""
 
 
-def use_cgroups() -> str:
-    """Probe for cgroups and use them for every command from now on; "" or why they cannot be used."""
-    global CGROUPS
-    CGROUPS, why = cgroups.find()
-    return why
+def use_cgroups(limits: cgroups.Limits | None = None) -> tuple[bool, str]:
+    """Probe for cgroups and use them (with `limits`) for every command from now on: whether they are used, and why
+    not (or why a limit does not hold)."""
+    global CGROUPS, LIMITS
+    LIMITS = limits or cgroups.Limits()
+    CGROUPS, why = cgroups.find(LIMITS)
+    return CGROUPS is not None, why
 
 
 def _contain(pid: int, mark: str) -> None:
-    """Move the gate (not yet running its command) into a cgroup of its own, where the machine allows."""
+    """Move the gate (not yet running its command) into a cgroup of its own, where the machine allows, with its
+    limits; where no pids limit holds, RLIMIT_NPROC bounds what it can fork (see `_fallback`)."""
+    _fallback(pid)
     if CGROUPS is None:
         return
     path = CGROUPS.make(mark)
     try:
-        Cgroups.enter(path, pid)
+        CGROUPS.enter(path, pid)
     except BaseException:
-        Cgroups.end(path)
+        CGROUPS.end(path)
         raise
+
+
+def _fallback(pid: int) -> None:
+    """What holds a command without a cgroup limit: its OOM score raised (so the kernel ends it first, not the
+    daemon or your session), and, with no pids limit, RLIMIT_NPROC at the processes you run now plus
+    `jobs.pids_max` (the kernel counts every process of your user, and exempts root)."""
+    with contextlib.suppress(OSError):  # gone already, or /proc not mounted: nothing to raise
+        Path(f"/proc/{pid}/oom_score_adj").write_text(f"{OOM_SCORE_ADJ}\n")
+    held = CGROUPS is not None and any(b.controller == "pids" for b in CGROUPS.bounds)
+    if LIMITS.pids and not held and os.getuid() != 0:
+        n = _user_processes() + LIMITS.pids
+        resource.prlimit(pid, resource.RLIMIT_NPROC, (n, n))
+
+
+def _user_processes() -> int:
+    uid, n = os.getuid(), 0
+    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
+        for e in entries:
+            if e.name.isdigit():
+                with contextlib.suppress(OSError):
+                    n += e.stat(follow_symlinks=False).st_uid == uid
+    return n
 
 
 async def end_cgroups(tag: str) -> list[str]:
@@ -454,7 +486,7 @@ async def end_cgroups(tag: str) -> list[str]:
         return []
     left = await asyncio.to_thread(CGROUPS.leftovers, tag)
     for path in left:
-        if not await asyncio.to_thread(Cgroups.end, path):
+        if not await asyncio.to_thread(CGROUPS.end, path):
             olog.get().warning(olog.Event.PROCESS_LINGERS, cgroup=path.name)
     return [p.name for p in left]
 

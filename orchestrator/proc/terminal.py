@@ -93,7 +93,6 @@ def run(tmux_path: str, dir_: Path, command: Sequence[str]) -> int:
     held = 'read _ < "$0"; "$@"; echo "$?" > "$0.status"'
     pane = ["sh", "-c", held, str(dir_ / "gate"), *command]
     size = ["-x", str(WIDTH), "-y", str(HEIGHT)]
-    subprocess.run([*base, "new-session", "-d", "-s", SESSION, *size, "--", *pane], check=True, timeout=30)
 
     def end(*_: object) -> None:
         pane = subprocess.run([*base, "display-message", "-p", "-t", SESSION, "#{pane_pid}"], capture_output=True,
@@ -105,13 +104,20 @@ def run(tmux_path: str, dir_: Path, command: Sequence[str]) -> int:
         shutil.rmtree(dir_, ignore_errors=True)
         os._exit(128 + signal.SIGTERM)
 
+    def stuck(*_: object) -> None:
+        raise TimeoutError(f"the job's terminal did not start within {START_WAIT}s (its pane or its output pipe)")
+
     signal.signal(signal.SIGTERM, end)
+    signal.signal(signal.SIGALRM, stuck)
     try:
+        subprocess.run([*base, "new-session", "-d", "-s", SESSION, *size, "--", *pane], check=True, timeout=30)
         out_fifo = shlex.quote(str(dir_ / "out"))
         subprocess.run([*base, "pipe-pane", "-O", "-t", SESSION, f"cat >> {out_fifo}"], check=True, timeout=30)
+        signal.alarm(START_WAIT)  # the two FIFOs open once their other ends do: never wait on them for ever
         with open(dir_ / "out", "rb", buffering=0) as out:  # blocks until the pipe's `cat` opens it
             with open(dir_ / "gate", "w") as gate:
                 gate.write("go\n")
+            signal.alarm(0)
             while chunk := out.read(65536):
                 os.write(1, chunk)
         return _status(dir_)
@@ -120,6 +126,8 @@ def run(tmux_path: str, dir_: Path, command: Sequence[str]) -> int:
         shutil.rmtree(dir_, ignore_errors=True)  # no socket left: `attach` says the job's terminal is gone
 
 
+START_WAIT = 60
+"""Seconds the pane's output pipe and the pane's shell may take to open their ends of the FIFOs (SIGALRM after)."""
 KILLED = 128 + signal.SIGKILL
 """The exit status when the pane's shell wrote none (it was killed: a person closed the pane, `kill -9`)."""
 

@@ -182,6 +182,12 @@ class CommandRunner:
         self.sandbox = sandbox
 
     @property
+    def resumes(self) -> bool:
+        """Its CLI goes on with its own session (`resume_argv`): a job stopped on a real conflict goes on from
+        where it was, on the new head, instead of starting again."""
+        return bool(self.template.resume_argv)
+
+    @property
     def wants_door(self) -> bool:
         """Its CLI is told of the job's MCP server (`mcp`): the executor opens the job's door for it."""
         return bool(self.template.mcp)
@@ -210,23 +216,7 @@ class CommandRunner:
         if ctx.resume and not session:
             values["prompt"] = resumed_prompt(ctx.job.text, ctx.resume)
         argv = expand(t.resume_argv if session else t.argv, values, files)
-        extra = {
-            **ctx.env,
-            "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
-            "ORCHESTRATOR_WORKTREE": str(ctx.worktree),
-            "ORCHESTRATOR_CLAIM": "\n".join(sorted(ctx.job.claim.paths)),
-        }
-        home = None
-        if t.scratch_home:
-            home = await asyncio.to_thread(confined.private_home, ctx, t.home_files)
-            extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
-            if t.mcp and ctx.door is not None:  # its MCP server: the claims of the jobs beside it
-                try:
-                    await asyncio.to_thread(mcp.wire, t.mcp, home, ctx.door.path, ctx.door.token)
-                except (beneath.Escape, OSError) as e:  # the home a run of the job left is the job's own
-                    await asyncio.to_thread(note, ctx.log_path, f"[{self.name} runs without its MCP server: {e}]")
-        extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
-        env = confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra))
+        env, home = await self._environment(ctx, values)
         # A CLI a job cannot see would fail with only bwrap's `execvp NAME: No such file`: say where it is instead.
         sight = await asyncio.to_thread(visible.look, self.sandbox, argv[0], env.get("PATH", ""))
         if sight.problem is not None:
@@ -237,18 +227,10 @@ class CommandRunner:
         # read where that CLI prints them: what its agent or tools print is the job's own output.
         signs = ratelimit.SIGNS.get(t.rate_limits)
         watch = ratelimit.Watch(signs) if signs is not None else None
-        prefix = confined.prefix(self.sandbox, ctx, home=home)
-        tmux = terminal.tmux() if t.terminal != "none" and ctx.terminal is not None else None
-        if t.terminal == "tmux" and tmux is None:
-            why = f'runner {self.name} has terminal = "tmux" but tmux is not installed: install it, or set "auto"'
-            return RunResult(False, None, why, code=Code.RUNNER_ERROR)
-        if tmux is not None and ctx.terminal is not None:
-            if too_long := socket_too_long(terminal.socket(ctx.terminal)):
-                await asyncio.to_thread(note, ctx.log_path, f"[no terminal to attach to: {too_long}]")
-            else:
-                # In a tmux of the job's own, outside the sandbox (its prefix runs in the pane): `orchestrator attach`.
-                await asyncio.to_thread(private_dir, ctx.terminal)
-                argv, prefix = terminal.wrap(tmux, ctx.terminal, [*prefix, *argv]), []
+        wrapped = await self._in_terminal(ctx, argv, confined.prefix(self.sandbox, ctx, home=home))
+        if isinstance(wrapped, RunResult):
+            return wrapped
+        argv, prefix = wrapped
         result = await process.run(
             argv,
             prefix=prefix,
@@ -275,6 +257,47 @@ class CommandRunner:
         if result.ok:
             return RunResult(True, 0, f"{self.name} exited 0", usage=usage)
         return RunResult(False, result.returncode, f"{self.name} {result.status}", usage=usage)
+
+    async def _environment(self, ctx: RunContext, values: dict[str, str]) -> tuple[dict[str, str], Path | None]:
+        """The command's environment, and its scratch HOME when its template asks for one (its MCP server wired
+        there when the job has a door)."""
+        t = self.template
+        extra = {
+            **ctx.env,
+            "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
+            "ORCHESTRATOR_WORKTREE": str(ctx.worktree),
+            "ORCHESTRATOR_CLAIM": "\n".join(sorted(ctx.job.claim.paths)),
+        }
+        home = None
+        if t.scratch_home:
+            home = await asyncio.to_thread(confined.private_home, ctx, t.home_files)
+            extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
+            if t.mcp and ctx.door is not None:  # its MCP server: the claims of the jobs beside it
+                try:
+                    await asyncio.to_thread(mcp.wire, t.mcp, home, ctx.door.path, ctx.door.token)
+                except (beneath.Escape, OSError) as e:  # the home a run of the job left is the job's own
+                    await asyncio.to_thread(note, ctx.log_path, f"[{self.name} runs without its MCP server: {e}]")
+        extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
+        return confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra)), home
+
+    async def _in_terminal(
+        self, ctx: RunContext, argv: list[str], prefix: list[str]
+    ) -> tuple[list[str], list[str]] | RunResult:
+        """(argv, prefix) to run: in a tmux of the job's own when its template wants one and tmux is here (so a
+        person can `orchestrator attach`), else as they are; a RunResult when tmux is required and missing."""
+        t = self.template
+        tmux = terminal.tmux() if t.terminal != "none" and ctx.terminal is not None else None
+        if t.terminal == "tmux" and tmux is None:
+            why = f'runner {self.name} has terminal = "tmux" but tmux is not installed: install it, or set "auto"'
+            return RunResult(False, None, why, code=Code.RUNNER_ERROR)
+        if tmux is None or ctx.terminal is None:
+            return argv, prefix
+        if too_long := socket_too_long(terminal.socket(ctx.terminal)):
+            await asyncio.to_thread(note, ctx.log_path, f"[no terminal to attach to: {too_long}]")
+            return argv, prefix
+        # In a tmux of the job's own, outside the sandbox (its prefix runs in the pane): `orchestrator attach`.
+        await asyncio.to_thread(private_dir, ctx.terminal)
+        return terminal.wrap(tmux, ctx.terminal, [*prefix, *argv]), []
 
     def _read_output(self, ctx: RunContext, home: Path | None) -> dict[str, Any] | None:
         """The usage the CLI reported (and its transcript kept), for templates whose `output` says how."""

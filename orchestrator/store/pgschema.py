@@ -164,4 +164,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN author TEXT NOT NULL DEFAULT '';
     """,
+    # 7: the base a job stopped on a real conflict kept its worktree at, to go on from the head once it may.
+    """
+    ALTER TABLE jobs ADD COLUMN moved_from TEXT NOT NULL DEFAULT '';
+    """,
+    # 8: leases: each node's length of it (after a restart of the server no lease ends before a whole one has
+    # passed), and each job's epoch, moved on whenever the job changes holder: a write that matters (a state move,
+    # the landing's push) applies only at the epoch its writer took the job at.
+    """
+    ALTER TABLE nodes ADD COLUMN lease DOUBLE PRECISION NOT NULL DEFAULT 30;
+    ALTER TABLE jobs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;
+    """,
 )

@@ -52,6 +52,12 @@ from orchestrator.store.pgschema import MIGRATIONS
 from orchestrator.store.sqlite import _COLUMNS, _LIVE, Store
 
 CHANNEL = "orchestrator_jobs"
+RENEW = f"UPDATE nodes SET lease_until = {NOW} + $2 WHERE name = $1 RETURNING lease_until"
+"""SQL: node $1's lease runs for $2 more seconds, from the server's clock."""
+LIVE = f"(n.lease_until > {NOW} OR extract(epoch FROM pg_postmaster_start_time()) + n.lease > {NOW})"
+"""SQL: node `n` holds its jobs. Its lease has not ended, or the server has not been up for a whole lease of it
+since it (re)started: a database that was down longer than the lease takes no node's jobs away before the nodes
+could renew (each renews within a few seconds of the server's return, from a thread of its own)."""
 FOREIGN = "team:"
 """How a job of a repository this node has no clone of names it (`team:<repository>`): no path on this machine."""
 NODE_HELD = OPEN - {JobState.QUEUED}
@@ -102,6 +108,10 @@ class PgStore(PgRecords, Store):
         only, never from the shared store, where any node (or anyone with the database) could have written it."""
         self._paths: dict[str, str] = {}
         """This node's clone of each shared repository: repo key → local path (from `local`)."""
+        self._epochs: dict[int, int] = {}
+        """The lease epoch of each job this node holds, as it took it (a claim, or held at its start). Every write
+        that matters for such a job applies only at that epoch: a job taken over (its epoch moved on) and even
+        claimed again by this node is never written by the attempt that lost it."""
         self._listener: asyncpg.Connection | None = None
         self._foreign: list[Callable[[set[int]], None]] = []
         self.remote_moved = True
@@ -169,14 +179,16 @@ class PgStore(PgRecords, Store):
 
         await self._db.run(
             lambda c: c.execute(
-                f"INSERT INTO nodes (name, labels, lease_until, started_at, host, pid) VALUES ($1, $2, {NOW} + $3, "
-                f"{NOW}, $4, $5) ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, "
+                f"INSERT INTO nodes (name, labels, lease_until, started_at, host, pid, lease) VALUES ($1, $2, "
+                f"{NOW} + $3, {NOW}, $4, $5, $3) ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, "
                 "lease_until = excluded.lease_until, started_at = excluded.started_at, host = excluded.host, "
-                "pid = excluded.pid",
+                "pid = excluded.pid, lease = excluded.lease",
                 self.node, json.dumps(sorted(self.labels)), self.lease, socket.gethostname(), os.getpid(),
             )
         )  # fmt: skip
         self._paths = await self.local.clones()
+        rows = await self._db.fetch("SELECT id, epoch FROM jobs WHERE node = $1", self.node)
+        self._epochs = {int(r["id"]): int(r["epoch"]) for r in rows}
 
     async def listen(self, on_foreign: Callable[[set[int]], None]) -> None:
         """Call `on_foreign(ids)` when other nodes change jobs (and once with no ids after a reconnection, when
@@ -241,11 +253,12 @@ class PgStore(PgRecords, Store):
         return int(await self._db.run(lambda c: c.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")))
 
     async def columns(self) -> list[str]:
-        """The jobs table's job-field columns, in order (`repo_key` and `remote` are the team's, not job fields)."""
+        """The jobs table's job-field columns, in order (`repo_key`, `remote` and `epoch` are the team's, not job
+        fields)."""
         rows = await self._db.fetch(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' ORDER BY ordinal_position"
         )
-        return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote")]
+        return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote", "epoch")]
 
     # -- jobs: reads ----------------------------------------------------------------------------
 
@@ -385,8 +398,7 @@ class PgStore(PgRecords, Store):
                 WITH pick AS (
                     SELECT j.id FROM jobs j
                     WHERE j.state = 'queued'
-                      AND (j.node = '' OR NOT EXISTS (
-                          SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}))
+                      AND (j.node = '' OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = j.node AND {LIVE}))
                       AND j.remote = ANY($4::text[])
                       AND j.labels::jsonb <@ $2::jsonb
                     ORDER BY j.priority DESC, COALESCE(j.place, j.id), j.id
@@ -394,11 +406,13 @@ class PgStore(PgRecords, Store):
                                          WHERE node = $1 AND state IN ('queued', 'planning', 'planned')), 0)
                     FOR UPDATE OF j SKIP LOCKED
                 )
-                UPDATE jobs SET node = $1 FROM pick WHERE jobs.id = pick.id RETURNING jobs.id
+                UPDATE jobs SET node = $1, epoch = jobs.epoch + 1 FROM pick WHERE jobs.id = pick.id
+                RETURNING jobs.id, jobs.epoch
                 """,
                 self.node, json.dumps(sorted(self.labels)), self.hold, self._keys(),
             )  # fmt: skip
             ids = [int(r[0]) for r in rows]
+            epochs.update({int(r[0]): int(r[1]) for r in rows})
             if ids:
                 await conn.executemany(
                     "INSERT INTO job_events (job_id, at, kind, data, node) VALUES ($1, $2, $3, $4, $5)",
@@ -407,7 +421,9 @@ class PgStore(PgRecords, Store):
                 await self._notify(conn, ids)
             return ids
 
+        epochs: dict[int, int] = {}
         ids = await self._db.run(work)
+        self._epochs.update({i: epochs[i] for i in ids})
         self._changed.update(ids)
         self._stale_json.update(ids)
         return ids
@@ -431,15 +447,16 @@ class PgStore(PgRecords, Store):
         return [self._job(r) for r in rows]
 
     async def renew(self) -> None:
-        """Extend this node's hold on its jobs by `lease` seconds (from the server's clock)."""
-        await self._db.execute(f"UPDATE nodes SET lease_until = {NOW} + $2 WHERE name = $1", self.node, self.lease)
+        """Extend this node's hold on its jobs by `lease` seconds (from the server's clock). A daemon renews from a
+        thread of its own (`team.lease`), so that a busy event loop never lets its lease lapse."""
+        await self._db.execute(RENEW, self.node, self.lease)
 
     async def lapsed(self) -> list[Job]:
         """Jobs of this node's repositories held by nodes whose lease ended, in states another node can take over."""
         names = sorted(str(s) for s in (*NODE_HELD - {JobState.READY}, JobState.QUEUED))
         rows = await self._db.fetch(
             f"SELECT * FROM jobs j WHERE j.node <> '' AND j.node <> $1 AND j.state = ANY($2) AND NOT EXISTS "
-            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND n.lease_until > {NOW}) "
+            f"(SELECT 1 FROM nodes n WHERE n.name = j.node AND {LIVE}) "
             "AND j.remote = ANY($3::text[]) ORDER BY j.id",
             self.node, names, self._keys(),
         )  # fmt: skip
@@ -481,9 +498,27 @@ class PgStore(PgRecords, Store):
     async def holds(self, job_id: int, state: JobState = JobState.LANDING) -> bool:
         """Whether this node still holds the job in `state` (the fence a push asks right before it)."""
         row = await self._db.fetchrow(
-            "SELECT 1 FROM jobs WHERE id = $1 AND node = $2 AND state = $3", job_id, self.node, str(state)
+            "SELECT epoch FROM jobs WHERE id = $1 AND node = $2 AND state = $3", job_id, self.node, str(state)
         )
-        return row is not None
+        return row is not None and self._epochs.get(job_id, int(row[0])) == int(row[0])
+
+    async def lost(self, ids: Iterable[int]) -> dict[int, Job]:
+        """Of these jobs (which this node runs or lands), those it no longer holds at the epoch it took them at:
+        taken over, or cancelled, or gone (None). The node stops their runners at once; nothing of theirs is
+        written again (every write of theirs is fenced by the epoch)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        rows = {int(r["id"]): r for r in await self._db.fetch("SELECT * FROM jobs WHERE id = ANY($1)", wanted)}
+        out: dict[int, Job] = {}
+        for i in wanted:
+            row = rows.get(i)
+            if row is None:
+                continue
+            mine = row["node"] == self.node and self._epochs.get(i, int(row["epoch"])) == int(row["epoch"])
+            if not mine or JobState(row["state"]) is JobState.CANCELLED:
+                out[i] = self._job(row)
+        return out
 
     @contextlib.asynccontextmanager
     async def landing_lock(self, key: str) -> AsyncIterator[None]:
@@ -534,6 +569,9 @@ class PgStore(PgRecords, Store):
         except _Missed:
             return [None] * len(writes)
         self._written(writes, rows, changed)
+        for w, row in zip(writes, rows, strict=True):
+            if row is not None and row["node"] != self.node:
+                self._epochs.pop(w.job_id, None)  # it left this node (back to the queue): a claim takes it afresh
         return rows
 
     async def _write_one(
@@ -552,6 +590,9 @@ class PgStore(PgRecords, Store):
         if (w.expect & NODE_HELD and w.to is not JobState.CANCELLED) or holder is not None:
             args.append(owner)
             where += f" AND node = ${len(args)}"
+            if holder is None and w.job_id in self._epochs:
+                args.append(self._epochs[w.job_id])
+                where += f" AND epoch = ${len(args)}"  # the fence: an attempt that lost the job writes nothing
         if w.to is JobState.RUNNING and w.beside is not None and not await self._admissible(conn, w):
             return None
         if values:
@@ -559,6 +600,8 @@ class PgStore(PgRecords, Store):
             for k, v in values.items():
                 args.append(v)
                 sets.append(f"{_q(k)} = ${len(args)}")
+            if values.get("node") == "" or holder is not None:
+                sets.append("epoch = epoch + 1")  # it leaves its holder: whatever that holder still runs is fenced
             row = await conn.fetchrow(f"UPDATE jobs SET {', '.join(sets)} WHERE {where} RETURNING *", *args)
         else:
             row = await conn.fetchrow(f"SELECT * FROM jobs WHERE {where}", *args)

@@ -170,4 +170,8 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN author TEXT NOT NULL DEFAULT '';
     """,
+    # 14: the base a job stopped on a real conflict kept its worktree at, to go on from the head once it may.
+    """
+    ALTER TABLE jobs ADD COLUMN moved_from TEXT NOT NULL DEFAULT '';
+    """,
 )

@@ -19,10 +19,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pygit2
 import structlog
 
 from orchestrator.core.job import Job
 from orchestrator.core.lifecycle import Then
+from orchestrator.git import commits, repos
 from orchestrator.git import remote as rmt
 from orchestrator.git.outcomes import LandResult
 from orchestrator.jobs.landing import Lander
@@ -49,6 +51,11 @@ class TeamLander(Lander):
             return Then.END  # taken over by another node, or moved on: nothing of this attempt lands
         return await super()._attempt(job, log)
 
+    async def _publish(self, job: Job) -> None:
+        worktree = str(self.pool.path_for(Path(job.repo), job.id)) if job.worktree else None
+        await asyncio.to_thread(_own_result, Path(job.repo), worktree, job)
+        await super()._publish(job)
+
     async def _git_land(self, job: Job) -> LandResult:
         assert job.result is not None
         remote = await asyncio.to_thread(clones.remote_of, job.repo, job.branch)
@@ -71,3 +78,26 @@ class TeamLander(Lander):
                 timeout=team.git_timeout,
                 **self._landing(job),
             )
+
+
+
+class NotItsResult(RuntimeError):
+    """The result the shared store names for a job is no commit this node made of that job's files."""
+
+
+def _own_result(repo: Path, worktree: str | None, job: Job) -> None:
+    """NotItsResult unless the commit the shared store names as `job`'s result is that job's own (its trailer names
+    it: only the daemon writes it, on the commit it makes of the job's files). A push carries the result's whole
+    history onto the team's remote, so it is never a commit the store names otherwise (another of the clone's, a
+    private branch's), whoever wrote that there."""
+    assert job.result is not None
+    where = commits.result_repo(repo, worktree)
+    try:
+        message = repos.open_repo(where).revparse_single(job.result).peel(pygit2.Commit).message
+    except (KeyError, ValueError, pygit2.GitError, repos.RepoError):
+        message = ""
+    if commits.job_of(message) != job.id:
+        raise NotItsResult(
+            f"the result the team's store names for job {job.id} ({job.result[:12]}) is no commit this node made of "
+            "its files: not pushed (the record was changed outside this node); retry the job"
+        )

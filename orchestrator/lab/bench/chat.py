@@ -250,15 +250,21 @@ async def run_one(
     }
 
 
+def engine_args(gpu_layers: int | None, extra: list[str]) -> list[str]:
+    """llama-server's flags for a run: the GPU offload (`-ngl N`), then the ones given as they are."""
+    return [*(["-ngl", str(gpu_layers)] if gpu_layers is not None else []), *extra]
+
+
 async def _on_llama_server(
     policy: str, n: int, slots: int, timeout: float, chat: dict[str, Any] | None = None, turn_slots: int = 0,
     engine_args: tuple[str, ...] = (),
+    model: Path | None = None,
 ) -> dict[str, Any]:
     """One run on a fresh llama-server with as many slots as the gate (its prompt cache starts cold)."""
     from orchestrator.lab.bench.llama_server import MODEL_NAME, LlamaServer, SetupMissing, engine_summary
 
     try:
-        server = LlamaServer(slots, args=engine_args)
+        server = LlamaServer(slots, args=engine_args, model=model)
     except SetupMissing as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         sys.exit(2)
@@ -420,6 +426,15 @@ def main(argv: list[str]) -> None:
         "--llama-args", type=shlex.split, default=[], metavar="ARGS",
         help="more llama-server flags, e.g. '--cache-ram 0' (no host-memory prompt cache, as Ollama's runner)",
     )  # fmt: skip
+    ap.add_argument(
+        "--gpu-layers", type=int, metavar="N",
+        help="with --llama-server: offload N layers to the GPU (llama-server -ngl N; 999: all of them)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--shape", metavar="SPEC",
+        help="with --llama-server: the random model's shape, `small` (default), `8b` (Llama 3 8B's: 128-dim heads, "
+        "8 key/value heads) or key=value pairs, e.g. embd=4096,layers=32,head_dim=128,kv_heads=8,ff=14336",
+    )  # fmt: skip
     ap.add_argument("--model", default="hermes3")
     ap.add_argument(
         "--policy", default="gate,naive",
@@ -454,8 +469,20 @@ def main(argv: list[str]) -> None:
         args.llama_server = True
     elif args.backend == "ollama" and not args.ollama:
         ap.error("--backend ollama needs --ollama URL")
-    if args.llama_args and not args.llama_server:
-        ap.error("--llama-args: only with --llama-server")
+    for flag, given in (("--llama-args", args.llama_args), ("--gpu-layers", args.gpu_layers is not None),
+                        ("--shape", args.shape)):  # fmt: skip
+        if given and not args.llama_server:
+            ap.error(f"{flag}: only with --llama-server")
+    args.llama_args = engine_args(args.gpu_layers, args.llama_args)
+    args.llama_model = None
+    if args.shape:
+        from orchestrator.lab.bench.llama_model import Shape
+        from orchestrator.lab.bench.llama_server import model_for
+
+        try:
+            args.llama_model = model_for(Shape.parse(args.shape))
+        except ValueError as e:
+            ap.error(f"--shape: {e}")
     if args.repeat < 1:
         ap.error("--repeat: at least 1")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
@@ -489,7 +516,9 @@ async def _step(args: argparse.Namespace, policy: str, n: int, slots: int) -> di
     chat = {"classify": mode} if mode else None
     turn_slots = _turn_slots(args)
     if args.llama_server:
-        row = await _on_llama_server(base, n, slots, args.timeout, chat, turn_slots, tuple(args.llama_args))
+        row = await _on_llama_server(
+            base, n, slots, args.timeout, chat, turn_slots, tuple(args.llama_args), model=args.llama_model
+        )
     else:
         proc = None
         url = args.ollama

@@ -179,14 +179,19 @@ def main(files: int, idle: float, every: float, code: Path | None, as_json: bool
     try:
         click.echo(f"files: one job writing {files} files, the API sampled every {every:g} s ...", err=True)
         rows = run_bench(work, files, idle, every, code.resolve() if code else None)
+        _report(rows, code, as_json)  # before the clean-up: a million files take a while to delete
     except BenchError as e:
         click.echo(f"orchestrator bench files: {e}", err=True)
         sys.exit(1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _report(rows: list[dict[str, Any]], code: Path | None, as_json: bool) -> None:
     m = machine()
     if as_json:
         click.echo(json.dumps({"machine": m, "code": str(code or os.path.dirname(__file__)), "rows": rows}, indent=2))
+        sys.stdout.flush()
         return
     click.echo(f"files bench: {m['cores']} cores, {m['ram_mb']} MB RAM, Python {m['python']}, load {m['load_1m']}")
     for row in rows:

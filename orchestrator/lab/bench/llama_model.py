@@ -56,13 +56,71 @@ def _bench_words() -> list[str]:
 
 @dataclass(frozen=True)
 class Shape:
-    """The model's size. The default decodes at a few dozen tokens per second per slot on 2 cores."""
+    """The model's size. The default decodes at a few dozen tokens per second per slot on 2 cores; `SHAPES["8b"]`
+    is an 8B-class model's (Llama 3 8B: 128-dim heads, 8 key/value heads shared by 32), for a GPU."""
 
     n_embd: int = 512
     n_layer: int = 8
     n_head: int = 8
     n_ff: int = 1408
     n_ctx: int = 4096
+    n_head_kv: int = 0
+    """Key/value heads (grouped-query attention); 0: one per head."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head_kv or self.n_head
+
+    @property
+    def slug(self) -> str:
+        """A name for the model file: "" for the default shape (its file keeps its name)."""
+        if self == Shape():
+            return ""
+        return f"e{self.n_embd}-l{self.n_layer}-h{self.n_head}-kv{self.kv_heads}-ff{self.n_ff}-c{self.n_ctx}"
+
+    @classmethod
+    def parse(cls, spec: str) -> Shape:
+        """A preset (`small`, `8b`) or `key=value` pairs, comma-separated, from `small`: `embd`, `layers`, `head_dim`
+        (heads = embd / head_dim), `kv_heads`, `ff`, `ctx`. ValueError saying what is wrong."""
+        spec = spec.strip()
+        if spec in SHAPES:
+            return SHAPES[spec]
+        known = {"embd": "n_embd", "layers": "n_layer", "head_dim": "", "kv_heads": "n_head_kv", "ff": "n_ff",
+                 "ctx": "n_ctx"}  # fmt: skip
+        values: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            key, eq, value = part.partition("=")
+            if not eq or key.strip() not in known or not value.strip().isdigit() or int(value) < 1:
+                raise ValueError(
+                    f"shape {spec!r}: use {' or '.join(SHAPES)}, or key=value pairs of {', '.join(known)} "
+                    "(positive integers), e.g. embd=4096,layers=32,head_dim=128,kv_heads=8,ff=14336"
+                )
+            values[key.strip()] = int(value)
+        base = Shape()
+        embd = values.get("embd", base.n_embd)
+        head_dim = values.get("head_dim", embd // base.n_head)
+        if embd % head_dim:
+            raise ValueError(f"shape {spec!r}: embd {embd} is not a multiple of head_dim {head_dim}")
+        heads = embd // head_dim
+        kv = values.get("kv_heads", heads)
+        if heads % kv:
+            raise ValueError(f"shape {spec!r}: {heads} heads cannot share {kv} key/value heads evenly")
+        return Shape(
+            n_embd=embd, n_layer=values.get("layers", base.n_layer), n_head=heads,
+            n_ff=values.get("ff", int(embd * 2.75) // 64 * 64), n_ctx=values.get("ctx", base.n_ctx),
+            n_head_kv=0 if kv == heads else kv,
+        )  # fmt: skip
+
+
+SHAPES: dict[str, Shape] = {
+    "small": Shape(),
+    "8b": Shape(n_embd=4096, n_layer=32, n_head=32, n_ff=14336, n_ctx=8192, n_head_kv=8),
+}
+"""Named shapes for `--shape`: the default, and an 8B-class model's (about 16 GB of f16 weights)."""
 
 
 def vocabulary() -> tuple[list[bytes], list[float], list[int]]:
@@ -124,8 +182,8 @@ def write_model(path: Path, shape: Shape = Shape(), seed: int = 0) -> Path:
     writer.add_block_count(shape.n_layer)
     writer.add_feed_forward_length(ff)
     writer.add_head_count(shape.n_head)
-    writer.add_head_count_kv(shape.n_head)
-    writer.add_rope_dimension_count(e // shape.n_head)
+    writer.add_head_count_kv(shape.kv_heads)
+    writer.add_rope_dimension_count(shape.head_dim)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
@@ -143,8 +201,9 @@ def write_model(path: Path, shape: Shape = Shape(), seed: int = 0) -> Path:
     writer.add_tensor("token_embd.weight", weight(n_vocab, e))
     for i in range(shape.n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", norm())
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(f"blk.{i}.{name}.weight", weight(e, e))
+        kv = shape.kv_heads * shape.head_dim  # grouped-query attention: fewer key/value heads than query heads
+        for name, rows in (("attn_q", e), ("attn_k", kv), ("attn_v", kv), ("attn_output", e)):
+            writer.add_tensor(f"blk.{i}.{name}.weight", weight(rows, e))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", norm())
         writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(ff, e))
         writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(ff, e))
@@ -162,11 +221,13 @@ def write_model(path: Path, shape: Shape = Shape(), seed: int = 0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path)
-    parser.add_argument("--layers", type=int, default=Shape.n_layer)
-    parser.add_argument("--embd", type=int, default=Shape.n_embd)
+    parser.add_argument("--shape", default="small", help=f"{' or '.join(SHAPES)}, or key=value pairs (Shape.parse)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    shape = Shape(n_embd=args.embd, n_layer=args.layers, n_ff=int(args.embd * 2.75) // 64 * 64)
+    try:
+        shape = Shape.parse(args.shape)
+    except ValueError as e:
+        parser.error(str(e))
     out = write_model(args.path, shape, args.seed)
     print(f"{out} ({out.stat().st_size / 1e6:.1f} MB, {len(vocabulary()[0])} tokens)", file=sys.stderr)
     return 0

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
@@ -31,7 +32,7 @@ import aiohttp
 import psutil
 from aiohttp import web
 
-from orchestrator.lab.bench.llama_model import VERSION
+from orchestrator.lab.bench.llama_model import VERSION, Shape, write_model
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orchestrator" / "llama-server"
 """Where the setup script leaves the binary (`bin/llama-server`) and the model (`MODEL_FILE`)."""
@@ -42,6 +43,21 @@ DEFAULT_PREDICT = 128
 
 class SetupMissing(RuntimeError):
     """The binary or the model is not there; the message says how to make them."""
+
+
+def model_for(shape: Shape) -> Path:
+    """The cached random-weight model of `shape`, written first when it is not there yet (the default shape's is the
+    one `bench/llama-server-setup.sh` writes)."""
+    path = CACHE / (MODEL_FILE if not shape.slug else f"random-llama-v{VERSION}-{shape.slug}.gguf")
+    if not path.exists():
+        size = 2 * shape.n_layer * (2 * shape.n_embd**2 + 2 * shape.n_embd * shape.kv_heads * shape.head_dim
+                                    + 3 * shape.n_embd * shape.n_ff) / 1e9  # fmt: skip
+        print(f"orchestrator: writing a random-weight model of that shape (about {size:.1f} GB) to {path}",
+              file=sys.stderr)  # fmt: skip
+        tmp = path.with_name(path.name + ".part")
+        write_model(tmp, shape)
+        tmp.replace(path)
+    return path
 
 
 def locate(binary: Path | None = None, model: Path | None = None) -> tuple[Path, Path]:
@@ -376,6 +392,4 @@ async def _demo(slots: int) -> None:  # pragma: no cover - manual check: python 
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import sys
-
     asyncio.run(_demo(int(sys.argv[1]) if len(sys.argv) > 1 else 1))

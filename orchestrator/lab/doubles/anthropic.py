@@ -120,8 +120,9 @@ Script = Iterable[Reply] | Callable[[dict[str, Any]], Reply]
 class AnthropicDouble:
     """`async with AnthropicDouble(script) as double:` serves on 127.0.0.1 at `double.url`."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, port: int = 0) -> None:
         self._pick = picker(script, error_reply(500, "protocol double: its script is used up"))
+        self.port = port
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         """Each request's headers (`x-api-key`, `anthropic-beta`, ...), in the order of `requests`."""
@@ -135,7 +136,7 @@ class AnthropicDouble:
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_route("*", "/api/hello", self._hello)
-        self._runner, self.url = await serve(app)
+        self._runner, self.url = await serve(app, self.port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -18,11 +18,11 @@ def picker(script: Iterable[R] | Callable[[dict[str, Any]], R], used_up: R) -> C
     return lambda _body: next(replies, used_up)
 
 
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    """Serve `app` on 127.0.0.1 at a free port; the runner (to clean up) and the base URL."""
+async def serve(app: web.Application, port: int = 0) -> tuple[web.AppRunner, str]:
+    """Serve `app` on 127.0.0.1 at `port` (0: a free one); the runner (to clean up) and the base URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     server = site._server
     assert server is not None and server.sockets  # type: ignore[attr-defined]
