@@ -145,8 +145,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
     t0 = time.perf_counter()
     before = _ancestors(clone, first, KEEP + replay)
     past = [c for c in changes if c.sha in before]
-    samples = record.replay(clone, past, MERGEABLE, replay, tip=first)
-    calibration = record.fit(samples, MERGEABLE, scope)
+    calibration = record.build(clone, past, MERGEABLE, first, replay, scope)
     record_s = time.perf_counter() - t0
     index = index_mod.for_repo(clone)
     taken: set[str] = set()
@@ -167,7 +166,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
         t.p_gold = next((float(r["p"]) for r in plan.ranking if r["path"] == gold), 0.0)
         t.fix = fix_commit(clone, t, taken)
     return {
-        "replayed": len(samples),
+        "replayed": min(len(past), replay),
         "calibration": calibration.to_json() if calibration is not None else None,
         "record_seconds": round(record_s, 1),
     }
