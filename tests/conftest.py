@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,19 +55,39 @@ def bare_remote(root: Path, files: dict[str, str]) -> Path:
     return root / "remote.git"
 
 
+DEFAULT_FILES = {"README.md": "hello\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", "docs/x.md": "x\n"}
+
+
+@pytest.fixture(scope="session")
+def repo_templates(tmp_path_factory: pytest.TempPathFactory) -> Callable[[dict[str, str], str], Path]:
+    """One repository per (files, branch) made with the real git CLI once a session; `make_repo` copies it."""
+    made: dict[tuple[frozenset[tuple[str, str]], str], Path] = {}
+
+    def template(files: dict[str, str], branch: str) -> Path:
+        key = (frozenset(files.items()), branch)
+        if key not in made:
+            root = tmp_path_factory.mktemp("template") / "repo"
+            root.mkdir()
+            git(root, "init", "-q", "-b", branch)
+            git(root, "config", "user.name", "Repo User")
+            git(root, "config", "user.email", "user@example.com")
+            write(root, files)
+            git(root, "add", "-A")
+            git(root, "commit", "-q", "-m", "initial")
+            made[key] = root
+        return made[key]
+
+    return template
+
+
 @pytest.fixture
-def make_repo(tmp_path: Path) -> Callable[..., Path]:
-    """Make a real git repository with one commit on `main` holding `files`."""
+def make_repo(tmp_path: Path, repo_templates: Callable[[dict[str, str], str], Path]) -> Callable[..., Path]:
+    """Make a real git repository with one commit on `main` holding `files` (a copy of the session's template
+    of those files: the same commit in every test)."""
 
     def _make(name: str = "repo", files: dict[str, str] | None = None, branch: str = "main") -> Path:
         root = tmp_path / name
-        root.mkdir()
-        git(root, "init", "-q", "-b", branch)
-        git(root, "config", "user.name", "Repo User")
-        git(root, "config", "user.email", "user@example.com")
-        write(root, files or {"README.md": "hello\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", "docs/x.md": "x\n"})
-        git(root, "add", "-A")
-        git(root, "commit", "-q", "-m", "initial")
+        shutil.copytree(repo_templates(files or DEFAULT_FILES, branch), root, symlinks=True)
         return root
 
     return _make

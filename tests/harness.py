@@ -140,6 +140,20 @@ class Daemon(_Driven):
                 self.proc.wait()
 
 
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`orchestrator ARGS` run in this process by click's runner (with `env` set meanwhile): its exit code and
+    output as a process's would be. An exception the command does not handle is raised here (a process would
+    print it and exit 1)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=True)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["orchestrator", *args], result.exit_code, result.stdout, result.stderr)
+
+
 # -- the daemon in the test's own process ----------------------------------------------------------------------
 
 _LOG: contextvars.ContextVar[IO[str]] = contextvars.ContextVar("daemon_log")
@@ -286,16 +300,8 @@ class InProcessDaemon(_Driven):
             self.wait_exit()
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """The real CLI's command, run in this process; its exit code and output as a process's would be. An
-        exception the command does not handle is raised here (a process would print it and exit 1)."""
-        from click.testing import CliRunner
-
-        from orchestrator.cli import main
-
-        result = CliRunner().invoke(main, list(args), env=self.env, catch_exceptions=True)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        return subprocess.CompletedProcess(["orchestrator", *args], result.exit_code, result.stdout, result.stderr)
+        """The real CLI's command, run in this process (`cli`)."""
+        return cli(*args, env=self.env)
 
     def _use_env(self) -> None:
         if self._saved_env is None:
@@ -358,6 +364,11 @@ def _process_state() -> Callable[[], None]:
     return restore
 
 
+ALL_PROCESSES = os.environ.get("ORCHESTRATOR_TEST_DAEMONS") == "process"
+"""`ORCHESTRATOR_TEST_DAEMONS=process`: every test's daemon a process, and its CLI calls processes (slower; the
+whole suite end to end)."""
+
+
 @contextlib.contextmanager
 def daemons(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """Make daemons on temp homes under `tmp_path` (in-process; `process=True`: a process); all are stopped at
@@ -366,7 +377,7 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     restore = _process_state()
 
     def make(name: str = "home", env: dict[str, str] | None = None, *, process: bool = False) -> Any:
-        d = (Daemon if process else InProcessDaemon)(tmp_path / name, env)
+        d = (Daemon if process or ALL_PROCESSES else InProcessDaemon)(tmp_path / name, env)
         made.append(d)
         return d
 

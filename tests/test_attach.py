@@ -78,7 +78,8 @@ def test_attach_and_open_say_why_when_there_is_nothing_to_join(make_repo, daemon
     gate = tmp_path / "gate"
     d = daemon_factory().start()
     running = d.enqueue(repo, f"while [ ! -e {gate} ]; do sleep 0.05; done; echo r > r.txt", "--path", "r.txt")
-    until(lambda: d.cli_json("show", str(running))["state"] == "running", what="running")
+    # Its workspace is recorded a moment after it is admitted (`running`).
+    until(lambda: (j := d.cli_json("show", str(running)))["state"] == "running" and j["worktree"], what="running")
     waiting = d.enqueue(repo, "echo w > r.txt", "--path", "r.txt")
     out = d.cli("attach", str(running))
     assert out.returncode == 2 and "built-in `shell` runner" in out.stderr and f"logs -f {running}" in out.stderr

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.harness import cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,13 +23,7 @@ def test_history_replay_reports_pairs_admitted_on_risk(tmp_path: Path) -> None:
         rows.append({"sha": f"x{n}", "subject": f"tweak parser {n}", "files": [[f"src/mod{n}.py", 3, 0]]})
     history = tmp_path / "h.jsonl"
     history.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cmd = [sys.executable, "-m", "orchestrator", "bench", "predict", "--history", str(history)]
-    out = subprocess.run(
-        [*cmd, "--risk", "0.2", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+    out = cli("bench", "predict", "--history", str(history), "--risk", "0.2", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["replayed"] == 120
@@ -43,22 +37,16 @@ def test_history_replay_reports_pairs_admitted_on_risk(tmp_path: Path) -> None:
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     """Neither --repo nor --history, or a repo that is not one: exit 2 with a message."""
-    cmd = [sys.executable, "-m", "orchestrator", "bench", "predict"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    out = cli("bench", "predict")
     assert out.returncode == 2 and "--repo" in out.stderr
-    out = subprocess.run([*cmd, "--repo", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    out = cli("bench", "predict", "--repo", str(tmp_path))
     assert out.returncode == 2 and "not inside a git repository" in out.stderr
 
 
 def test_history_alone_replays_the_shipped_history() -> None:
     """`--history` without a file replays the history that ships with the package, and says what a history
     without file contents cannot measure."""
-    out = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "predict", "--history", "--limit", "30", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+    out = cli("bench", "predict", "--history", "--limit", "30", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["repo"].endswith("flask-history.jsonl (synthesised)") and report["replayed"] == 30

@@ -395,3 +395,23 @@ async def test_what_the_watch_tracks_is_what_a_full_diff_says(job: tuple[Path, s
             assert seen == actual_paths(wt, base)
     finally:
         await watcher.stop()
+
+
+async def test_a_changed_gitignore_is_read_again(job: tuple[Path, str]) -> None:
+    """Files git ignored count once `.gitignore` stops ignoring them (the watch compares everything again, at most
+    once per RESCAN_EVERY times its last whole diff), and stop counting when it ignores them again."""
+    wt, base = job
+    rec = Recorder()
+    watcher = ChangeWatcher(wt, base, rec)
+    await watcher.start()
+    try:
+        await asyncio.to_thread(write, wt, {"debug.log": "x\n"})
+        assert "debug.log" not in await settled(watcher, rec, wt)
+        await asyncio.to_thread(write, wt, {".gitignore": "build/\n"})
+        async with asyncio.timeout(10):
+            await rec.wait_for(lambda p: {"debug.log", ".gitignore"} <= p)
+        await asyncio.to_thread(write, wt, {".gitignore": "*.log\nbuild/\n"})
+        async with asyncio.timeout(10):
+            await rec.wait_for(lambda p: not p)
+    finally:
+        await watcher.stop()

@@ -45,7 +45,8 @@ async def test_two_jobs_editing_other_lines_of_one_file_both_run_and_land(make_r
                             "b.txt")  # fmt: skip
 
         async def checked():
-            return [e for e in await p.store.events(a) + await p.store.events(b) if e["kind"] == "overlap_checked"]
+            both = await p.store.events.of_job(a) + await p.store.events.of_job(b)
+            return [e for e in both if e["kind"] == "overlap_checked"]
 
         seen = await p.until("the two jobs merged in memory", checked)
         assert seen[0]["conflicts"] == []
@@ -78,11 +79,11 @@ async def test_a_running_job_whose_branch_moved_under_it_in_conflict_stops_and_r
         moved.touch()
 
         async def stopped():
-            job = await p.store.get(b)
+            job = await p.store.jobs.get(b)
             return job if job.attempts else None
 
         await p.until("b stopped and re-queued", stopped, timeout=20)
-        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        (event,) = [e for e in await p.store.events.of_job(b) if e["kind"] == "requeued"]
         assert event["conflicts"] == ["f.txt"] and event["behind"] == [], event
         assert event["why"] == "a real conflict with main, which moved since it started, in f.txt"
         done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
@@ -111,18 +112,18 @@ async def test_an_agent_cli_that_resumes_goes_on_from_the_new_head_told_what_mov
         b = await p.enqueue(repo, "Change f for B", "b.txt", runner="resumer")
 
         async def held():
-            job = await p.store.get(b)
+            job = await p.store.jobs.get(b)
             return job if job.attempts else None
 
         waiting = await p.until("b stopped to go on later", held, timeout=20)
         assert waiting.state in (JobState.PLANNED, JobState.RUNNING) and waiting.land_after == (a,)
         assert waiting.moved_from and waiting.worktree, "its worktree kept, and the base it was made at"
-        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        (event,) = [e for e in await p.store.events.of_job(b) if e["kind"] == "requeued"]
         assert event["resume"] is True and event["conflicts"] == ["f.txt"] and event["behind"] == [a]
         go.touch()
         done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
         assert done.state is JobState.LANDED, done.reason
-        assert (await p.store.get(a)).state is JobState.LANDED
+        assert (await p.store.jobs.get(a)).state is JobState.LANDED
         yours = p.home / "state" / "private" / str(b) / "yours" / "f.txt"
     told = note.read_text()
     assert "You were stopped while you worked: a real conflict with job" in told
@@ -130,3 +131,31 @@ async def test_an_agent_cli_that_resumes_goes_on_from_the_new_head_told_what_mov
     assert (tmp_path / "note.files").read_text() == "A\nb\n", "the landed f.txt, and its own b.txt kept"
     assert git(repo, "show", "main:f.txt") == "A, then B" and git(repo, "show", "main:b.txt") == "b"
     assert git(repo, "show", "main:g.txt") == "g\nmore", "the earlier job's work is all there"
+
+
+def test_a_kept_workspace_moves_to_a_new_base_with_its_own_change_and_nothing_of_it_lost(make_repo, tmp_path):
+    """`Workspace.rebase`: what the branch changed is merged into the job's files (a file it added, one it deleted
+    and one it edited apart from the landed lines stay so), the new base is its base (its diff is its own change
+    only), and where its edit conflicts the file is the landed one, the job's version handed back."""
+    from orchestrator.git.changes import actual_paths
+    from orchestrator.git.workspace import Workspace
+    from tests.conftest import workspace, write
+
+    lines = "".join(f"{n}\n" for n in range(1, 11))
+    repo = make_repo(files={"f.txt": lines, "c.txt": "c\n", "gone.txt": "x\n", "other.txt": "o\n"})
+    old = git(repo, "rev-parse", "HEAD")
+    ws_path = workspace(repo, tmp_path / "ws", old, "orchestrator/7")
+    write(ws_path, {"f.txt": lines.replace("1\n", "one\n", 1), "c.txt": "mine\n", "new.txt": "new\n"})
+    (ws_path / "gone.txt").unlink()
+    write(repo, {"f.txt": lines.replace("10\n", "ten\n"), "c.txt": "landed\n", "other.txt": "moved\n"})
+    git(repo, "commit", "-qam", "landed meanwhile")
+    new = git(repo, "rev-parse", "HEAD")
+    done = Workspace.at(ws_path).rebase(new, "orchestrator/7")
+    assert (done.old, done.new) == (old, new) and done.moved == ("c.txt", "f.txt", "other.txt")
+    assert done.yours == {"c.txt": b"mine\n"}
+    assert (ws_path / "f.txt").read_text() == lines.replace("1\n", "one\n", 1).replace("10\n", "ten\n")
+    assert (ws_path / "c.txt").read_text() == "landed\n" and (ws_path / "other.txt").read_text() == "moved\n"
+    assert (ws_path / "new.txt").read_text() == "new\n" and not (ws_path / "gone.txt").exists()
+    assert Workspace.at(ws_path).head() == new
+    assert actual_paths(ws_path, new) == {"f.txt", "new.txt", "gone.txt"}, "its diff is its own change only"
+    assert Workspace.at(ws_path).rebase(new, "orchestrator/7").moved == (), "at its base already: nothing moves"

@@ -33,8 +33,9 @@ BOTH = [pytest.param("bwrap", marks=needs_bwrap), "none"]
 KEY = f"sk-ant-test-{secrets.token_hex(12)}"
 
 
-def daemon(daemon_factory, mode: str, **env: str):
-    """A daemon holding an API key (never used: its base URL is a closed port) in the given sandbox mode."""
+def daemon(daemon_factory, mode: str, *, process: bool = False, **env: str):
+    """A daemon holding an API key (never used: its base URL is a closed port) in the given sandbox mode (a
+    process of its own with `process`: where its own environ and cmdline are what a job must not see)."""
     return daemon_factory(
         env={
             "ORCHESTRATOR_SANDBOX": mode,
@@ -42,7 +43,8 @@ def daemon(daemon_factory, mode: str, **env: str):
             "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
             "MAX_CONCURRENT_JOBS": "2",
             **env,
-        }
+        },
+        process=process,
     )
 
 
@@ -242,7 +244,7 @@ def test_the_key_is_in_no_file_the_job_can_read(make_repo, daemon_factory, tmp_p
     """A job that reads every process's environ and cmdline, the daemon's state, config and runtime dirs and
     /tmp lands what it found: neither the key nor another job's text is in it, and it sees no other process."""
     repo = make_repo()
-    d = daemon(daemon_factory, "bwrap")
+    d = daemon(daemon_factory, "bwrap", process=True)
     (d.home / "config").mkdir(parents=True)
     (d.home / "config" / "env").write_text(f"ANTHROPIC_API_KEY={KEY}\n")
     (d.home / "config" / "env").chmod(0o600)

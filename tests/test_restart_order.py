@@ -15,7 +15,7 @@ def _restart(d: Daemon, daemon_factory, sig: int, config: str) -> Daemon:
     d.kill(sig)
     (d.home / "config").mkdir(parents=True, exist_ok=True)
     (d.home / "config" / "config.toml").write_text(config)
-    again = daemon_factory(env={"MAX_CONCURRENT_JOBS": "3"}, process=True)  # the same home
+    again = daemon_factory(env={"MAX_CONCURRENT_JOBS": "3"}, process=isinstance(d, Daemon))  # the same home
     again.log_path = d.home / "after.log"
     return again.start()
 
@@ -26,7 +26,8 @@ def test_a_later_overlapping_job_never_lands_before_an_interrupted_one(make_repo
     it (its change lands on top, not under it), and a job `--after` it waits for its retry instead of failing."""
     repo = make_repo()
     gate = tmp_path / "gate"
-    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "3"}, process=True).start()
+    # A kill -9 needs a daemon process; a graceful stop (SIGTERM's handler) is the same in this process.
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "3"}, process=not requeue).start()
     first = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo one > f.txt", "--path", "f.txt")
     beside = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo two > g.txt", "--path", "g.txt")
     until("both to run", lambda: all(d.cli_json("show", str(i))["state"] == "running" for i in (first, beside)))
@@ -63,14 +64,14 @@ async def test_a_burst_daemon_is_idle_when_only_kept_places_hold_jobs_back(make_
     repo = make_repo()
     async with plane(tmp_path) as p:
         claim = Claim(frozenset({"f.txt"}), 1.0, ClaimSource.DECLARED)
-        first = await p.store.add_job(
+        first = await p.store.jobs.add(
             repo=str(repo), branch="main", text="echo one > f.txt", runner="shell", declared=["f.txt"], claim=claim
         )
         await put(p.store, first.id, JobState.INTERRUPTED)
         later = await p.enqueue(repo, "echo three > f.txt", "f.txt")
 
         async def decided() -> bool:
-            j = await p.store.get(later)
+            j = await p.store.jobs.get(later)
             return j is not None and j.code == "Priority"
 
         await p.until("the later job to wait for the interrupted one", decided)

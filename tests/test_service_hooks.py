@@ -197,8 +197,9 @@ def test_newer_ticket_with_same_id_supersedes_a_waiting_job(make_repo, daemon_fa
     first = _wait("the first ticket's job", lambda: [j for j in d.cli_json("status") if j["text"] == "true v1"])[0]
     _commit(d, repo, "t2", {".orchestrator/tickets/docs.md": "---\npaths: [docs/]\n---\ntrue v2\n"})
     second = _wait("the second ticket's job", lambda: [j for j in d.cli_json("status") if j["text"] == "true v2"])[0]
-    old = d.cli_json("show", str(first["id"]))
-    assert old["state"] == "cancelled" and f"superseded by job {second['id']}" in old["reason"]
+    # The newer job is queued first, then the older one cancelled (the intake's next step).
+    old = _wait("superseded", lambda: (j := d.cli_json("show", str(first["id"])))["state"] == "cancelled" and j)
+    assert f"superseded by job {second['id']}" in old["reason"]
     assert d.cli_json("show", str(second["id"]))["state"] in ("queued", "planning", "planned")
 
 

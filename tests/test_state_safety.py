@@ -109,7 +109,7 @@ def test_private_files_whatever_the_umask(make_repo, daemon_factory):
     repo = make_repo()
     old = os.umask(0o022)
     try:
-        d = daemon_factory().start()
+        d = daemon_factory(process=True).start()  # a process: the umask is its own for its whole life
     finally:
         os.umask(old)
     job = d.enqueue(repo, "echo secret-job-output; echo x > x.txt", "--path", "x.txt")

@@ -52,6 +52,9 @@ READY_MS = 200
 """How long the watch thread waits for events before it looks whether it should stop."""
 RESTART_MIN, RESTART_MAX = 0.1, 5.0
 """Seconds before a watch that failed starts again: doubled after each failure in a row, up to the max."""
+RESCAN_EVERY = 10.0
+"""A whole-tree diff the watch asks for (events lost, ignore rules changed) comes at most once per this many times
+what the last one took: a tree that takes 1 s to diff is diffed whole at most every 10 s, whatever the job does."""
 RESCAN_NAMES = frozenset({".gitignore", ".gitattributes"})
 """Files whose change can change whether other files count (ignore rules, filters): all is compared again."""
 
@@ -381,21 +384,28 @@ class ChangeWatcher:
     def _watch_once(self, loop: asyncio.AbstractEventLoop) -> None:
         with inotify.Tree(self.worktree, max_watches=self._max_watches) as tree:
             # The watches are in place: what was written before them is found by comparing it all.
+            took = time.monotonic()
             self._send(loop, self._full())
+            due = time.monotonic() + RESCAN_EVERY * (time.monotonic() - took)
             compare = Compare(self.worktree, self.base)
+            pending = False
             while not self._stop.is_set():
                 if self._tracked == WHOLE:
                     return  # nothing the watch could see would change it
                 batch = self._gather(tree)
-                if batch == []:
-                    continue
-                if batch is None or self._rescan(batch):
-                    if batch is None:
-                        log.info(Event.CHANGES_EVENTS_LOST, worktree=self._root)
+                if batch is None:
+                    log.info(Event.CHANGES_EVENTS_LOST, worktree=self._root)
+                pending = pending or batch is None or self._rescan(batch)
+                # A job that rewrites its .gitignore in a loop asks for whole-tree diffs: at most one per RESCAN_EVERY
+                # times what the last one took; meanwhile its other paths are compared as usual.
+                if pending and time.monotonic() >= due:
+                    pending = False
+                    took = time.monotonic()
                     self._send(loop, self._full())
+                    due = time.monotonic() + RESCAN_EVERY * (time.monotonic() - took)
                     compare = Compare(self.worktree, self.base)  # attributes and ignore rules read anew
-                    continue
-                self._send(loop, self._apply(compare, batch))
+                elif batch:
+                    self._send(loop, self._apply(compare, batch))
 
     def _gather(self, tree: inotify.Tree) -> list[bytes] | None:
         """The paths that changed, gathered for the debounce time once one did ([] if none did for a while);

@@ -325,6 +325,8 @@ class Workspace:
         link the job left where a directory belongs."""
         repo = self.repo()
         old = self.head()
+        if old == new:
+            return Rebased(old, new, (), {})
         old_tree, new_tree = (repo.revparse_single(r).peel(pygit2.Tree) for r in (old, new))
         ours = repo[self.tree(record=False)].peel(pygit2.Tree)
         moved = sorted({p for d in old_tree.diff_to_tree(new_tree).deltas for p in (d.old_file.path, d.new_file.path)})

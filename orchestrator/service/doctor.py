@@ -233,7 +233,7 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
     in_file = unit.read_env_file(env_file).get("PGPASSWORD")  # its mode is the config check's (never open)
     out: list[Check] = []
     try:
-        from orchestrator.store import pgaudit, pgschema
+        from orchestrator.store import pgaudit, schema
 
         facts = asyncio.run(pgaudit.inspect(url, password=os.environ.get("PGPASSWORD") or in_file))
     except ImportError as e:
@@ -246,7 +246,7 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
         "over TCP, which a job's network reaches too: it needs the password (hidden from jobs); docs/team.md says "
         "how to close the port to jobs")  # fmt: skip
     out.append(Check("postgresql", OK, f"{shown(url)} answers as {facts.role}, {where}"))
-    out += [Check(name, level, detail) for name, level, detail in pgaudit.verdict(facts, len(pgschema.MIGRATIONS))]
+    out += [Check(name, level, detail) for name, level, detail in pgaudit.verdict(facts, len(schema.POSTGRES))]
     return out
 
 

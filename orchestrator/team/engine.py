@@ -18,6 +18,7 @@ from orchestrator import logging as olog
 from orchestrator.config import Config
 from orchestrator.paths import Paths
 from orchestrator.store import Store, StoreUnreachable, StoreUnusable
+from orchestrator.store.sqlite import SqliteStore
 from orchestrator.team import clones
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ async def open_store(
     until `stop` is set): a node started before its database comes up with it, saying so through `status` (the
     service manager's status line)."""
     if not cfg.store.url:
-        return await Store.open(paths.db)
+        return await SqliteStore.open(paths.db)
     try:
         import orchestrator.store.postgres  # noqa: F401 - loads asyncpg: said here, once, what to install
     except ImportError as e:
@@ -45,7 +46,7 @@ async def open_store(
         ) from None
 
     # What the node keeps for itself (its processes, its checkouts' journal, its clones) stays in its own file.
-    local = await Store.open(paths.db)
+    local = await SqliteStore.open(paths.db)
     try:
         store = await _connect(cfg, local, stop, status)
     except BaseException:
@@ -58,12 +59,12 @@ async def open_store(
         except clones.NotShared as e:
             olog.get(repo=path).warning(olog.Event.TEAM_JOINED, skipped=str(e))
             continue
-        await store.register_clone(key, path, url)
+        await store.team.register_clone(key, path, url)
     return store
 
 
 async def _connect(
-    cfg: Config, local: Store, stop: asyncio.Event | None, status: Callable[[str], None] | None
+    cfg: Config, local: SqliteStore, stop: asyncio.Event | None, status: Callable[[str], None] | None
 ) -> PgStore:
     """The team's store, asked again with a growing pause for up to `team.start_wait` seconds."""
     from orchestrator.store.postgres import PgStore

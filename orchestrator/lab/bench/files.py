@@ -132,6 +132,7 @@ def run_bench(work: Path, files: int, idle: float, every: float, code: Path | No
     (work / "writer.py").write_text(WRITER)
     env = {"PYTHONPATH": str(code)} if code is not None else {}
     config = '[jobs]\nmax_concurrent = 3\nper_repo = 2\nsandbox = "none"\ntimeout = 7200\n'
+    os.chdir(work)  # `python -m orchestrator` finds the package in its working dir first: none here, so `--code` holds
     with _Daemon(work / "home", config, env=env) as d:
         d.client.health()
 
