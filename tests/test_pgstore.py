@@ -4,6 +4,8 @@ stores on one database standing in for two machines' daemons, each with its own 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ def clones(tmp_path: Path) -> tuple[Path, Path]:
 
 
 _HOMES: list[Path] = []
+SECRET = b"the team's secret, the same on every node of a test"
 
 
 @pytest.fixture(autouse=True)
@@ -49,8 +52,9 @@ async def _node(url: str, name: str, **kw):
     home.mkdir(parents=True, exist_ok=True)
     local = await SqliteStore.open(home / "orchestrator.db")
     return await PgStore.connect(
-        url, node=name, remote_of=remote_of, local=local, lease=kw.pop("lease", 30.0), hold=kw.pop("hold", 4), **kw
-    )
+        url, node=name, remote_of=remote_of, local=local, secret=SECRET, lease=kw.pop("lease", 30.0),
+        hold=kw.pop("hold", 4), **kw,
+    )  # fmt: skip
 
 
 def test_the_engines_are_siblings_each_part_its_own():
@@ -282,7 +286,7 @@ async def test_postgresql_down_is_a_clear_error(tmp_path):
     local = await SqliteStore.open(tmp_path / "orchestrator.db")
     try:
         with pytest.raises(StoreUnreachable, match=r"cannot reach the team's PostgreSQL.*Start it"):
-            await PgStore.connect(url, node="a", remote_of=remote_of, local=local)
+            await PgStore.connect(url, node="a", remote_of=remote_of, local=local, secret=SECRET)
     finally:
         await local.close()
 
@@ -309,23 +313,42 @@ async def test_rate_limits_are_kept_per_node_and_a_later_end_stands(pg_url, tmp_
         await embedded.close()
 
 
-async def test_a_stalled_event_loop_keeps_its_lease(pg_url, postgres):
-    """The lease is renewed from a thread and a connection of its own: an event loop stalled for twice the lease (a
-    job with a million files, a slow disk) loses nothing; another node sees no lapsed lease meanwhile."""
+def test_a_stalled_daemon_keeps_its_lease(pg_url, postgres, tmp_path):
+    """The lease is renewed by a process and a connection of its own: the daemon's loop stalled and its interpreter's
+    lock held for more than twice the lease (a C library working on a million files does that) lose nothing; a
+    process watching the lease from outside meanwhile never sees it end."""
+    import re
+    import subprocess
     import time
 
     from orchestrator.team.lease import LeaseKeeper
 
-    a = await _node(pg_url, "a", lease=2.0)
+    def hold(n: int) -> float:
+        """One C call of about 1.6^n steps, the interpreter's lock held throughout; how long it took."""
+        start = time.monotonic()
+        re.fullmatch(r"(a|aa)+c", "a" * n + "b")
+        return time.monotonic() - start
+
+    margins = tmp_path / "margins"
+    sql = "SELECT lease_until - extract(epoch from clock_timestamp()) FROM nodes WHERE name = 'a'"
+    watch = f'while :; do {postgres.bindir / "psql"} -X -Atc "{sql}" "{pg_url}" >> {margins}; sleep 0.2; done'
+    async def register() -> None:
+        await (await _node(pg_url, "a", lease=2.0)).close()
+
+    asyncio.run(register())  # node a's row, which its keeper renews
     keeper = LeaseKeeper(pg_url, "a", 2.0)
     keeper.start()
+    watcher = subprocess.Popen(["sh", "-c", watch], start_new_session=True)
     try:
-        time.sleep(4.5)  # noqa: ASYNC251 - the point: the loop stalls, nothing of a's on it runs
-        live = postgres.psql(
-            "SELECT lease_until > extract(epoch from clock_timestamp()) FROM nodes WHERE name = 'a'",
-            database=pg_url.split("?")[0].rsplit("/", 1)[1],
-        )
-        assert live.strip() == "t" and keeper.renewals >= 5 and keeper.steady_for() > 4
+        time.sleep(1.0)  # the keeper's first renewal, the watcher's first reads
+        n = 28
+        while hold(n) < 4.5:  # longer and longer, up to one call that holds it for more than twice the lease
+            n += 1
+        time.sleep(0.5)  # the reader thread catches up on what the keeper said meanwhile
+        seen = [float(x) for x in margins.read_text().split()]
+        assert len(seen) > 10 and min(seen) > 0, seen
+        assert keeper.renewals >= 3 and keeper.steady_for() > 4
     finally:
+        os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()
         keeper.stop()
-        await a.close()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from orchestrator import config, paths
 from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.core import seal
 from orchestrator.proc import visible
 from orchestrator.service import hooks, manager, spool, unit
 
@@ -230,8 +231,12 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
     from orchestrator.core.urls import shown
 
     env_file = env_file or unit.env_file()
-    in_file = unit.read_env_file(env_file).get("PGPASSWORD")  # its mode is the config check's (never open)
+    service_env = unit.read_env_file(env_file)  # its mode is the config check's (never open)
+    in_file = service_env.get("PGPASSWORD")
     out: list[Check] = []
+    secret = os.environ.get(seal.SECRET_ENV) or service_env.get(seal.SECRET_ENV)
+    why = seal.problem(secret)
+    out.append(Check("team secret", FAIL if why else OK, why or f"{seal.SECRET_ENV} is set (never printed)"))
     try:
         from orchestrator.store import pgaudit, schema
 

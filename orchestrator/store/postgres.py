@@ -41,8 +41,10 @@ from typing import Any
 import asyncpg
 
 from orchestrator import logging as olog
+from orchestrator.core import lifecycle
 from orchestrator.core.job import FIELDS, Job, encode, fresh_attempt, from_row
 from orchestrator.core.models import ACTIVE, OPEN, Code, JobEvent, JobState
+from orchestrator.core.seal import SEALED, seal, verifies
 from orchestrator.core.urls import shown
 from orchestrator.store import guarded
 from orchestrator.store.base import DuplicateTicket, RemoteOf, StoreUnreachable, StoreUnusable, TeamQueue, Write
@@ -53,6 +55,12 @@ from orchestrator.store.schema import POSTGRES as MIGRATIONS
 from orchestrator.store.sqlite import SqliteStore
 
 CHANNEL = "orchestrator_jobs"
+SEALED_FIELDS = frozenset(SEALED) & frozenset(FIELDS)
+"""The job fields of a job's sealed order: a write of any of them seals the order again (if it verified)."""
+UNVERIFIED = (
+    "its order (text, runner, landing, branch, feedback) does not verify with the team's secret: it was changed in "
+    "the team's database by no node of the team (or queued by a node with another secret); not run. Queue it again"
+)
 RENEW = f"UPDATE nodes SET lease_until = {NOW} + $2 WHERE name = $1 RETURNING lease_until"
 """SQL: node $1's lease runs for $2 more seconds, from the server's clock."""
 LIVE = f"(n.lease_until > {NOW} OR extract(epoch FROM pg_postmaster_start_time()) + n.lease > {NOW})"
@@ -104,12 +112,14 @@ class PgClones:
 class PgJobs(Guarded):
     """The team's jobs table, as node `node` sees it (`store.base.JobTable`)."""
 
-    def __init__(self, db: PgConnection, node: str, clones: PgClones, remote_of: RemoteOf) -> None:
+    def __init__(self, db: PgConnection, node: str, clones: PgClones, remote_of: RemoteOf, secret: bytes) -> None:
         super().__init__()
         self._db = db
         self.node = node
         self.clones = clones
         self.remote_of = remote_of
+        self.secret = secret
+        """The team's secret (`core.seal`): this node seals the orders it writes and runs only orders that verify."""
         self.epochs: dict[int, int] = {}
         """The lease epoch of each job this node holds, as it took it (a claim, or held at its start). Every write
         that matters for such a job applies only at that epoch: a job taken over (its epoch moved on) and even
@@ -139,14 +149,12 @@ class PgJobs(Guarded):
         values = [encode(FIELDS[c], getattr(job, c)) for c in COLUMNS]
 
         async def work(conn: asyncpg.Connection) -> int:
-            job_id = int(
-                await conn.fetchval(
-                    f"INSERT INTO jobs ({_INSERT_COLS}) VALUES ({_INSERT_ARGS}) RETURNING id",
-                    *values,
-                    remote.key,
-                    remote.identity,
-                )
-            )
+            row = await conn.fetchrow(
+                f"INSERT INTO jobs ({_INSERT_COLS}) VALUES ({_INSERT_ARGS}) RETURNING *", *values, remote.key,
+                remote.identity,
+            )  # fmt: skip
+            job_id = int(row["id"])
+            await conn.execute("UPDATE jobs SET seal = $2 WHERE id = $1", job_id, seal(self.secret, row))
             await conn.execute(
                 "INSERT INTO job_events (job_id, at, kind, data, node, write_id) VALUES ($1, $2, $3, $4, $5, $6)",
                 job_id, now, JobEvent.ENQUEUED, json.dumps({"state": "queued", "node": self.node}), self.node, wid,
@@ -278,6 +286,16 @@ class PgJobs(Guarded):
             if holder is None and w.job_id in self.epochs:
                 args.append(self.epochs[w.job_id])
                 where += f" AND epoch = ${len(args)}"  # the fence: an attempt that lost the job writes nothing
+        resealed = bool(values.keys() & SEALED_FIELDS)
+        if resealed or w.to is JobState.RUNNING:
+            before = await conn.fetchrow(f"SELECT * FROM jobs WHERE {where} FOR UPDATE", *args)
+            if before is None:
+                return None
+            verified = verifies(self.secret, before)
+            if w.to is JobState.RUNNING and not verified:
+                await refuse(conn, before, self.node, now, wid)  # a changed order never runs
+                return None
+            resealed = resealed and verified  # an order that does not verify is never sealed again here
         if w.to is JobState.RUNNING and w.beside is not None and not await self._admissible(conn, w):
             return None
         if values:
@@ -288,6 +306,10 @@ class PgJobs(Guarded):
             if values.get("node") == "" or holder is not None:
                 sets.append("epoch = epoch + 1")  # it leaves its holder: whatever that holder still runs is fenced
             row = await conn.fetchrow(f"UPDATE jobs SET {', '.join(sets)} WHERE {where} RETURNING *", *args)
+            if row is not None and resealed:
+                row = await conn.fetchrow(
+                    "UPDATE jobs SET seal = $2 WHERE id = $1 RETURNING *", w.job_id, seal(self.secret, row)
+                )
         else:
             row = await conn.fetchrow(f"SELECT * FROM jobs WHERE {where}", *args)
         if row is None:
@@ -365,6 +387,23 @@ class PgJobs(Guarded):
         return {"requeued": [j.id for j in (*running, *planning)], "landing": landing}
 
 
+async def refuse(conn: asyncpg.Connection, row: asyncpg.Record, node: str, now: float, wid: str) -> None:
+    """A job whose order does not verify (changed in the database by no node of the team): failed where it may
+    fail, else marked, with what happened and what to do; never run."""
+    state = JobState(row["state"])
+    olog.get(job_id=int(row["id"])).error(olog.Event.TEAM_UNVERIFIED, state=str(state))
+    fields: dict[str, Any] = {"code": str(Code.UNVERIFIED), "reason": UNVERIFIED}
+    if lifecycle.allowed(state, JobState.FAILED):
+        fields |= {"state": str(JobState.FAILED), "finished_at": now}
+    sets = ", ".join(f"{_q(k)} = ${i}" for i, k in enumerate(fields, start=2))
+    await conn.execute(f"UPDATE jobs SET {sets} WHERE id = $1", int(row["id"]), *fields.values())
+    data = {"code": Code.UNVERIFIED, "node": node, "state": fields.get("state", str(state))}
+    await conn.execute(
+        "INSERT INTO job_events (job_id, at, kind, data, node, write_id) VALUES ($1, $2, $3, $4, $5, $6)",
+        int(row["id"]), now, JobEvent.FAILED, json.dumps(data), node, wid,
+    )  # fmt: skip
+
+
 class PgTeam:
     """The team's queue and this node's lease in it (`store.base.TeamQueue`, and what team mode adds)."""
 
@@ -425,25 +464,28 @@ class PgTeam:
         nobody (or by a node whose lease ended), first in priority order, up to `hold` waiting here."""
 
         async def work(conn: asyncpg.Connection) -> list[int]:
-            rows = await conn.fetch(
+            picked = await conn.fetch(
                 f"""
-                WITH pick AS (
-                    SELECT j.id FROM jobs j
-                    WHERE j.state = 'queued'
-                      AND (j.node = '' OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = j.node AND {LIVE}))
-                      AND j.remote = ANY($4::text[])
-                      AND j.labels::jsonb <@ $2::jsonb
-                    ORDER BY j.priority DESC, COALESCE(j.place, j.id), j.id
-                    LIMIT greatest($3 - (SELECT count(*) FROM jobs
-                                         WHERE node = $1 AND state IN ('queued', 'planning', 'planned')), 0)
-                    FOR UPDATE OF j SKIP LOCKED
-                )
-                UPDATE jobs SET node = $1, epoch = jobs.epoch + 1 FROM pick WHERE jobs.id = pick.id
-                RETURNING jobs.id, jobs.epoch
+                SELECT j.* FROM jobs j
+                WHERE j.state = 'queued' AND j.code <> '{Code.UNVERIFIED}'
+                  AND (j.node = '' OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = j.node AND {LIVE}))
+                  AND j.remote = ANY($4::text[])
+                  AND j.labels::jsonb <@ $2::jsonb
+                ORDER BY j.priority DESC, COALESCE(j.place, j.id), j.id
+                LIMIT greatest($3 - (SELECT count(*) FROM jobs
+                                     WHERE node = $1 AND state IN ('queued', 'planning', 'planned')), 0)
+                FOR UPDATE OF j SKIP LOCKED
                 """,
                 self.node, json.dumps(sorted(self.labels)), self.hold, self.clones_of.keys(),
             )  # fmt: skip
-            ids = [int(r[0]) for r in rows]
+            for row in picked:
+                if not verifies(self._jobs.secret, row):
+                    await refuse(conn, row, self.node, time.time(), uuid.uuid4().hex)  # stays queued, marked
+            good = [int(r["id"]) for r in picked if verifies(self._jobs.secret, r)]
+            rows = await conn.fetch(
+                "UPDATE jobs SET node = $1, epoch = epoch + 1 WHERE id = ANY($2) RETURNING id, epoch", self.node, good
+            )
+            ids = sorted(int(r[0]) for r in rows)
             epochs.update({int(r[0]): int(r[1]) for r in rows})
             if ids:
                 await conn.executemany(
@@ -612,6 +654,7 @@ class PgStore:
         hold: int,
         remote_of: RemoteOf,
         local: SqliteStore,
+        secret: bytes,
     ) -> None:
         self._db = PgConnection(pool, shown(url))
         self.path = shown(url)  # for messages
@@ -621,7 +664,7 @@ class PgStore:
         from there only, never from the shared store, where any node (or anyone with the database) could have
         written it."""
         clones = PgClones(local.team)
-        self.jobs = PgJobs(self._db, node, clones, remote_of)
+        self.jobs = PgJobs(self._db, node, clones, remote_of, secret)
         self.team = PgTeam(
             self._db, self.jobs, clones, url=url, node=node, labels=labels, lease=lease, hold=hold, home=local.home
         )
@@ -655,6 +698,7 @@ class PgStore:
         node: str,
         remote_of: RemoteOf,
         local: SqliteStore,
+        secret: bytes,
         labels: Sequence[str] = (),
         lease: float = 30.0,
         hold: int = 4,
@@ -678,7 +722,7 @@ class PgStore:
                 f"cannot reach the team's PostgreSQL at {shown(url)}: {type(e).__name__}: {e}. Start it (or fix "
                 "[store] url), then start the daemon again"
             ) from None
-        store = cls(pool, url, node, labels, lease, hold, remote_of, local)
+        store = cls(pool, url, node, labels, lease, hold, remote_of, local, secret)
         try:
             await store._migrate()
             await store._register()
@@ -728,12 +772,12 @@ class PgStore:
         return int(await self._db.run(lambda c: c.fetchval("SELECT coalesce(max(version), 0) FROM schema_version")))
 
     async def columns(self) -> list[str]:
-        """The jobs table's job-field columns, in order (`repo_key`, `remote` and `epoch` are the team's, not job
-        fields)."""
+        """The jobs table's job-field columns, in order (`repo_key`, `remote`, `epoch` and `seal` are the team's, not
+        job fields)."""
         rows = await self._db.fetch(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' ORDER BY ordinal_position"
         )
-        return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote", "epoch")]
+        return [str(r[0]) for r in rows if r[0] not in ("repo_key", "remote", "epoch", "seal")]
 
 
 __all__ = ["PgStore"]

@@ -3,8 +3,8 @@ migrations that builds them (`MIGRATIONS`), rendered per dialect (`scripts`).
 
 The jobs table's columns are the job's field list (`core.job.FIELDS`), each column's type and default read from
 the field itself (`job_columns`): a new job field is one migration step, `Add("jobs", "name")`, for both engines.
-What only one engine has is marked so: the team's columns and tables in PostgreSQL (`node`, `epoch`, `nodes`),
-what a node keeps in its own file in SQLite (`clones`, `plan_record`, `processes`).
+What only one engine has is marked so: the team's columns and tables in PostgreSQL (`node`, `epoch`, `seal`,
+`nodes`), what a node keeps in its own file in SQLite (`clones`, `plan_record`, `processes`).
 
 A dialect's schema version is the number of steps it has had: a step with nothing for a dialect is not one of its
 versions (so each engine's versions are the steps it shipped, in order). Migrations are history: never edit a
@@ -146,6 +146,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
         Column("repo_key", Type.TEXT, default="''", only=_PG),
         Column("remote", Type.TEXT, default="''", only=_PG),
         Column("epoch", Type.BIG, default="0", only=_PG),
+        Column("seal", Type.TEXT, default="''", only=_PG),
     )),
     Table("job_events", (
         _ID, Column("job_id", Type.BIG, references="jobs (id)"), Column("at", Type.REAL), Column("kind", Type.TEXT),
@@ -333,6 +334,9 @@ MIGRATIONS: tuple[tuple[Op, ...], ...] = (
     # has passed), and each job's epoch, moved on whenever the job changes holder: a write that matters (a state
     # move, the landing's push) applies only at the epoch its writer took the job at.
     _pg(Add("nodes", "lease"), Add("jobs", "epoch")),
+    # A team: each job's order sealed under the team's secret (`core.seal`), which this database never holds: a node
+    # runs only an order a node of the team sealed. Jobs queued before have none: no node runs them (queue them again).
+    _pg(Add("jobs", "seal")),
 )
 """Every migration, in order, for both engines: each a tuple of operations (each for both dialects unless marked
 `only`). Add the next at the end."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
+from orchestrator.core.seal import SECRET_ENV
+from orchestrator.core.seal import problem as seal_problem
 from orchestrator.paths import Paths
 from orchestrator.store import Store, StoreUnreachable, StoreUnusable
 from orchestrator.store.sqlite import SqliteStore
@@ -45,10 +48,13 @@ async def open_store(
             "pip install -e '.[team]'"
         ) from None
 
+    secret = os.environ.get(SECRET_ENV, "")
+    if why := seal_problem(secret):
+        raise StoreUnusable(why)
     # What the node keeps for itself (its processes, its checkouts' journal, its clones) stays in its own file.
     local = await SqliteStore.open(paths.db)
     try:
-        store = await _connect(cfg, local, stop, status)
+        store = await _connect(cfg, local, secret.encode(), stop, status)
     except BaseException:
         await local.close()
         raise
@@ -64,7 +70,7 @@ async def open_store(
 
 
 async def _connect(
-    cfg: Config, local: SqliteStore, stop: asyncio.Event | None, status: Callable[[str], None] | None
+    cfg: Config, local: SqliteStore, secret: bytes, stop: asyncio.Event | None, status: Callable[[str], None] | None
 ) -> PgStore:
     """The team's store, asked again with a growing pause for up to `team.start_wait` seconds."""
     from orchestrator.store.postgres import PgStore
@@ -78,6 +84,7 @@ async def _connect(
                 node=cfg.team.node_name(),
                 remote_of=clones.remote_of,
                 local=local,
+                secret=secret,
                 labels=cfg.team.labels,
                 lease=cfg.team.lease,
                 hold=max(2, cfg.jobs.max_concurrent),
