@@ -160,7 +160,7 @@ class Api:
         # Every job's full record, rendered by SQLite: a queue of thousands costs no Python per job, except a
         # waiting job's live decision, spliced in from its cached JSON.
         parts = []
-        for job_id, state, body, live in await self.store.jobs_json(wanted):
+        for job_id, state, body, live in await self.store.jobs.json(wanted):
             if state == JobState.PLANNED:
                 live = self.scheduler.live_json(job_id) or live
             parts.append(f"{body[:-1]},{live[1:]}")
@@ -169,7 +169,7 @@ class Api:
     async def show(self, request: web.Request) -> web.Response:
         job = await self.jobs.get(_job_id(request))
         body = job.to_json()
-        body["events"] = await self.store.events(job.id)
+        body["events"] = await self.store.events.of_job(job.id)
         return web.json_response(body)
 
     async def why(self, request: web.Request) -> web.Response:
@@ -222,7 +222,7 @@ class Api:
 
     async def wait(self, request: web.Request) -> web.Response:
         asked = rq.Wait.from_json(await _body(request))
-        ids = list(asked.ids) or [j.id for j in await self.store.team_jobs(OPEN)]
+        ids = list(asked.ids) or [j.id for j in await self.store.team.everyone(OPEN)]
         jobs = await self.jobs.wait(ids, asked.timeout)
         return web.json_response({"jobs": [j.to_json() for j in jobs], "done": all(j.state.terminal for j in jobs)})
 
@@ -260,7 +260,7 @@ class Api:
                     await resp.write(chunk)
                 if not follow:
                     break
-                current = await self.store.get(job.id)
+                current = await self.store.jobs.get(job.id)
                 if current is None or current.state.terminal:
                     follow = False  # one last read picks up the tail
                     continue
@@ -327,7 +327,7 @@ class Api:
         try:
             resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
             await resp.prepare(request)
-            jobs = await self.store.team_jobs()
+            jobs = await self.store.team.everyone()
             await _send(resp, {"type": "snapshot", "jobs": [self.scheduler.live(j).to_json() for j in jobs]})
             state = self._state_json()
             await _send(resp, state)

@@ -288,7 +288,7 @@ class Daemon:
         """Each repository's job workspaces a dead daemon left, recovered (stale landing-check ones removed first);
         in team mode this node's clones too (jobs it ran may all have been taken over while it was down)."""
         workspaces: dict[str, frozenset[int]] = {}
-        for repo in sorted({j.repo for j in await store.jobs()} | set(store.clone_paths())):
+        for repo in sorted({j.repo for j in await store.jobs.all()} | set(store.team.clone_paths())):
             # Half-made worktrees first: they make every `git worktree list` in the repo fail.
             with olog.best_effort("remove stale landing-check worktrees", *CLEANUP_ERRORS, repo=repo):
                 await asyncio.to_thread(
@@ -302,7 +302,7 @@ class Daemon:
         """The chat plane and the API on the socket."""
         # One gate per Ollama host, built here: the chat plane (and any planner using Ollama) shares it.
         chat = ChatPlane(
-            store,
+            store.chat,
             ollama.from_config(self.cfg.ollama, self.gates, naive=self.cfg.chat.policy == "naive"),
             self.cfg.chat,
         )
@@ -326,7 +326,7 @@ class Daemon:
         """What the git hook spooled is queued, then the service manager is told the daemon is ready."""
 
         async def open_jobs() -> list[dict[str, Any]]:
-            return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs(OPEN)]
+            return [{"state": str(j.state), "decision": j.decision} for j in await store.jobs.all(OPEN)]
 
         # What the git hook spooled while no daemon answered is queued before we say we are ready.
         spool = intake.spool(plane.jobs, self.paths.spool)
@@ -366,9 +366,9 @@ class Daemon:
 
         store = plane.board.store
         assert isinstance(store, PgStore)
-        mine = {j.id for j in await store.jobs(ACTIVE)}
+        mine = {j.id for j in await store.jobs.all(ACTIVE)}
         for repo, ids in workspaces.items():
-            for job in await store.get_many(ids - mine):
+            for job in await store.jobs.many(ids - mine):
                 if job.state in OPEN:
                     with olog.best_effort("retire a workspace of a job taken over", *CLEANUP_ERRORS, job_id=job.id):
                         await retire_attempt(pool, replace(job, repo=repo))
@@ -430,7 +430,7 @@ async def requeue_interrupted(jobs: Jobs, runners: dict[str, Runner]) -> list[in
     """`jobs.requeue_interrupted`: put interrupted jobs back in the queue on start, for runners that declare
     themselves safe to re-run (`rerun_safe = True`); the interrupted attempt is kept on its own branch."""
     requeued = []
-    for job in await jobs.store.jobs([JobState.INTERRUPTED]):
+    for job in await jobs.store.jobs.all([JobState.INTERRUPTED]):
         runner = runners.get(job.runner)
         if not getattr(runner, "rerun_safe", False):
             continue

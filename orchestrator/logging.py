@@ -149,6 +149,9 @@ class Event(StrEnum):
     """Team mode: the shared PostgreSQL could not be reached; the node retries (nothing is lost)."""
     TEAM_CANCELLED_ELSEWHERE = "team.cancelled_elsewhere"
     """Team mode: a job this node runs was cancelled from another node: its runner is stopped here."""
+    TEAM_UNVERIFIED = "team.unverified"
+    """Team mode: a job's order does not verify with the team's secret (changed in the database outside the team's
+    nodes): it is refused, never run."""
     SERVICE_NOTIFY_FAILED = "service.notify_failed"
     SERVICE_WATCHDOG_STALLED = "service.watchdog_stalled"
     SPOOL_SUBMITTED = "spool.submitted"

@@ -141,13 +141,18 @@ def postgres():
     server = LocalPostgres(outside_tmp() / "pg", port=55432).start()
     # The node role's password as a node gets it (from its environment): for the daemons the tests start and the
     # stores they open in-process. Never in a URL: the config refuses a URL with a password.
-    before = os.environ.get("PGPASSWORD")
-    os.environ.update(server.env())
+    # And the team's secret (`core.seal`), the same on every node, as each node's env file gives it.
+    import secrets
+
+    given = {**server.env(), "ORCHESTRATOR_TEAM_SECRET": secrets.token_hex(32)}
+    before = {k: os.environ.get(k) for k in given}
+    os.environ.update(given)
     yield server
-    if before is None:
-        os.environ.pop("PGPASSWORD", None)
-    else:
-        os.environ["PGPASSWORD"] = before
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     server.remove()
     os.rmdir(server.root.parent)
 

@@ -27,15 +27,17 @@ PATH = {
 async def put(store: Store | Board, job_id: int, state: JobState, event: str = "moved", **fields: Any):
     """Move a queued job along the usual path to `state` (through the board: announced); `fields` (and
     `event`) go with the last move."""
-    job = await (store.store if isinstance(store, Board) else store).get(job_id)
+    writer: Any = store if isinstance(store, Board) else store.jobs  # the board's moves (announced), or the table's
+    job = await (store.store if isinstance(store, Board) else store).jobs.get(job_id)
     assert job is not None and job.state is JobState.QUEUED, "put starts from a queued job"
     steps = PATH[state]
     if not steps:
-        return await store.update(job_id, {JobState.QUEUED}, event=event, **fields) if fields else job
+        return await writer.update(job_id, {JobState.QUEUED}, event=event, **fields) if fields else job
     current = JobState.QUEUED
     for i, step in enumerate(steps):
         last = i == len(steps) - 1
-        job = await store.transition(job_id, {current}, step, event if last else str(step), **(fields if last else {}))
+        kind = event if last else str(step)
+        job = await writer.transition(job_id, {current}, step, kind, **(fields if last else {}))
         assert job is not None
         current = step
     return job

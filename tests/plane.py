@@ -23,6 +23,7 @@ from orchestrator.proc.sandbox import Sandbox
 from orchestrator.requests import Enqueue
 from orchestrator.runners import registry
 from orchestrator.store import Store
+from orchestrator.store.sqlite import SqliteStore
 
 
 @dataclass
@@ -50,13 +51,13 @@ class Plane:
         raise AssertionError(f"timed out waiting for {what}")
 
     async def state(self, job_id: int) -> JobState:
-        job = await self.store.get(job_id)
+        job = await self.store.jobs.get(job_id)
         assert job is not None
         return job.state
 
     async def reach(self, job_id: int, *states: JobState, timeout: float = 30.0) -> Job:
         async def check() -> Job | None:
-            job = await self.store.get(job_id)
+            job = await self.store.jobs.get(job_id)
             return job if job is not None and job.state in states else None
 
         return await self.until(f"job {job_id} to be {'/'.join(map(str, states))}", check, timeout)
@@ -75,7 +76,7 @@ async def plane(
         plan=plan or PlanConfig(),
         runners={**PROFILES, **(runners or {})},
     )
-    store = await Store.open(paths.db)
+    store = await SqliteStore.open(paths.db)
     board = Board(store)
     pool = WorktreePool(paths.worktrees, warm=0)
     parts = JobPlane.load(cfg, paths, board, pool, registry(cfg, None, Sandbox()))

@@ -45,3 +45,20 @@ def test_the_team_report_is_two_tables_that_fit_80_columns_with_no_figure_made_u
         assert makespan.split()[-1] == "-", "no sample: `-`"
         assert "0.0" not in makespan and "makespan, team ÷ single: -" in text
         assert "admission latency by nodes" in text and "0.300" in text
+
+
+def test_the_many_files_run_is_one_table_that_fits_80_columns():
+    """`--measure files` alone: its figures (the API's p99 on the writing node, each node's least lease margin, the
+    jobs taken over) in one table at 80 columns, and no empty queue table."""
+    many = {
+        "files": 1000000, "lease_s": 15.0, "big_job_s": 312.4, "big_job_state": "failed", "big_job_actual": 1,
+        "api_calls": 4000, "api_p50_s": 0.0051, "api_p99_s": 0.2531, "api_max_s": 1.9, "small_jobs": 40,
+        "small_landed_once": True, "small_job_mean_s": 2.1, "lease_margin_min_s": {"n0": 9.62, "n1": 9.9},
+        "taken_over": 0,
+    }  # fmt: skip
+    out = io.StringIO()
+    print_report({"machine": {"cores": 2}, "many_files": many}, Console(file=out, width=80, highlight=False))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80, text
+    assert "one queue" not in text and "API p99 s" in text and "0.253" in text
+    assert "least lease margin s, n0" in text and "9.620" in text and "jobs taken over" in text

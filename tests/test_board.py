@@ -37,5 +37,5 @@ async def test_planning_and_the_watch_announce_their_writes(make_repo, tmp_path)
 
 
 async def _touched(p, job_id: int) -> bool:
-    job = await p.store.get(job_id)
+    job = await p.store.jobs.get(job_id)
     return job is not None and "src/a.py" in job.actual

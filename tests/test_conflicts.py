@@ -45,7 +45,8 @@ async def test_two_jobs_editing_other_lines_of_one_file_both_run_and_land(make_r
                             "b.txt")  # fmt: skip
 
         async def checked():
-            return [e for e in await p.store.events(a) + await p.store.events(b) if e["kind"] == "overlap_checked"]
+            both = await p.store.events.of_job(a) + await p.store.events.of_job(b)
+            return [e for e in both if e["kind"] == "overlap_checked"]
 
         seen = await p.until("the two jobs merged in memory", checked)
         assert seen[0]["conflicts"] == []
@@ -78,11 +79,11 @@ async def test_a_running_job_whose_branch_moved_under_it_in_conflict_stops_and_r
         moved.touch()
 
         async def stopped():
-            job = await p.store.get(b)
+            job = await p.store.jobs.get(b)
             return job if job.attempts else None
 
         await p.until("b stopped and re-queued", stopped, timeout=20)
-        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        (event,) = [e for e in await p.store.events.of_job(b) if e["kind"] == "requeued"]
         assert event["conflicts"] == ["f.txt"] and event["behind"] == [], event
         assert event["why"] == "a real conflict with main, which moved since it started, in f.txt"
         done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
@@ -111,18 +112,18 @@ async def test_an_agent_cli_that_resumes_goes_on_from_the_new_head_told_what_mov
         b = await p.enqueue(repo, "Change f for B", "b.txt", runner="resumer")
 
         async def held():
-            job = await p.store.get(b)
+            job = await p.store.jobs.get(b)
             return job if job.attempts else None
 
         waiting = await p.until("b stopped to go on later", held, timeout=20)
         assert waiting.state in (JobState.PLANNED, JobState.RUNNING) and waiting.land_after == (a,)
         assert waiting.moved_from and waiting.worktree, "its worktree kept, and the base it was made at"
-        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        (event,) = [e for e in await p.store.events.of_job(b) if e["kind"] == "requeued"]
         assert event["resume"] is True and event["conflicts"] == ["f.txt"] and event["behind"] == [a]
         go.touch()
         done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
         assert done.state is JobState.LANDED, done.reason
-        assert (await p.store.get(a)).state is JobState.LANDED
+        assert (await p.store.jobs.get(a)).state is JobState.LANDED
         yours = p.home / "state" / "private" / str(b) / "yours" / "f.txt"
     told = note.read_text()
     assert "You were stopped while you worked: a real conflict with job" in told

@@ -196,7 +196,7 @@ async def test_a_journal_entry_is_obeyed_only_for_its_own_job_and_repository_s_w
     from orchestrator.git.worktrees import WorktreePool
     from orchestrator.jobs.board import Board
     from orchestrator.jobs.recovery import settle_landings
-    from orchestrator.store import Store
+    from orchestrator.store.sqlite import SqliteStore
 
     repo, other = make_repo("repo"), make_repo("other")
     victim = make_repo("victim", {"mine.txt": "mine\n"})
@@ -208,15 +208,15 @@ async def test_a_journal_entry_is_obeyed_only_for_its_own_job_and_repository_s_w
     git(repo, "commit", "-qm", "planted")
     new = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-q", "main")
-    store = await Store.open(tmp_path / "state.db")
+    store = await SqliteStore.open(tmp_path / "state.db")
     try:
-        job = await store.add_job(repo=str(repo), branch="planted", text="t", runner="shell")
-        elsewhere = await store.add_job(repo=str(other), branch="main", text="t", runner="shell")
+        job = await store.jobs.add(repo=str(repo), branch="planted", text="t", runner="shell")
+        elsewhere = await store.jobs.add(repo=str(other), branch="main", text="t", runner="shell")
         for job_id, checkout in ((job.id, victim), (elsewhere.id, repo), (None, repo)):
             intent = Intent(str(repo), "refs/heads/planted", old, new, (str(checkout),), job_id, 0.0)
-            await store.journal_begin(intent)
+            await store.journal.begin(intent)
         await settle_landings(Board(store), WorktreePool(tmp_path / "worktrees", warm=0))
-        assert await store.journal_open() == []
+        assert await store.journal.open() == []
     finally:
         await store.close()
     assert git(victim, "status", "--porcelain") == "M mine.txt" and not (victim / "planted.txt").exists()

@@ -38,7 +38,7 @@ class Pause:
 
 
 async def _kinds(p, job_id: int) -> list[str]:
-    return [e["kind"] for e in await p.store.events(job_id)]
+    return [e["kind"] for e in await p.store.events.of_job(job_id)]
 
 
 async def test_a_cancel_during_admission_means_the_job_never_runs(make_repo, tmp_path):
@@ -67,7 +67,7 @@ async def test_an_admission_that_lost_its_job_to_another_writer_backs_off(make_r
         testhook.install("admit", pause)
         job = await p.enqueue(repo, f"touch {ran}; echo x > out.txt", "out.txt")
         await pause.wait()
-        assert await p.store.transition(job, {JobState.PLANNED}, JobState.CANCELLED, "cancelled") is not None
+        assert await p.store.jobs.transition(job, {JobState.PLANNED}, JobState.CANCELLED, "cancelled") is not None
         pause.go.set()
         await p.until("the job's task to end", lambda: _no_task(p, job))
         assert await p.state(job) is JobState.CANCELLED
@@ -87,7 +87,7 @@ async def test_a_retry_waits_for_the_task_of_an_earlier_decision_to_end(make_rep
         first = await p.enqueue(repo, f"touch {ran}; echo 1 > a.txt", "a.txt")
         await pause.wait()  # admitted; its task holds before its move to `running`
         pause.job_id = first  # the jobs admitted from now on go through
-        assert await p.store.transition(first, {JobState.PLANNED}, JobState.CANCELLED, "cancelled") is not None
+        assert await p.store.jobs.transition(first, {JobState.PLANNED}, JobState.CANCELLED, "cancelled") is not None
         second = await p.enqueue(repo, f"while [ ! -e {gate} ]; do sleep 0.05; done; echo 2 > a.txt", "a.txt")
         await p.reach(second, JobState.RUNNING)
         retry = asyncio.create_task(p.jobs.retry(first))
@@ -104,7 +104,7 @@ async def test_a_retry_waits_for_the_task_of_an_earlier_decision_to_end(make_rep
 
 
 async def _overlap(p, job_id: int) -> bool:
-    job = await p.store.get(job_id)
+    job = await p.store.jobs.get(job_id)
     return job is not None and job.state is JobState.PLANNED and job.code == "Overlap"
 
 
@@ -164,7 +164,7 @@ async def test_a_rounds_deferral_never_overwrites_a_newer_cancel(make_repo, tmp_
         await p.jobs.cancel(job, reason="superseded by job 99", event="superseded", only=WAITING)
         pause.go.set()
         await asyncio.sleep(0.2)
-        done = await p.store.get(job)
+        done = await p.store.jobs.get(job)
         assert done is not None and done.state is JobState.CANCELLED
         assert done.reason == "superseded by job 99" and done.code == Code.CANCELLED
         assert "deferred" not in await _kinds(p, job)

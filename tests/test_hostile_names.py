@@ -30,14 +30,14 @@ async def test_a_name_that_is_not_utf8_does_not_blind_the_overlap_watch(make_rep
 
         async def grown() -> bool:
             return any(
-                e["kind"] == "claim_grown" and "docs/x.md" in e["paths"] for e in await p.store.events(first)
+                e["kind"] == "claim_grown" and "docs/x.md" in e["paths"] for e in await p.store.events.of_job(first)
             )
 
         await p.until("the write outside the claim to be seen", grown)
         second = await p.enqueue(repo, "echo y > docs/x.md", "docs/x.md")
 
         async def decided() -> Job | None:
-            job = await p.store.get(second)
+            job = await p.store.jobs.get(second)
             waits = (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
             return job if job is not None and (job.code or job.state not in waits) else None
 

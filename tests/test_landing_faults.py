@@ -52,7 +52,7 @@ async def test_a_branch_rewritten_under_a_job_never_gets_its_dropped_history_bac
         gate.touch()
         done = await p.reach(job, JobState.LANDED, timeout=60)
         assert done.attempts == 1 and done.base != dropped
-        events = await p.store.events(job)
+        events = await p.store.events.of_job(job)
         assert any(e["kind"] == "requeued" and e.get("code") == Code.REWRITTEN for e in events), events
     with pytest.raises(subprocess.CalledProcessError):
         git(repo, "merge-base", "--is-ancestor", dropped, "main")
@@ -87,7 +87,7 @@ async def test_a_full_checkout_disk_waits_then_lands_once(small_fs, tmp_path):
         job = await p.enqueue(repo, f"{BIG} > big.txt", "big.txt")
 
         async def waiting() -> bool:
-            j = await p.store.get(job)
+            j = await p.store.jobs.get(job)
             return j is not None and j.code == Code.NO_SPACE
 
         await p.until("the landing to wait for room", waiting, timeout=60)

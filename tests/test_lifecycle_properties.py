@@ -41,6 +41,7 @@ from orchestrator.core.models import (
 from orchestrator.git.outcomes import LandOutcome
 from orchestrator.jobs.rounds import keeps_place
 from orchestrator.store import Store
+from orchestrator.store.sqlite import SqliteStore
 
 STATES = list(JobState)
 
@@ -192,13 +193,13 @@ async def admitter(w: World) -> Step:
     and the waiting ones; then the active jobs (another read); then the decision, and a task registered for each
     admitted job before anything else runs."""
     for _ in range(LOOPS):
-        both = await w.store.jobs(HELD | {JobState.QUEUED, JobState.PLANNING, JobState.PLANNED})
+        both = await w.store.jobs.all(HELD | {JobState.QUEUED, JobState.PLANNING, JobState.PLANNED})
         planned = [j for j in both if j.state is JobState.PLANNED]
         held = [j for j in both if keeps_place(j)]
         starting = [j for j in planned if j.id in w.running]
         waiting = [j for j in planned if j.id not in w.running]
         yield
-        active = [*await w.store.jobs(ACTIVE), *starting]
+        active = [*await w.store.jobs.all(ACTIVE), *starting]
         yield  # the snapshot's facts (heads, moves) are read
         snap = Snapshot(
             active=tuple(j.view() for j in active),
@@ -220,16 +221,16 @@ async def task(w: World, job_id: int) -> Step:
         yield  # `testhook.reach("admit")`: the task has not run yet
         if job_id in w.stops:
             return
-        if await w.store.transition(job_id, {JobState.PLANNED}, JobState.RUNNING, "admitted") is None:
+        if await w.store.jobs.transition(job_id, {JobState.PLANNED}, JobState.RUNNING, "admitted") is None:
             return  # it left `planned` meanwhile: nothing ran
         yield  # the run
         stop = w.stops.get(job_id)
         if stop is not None:
-            await w.store.transition(job_id, {JobState.RUNNING}, stop, str(stop))
+            await w.store.jobs.transition(job_id, {JobState.RUNNING}, stop, str(stop))
             return
         ok, changed, review = w.lives[job_id]
         step = lifecycle.after_run(RunEnd(job_id, ok, 0 if ok else 1, None, "x", changed, review, "/w"))
-        await w.store.transition(job_id, step.expect, step.to, step.event)
+        await w.store.jobs.transition(job_id, step.expect, step.to, step.event)
     finally:
         w.stops.pop(job_id, None)
         w.running.discard(job_id)
@@ -239,13 +240,13 @@ async def lander(w: World, job_id: int, outcome: Landed) -> Step:
     """The job's landing: queued (withdrawable), then under the lock (not cancellable) it moves the branch, then
     records what it did."""
     for _ in range(LOOPS):
-        job = await w.store.get(job_id)
+        job = await w.store.jobs.get(job_id)
         yield
         if job is None or job.state is not JobState.LANDING or job_id in w.withdrawn:
             continue
         w.landing_now.add(job_id)
         try:
-            current = await w.store.get(job_id)  # read again under the lock
+            current = await w.store.jobs.get(job_id)  # read again under the lock
             yield
             if current is None or current.state is not JobState.LANDING:
                 continue
@@ -254,7 +255,7 @@ async def lander(w: World, job_id: int, outcome: Landed) -> Step:
                 yield
             _, to = lifecycle.after_landing(outcome, job.attempts, w.policy)
             if to is not None:
-                done = await w.store.transition(job_id, {JobState.LANDING}, to, str(to))
+                done = await w.store.jobs.transition(job_id, {JobState.LANDING}, to, str(to))
                 assert done is not None or to is not JobState.LANDED, f"job {job_id} is on the branch, not landed"
         finally:
             w.landing_now.discard(job_id)
@@ -266,13 +267,13 @@ async def cancel(w: World, job_id: int, rejecting: bool = False) -> Step:
     state read."""
     stopped = False
     for _ in range(4):
-        job = await w.store.get(job_id)
+        job = await w.store.jobs.get(job_id)
         yield
         if job is None:
             return
         if rejecting:
             if job.state is JobState.READY:
-                await w.store.transition(job_id, {JobState.READY}, JobState.CANCELLED, "rejected")
+                await w.store.jobs.transition(job_id, {JobState.READY}, JobState.CANCELLED, "rejected")
             return
         if stopped and job.state is JobState.CANCELLED:
             return  # its task wrote it
@@ -287,36 +288,36 @@ async def cancel(w: World, job_id: int, rejecting: bool = False) -> Step:
             continue
         if how is Cancel.STOP_LANDING:
             w.withdrawn.add(job_id)
-        if await w.store.transition(job_id, {job.state}, JobState.CANCELLED, "cancelled") is not None:
+        if await w.store.jobs.transition(job_id, {job.state}, JobState.CANCELLED, "cancelled") is not None:
             return
 
 
 async def approve(w: World, job_id: int) -> Step:
-    job = await w.store.get(job_id)
+    job = await w.store.jobs.get(job_id)
     yield
     if job is not None and job.state is JobState.READY:
-        await w.store.transition(job_id, {JobState.READY}, JobState.LANDING, "approved")
+        await w.store.jobs.transition(job_id, {JobState.READY}, JobState.LANDING, "approved")
 
 
 async def retry(w: World, job_id: int) -> Step:
     """`Jobs.retry`: an ended job back to the queue, once no task of it is alive (`Scheduler.settled`)."""
-    job = await w.store.get(job_id)
+    job = await w.store.jobs.get(job_id)
     yield
     if job is None or job.state not in RETRYABLE:
         return
     while job_id in w.running:
         yield
-    if await w.store.transition(job_id, {job.state}, JobState.QUEUED, "retried", attempts=job.attempts + 1):
+    if await w.store.jobs.transition(job_id, {job.state}, JobState.QUEUED, "retried", attempts=job.attempts + 1):
         w.withdrawn.discard(job_id)
 
 
 async def planner(w: World, job_id: int) -> Step:
     for _ in range(LOOPS):
-        if await w.store.transition(job_id, {JobState.QUEUED}, JobState.PLANNING, "planning") is None:
+        if await w.store.jobs.transition(job_id, {JobState.QUEUED}, JobState.PLANNING, "planning") is None:
             yield
             continue
         yield
-        await w.store.transition(job_id, {JobState.PLANNING}, JobState.PLANNED, "planned")
+        await w.store.jobs.transition(job_id, {JobState.PLANNING}, JobState.PLANNED, "planned")
 
 
 Actor = Callable[[World], Step]
@@ -363,15 +364,15 @@ def test_no_interleaving_lands_a_cancelled_job_or_runs_overlapping_ones(claim_pa
 
 async def _interleave(claim_paths, lives_, spawned, order) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        store = await Store.open(Path(tmp) / "o.db")
+        store = await SqliteStore.open(Path(tmp) / "o.db")
         try:
             runs = {job_id: (ok, changed, review) for job_id, (ok, changed, review, _) in enumerate(lives_, start=1)}
             w = World(store, LandingPolicy(retry_on_conflict=True, max_attempts=3), runs)
             for paths in claim_paths:
                 claim = Claim(frozenset(paths), 1.0, ClaimSource.DECLARED)
-                job = await store.add_job(repo="/r", branch="main", text="t", runner="shell", claim=claim)
-                await store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
-                await store.transition(job.id, {JobState.PLANNING}, JobState.PLANNED, "planned")
+                job = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell", claim=claim)
+                await store.jobs.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+                await store.jobs.transition(job.id, {JobState.PLANNING}, JobState.PLANNED, "planned")
             live: list[Any] = [admitter(w)]
             for job_id, (*_, outcome) in enumerate(lives_, start=1):
                 live += [planner(w, job_id), lander(w, job_id, outcome)]
@@ -387,7 +388,7 @@ async def _interleave(claim_paths, lives_, spawned, order) -> None:
                     del live[i]
                 live += w.spawned
                 w.spawned.clear()
-                if store.take_changed() or (len(w.branch), frozenset(w.landing_now)) != seen:
+                if store.jobs.take_changed() or (len(w.branch), frozenset(w.landing_now)) != seen:
                     await _check(w)  # (a step that wrote nothing and moved nothing changed no invariant)
             await _history(w)
         finally:
@@ -395,7 +396,7 @@ async def _interleave(claim_paths, lives_, spawned, order) -> None:
 
 
 async def _check(w: World) -> None:
-    jobs = await w.store.jobs()
+    jobs = await w.store.jobs.all()
     landed = {j.id for j in jobs if j.state is JobState.LANDED}
     # Between its ref move and its record a landing holds the lock (the journal covers that window).
     moving = {j.id for j in jobs if j.id in w.landing_now and j.state is JobState.LANDING}
@@ -409,8 +410,8 @@ async def _check(w: World) -> None:
 async def _history(w: World) -> None:
     """Each job's events (kept whole: checked once, at the end): nothing lands after a cancel or reject that no
     retry followed."""
-    for j in await w.store.jobs():
-        kinds = [e["kind"] for e in await w.store.events(j.id)]
+    for j in await w.store.jobs.all():
+        kinds = [e["kind"] for e in await w.store.events.of_job(j.id)]
         for n, kind in enumerate(kinds):
             if kind in ("cancelled", "rejected"):
                 later = kinds[n + 1 :]

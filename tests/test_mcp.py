@@ -89,7 +89,7 @@ async def test_the_mcp_server_speaks_mcp_and_answers_from_its_jobs_door(make_rep
             assert not error and "Refused: docs/, src/a.py" in refused and f"job {holder}" in refused, refused
             granted, _ = await client.call("claim_paths", {"paths": ["notes/new.md", "src/b.py"]})
             assert granted == "Granted: notes/new.md now in your claim.", granted
-            assert "notes/new.md" in (await p.store.get(me)).grown
+            assert "notes/new.md" in (await p.store.jobs.get(me)).grown
             again, _ = await client.call("claim_paths", {"paths": ["notes/new.md"]})
             assert again.startswith("Nothing to claim"), again
             bad, error = await client.call("claim_paths", {"paths": []})

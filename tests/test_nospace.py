@@ -15,6 +15,7 @@ from orchestrator.jobs import quota
 from orchestrator.store import Store, StoreFull
 from orchestrator.store import sqlite as store_sqlite
 from orchestrator.store.reserve import RESERVE_BYTES
+from orchestrator.store.sqlite import SqliteStore
 from tests.harness import until
 from tests.plane import plane
 from tests.smallfs import fill
@@ -24,7 +25,7 @@ async def _full_store(small_fs) -> tuple[Store, Path]:
     """A store on a 64 MiB file system that is then filled up, its write-ahead log emptied first (so the next write
     must grow it); the filler, to remove for room again."""
     fs = small_fs("64m")
-    store = await Store.open(fs / "orchestrator.db")
+    store = await SqliteStore.open(fs / "orchestrator.db")
     assert store.reserve is not None and store.reserve.present
     await store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return store, fill(fs)
@@ -37,26 +38,26 @@ async def test_a_write_on_a_full_disk_is_store_full_and_a_settling_move_spends_t
     store, filler = await _full_store(small_fs)
     try:
         with pytest.raises(StoreFull, match=r"is full.*free space there.*orchestrator clean"):
-            await store.add_job(repo="/r", branch="main", text="t", runner="shell")
-        assert await store.jobs() == [], "nothing half-stored"
+            await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
+        assert await store.jobs.all() == [], "nothing half-stored"
     finally:
         filler.unlink()
-    first = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
+    first = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
     await store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     filler = fill(filler.parent)
     try:
         with pytest.raises(StoreFull):
-            await store.update(first.id, {JobState.QUEUED}, reason="a field change")
-        assert (await store.get(first.id)).reason == ""  # type: ignore[union-attr]
-        moved = await store.transition(first.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled", reason="x")
+            await store.jobs.update(first.id, {JobState.QUEUED}, reason="a field change")
+        assert (await store.jobs.get(first.id)).reason == ""  # type: ignore[union-attr]
+        moved = await store.jobs.transition(first.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled", reason="x")
         assert moved is not None and moved.state is JobState.CANCELLED
         assert store.reserve is not None and not store.reserve.present, "the reserve was spent on it"
     finally:
         filler.unlink()
     store_sqlite.RESERVE_LOOK = 0.0
     try:
-        again = await store.add_job(repo="/r", branch="main", text="t2", runner="shell")
-        await store.transition(again.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled")
+        again = await store.jobs.add(repo="/r", branch="main", text="t2", runner="shell")
+        await store.jobs.transition(again.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled")
         assert store.reserve.present, "made again once there was room"
         assert (store.reserve.path.stat().st_size) == RESERVE_BYTES
     finally:

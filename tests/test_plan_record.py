@@ -17,7 +17,7 @@ from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import History, mine
 from orchestrator.plan.local import Records
 from orchestrator.plan.score import NONMERGE_PRIOR, Calibration
-from orchestrator.store import Store
+from orchestrator.store.sqlite import SqliteStore
 from tests.conftest import git
 from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
 
@@ -124,10 +124,10 @@ async def test_a_record_is_kept_in_the_store_and_read_back_by_a_restarted_daemon
     same store (a restarted daemon) reads it back instead of replaying; outcomes observed refit it."""
     head = git(shop, "rev-parse", "HEAD")
     history = History(mine(shop, head)[0], tip=head)
-    store = await Store.open(tmp_path / "state.db")
+    store = await SqliteStore.open(tmp_path / "state.db")
     try:
         first = await Records(("CHANGES*",), store=store).at(str(shop), history)
-        assert first is not None and (await store.plan_record(str(shop))) is not None
+        assert first is not None and (await store.plans.record(str(shop))) is not None
         built: list[object] = []
         monkeypatch.setattr(record, "build", lambda *a, **k: built.append(a))
         again = Records(("CHANGES*",), store=store)

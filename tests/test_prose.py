@@ -70,7 +70,7 @@ async def test_words_with_no_agent_set_are_refused_with_the_command_to_use(make_
         assert "reads as a task in words" in said and "`Fix` is no command" in said, said
         assert "`orchestrator enqueue --runner codex ...`" in said and '`[jobs] agent = "codex"`' in said, said
         assert "`--runner shell` runs it as a shell script anyway" in said
-        assert await p.jobs.store.jobs() == [], "nothing was queued"
+        assert await p.jobs.store.jobs.all() == [], "nothing was queued"
         # A command, an exact argv, and a text that names its runner are queued as they are.
         shell = await p.jobs.submit(Enqueue(repo=str(repo), text="echo hi > a.txt", paths=("a.txt",)))
         argv = await p.jobs.submit(Enqueue(repo=str(repo), argv=("Fix", "it"), paths=("b.txt",)))

@@ -25,11 +25,11 @@ def gated(gate, text: str) -> str:
 
 
 async def _kinds(p, job_id: int) -> list[str]:
-    return [e["kind"] for e in await p.store.events(job_id)]
+    return [e["kind"] for e in await p.store.events.of_job(job_id)]
 
 
 async def _admitted_at(p, job_id: int) -> float:
-    return next(e["at"] for e in await p.store.events(job_id) if e["kind"] == "admitted")
+    return next(e["at"] for e in await p.store.events.of_job(job_id) if e["kind"] == "admitted")
 
 
 async def test_an_edit_between_admission_and_the_start_wins_and_the_old_text_never_runs(make_repo, tmp_path):
@@ -61,7 +61,7 @@ async def test_a_started_job_is_not_edited_and_nothing_of_it_changes(make_repo, 
         await p.reach(job, JobState.RUNNING)
         with pytest.raises(JobError, match="is running; only a waiting job"):
             await p.jobs.edit(job, Edit(text="echo b > a.txt", priority=5))
-        now = await p.store.get(job)
+        now = await p.store.jobs.get(job)
         assert now is not None and now.priority == 0 and "gate" in now.text
         assert "edited" not in await _kinds(p, job)
         gate.touch()
@@ -84,7 +84,7 @@ async def test_a_planned_job_edited_plans_again_with_its_new_paths_and_keeps_its
         await planning.wait()  # A is being planned again
         b = await p.enqueue(repo, "echo b > src/b.py", "src/b.py")
         await p.until("B waits for A", lambda: _code(p, b, "Priority"))
-        job = await p.store.get(b)
+        job = await p.store.jobs.get(b)
         assert job is not None and job.decision is not None and job.decision["blocking"] == [a]
         planning.go.set()
         planned = await p.reach(a, JobState.PLANNED)
@@ -96,7 +96,7 @@ async def test_a_planned_job_edited_plans_again_with_its_new_paths_and_keeps_its
 
 
 async def _code(p, job_id: int, code: str) -> bool:
-    job = await p.store.get(job_id)
+    job = await p.store.jobs.get(job_id)
     live = p.parts.scheduler.live(job) if job is not None else None
     return live is not None and live.code == code
 
@@ -147,20 +147,20 @@ async def test_reordering_refuses_jobs_that_do_not_wait(make_repo, tmp_path):
 
 async def test_a_switch_is_all_or_nothing(tmp_path):
     """Two guarded writes in one: when one job is no longer where its write expects, neither is written."""
-    from orchestrator.store import Store
+    from orchestrator.store.sqlite import SqliteStore
 
-    store = await Store.open(tmp_path / "db.sqlite")
+    store = await SqliteStore.open(tmp_path / "db.sqlite")
     try:
-        a = await store.add_job(repo="/r", branch="main", text="a", runner="shell")
-        b = await store.add_job(repo="/r", branch="main", text="b", runner="shell")
-        await store.transition(b.id, {JobState.QUEUED}, JobState.CANCELLED, JobEvent.CANCELLED)
+        a = await store.jobs.add(repo="/r", branch="main", text="a", runner="shell")
+        b = await store.jobs.add(repo="/r", branch="main", text="b", runner="shell")
+        await store.jobs.transition(b.id, {JobState.QUEUED}, JobState.CANCELLED, JobEvent.CANCELLED)
         pa, pb = queue.switched(a, b)
         writes = [Write(a.id, pa.fields(), JobEvent.MOVED, None, frozenset({JobState.QUEUED})),
                   Write(b.id, pb.fields(), JobEvent.MOVED, None, frozenset({JobState.QUEUED}))]  # fmt: skip
-        assert await store.update_all(writes) is None
-        after = await store.get(a.id)
+        assert await store.jobs.update_all(writes) is None
+        after = await store.jobs.get(a.id)
         assert after is not None and after.place is None and after.priority == 0
-        assert [e["kind"] for e in await store.events(a.id)] == ["enqueued"]
+        assert [e["kind"] for e in await store.events.of_job(a.id)] == ["enqueued"]
     finally:
         await store.close()
 

@@ -188,18 +188,18 @@ async def test_a_replay_that_does_not_apply_runs_again_behind_the_jobs_beside_it
         b = await p.enqueue(repo, f"Second\ncommit: {second}", "b.txt", runner="replay")
 
         async def stopped():
-            job = await p.store.get(b)
+            job = await p.store.jobs.get(b)
             return job if job.attempts or job.state.terminal else None
 
         requeued = await p.until("job b back in the queue", stopped)
         assert requeued.state in (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED), requeued.reason
         assert requeued.land_after == (a,)
-        (event,) = [e for e in await p.store.events(b) if e["kind"] == "requeued"]
+        (event,) = [e for e in await p.store.events.of_job(b) if e["kind"] == "requeued"]
         assert event["code"] == Code.CONFLICT and event["behind"] == [a] and event["ran_s"] >= 0
-        assert (await p.store.get(a)).state is JobState.RUNNING, "the job beside it runs on"
+        assert (await p.store.jobs.get(a)).state is JobState.RUNNING, "the job beside it runs on"
         done = await p.reach(b, JobState.LANDED, JobState.FAILED, JobState.CONFLICTED, timeout=60)
         assert done.state is JobState.LANDED, done.reason
-        assert (await p.store.get(a)).state is JobState.LANDED
+        assert (await p.store.jobs.get(a)).state is JobState.LANDED
     assert git(repo, "show", "main:a.txt") == "A, then B"
 
 

@@ -64,14 +64,14 @@ async def test_a_burst_daemon_is_idle_when_only_kept_places_hold_jobs_back(make_
     repo = make_repo()
     async with plane(tmp_path) as p:
         claim = Claim(frozenset({"f.txt"}), 1.0, ClaimSource.DECLARED)
-        first = await p.store.add_job(
+        first = await p.store.jobs.add(
             repo=str(repo), branch="main", text="echo one > f.txt", runner="shell", declared=["f.txt"], claim=claim
         )
         await put(p.store, first.id, JobState.INTERRUPTED)
         later = await p.enqueue(repo, "echo three > f.txt", "f.txt")
 
         async def decided() -> bool:
-            j = await p.store.get(later)
+            j = await p.store.jobs.get(later)
             return j is not None and j.code == "Priority"
 
         await p.until("the later job to wait for the interrupted one", decided)

@@ -51,17 +51,17 @@ async def test_two_jobs_run_side_by_side_on_both_factors_and_their_pair_is_learn
         await p.jobs.control(str(repo), paused=False)
         for job_id in (a, b):
             await p.reach(job_id, JobState.LANDED, timeout=60)
-        events = await p.store.events(b)
+        events = await p.store.events.of_job(b)
         admitted = next(e for e in events if e["kind"] == "admitted")
         (risk,) = admitted["risks"]
         assert risk["job"] == a and 0 < risk["meet"] < 1 and 0 < risk["nonmerge"] <= 1
         assert abs(risk["risk"] - risk["meet"] * risk["nonmerge"]) < 1e-4 and risk["risk"] <= 0.5
         assert isinstance(risk["logit"], float)
-        job = await p.store.get(b)
+        job = await p.store.jobs.get(b)
         assert job is not None and job.claim.risk is not None and "src/shop/shipping.py" in job.claim.paths
         lines = risk_lines(job.claim.risk.to_json(), [risk])
         assert lines[0].startswith("in src/shop: where it meets another job, ") and f"beside job {a}: " in lines[1]
-        row = await p.store.plan_record(str(repo))
+        row = await p.store.plans.record(str(repo))
         assert row is not None and row[1] is not None and row[1]["points"]
         settled = await p.parts.planning.outcomes()
         assert settled == {str(repo): [Settled(risk["logit"], False, True)]}

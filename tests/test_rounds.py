@@ -12,6 +12,7 @@ from orchestrator.daemon import warm_size
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.rounds import Planned, RepoFacts
 from orchestrator.store import Store, Write
+from orchestrator.store.sqlite import SqliteStore
 from tests.jobstates import put
 
 
@@ -53,7 +54,7 @@ def test_priority_blocking_list_is_bounded():
 
 
 async def _store(tmp_path) -> Store:
-    return await Store.open(tmp_path / "state.db")
+    return await SqliteStore.open(tmp_path / "state.db")
 
 
 async def test_wait_is_woken_per_job_without_rereading(tmp_path):
@@ -61,16 +62,16 @@ async def test_wait_is_woken_per_job_without_rereading(tmp_path):
     store = await _store(tmp_path)
     try:
         board = Board(store)
-        ids = [(await store.add_job(repo="/r", branch="main", text="t", runner="shell")).id for _ in range(3)]
+        ids = [(await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")).id for _ in range(3)]
         reads = 0
-        states = store.states
+        states = store.jobs.states
 
         async def counted(wanted):
             nonlocal reads
             reads += 1
             return await states(wanted)
 
-        store.states = counted  # type: ignore[method-assign]
+        store.jobs.states = counted  # type: ignore[method-assign]
         waiter = asyncio.create_task(board.wait_ended(ids[:2], timeout=10))
         await asyncio.sleep(0.05)
         for _ in range(20):
@@ -90,20 +91,20 @@ async def test_planned_mirror_rereads_only_changed_jobs(tmp_path):
     """The planned-job mirror follows the store: jobs enter when planned and leave when they move on."""
     store = await _store(tmp_path)
     try:
-        a = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
-        b = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
+        a = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
+        b = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
         planned = Planned(store)
         assert await planned.jobs() == []
         for job in (a, b):
-            await store.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+            await store.jobs.transition(job.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
         planning = frozenset({JobState.PLANNING})
-        await store.update_many(
+        await store.jobs.update_many(
             [Write(i, {}, "planned", expect=planning, to=JobState.PLANNED) for i in (a.id, b.id)]
         )
         assert [j.id for j in await planned.jobs()] == [a.id, b.id]
-        await store.transition(a.id, {JobState.PLANNED}, JobState.RUNNING, "admitted")
+        await store.jobs.transition(a.id, {JobState.PLANNED}, JobState.RUNNING, "admitted")
         assert [j.id for j in await planned.jobs()] == [b.id]
-        assert [e["kind"] for e in await store.events(a.id)] == ["enqueued", "planning", "planned", "admitted"]
+        assert [e["kind"] for e in await store.events.of_job(a.id)] == ["enqueued", "planning", "planned", "admitted"]
     finally:
         await store.close()
 
@@ -139,12 +140,12 @@ async def test_an_overlap_never_makes_two_jobs_wait_for_each_other(tmp_path):
     try:
         board = Board(store)
         watch = OverlapWatch(board, Config(), GitFacts(Config()))
-        a, b, c = [(await store.add_job(repo="/r", branch="main", text="t", runner="shell")).id for _ in range(3)]
+        a, b, c = [(await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")).id for _ in range(3)]
         for job_id, after in ((b, a), (c, b)):
             await put(store, job_id, JobState.RUNNING, land_after=(after,))
         assert await watch._lands_after(c, a), "c lands after b, which lands after a"
         assert not await watch._lands_after(a, c)
-        await store.transition(b, {JobState.RUNNING}, JobState.UNCHANGED, "finished")
+        await store.jobs.transition(b, {JobState.RUNNING}, JobState.UNCHANGED, "finished")
         assert not await watch._lands_after(c, a), "an ended job no longer orders anything"
     finally:
         await store.close()
@@ -155,7 +156,7 @@ async def test_a_landing_stops_waiting_for_a_job_sent_back_to_the_queue(tmp_path
     store = await _store(tmp_path)
     try:
         board = Board(store)
-        job = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
+        job = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
         await put(store, job.id, JobState.LANDING)
         waiter = asyncio.create_task(board.wait_ended([job.id], timeout=10, settled=lambda st: not st.active))
         await asyncio.sleep(0.05)
@@ -171,13 +172,13 @@ async def test_a_job_sent_back_to_plan_again_keeps_its_place(tmp_path):
     again, so a later overlapping job cannot start in between; a job never planned holds no place."""
     store = await _store(tmp_path)
     try:
-        a = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
-        b = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
-        await store.transition(a.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
-        await store.transition(a.id, {JobState.PLANNING}, JobState.PLANNED, "planned")
+        a = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
+        b = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
+        await store.jobs.transition(a.id, {JobState.QUEUED}, JobState.PLANNING, "planning")
+        await store.jobs.transition(a.id, {JobState.PLANNING}, JobState.PLANNED, "planned")
         planned = Planned(store)
         assert [j.id for j in await planned.jobs()] == [a.id] and planned.held() == []
-        await store.transition(a.id, {JobState.PLANNED}, JobState.QUEUED, "replan", decision={"outcome": "replan"})
+        await store.jobs.transition(a.id, {JobState.PLANNED}, JobState.QUEUED, "replan", decision={"outcome": "replan"})
         assert await planned.jobs() == []
         assert [j.id for j in planned.held()] == [a.id]  # b, queued and never planned, holds nothing
         assert b.id not in {j.id for j in planned.held()}

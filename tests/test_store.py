@@ -5,13 +5,14 @@ from __future__ import annotations
 import sqlite3
 
 from orchestrator.core.models import Claim, ClaimSource, JobState
-from orchestrator.store import MIGRATIONS, Store
+from orchestrator.store.schema import SQLITE as MIGRATIONS
+from orchestrator.store.sqlite import SqliteStore
 from tests.jobstates import put
 
 
 async def test_schema_is_versioned_and_wal(tmp_path):
     """A new store is at the latest schema version and in WAL mode."""
-    store = await Store.open(tmp_path / "o.db")
+    store = await SqliteStore.open(tmp_path / "o.db")
     assert await store.schema_version() == len(MIGRATIONS)
     await store.close()
     conn = sqlite3.connect(tmp_path / "o.db")
@@ -22,9 +23,9 @@ async def test_schema_is_versioned_and_wal(tmp_path):
 async def test_job_round_trip_and_history(tmp_path):
     """A job's fields survive a reopen, and each update appends to its history."""
     path = tmp_path / "o.db"
-    store = await Store.open(path)
+    store = await SqliteStore.open(path)
     claim = Claim(frozenset({"src/a.py", "docs/"}), 1.0, ClaimSource.DECLARED)
-    job = await store.add_job(
+    job = await store.jobs.add(
         repo="/r",
         branch="main",
         text="do it",
@@ -37,28 +38,28 @@ async def test_job_round_trip_and_history(tmp_path):
     await put(store, job.id, JobState.RUNNING, "admitted", actual=frozenset({"src/a.py"}))
     await store.close()
 
-    store = await Store.open(path)
-    again = await store.get(job.id)
+    store = await SqliteStore.open(path)
+    again = await store.jobs.get(job.id)
     assert again is not None
     assert again.state is JobState.RUNNING and again.claim == claim and again.actual == {"src/a.py"}
     assert again.priority == 2
-    assert [e["kind"] for e in await store.events(job.id)] == ["enqueued", "planning", "planned", "admitted"]
+    assert [e["kind"] for e in await store.events.of_job(job.id)] == ["enqueued", "planning", "planned", "admitted"]
     await store.close()
 
 
 async def test_recover_interrupts_running_and_keeps_the_queue(tmp_path):
     """After a crash, running jobs become interrupted, planning ones go back to queued, queued stay queued."""
-    store = await Store.open(tmp_path / "o.db")
-    a = await store.add_job(repo="/r", branch="main", text="a", runner="shell")
-    b = await store.add_job(repo="/r", branch="main", text="b", runner="shell")
-    c = await store.add_job(repo="/r", branch="main", text="c", runner="shell")
+    store = await SqliteStore.open(tmp_path / "o.db")
+    a = await store.jobs.add(repo="/r", branch="main", text="a", runner="shell")
+    b = await store.jobs.add(repo="/r", branch="main", text="b", runner="shell")
+    c = await store.jobs.add(repo="/r", branch="main", text="c", runner="shell")
     await put(store, a.id, JobState.RUNNING)
     await put(store, b.id, JobState.PLANNING)
-    result = await store.recover()
+    result = await store.jobs.recover()
     assert result == {"interrupted": [a.id], "requeued": [b.id], "landing": []}
-    assert (await store.get(a.id)).state is JobState.INTERRUPTED
-    assert (await store.get(b.id)).state is JobState.QUEUED
-    assert (await store.get(c.id)).state is JobState.QUEUED
+    assert (await store.jobs.get(a.id)).state is JobState.INTERRUPTED
+    assert (await store.jobs.get(b.id)).state is JobState.QUEUED
+    assert (await store.jobs.get(c.id)).state is JobState.QUEUED
     await store.close()
 
 
@@ -67,16 +68,16 @@ async def test_jobs_json_is_exactly_to_json(tmp_path):
     import json
     import random
 
-    store = await Store.open(tmp_path / "o.db")
+    store = await SqliteStore.open(tmp_path / "o.db")
     claim = Claim(frozenset({"src/a.py", "docs/"}), 0.75, ClaimSource.DECLARED)
-    full = await store.add_job(
+    full = await store.jobs.add(
         repo="/r", branch="main", text='say "é"\nthen\tmore', runner="shell", priority=-3, after=[1],
         declared=["docs/"], claim=claim, argv=["echo", "x y"], land="review",
     )  # fmt: skip
-    bare = await store.add_job(repo="/r", branch="dev", text="t", runner="shell")
+    bare = await store.jobs.add(repo="/r", branch="dev", text="t", runner="shell")
     rng = random.Random(7)
     for job_id in (full.id, bare.id):
-        await store.update(job_id, {JobState.QUEUED}, created_at=1764512547 + rng.random())
+        await store.jobs.update(job_id, {JobState.QUEUED}, created_at=1764512547 + rng.random())
     await put(
         store, full.id, JobState.LANDED, actual=frozenset({"src/a.py", "b"}), base="abc", result="def",
         attempts=2, land_after=(1,), worktree="/w", started_at=1764512547.9999996, finished_at=1764512548.0004,
@@ -84,13 +85,13 @@ async def test_jobs_json_is_exactly_to_json(tmp_path):
         code="Landed", plan_text="plan", evidence=({"path": "docs/", "kind": "declared", "why": "said so"},),
         usage={"calls": 2, "cost_usd": 0.5},
     )  # fmt: skip
-    rows = await store.jobs_json()
+    rows = await store.jobs.json()
     assert [r[0] for r in rows] == [full.id, bare.id]
     for job_id, state, body, live in rows:
-        job = await store.get(job_id)
+        job = await store.jobs.get(job_id)
         assert job is not None and state == str(job.state)
         assert json.loads(body[:-1] + "," + live[1:]) == job.to_json()
-    assert [r[0] for r in await store.jobs_json([JobState.QUEUED])] == [bare.id]
+    assert [r[0] for r in await store.jobs.json([JobState.QUEUED])] == [bare.id]
     await store.close()
 
 
@@ -98,38 +99,39 @@ async def test_jobs_json_renders_again_only_what_changed(tmp_path):
     """The list keeps rendered rows: after an update, an add and a delete it matches a fresh render exactly."""
     import json
 
-    store = await Store.open(tmp_path / "o.db")
-    ids = [(await store.add_job(repo="/r", branch="main", text=f"t{i}", runner="shell")).id for i in range(3)]
-    first = await store.jobs_json()
+    store = await SqliteStore.open(tmp_path / "o.db")
+    ids = [(await store.jobs.add(repo="/r", branch="main", text=f"t{i}", runner="shell")).id for i in range(3)]
+    first = await store.jobs.json()
     assert [r[0] for r in first] == ids
     await put(store, ids[1], JobState.LANDED, "landed", reason="landed")
-    await store.delete_job(ids[0], {JobState.QUEUED})
-    new = (await store.add_job(repo="/r", branch="main", text="t3", runner="shell")).id
-    rows = await store.jobs_json()
+    await store.jobs.delete(ids[0], {JobState.QUEUED})
+    new = (await store.jobs.add(repo="/r", branch="main", text="t3", runner="shell")).id
+    rows = await store.jobs.json()
     assert [r[0] for r in rows] == [ids[1], ids[2], new]
     for job_id, state, body, live in rows:
-        job = await store.get(job_id)
+        job = await store.jobs.get(job_id)
         assert job is not None and state == str(job.state)
         assert json.loads(body[:-1] + "," + live[1:]) == job.to_json()
-    assert [r[0] for r in await store.jobs_json([JobState.LANDED])] == [ids[1]]
+    assert [r[0] for r in await store.jobs.json([JobState.LANDED])] == [ids[1]]
     await store.close()
 
 
 async def test_open_turn_reads_history_and_memories_then_stores_the_message(tmp_path):
     """A chat turn's store work is one call: history and memories as they were, then the message, durable."""
     path = tmp_path / "o.db"
-    store = await Store.open(path)
-    first = await store.add_message("s", "user", "my dog is Rex")
-    await store.add_message("s", "assistant", "noted")
-    await store.remember("s", first, ["The user has a dog named Rex"])
-    history, memories = await store.open_turn("s", "walks for a spaniel?", 1)
+    store = await SqliteStore.open(path)
+    first = await store.chat.add_message("s", "user", "my dog is Rex")
+    await store.chat.add_message("s", "assistant", "noted")
+    await store.chat.remember("s", first, ["The user has a dog named Rex"])
+    history, memories = await store.chat.open_turn("s", "walks for a spaniel?", 1)
     assert [m["content"] for m in history] == ["noted"] and memories == ["The user has a dog named Rex"]
-    fresh, none = await store.open_turn("new", "hello", 12)
+    fresh, none = await store.chat.open_turn("new", "hello", 12)
     assert fresh == [] and none == []
     await store.close()
-    store = await Store.open(path)
-    assert [m["content"] for m in await store.history("s", 5)] == ["my dog is Rex", "noted", "walks for a spaniel?"]
-    assert [m["content"] for m in await store.history("new", 5)] == ["hello"]
+    store = await SqliteStore.open(path)
+    said = [m["content"] for m in await store.chat.history("s", 5)]
+    assert said == ["my dog is Rex", "noted", "walks for a spaniel?"]
+    assert [m["content"] for m in await store.chat.history("new", 5)] == ["hello"]
     await store.close()
 
 
@@ -137,7 +139,7 @@ async def test_the_jobs_table_has_exactly_the_jobs_fields(tmp_path):
     """The migrated table's columns are `id` then `core.job.FIELDS`, in order: a job's fields are listed once."""
     from orchestrator.core.job import FIELDS
 
-    store = await Store.open(tmp_path / "o.db")
+    store = await SqliteStore.open(tmp_path / "o.db")
     try:
         assert await store.columns() == ["id", *FIELDS]
     finally:
@@ -150,19 +152,19 @@ async def test_state_moves_only_by_compare_and_set(tmp_path):
 
     from orchestrator.core.lifecycle import MoveError
 
-    store = await Store.open(tmp_path / "o.db")
+    store = await SqliteStore.open(tmp_path / "o.db")
     try:
-        job = await store.add_job(repo="/r", branch="main", text="t", runner="shell")
-        assert await store.transition(job.id, {JobState.PLANNED}, JobState.RUNNING, "admitted") is None
-        moved = await store.transition(job.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled", reason="stop")
+        job = await store.jobs.add(repo="/r", branch="main", text="t", runner="shell")
+        assert await store.jobs.transition(job.id, {JobState.PLANNED}, JobState.RUNNING, "admitted") is None
+        moved = await store.jobs.transition(job.id, {JobState.QUEUED}, JobState.CANCELLED, "cancelled", reason="stop")
         assert moved is not None and moved.state is JobState.CANCELLED and moved.reason == "stop"
-        assert await store.update(job.id, {JobState.PLANNED}, reason="stale") is None
+        assert await store.jobs.update(job.id, {JobState.PLANNED}, reason="stale") is None
         with pytest.raises(MoveError):
-            await store.transition(job.id, {JobState.CANCELLED}, JobState.LANDED, "landed")
+            await store.jobs.transition(job.id, {JobState.CANCELLED}, JobState.LANDED, "landed")
         with pytest.raises(MoveError):
-            await store.update(job.id, {JobState.CANCELLED}, state=JobState.QUEUED)
-        again = await store.get(job.id)
+            await store.jobs.update(job.id, {JobState.CANCELLED}, state=JobState.QUEUED)
+        again = await store.jobs.get(job.id)
         assert again is not None and again.reason == "stop"
-        assert [e["kind"] for e in await store.events(job.id)] == ["enqueued", "cancelled"]
+        assert [e["kind"] for e in await store.events.of_job(job.id)] == ["enqueued", "cancelled"]
     finally:
         await store.close()

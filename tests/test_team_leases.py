@@ -71,10 +71,11 @@ def test_a_database_outage_longer_than_the_lease_takes_no_job_away(tmp_path, pos
 
 
 def test_a_node_that_lost_its_job_stops_its_runner_at_once_and_starts_it_afresh(tmp_path, pg_url):
-    """Node a stalls (SIGSTOP: its loop and its lease thread alike) past its lease while it runs a job; node b takes
-    the job over (back to the queue; only a has the label to claim it again). a resumes: it stops the lost
-    attempt's runner at once and writes nothing of it; claiming the job again it gets a fresh workspace (the lost
-    attempt's work kept on its branch, no "already has a workspace") and lands it exactly once."""
+    """Node a is cut off (SIGSTOP to its daemon and its lease keeper, as a machine paused or a network gone would
+    leave it) past its lease while it runs a job; node b takes the job over (back to the queue; only a has the
+    label to claim it again). a resumes: it stops the lost attempt's runner at once and writes nothing of it;
+    claiming the job again it gets a fresh workspace (the lost attempt's work kept on its branch, no "already has a
+    workspace") and lands it exactly once."""
     bare = bare_remote(tmp_path, {"README.md": "hi\n"})
     a, clone_a = make_node(tmp_path, bare, pg_url, "a", lease=LEASE, labels=["ay"])
     b, _ = make_node(tmp_path, bare, pg_url, "b", lease=LEASE)
@@ -85,11 +86,11 @@ def test_a_node_that_lost_its_job_stops_its_runner_at_once_and_starts_it_afresh(
         script, gate, pidfile = _waiting_job(tmp_path, "job")
         job = a.enqueue(clone_a, script, "--path", "job.txt", "--label", "ay")
         runner = int(until("the first attempt runs", lambda: pidfile.exists() and pidfile.read_text().strip()))
-        os.kill(a.proc.pid, signal.SIGSTOP)
+        os.killpg(a.proc.pid, signal.SIGSTOP)  # the daemon and its keeper (the runner has a session of its own)
         try:
             until("b took the job over", lambda: states(b)[job]["state"] == "queued", timeout=LEASE * 6)
         finally:
-            os.kill(a.proc.pid, signal.SIGCONT)
+            os.killpg(a.proc.pid, signal.SIGCONT)
         resumed = time.monotonic()
         until("the lost attempt's runner stopped", lambda: not alive(runner), timeout=LEASE * 3)
         assert time.monotonic() - resumed < LEASE, "not at once"
@@ -100,6 +101,36 @@ def test_a_node_that_lost_its_job_stops_its_runner_at_once_and_starts_it_afresh(
         kinds = [e["kind"] for e in shown["events"]]
         assert kinds.count("claimed") == 2 and kinds.count("landed") == 1, kinds
         assert git(clone_a, "branch", "--list", f"orchestrator/{job}-attempt-*") != ""
+    finally:
+        gate.touch()
+        a.stop()
+        b.stop()
+
+
+def test_a_stalled_daemon_loses_no_job(tmp_path, pg_url):
+    """Node a's daemon stalls for three leases (SIGSTOP to it alone: what a loop or an interpreter held by a C library
+    for that long amounts to) while it runs a job: its lease keeper renews on, so node b takes nothing over; a goes
+    on and lands the job once."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    a, clone_a = make_node(tmp_path, bare, pg_url, "a", lease=LEASE, labels=["ay"])
+    b, _ = make_node(tmp_path, bare, pg_url, "b", lease=LEASE)
+    a.start()
+    b.start()
+    assert a.proc is not None
+    try:
+        script, gate, pidfile = _waiting_job(tmp_path, "job")
+        job = a.enqueue(clone_a, script, "--path", "job.txt", "--label", "ay")
+        until("the job runs", lambda: pidfile.exists() and pidfile.read_text().strip())
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(LEASE * 3)
+            seen = states(b)[job]
+            assert (seen["state"], seen["node"]) == ("running", "a"), seen
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        gate.touch()
+        until("landed", lambda: states(a)[job]["state"] == "landed", 90)
+        assert landed_once(bare) == [job] and "requeued" not in _kinds(a, job)
     finally:
         gate.touch()
         a.stop()

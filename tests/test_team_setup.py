@@ -50,7 +50,11 @@ def test_doctor_passes_the_role_the_docs_make(tmp_path, postgres, db):
     assert "UNIX socket" in checks["postgresql"]["detail"]
     assert checks["postgresql role"]["level"] == "ok", checks["postgresql role"]
     assert checks["postgresql schema"]["level"] == "ok" and "empty" in checks["postgresql schema"]["detail"]
+    assert checks["team secret"]["level"] == "ok"
     assert postgres.node_password not in json.dumps(checks)
+    assert os.environ["ORCHESTRATOR_TEAM_SECRET"] not in json.dumps(checks)
+    short = _doctor(tmp_path, postgres.url(db), {"ORCHESTRATOR_TEAM_SECRET": "short"})
+    assert short["team secret"]["level"] == "fail" and "openssl rand -hex 32" in short["team secret"]["detail"]
 
 
 @pytest.mark.parametrize(
@@ -109,7 +113,8 @@ def test_postgresql_down_at_start_is_waited_for_then_a_clear_error_and_exit_code
     again later: the unit restarts it) saying which server and what to do."""
     home = tmp_path / "home"
     _node_config(home, f"postgresql://nobody@/x?host={tmp_path}&port=1", 2)
-    env = {**os.environ, "ORCHESTRATOR_HOME": str(home), "ORCHESTRATOR_SANDBOX": "none"}
+    env = {**os.environ, "ORCHESTRATOR_HOME": str(home), "ORCHESTRATOR_SANDBOX": "none",
+           "ORCHESTRATOR_TEAM_SECRET": "s" * 64}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator", "daemon"], env=env, capture_output=True, text=True, timeout=60
     )

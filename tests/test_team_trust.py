@@ -281,3 +281,38 @@ def test_a_forged_result_never_pushes_a_commit_of_the_node_s_own(tmp_path, users
         assert shown.returncode != 0, "the private commit reached the team's remote"
     finally:
         a.stop()
+
+
+def test_an_order_changed_in_the_database_never_runs(tmp_path, users, postgres):
+    """Someone who can write the team's database but is no node of the team (a job that got in over TCP, a leaked
+    password, the server's admin) changes a waiting job's text and landing, and adds a job of their own: the node
+    runs neither. The changed job fails `Unverified` where it would have started; the added one stays queued,
+    marked `Unverified`; nothing of either reaches the remote."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    a, clone = _node(tmp_path, users, postgres, db, bare, "a", sandbox="none")
+    gate = tmp_path / "gate"
+    a.start()
+    try:
+        wait = f"while [ ! -e {gate} ]; do sleep 0.1; done; echo 1 > first.txt"
+        first = a.enqueue(clone, wait, "--path", "first.txt")
+        job = a.enqueue(clone, "echo mine > mine.txt", "--path", "mine.txt", "--after", str(first), "--land", "review")
+        until("claimed and planned", lambda: _row(postgres, db, job)["state"] == "planned", 60)
+        postgres.psql(
+            f"UPDATE jobs SET text = 'echo forged > forged.txt', land = 'auto' WHERE id = {job}; "
+            "INSERT INTO jobs (repo, branch, text, runner, state, created_at, remote, repo_key) SELECT repo, branch, "
+            f"'echo injected > injected.txt', runner, 'queued', created_at, remote, repo_key FROM jobs "
+            f"WHERE id = {job}",
+            database=db,
+        )
+        added = job + 1
+        gate.touch()
+        until("the changed job refused", lambda: _row(postgres, db, job)["state"] in ("failed", "landed", "ready"), 60)
+        row, extra = _row(postgres, db, job), _row(postgres, db, added)
+        assert (row["state"], row["code"]) == ("failed", "Unverified"), row
+        assert (extra["state"], extra["code"]) == ("queued", "Unverified"), extra
+        log = git(bare, "log", "--all", "--format=%s%n%b")
+        assert "forged" not in log and "injected" not in log
+        assert not list(tmp_path.rglob("forged.txt")) and not list(tmp_path.rglob("injected.txt"))
+    finally:
+        a.stop()

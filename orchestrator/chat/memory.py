@@ -28,7 +28,7 @@ from orchestrator import logging as olog
 from orchestrator.chat import prompts
 from orchestrator.llm.gate import GateError, Priority
 from orchestrator.llm.ollama import OllamaBackend, OllamaError, parse_json
-from orchestrator.store import Store
+from orchestrator.store.base import ChatLog
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Extractor:
 
     def __init__(
         self,
-        store: Store,
+        store: ChatLog,
         backend: OllamaBackend,
         *,
         every: int = 3,

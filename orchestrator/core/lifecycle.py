@@ -1,7 +1,7 @@
 """A job's life as data: the named groups of states, the moves allowed between them, and the decisions taken
 after a run, after a landing attempt and on a cancel. Pure, no I/O.
 
-Every change of a job's state is one compare-and-set in the store (`Store.transition`): the caller names the
+Every change of a job's state is one compare-and-set in the store (`JobTable.transition`): the caller names the
 states it expects the job to be in and the state it moves it to, and the store moves it only if the job is
 still in one of them. `check` refuses a move this table does not allow, so a wrong expectation is a
 programming error found at once, not a job quietly put somewhere it cannot leave.

@@ -475,6 +475,9 @@ class Code(StrEnum):
     """Its runner's model API said it is rate- or usage-limited: it waits, then goes on by itself (bounded)."""
     EDITED = "Edited"
     """A person changed its text or paths while it waited (`orchestrator edit`): it is planned again."""
+    UNVERIFIED = "Unverified"
+    """Team mode: its order (text, runner, landing, branch, feedback) does not verify with the team's secret: it
+    was changed in the database outside the team's nodes, and no node runs it."""
 
 
 class Outcome(StrEnum):

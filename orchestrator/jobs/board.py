@@ -94,9 +94,9 @@ class Board:
             sub.put(item)
 
     async def add(self, **request: Any) -> Job:
-        """`Store.add_job` (a new queued job, its ticket in the same transaction), then announced: the scheduler
+        """`JobTable.add` (a new queued job, its ticket in the same transaction), then announced: the scheduler
         plans it; DuplicateTicket when its ticket key was queued already."""
-        job = await self.store.add_job(**request)
+        job = await self.store.jobs.add(**request)
         await self._announce_job(job, moved=False)
         return job
 
@@ -111,8 +111,8 @@ class Board:
         beside: Collection[int] | None = None,
         **fields: Any,
     ) -> Job | None:
-        """`Store.transition`, then announced: None (nothing written, nobody told) when the job had moved on."""
-        job = await self.store.transition(job_id, expect, to, event, data=data, beside=beside, **fields)
+        """`JobTable.transition`, then announced: None (nothing written, nobody told) when the job had moved on."""
+        job = await self.store.jobs.transition(job_id, expect, to, event, data=data, beside=beside, **fields)
         if job is not None:
             await self._announce_job(job, moved=True)
         return job
@@ -150,8 +150,8 @@ class Board:
         data: dict[str, Any] | None = None,
         **fields: Any,
     ) -> Job | None:
-        """`Store.update` (fields, never the state), then announced; None when the job is in none of `expect`."""
-        job = await self.store.update(job_id, expect, event=event, data=data, **fields)
+        """`JobTable.update` (fields, never the state), then announced; None when the job is in none of `expect`."""
+        job = await self.store.jobs.update(job_id, expect, event=event, data=data, **fields)
         if job is not None:
             await self._announce_job(job, moved=False)
         return job
@@ -160,34 +160,42 @@ class Board:
         """A scheduler round's deferral reasons, in one transaction (each only while its job is still where the
         round read it): the ids written. Nobody is woken (a deferral changes no decision); subscribers of the event
         stream see each written job as `shown(id)` shows it (the round's live decision), when given."""
-        written = await self.store.update_many(writes, changed=False)
+        written = await self.store.jobs.update_many(writes, changed=False)
         if shown is not None and self._subscribers:
             for job_id in written:
                 self.publish({"type": "job", "job": shown(job_id).to_json()})
         return written
 
     async def forget(self, job_id: int, expect: Collection[JobState]) -> bool:
-        """`Store.delete_job` (an ended job's record and history, if it is in one of `expect`), then announced as
+        """`JobTable.delete` (an ended job's record and history, if it is in one of `expect`), then announced as
         removed; False (nothing written, nobody told) when it was not."""
-        if not await self.store.delete_job(job_id, expect):
+        if not await self.store.jobs.delete(job_id, expect):
             return False
         self.publish({"type": "removed", "id": job_id})
         await self.announce()
         return True
 
     async def claim(self) -> list[int]:
-        """Team mode: take this node's share of the team's queue (`Store.claim`; one machine: every job is its
+        """Team mode: take this node's share of the team's queue (`TeamQueue.claim`; one machine: every job is its
         own, nothing to take)."""
-        return await self.store.claim()
+        return await self.store.team.claim()
+
+    async def take_over(self, job: Job, *, landed: str | None = None) -> Job | None:
+        """Team mode: a job of a node whose lease ended, taken over by this one (`TeamQueue.take_over`), then
+        announced; None when it moved meanwhile."""
+        taken = await self.store.team.take_over(job, landed=landed)
+        if taken is not None:
+            await self._announce_job(taken, moved=True)
+        return taken
 
     async def recover(self) -> dict[str, list[int]]:
         """After a crash, before anything runs: running jobs interrupted, planning ones back to the queue
-        (`Store.recover`); nobody listens yet."""
-        return await self.store.recover()
+        (`JobTable.recover`); nobody listens yet."""
+        return await self.store.jobs.recover()
 
     async def update_all(self, writes: Sequence[Write]) -> list[Job] | None:
-        """`Store.update_all` (fields of several jobs, all or none), then announced; None when any had moved on."""
-        jobs = await self.store.update_all(writes)
+        """`JobTable.update_all` (fields of several jobs, all or none), then announced; None when any had moved on."""
+        jobs = await self.store.jobs.update_all(writes)
         for job in jobs or ():
             self._tell(job)
         if jobs:
@@ -203,7 +211,7 @@ class Board:
 
     async def foreign(self, ids: set[int]) -> None:
         """Other nodes of a team changed these jobs (none: unknown which): tell waiters, watchers, the scheduler."""
-        for job in await self.store.get_many(ids) if ids else ():
+        for job in await self.store.jobs.many(ids) if ids else ():
             self._tell(job)
         await self.announce()
 
@@ -237,7 +245,7 @@ class Board:
             self._waiters.setdefault(i, set()).add(w)
         try:
             # Registered first, read once after: an end stored meanwhile is seen by one or the other.
-            states = await self.store.states(list(w.pending))
+            states = await self.store.jobs.states(list(w.pending))
             w.pending.intersection_update(i for i, st in states.items() if not settled(st))
             if not w.pending:
                 return True

@@ -101,7 +101,7 @@ class ConflictWatch:
         try:
             while True:
                 poke.clear()
-                a, b = await self.board.store.get(pair[0]), await self.board.store.get(pair[1])
+                a, b = await self.board.store.jobs.get(pair[0]), await self.board.store.jobs.get(pair[1])
                 if a is None or b is None or not _runs(a) or not _runs(b):
                     return
                 both = _meet(self._touched(a), self._touched(b))
@@ -166,7 +166,7 @@ class ConflictWatch:
         )
 
     async def _land_after(self, later: Job, earlier: Job) -> None:
-        current = await self.board.store.get(later.id)
+        current = await self.board.store.jobs.get(later.id)
         if current is None or earlier.id in current.land_after or later.id in earlier.land_after:
             return
         await self.board.update(later.id, ACTIVE, land_after=(*current.land_after, earlier.id))
@@ -198,7 +198,7 @@ class ConflictWatch:
         try:
             while True:
                 poke.clear()
-                job = await self.board.store.get(job_id)
+                job = await self.board.store.jobs.get(job_id)
                 if job is None or not _runs(job) or job_id not in self._live:
                     return
                 conflicts = await self._vs_head(job)

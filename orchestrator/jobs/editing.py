@@ -78,10 +78,10 @@ class Editing:
         self.wake = wake
 
     async def _get(self, job_id: int) -> Job:
-        job = await self.store.get(job_id)
+        job = await self.store.jobs.get(job_id)
         if job is None:
             raise EditError(f"no job {job_id}: `orchestrator status` lists the jobs")
-        if job.node and not self.store.mine(job) and job.state in (JobState.PLANNING, JobState.PLANNED):
+        if job.node and not self.store.team.mine(job) and job.state in (JobState.PLANNING, JobState.PLANNED):
             raise EditError(f"job {job_id} is held by node {job.node!r} of the team: edit or move it there")
         return job
 
@@ -122,7 +122,7 @@ class Editing:
             for j in (job, target):
                 if j.state not in WAITING:
                     raise EditError(not_waiting(j, "moved" if j is job else "moved before"))
-            waiting = await self.store.team_jobs(PLACED)
+            waiting = await self.store.team.everyone(PLACED)
             spot, room = place_before(target, waiting, job.id)
             data = {"before": before, "priority": spot.priority, "place": spot.place}
             moved = Write(job_id, spot.fields(), JobEvent.MOVED, data, WAITING)
@@ -161,7 +161,7 @@ class Editing:
         target = await self._get(before)
         if target.state not in WAITING:
             raise EditError(not_waiting(target, "queued before"))
-        return place_before(target, await self.store.team_jobs(PLACED), 0)
+        return place_before(target, await self.store.team.everyone(PLACED), 0)
 
     async def make_room(self, room: list[Write]) -> None:
         """Write the new places `place_before` asked for (nothing when it needed none)."""

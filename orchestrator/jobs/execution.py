@@ -120,7 +120,7 @@ class Executor:
         self.doors = doors
         """Opens a job's door for its agent CLI's MCP server (runners that `wants_door`)."""
         """(job id, path) → why the job should not write that path now (the overlap watch answers)."""
-        self.limits = Limits(board.store)
+        self.limits = Limits(board.store.limits)
         """Rate limits the runners met (a fact of the scheduler's snapshots)."""
         self.board = board
         self.cfg = cfg
@@ -168,7 +168,7 @@ class Executor:
     async def _rerun(self, job: Job, rerun: Rerun, ran: float, *, resumes: bool = False) -> Job:
         """The attempt stopped (its runner is done): back to the queue behind what it met, or conflicted; with
         `resumes` (an agent CLI that goes on with its session), waiting to go on in its kept worktree instead."""
-        current = await self.board.store.get(job.id) or job
+        current = await self.board.store.jobs.get(job.id) or job
         if current.state is not JobState.RUNNING:
             raise _Moved(current)
         if resumes:
@@ -191,7 +191,7 @@ class Executor:
 
     async def _beside(self, job: Job) -> tuple[int, ...]:
         """The other active jobs of the job's repository and branch (their landings can move its base)."""
-        active = await self.board.store.jobs(ACTIVE)
+        active = await self.board.store.jobs.all(ACTIVE)
         return tuple(sorted(j.id for j in active if (j.repo, j.branch) == (job.repo, job.branch) and j.id != job.id))
 
     def halt(self, job_id: int, stop: Stop) -> bool:
@@ -245,7 +245,7 @@ class Executor:
         )
         if done is not None:
             return done
-        return await self.board.store.get(job.id) or job
+        return await self.board.store.jobs.get(job.id) or job
 
     async def _stop_write(self, job_id: int, stop: Stop) -> Job | None:
         return await self.board.settle(

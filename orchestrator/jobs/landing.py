@@ -128,7 +128,7 @@ class Lander:
         return lambda path: claims.matches(path, patterns)
 
     async def _land(self, job_id: int) -> None:
-        job = await self.board.store.get(job_id)
+        job = await self.board.store.jobs.get(job_id)
         if job is None or job.state is not JobState.LANDING:
             return
         structlog.contextvars.bind_contextvars(job_id=job.id, repo=job.repo)
@@ -165,7 +165,7 @@ class Lander:
     async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> Then:
         """One landing attempt under the branch's lock, and its outcome written: what the lander does next."""
         assert job.result is not None
-        current = await self.board.store.get(job.id)
+        current = await self.board.store.jobs.get(job.id)
         if current is None or current.state is not JobState.LANDING:
             return Then.END  # moved on while it waited for its turn: nothing of it lands
         await testhook.reach("landing.attempt", job.id)

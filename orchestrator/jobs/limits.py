@@ -4,7 +4,7 @@ When a job's model API says it is rate- or usage-limited, that job waits (still 
 paths kept, its slot free for a job that can run meanwhile) and its runner is marked limited until then: jobs of
 that runner that have not started yet wait too (admission's `RateLimited`, with the time they start), instead of
 each hitting the limit and failing or retrying on its own. When a limit runs out the scheduler is woken, so they
-start by themselves. Each limit is stored before it is acted on (`Store.set_rate_limit`), and a restarted daemon
+start by themselves. Each limit is stored before it is acted on (`Limits.set_rate_limit`), and a restarted daemon
 reads back those still in force (`load`): its jobs of a limited runner wait until the limit's end, as before.
 A limit read from output a job could have printed itself (a forgeable sign: aider's and codex's lines sit
 among what their agent prints) rests that job only, until another job of the same runner meets one too while

@@ -78,16 +78,17 @@ class Planning:
     async def records(self) -> list[accuracy.Record]:
         """Every ended job's predicted and actual paths, for calibration and `stats predict`."""
         store = self.board.store
-        ended = await store.jobs(ENDED)
-        hit = accuracy.collisions(ended, await store.event_jobs(JobEvent.OVERLAP))
+        ended = await store.jobs.all(ENDED)
+        hit = accuracy.collisions(ended, await store.events.of_kind(JobEvent.OVERLAP))
         return accuracy.records(ended, hit, self.policy())
 
     async def outcomes(self) -> dict[str, list[Settled]]:
         """Per repository, the pairs of jobs it ran side by side that have settled (`plan.accuracy.outcomes`)."""
         store = self.board.store
-        conflicts = [*(await store.event_jobs(JobEvent.REQUEUED)), *(await store.event_jobs(JobEvent.CONFLICTED))]
-        ended = await store.jobs(ENDED)
-        return outcomes(ended, await store.event_jobs(JobEvent.ADMITTED), conflicts, self.policy().mergeable)
+        events = store.events
+        conflicts = [*(await events.of_kind(JobEvent.REQUEUED)), *(await events.of_kind(JobEvent.CONFLICTED))]
+        ended = await store.jobs.all(ENDED)
+        return outcomes(ended, await store.events.of_kind(JobEvent.ADMITTED), conflicts, self.policy().mergeable)
 
     async def refresh(self, force: bool = False) -> None:
         """Recompute the calibrated thresholds (at most every REFRESH seconds); log each change."""

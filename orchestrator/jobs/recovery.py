@@ -44,10 +44,10 @@ class StoreOwner(process.Owner):
         return process.home_tag(self.store.home)
 
     async def own(self, group: process.Group) -> None:
-        await self.store.own_process(group, self.job_id)
+        await self.store.processes.own(group, self.job_id)
 
     async def disown(self, group: process.Group) -> None:
-        await self.store.disown_process(group)
+        await self.store.processes.disown(group)
 
 
 async def end_survivors(store: Store, *, grace: float) -> list[process.Group]:
@@ -56,7 +56,7 @@ async def end_survivors(store: Store, *, grace: float) -> list[process.Group]:
     Called on start before worktrees are recovered or handed out: no process of a dead daemon keeps
     writing into a worktree that a retry is about to get.
     """
-    recorded = await store.processes()
+    recorded = await store.processes.all()
     ended = await process.end_groups([g for g, _ in recorded], grace=grace) if recorded else []
     # Whatever left its group (setsid, a double fork) still carries this home's mark: only a dead
     # predecessor on this state dir can have started it.
@@ -69,7 +69,7 @@ async def end_survivors(store: Store, *, grace: float) -> list[process.Group]:
     if not recorded:
         return []
     for group, _ in recorded:
-        await store.disown_process(group)
+        await store.processes.disown(group)
     if ended:
         jobs = sorted({j for g, j in recorded if j is not None and g in ended})
         olog.get().warning(
@@ -94,12 +94,12 @@ class StoreJournal:
         self.loop = loop
 
     def begin(self, intent: Intent) -> object:
-        return self._call(self.store.journal_begin(intent))
+        return self._call(self.store.journal.begin(intent))
 
     def end(self, token: object) -> None:
         if token is not None:
             assert isinstance(token, int)
-            self._call(self.store.journal_end(token))
+            self._call(self.store.journal.end(token))
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
@@ -119,9 +119,9 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
     """
     store = board.store
     settled: list[int] = []
-    for entry, intent in await store.journal_open():
+    for entry, intent in await store.journal.open():
         log = olog.get(job_id=intent.job_id, repo=intent.repo)
-        job = await store.get(intent.job_id) if intent.job_id is not None else None
+        job = await store.jobs.get(intent.job_id) if intent.job_id is not None else None
         if job is None or Path(job.repo) != Path(intent.repo):
             # Not a landing of this daemon's: its job is not of that repository (in team mode, not of one of this
             # node's clones). Nothing is written anywhere on its word; a person is told what it named.
@@ -129,7 +129,7 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
                 olog.Event.LANDING_RECOVERED, ok=False, refused=True, checkouts=list(intent.checkouts),
                 error="the intent names no job of this daemon in that repository: not obeyed, dropped",
             )  # fmt: skip
-            await store.journal_end(entry)
+            await store.journal.end(entry)
             continue
         try:
             done = await asyncio.to_thread(settle, intent)
@@ -146,7 +146,7 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
             left=done.left,
             locks=list(done.locks),
         )
-        job = await store.get(job.id)
+        job = await store.jobs.get(job.id)
         if job is not None and job.state is JobState.LANDING:
             settled.append(job.id)
             data = {"outcome": done.outcome, "consistent": done.consistent, "left": done.left}
@@ -167,5 +167,5 @@ async def settle_landings(board: Board, pool: WorktreePool) -> list[int]:
                 await board.update(
                     job.id, {JobState.LANDING}, event=JobEvent.LANDING_RECOVERED, data=data, reason=message
                 )
-        await store.journal_end(entry)
+        await store.journal.end(entry)
     return settled

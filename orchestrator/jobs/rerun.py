@@ -75,7 +75,7 @@ async def requeue(
             data={**data, "kept": kept}, **fields,
         )  # fmt: skip
         log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, kept=kept, **data)
-        return done or await board.store.get(job.id) or job
+        return done or await board.store.jobs.get(job.id) or job
     why = "no attempt left" if rerun.settles else "another attempt on this base would meet it again"
     return await _conflicted(board, pool, job, f"{rerun.reason}; {after}; not run again ({why})", data)
 
@@ -112,7 +112,7 @@ async def hold(
         data=data,
     )  # fmt: skip
     log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, **data)
-    return done or await board.store.get(job.id) or job
+    return done or await board.store.jobs.get(job.id) or job
 
 
 async def _conflicted(board: Board, pool: WorktreePool, job: Job, why: str, data: dict[str, Any]) -> Job:
@@ -123,7 +123,7 @@ async def _conflicted(board: Board, pool: WorktreePool, job: Job, why: str, data
         reason=reason, data=data,
     )  # fmt: skip
     olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.JOB_FAILED, code=Code.CONFLICT, reason=reason)
-    return done or await board.store.get(job.id) or job
+    return done or await board.store.jobs.get(job.id) or job
 
 
 def _jobs(ids: tuple[int, ...]) -> str:

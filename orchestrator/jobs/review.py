@@ -85,7 +85,7 @@ async def land(board: Board, lander: Lander, job: Job) -> Job:
         code=Code.FINISHED,
     )
     if approved is None:
-        raise ReviewError(_moved(job.id, await board.store.get(job.id), "landed"))
+        raise ReviewError(_moved(job.id, await board.store.jobs.get(job.id), "landed"))
     olog.get(job_id=job.id, repo=job.repo).info(olog.Event.JOB_FINISHED, result=job.result, approved=True)
     lander.submit(approved)
     return approved
@@ -112,7 +112,7 @@ async def reject(board: Board, pool: WorktreePool, job: Job) -> Job:
         data={"code": Code.REJECTED, "branch": kept},
     )
     if rejected is None:
-        raise ReviewError(_moved(job.id, await board.store.get(job.id), "rejected"))
+        raise ReviewError(_moved(job.id, await board.store.jobs.get(job.id), "rejected"))
     with olog.best_effort("give the rejected job's worktree back", *CLEANUP_ERRORS, job_id=job.id):
         await pool.release(Path(job.repo), job.id, keep=False, delete_branch=False)
     olog.get(job_id=job.id, repo=job.repo).info(olog.Event.JOB_REJECTED, branch=kept)

@@ -1,7 +1,7 @@
 """What keeps a scheduler round's cost proportional to what changed, not to the length of the queue.
 
 - `Planned` mirrors the planned jobs (and those keeping their place) in memory and re-reads from the store only
-  the jobs written since the last round (`Store.take_changed`), so a round does not reload and re-parse a queue
+  the jobs written since the last round (`JobTable.take_changed`), so a round does not reload and re-parse a queue
   of thousands.
 - `Views` keeps each job's `JobView` between rounds while its facts are the same objects, so per-job
   admission facts stay cached and comparing two rounds' facts is mostly identity checks.
@@ -35,18 +35,18 @@ class Planned:
         self._held: dict[int, Job] = {}
 
     async def jobs(self) -> list[Job]:
-        changed = self.store.take_changed()  # taken before reading: a write during the read is seen next round
+        changed = self.store.jobs.take_changed()  # taken before reading: a write during the read is seen next round
         if self._jobs is None:
             # One read for both: a job planned between two reads would be in neither.
-            both = await self.store.jobs(HELD | PLANNING | {JobState.PLANNED})
+            both = await self.store.jobs.all(HELD | PLANNING | {JobState.PLANNED})
             self._jobs = {j.id: j for j in both if j.state is JobState.PLANNED}
             self._held = {j.id: j for j in both if keeps_place(j)}
         elif changed:
             for i in changed:
                 self._jobs.pop(i, None)
                 self._held.pop(i, None)
-            for job in await self.store.get_many(changed):
-                if not self.store.mine(job):
+            for job in await self.store.jobs.many(changed):
+                if not self.store.team.mine(job):
                     continue  # team mode: another node's job (it changed there)
                 if job.state is JobState.PLANNED:
                     self._jobs[job.id] = job

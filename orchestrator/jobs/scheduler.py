@@ -137,13 +137,13 @@ class Scheduler:
     async def load(self) -> None:
         """What a stopped daemon left in force, read before anyone asks (the API answers from these): the run-time
         controls, and the rate limits its jobs met."""
-        self.controls = await self.board.store.controls()
+        self.controls = await self.board.store.limits.controls()
         await self.executor.limits.load()
 
     async def run(self) -> None:
         """Decide, act, sleep until woken (`load` first). In burst mode, return once nothing is open."""
         self._last_wake = time.monotonic()
-        for job in await self.board.store.jobs([JobState.LANDING]):
+        for job in await self.board.store.jobs.all([JobState.LANDING]):
             self.lander.submit(job)  # landings a previous daemon left in flight resume
         while not self._stopping:
             self._wakeup.clear()
@@ -176,12 +176,12 @@ class Scheduler:
     async def _idle(self) -> bool:
         """Nothing happens any more without a person: no open job, or only waiting ones held back by
         jobs that keep their place until someone retries or cancels them."""
-        if not await self.board.store.count(OPEN):
+        if not await self.board.store.jobs.count(OPEN):
             return True
-        if self.running or await self.board.store.count(OPEN - PLANNED):
+        if self.running or await self.board.store.jobs.count(OPEN - PLANNED):
             return False
-        held = {j.id for j in await self.board.store.jobs(HELD)}
-        waiting = await self.board.store.jobs(PLANNED)
+        held = {j.id for j in await self.board.store.jobs.all(HELD)}
+        waiting = await self.board.store.jobs.all(PLANNED)
         return bool(held) and all(
             (d := self._seen.live.get(j.id)) is not None and set(d.blocking) <= held and d.blocking for j in waiting
         )
@@ -238,7 +238,7 @@ class Scheduler:
     async def _decide_round(self) -> None:
         store = self.board.store
         await self.board.claim()  # team mode: this node's share of the team's queue (one machine: every job is its own)
-        for job in await store.jobs([JobState.QUEUED]):
+        for job in await store.jobs.all([JobState.QUEUED]):
             await self.planning.submit(job)
         # A job whose task is starting (admitted, its move to `running` not stored yet) is active already: it is
         # no longer waiting, and no later round may admit an overlapping job beside it.
@@ -252,7 +252,7 @@ class Scheduler:
         if not planned:
             self._repo_facts.reset()
             return
-        active = [*await store.jobs(ACTIVE), *starting]
+        active = [*await store.jobs.all(ACTIVE), *starting]
         # When nothing can start (every slot taken, or a landing in flight on every waiting job's branch), the
         # queue can only be deferred: its reasons are refreshed by a full pass every `_explain_every` seconds
         # (one a woken round may cut short), not by every round.
@@ -266,7 +266,7 @@ class Scheduler:
             self._cut = time.monotonic()
             return
         # Team mode: the other nodes' jobs of these repositories (active: they hold paths; planned: their place).
-        others = await store.elsewhere()
+        others = await store.team.elsewhere()
         elsewhere = [j for j in others if j.state in ACTIVE]
         held = [*self._planned.held(), *(j for j in others if j.state is JobState.PLANNED)]
         self._views.keep((*by_id, *(j.id for j in (*active, *held, *elsewhere))))
@@ -298,7 +298,7 @@ class Scheduler:
                 if (
                     blocked
                     and self._wakeup.is_set()
-                    and not self._nothing_can_start(planned, _slots_taken(await store.jobs(ACTIVE)) + len(starting))
+                    and not self._nothing_can_start(planned, _slots_taken(await store.jobs.all(ACTIVE)) + len(starting))
                 ):
                     complete = False
                     break
@@ -343,7 +343,7 @@ class Scheduler:
             moved[job_id] = diffs[key]
         mergeable = {repo: await self.facts.mergeable(repo, head) for (repo, _), head in heads.items()}
         deps = {dep for job in (*planned, *held) for dep in (*job.after, *job.land_after)}
-        states = await self.board.store.states(deps)
+        states = await self.board.store.jobs.states(deps)
 
         def view(job: Job) -> JobView:
             return self._views.view(job, mergeable.get(job.repo, frozenset()), self.watch.actual.get(job.id))

@@ -100,7 +100,7 @@ class Jobs:
     # -- reading --------------------------------------------------------------------------------------
 
     async def get(self, job_id: int) -> Job:
-        job = await self.store.get(job_id)
+        job = await self.store.jobs.get(job_id)
         if job is None:
             raise JobError(f"no job {job_id}: `orchestrator status` lists the jobs", status=404)
         return self.scheduler.live(job)
@@ -108,12 +108,12 @@ class Jobs:
     async def wait(self, ids: Iterable[int], timeout: float | None) -> list[Job]:
         """Until every one of these jobs has ended (or `timeout`); the jobs as they are then, in order."""
         ids = list(dict.fromkeys(ids))
-        known = {j.id for j in await self.store.get_many(ids)}
+        known = {j.id for j in await self.store.jobs.many(ids)}
         missing = [i for i in ids if i not in known]
         if missing:
             raise JobError(f"no job {missing[0]}: `orchestrator status` lists the jobs", status=404)
         await self.board.wait_ended(ids, timeout)
-        found = {j.id: j for j in await self.store.get_many(ids)}
+        found = {j.id: j for j in await self.store.jobs.many(ids)}
         return [self.scheduler.live(found[i]) for i in ids if i in found]
 
     async def diff(self, job_id: int, against_head: bool) -> dict[str, Any]:
@@ -140,7 +140,7 @@ class Jobs:
             raise BadRequest(f"--land {land!r}: use auto (land when finished) or review (wait for `orchestrator land`)")
         priority = request.priority or 0
         after = list(request.after)
-        known = {j.id for j in await self.store.get_many(after)}
+        known = {j.id for j in await self.store.jobs.many(after)}
         for dep in after:
             if dep not in known:
                 raise BadRequest(f"--after {dep}: no such job (`orchestrator status` lists the jobs)")
@@ -271,7 +271,7 @@ class Jobs:
                 await testhook.reach("cancel", job_id)
                 # Team mode: another node's landing may be pushing right now, which this node cannot see.
                 landing_now = self.lander.landing_now(job_id) or (
-                    job.state is JobState.LANDING and not self.store.mine(job)
+                    job.state is JobState.LANDING and not self.store.team.mine(job)
                 )
                 how = on_cancel(job.state, task=job_id in self.scheduler.running, landing_now=landing_now)
                 if how is Cancel.ENDED:
@@ -333,7 +333,7 @@ class Jobs:
             raise BadRequest(f"the feedback is {len(feedback)} characters; at most {MAX_FEEDBACK} reach an agent CLI")
         async with self._one_at_a_time(job_id):
             job = await self.get(job_id)
-            if job.node and not self.store.mine(job):  # team mode: its worktree is on the node that ran it
+            if job.node and not self.store.team.mine(job):  # team mode: its worktree is on the node that ran it
                 raise JobError(f"job {job_id} ran on node {job.node!r}: revise it there, where its worktree is")
             kept = job.state in (JobState.FAILED, JobState.INTERRUPTED) and await self._worktree_kept(job)
             how = on_revise(job.state, worktree_kept=kept)
@@ -414,7 +414,7 @@ class Jobs:
             job = await self.get(job_id)
             if not job.state.terminal:
                 raise JobError(f"job {job_id} is {job.state}; cancel it first (`orchestrator cancel {job_id}`)")
-            waiting = [j.id for j in await self.store.jobs(OPEN) if job_id in j.after]
+            waiting = [j.id for j in await self.store.jobs.all(OPEN) if job_id in j.after]
             if waiting:
                 raise JobError(f"job {job_id} is a dependency (--after) of open jobs {waiting}; clean it once they end")
             await self.pool.clean(Path(job.repo), job_id)
@@ -427,8 +427,8 @@ class Jobs:
 
     async def control(self, scope: str, *, paused: bool | None = None, slots: int | bool | None = False) -> None:
         """Pause, resume or limit a repo (or every repo): stored first, then a fact of the next snapshot."""
-        await self.store.set_control(scope, paused=paused, slots=slots)
-        self.scheduler.controls = controls = await self.store.controls()
+        await self.store.limits.set_control(scope, paused=paused, slots=slots)
+        self.scheduler.controls = controls = await self.store.limits.controls()
         olog.get(repo=scope).info(
             olog.Event.CONTROL_CHANGED,
             scope=scope,

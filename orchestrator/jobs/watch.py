@@ -65,18 +65,19 @@ class OverlapWatch:
         mine = view(job)
         if not growth.outside(mine, touched, self.cfg.policy()):
             return None
-        others = [(o, view(o)) for o in await self.board.store.jobs(ACTIVE) if o.repo == job.repo and o.id != job.id]
+        active = await self.board.store.jobs.all(ACTIVE)
+        others = [(o, view(o)) for o in active if o.repo == job.repo and o.id != job.id]
         return mine, others
 
     async def holding(self, job_id: int) -> tuple[frozenset[str], list[tuple[Job, frozenset[str]]]] | None:
         """A running job's claim (its growth with it), and what each other active job of its repository holds: its
         claim, growth and touched paths (a job's door answers with these). None when it is not running."""
-        job = await self.board.store.get(job_id)
+        job = await self.board.store.jobs.get(job_id)
         if job is None or job.state is not JobState.RUNNING:
             return None
         others = [
             (o, o.claim.paths | o.grown | self.actual.get(o.id, o.actual))
-            for o in await self.board.store.jobs(ACTIVE)
+            for o in await self.board.store.jobs.all(ACTIVE)
             if o.repo == job.repo and o.id != job.id
         ]
         return job.claim.paths | job.grown, others
@@ -86,7 +87,7 @@ class OverlapWatch:
         claim growth, asked ahead: granted, they join it (event `claim_grown`, `asked`); held by another active
         job, they do not (the agent is told by whom). None when the job is not running."""
         async with self._growing:
-            job = await self.board.store.get(job_id)
+            job = await self.board.store.jobs.get(job_id)
             if job is None or job.state is not JobState.RUNNING:
                 return None
             seen = await self.views(job, paths)
@@ -118,7 +119,7 @@ class OverlapWatch:
             wanted = frozenset({claims.normalize(path)})
         except claims.ClaimError:
             return None  # no claim can name it (a literal `[`, a backslash): its write shows in the watch
-        job = await self.board.store.get(job_id)
+        job = await self.board.store.jobs.get(job_id)
         seen = None if job is None else await self.views(job, wanted)
         if seen is None:
             return None
@@ -190,7 +191,7 @@ class OverlapWatch:
             message=f"job {job.id} touched {', '.join(sorted(meet))} outside its claim, "
             f"which job {other.id} holds; job {later.id} lands after job {earlier.id}",
         )
-        current = await self.board.store.get(later.id)  # its current land_after, not the one when the watch began
+        current = await self.board.store.jobs.get(later.id)  # its current land_after, not the one when the watch began
         # A job re-run after a conflict may meet a job that already lands after it: the order stands.
         if (
             current is not None
@@ -218,7 +219,7 @@ class OverlapWatch:
             if i in seen:
                 continue
             seen.add(i)
-            job = await self.board.store.get(i)
+            job = await self.board.store.jobs.get(i)
             if job is None or job.state.terminal:
                 continue
             if other in job.land_after:

@@ -41,7 +41,7 @@ class Histories:
         async with self._locks.setdefault(repo, asyncio.Lock()):
             history = self._mem.get(repo)
             if history is None and self.store is not None:
-                cached = await self.store.plan_history(repo)
+                cached = await self.store.plans.history(repo)
                 if cached is not None:
                     history = History((Change.from_json(row) for row in cached[1]), tip=cached[0])
             if history is not None and history.tip == head:
@@ -59,7 +59,7 @@ class Histories:
                     history = History(history.changes[-self.keep :], tip=head)
             self._mem[repo] = history
             if self.store is not None:
-                await self.store.save_plan_history(repo, head, [c.to_json() for c in history.changes])
+                await self.store.plans.save_history(repo, head, [c.to_json() for c in history.changes])
             olog.get(repo=repo).debug(
                 olog.Event.PLAN_HISTORY, head=head, mined=len(new), incremental=incremental, kept=len(history.changes)
             )
@@ -125,14 +125,14 @@ class Records:
         )
         if self.store is not None:
             newest = changes[-1].sha if changes else ""
-            await self.store.save_plan_record(repo, newest, calibration.dump() if calibration is not None else None)
+            await self.store.plans.save_record(repo, newest, calibration.dump() if calibration is not None else None)
         return calibration
 
     async def _stored(self, repo: str) -> tuple[str, Calibration | None] | None:
         """The record the store keeps for `repo` (None: none, or one this version cannot read: it is built again)."""
         if self.store is None:
             return None
-        row = await self.store.plan_record(repo)
+        row = await self.store.plans.record(repo)
         if row is None:
             return None
         newest, data = row

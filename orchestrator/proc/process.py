@@ -94,7 +94,7 @@ def home_tag(home: object) -> str:
 
 
 class Owner:
-    """Where groups are recorded: the store (`Store.own_process`) in the daemon, nothing in unit tests."""
+    """Where groups are recorded: the store (`ProcessTable.own`) in the daemon, nothing in unit tests."""
 
     @property
     def tag(self) -> str:

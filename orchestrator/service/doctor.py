@@ -23,6 +23,7 @@ from pathlib import Path
 
 from orchestrator import config, paths
 from orchestrator.client import ApiError, Client, Unreachable
+from orchestrator.core import seal
 from orchestrator.proc import visible
 from orchestrator.service import hooks, manager, spool, unit
 
@@ -230,10 +231,14 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
     from orchestrator.core.urls import shown
 
     env_file = env_file or unit.env_file()
-    in_file = unit.read_env_file(env_file).get("PGPASSWORD")  # its mode is the config check's (never open)
+    service_env = unit.read_env_file(env_file)  # its mode is the config check's (never open)
+    in_file = service_env.get("PGPASSWORD")
     out: list[Check] = []
+    secret = os.environ.get(seal.SECRET_ENV) or service_env.get(seal.SECRET_ENV)
+    why = seal.problem(secret)
+    out.append(Check("team secret", FAIL if why else OK, why or f"{seal.SECRET_ENV} is set (never printed)"))
     try:
-        from orchestrator.store import pgaudit, pgschema
+        from orchestrator.store import pgaudit, schema
 
         facts = asyncio.run(pgaudit.inspect(url, password=os.environ.get("PGPASSWORD") or in_file))
     except ImportError as e:
@@ -246,7 +251,7 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
         "over TCP, which a job's network reaches too: it needs the password (hidden from jobs); docs/team.md says "
         "how to close the port to jobs")  # fmt: skip
     out.append(Check("postgresql", OK, f"{shown(url)} answers as {facts.role}, {where}"))
-    out += [Check(name, level, detail) for name, level, detail in pgaudit.verdict(facts, len(pgschema.MIGRATIONS))]
+    out += [Check(name, level, detail) for name, level, detail in pgaudit.verdict(facts, len(schema.POSTGRES))]
     return out
 
 

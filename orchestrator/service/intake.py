@@ -42,7 +42,7 @@ async def _one(jobs: Jobs, request: Tickets, t: Ticket) -> dict[str, Any]:
     store = jobs.store
     repo = str(await asyncio.to_thread(repos.canonical, Path(request.repo)))
     key = f"{repo}\0{t.key}"
-    existing = await store.ticket_job(key)
+    existing = await store.jobs.ticket_job(key)
     if existing is not None:
         olog.get(job_id=existing, repo=repo).info(olog.Event.TICKET_DUPLICATE, key=t.key, commit=request.commit)
         return {"key": t.key, "status": "duplicate", "job_id": existing}
@@ -50,7 +50,7 @@ async def _one(jobs: Jobs, request: Tickets, t: Ticket) -> dict[str, Any]:
         job = await jobs.submit(t.enqueue(repo, request.branch, request.author), ticket=(key, t.id))
     except DuplicateTicket:
         # The same key arrived twice at once (a spooled copy and a late answer): the first one won.
-        return {"key": t.key, "status": "duplicate", "job_id": await store.ticket_job(key)}
+        return {"key": t.key, "status": "duplicate", "job_id": await store.jobs.ticket_job(key)}
     superseded = await _supersede(jobs, repo, t.id, job.id, request.commit) if t.id else []
     return {"key": t.key, "status": "queued", "job_id": job.id, "superseded": superseded}
 
@@ -60,10 +60,10 @@ async def _supersede(jobs: Jobs, repo: str, ticket_id: str, newer: int, commit: 
     done = []
     where = f", commit {str(commit)[:12]}" if commit else ""
     reason = f"superseded by job {newer} (ticket {ticket_id!r}{where})"
-    for job_id in await jobs.store.ticket_jobs(repo, ticket_id):
+    for job_id in await jobs.store.jobs.ticket_jobs(repo, ticket_id):
         if job_id == newer:
             continue
-        job = await jobs.store.get(job_id)
+        job = await jobs.store.jobs.get(job_id)
         if job is None or job.state not in WAITING:
             continue
         try:

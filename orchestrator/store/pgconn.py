@@ -17,7 +17,7 @@ import asyncpg
 
 from orchestrator import logging as olog
 from orchestrator import testhook
-from orchestrator.store import StoreUnreachable
+from orchestrator.store.base import StoreUnreachable
 
 T = TypeVar("T")
 

@@ -1,7 +1,10 @@
-"""The PostgreSQL store's plain records: run-time controls, each node's rate limits, job events, each node's own
-planning history, process groups and landing journal, and the chat plane's sessions, messages and memories
-(`PgStore` is made of these and the jobs' guarded writes). The same methods and meanings as
-`orchestrator.store.Store`'s; rows a node keeps for itself carry its name.
+"""The PostgreSQL store's records beside its jobs: job events, run-time controls and each node's rate limits, the
+chat plane's sessions, each node's planning history, and the landing journal of its pushes onto the shared
+remote; each implements its Protocol of `store.base`. Rows a node keeps for itself carry its name.
+
+What a node acts on on its own machine (its process groups, the landing journal of its own checkouts, its record
+of each repository) is kept in its own file (`local`, a `store.sqlite` part), never here: any node, or anyone
+with the database, could have written it.
 """
 
 from __future__ import annotations
@@ -14,17 +17,32 @@ from typing import Any
 import asyncpg
 
 from orchestrator.core.models import JobEvent
-from orchestrator.core.records import Group, Intent
+from orchestrator.core.records import Intent
+from orchestrator.store.base import LandingJournal, PlanCache
 from orchestrator.store.pgconn import PgConnection
-from orchestrator.store.sqlite import Store
 
 
-class PgRecords:
-    _db: PgConnection
-    node: str
-    local: Store
+class PgEvents:
+    """Each job's history, the team's (`store.base.EventLog`)."""
 
-    # -- controls, events, planning history ---------------------------------------------------------
+    def __init__(self, db: PgConnection) -> None:
+        self._db = db
+
+    async def of_job(self, job_id: int) -> list[dict[str, Any]]:
+        rows = await self._db.fetch("SELECT at, kind, data FROM job_events WHERE job_id = $1 ORDER BY id", job_id)
+        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
+
+    async def of_kind(self, kind: JobEvent) -> list[tuple[int, dict[str, Any]]]:
+        rows = await self._db.fetch("SELECT job_id, data FROM job_events WHERE kind = $1 ORDER BY id", kind)
+        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
+
+
+class PgLimits:
+    """Run-time controls (the team's) and rate limits (each node's) (`store.base.Limits`)."""
+
+    def __init__(self, db: PgConnection, node: str) -> None:
+        self._db = db
+        self.node = node
 
     async def controls(self) -> dict[str, tuple[bool, int | None]]:
         rows = await self._db.fetch("SELECT scope, paused, slots FROM controls")
@@ -56,76 +74,12 @@ class PgRecords:
 
         await self._db.run(work)
 
-    async def events(self, job_id: int) -> list[dict[str, Any]]:
-        rows = await self._db.fetch("SELECT at, kind, data FROM job_events WHERE job_id = $1 ORDER BY id", job_id)
-        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["data"])} for r in rows]
 
-    async def event_jobs(self, kind: JobEvent) -> list[tuple[int, dict[str, Any]]]:
-        rows = await self._db.fetch("SELECT job_id, data FROM job_events WHERE kind = $1 ORDER BY id", kind)
-        return [(int(r["job_id"]), json.loads(r["data"])) for r in rows]
+class PgChat:
+    """The chat plane's sessions, messages and memories, the team's (`store.base.ChatLog`)."""
 
-    async def plan_history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
-        row = await self._db.fetchrow(
-            "SELECT head, changes FROM plan_history WHERE node = $1 AND repo = $2", self.node, repo
-        )
-        return (row["head"], json.loads(row["changes"])) if row else None
-
-    async def save_plan_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
-        await self._db.execute(
-            "INSERT INTO plan_history (node, repo, head, changes, at) VALUES ($1, $2, $3, $4, $5) "
-            "ON CONFLICT (node, repo) "
-            "DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
-            self.node, repo, head, json.dumps(changes), time.time(),
-        )  # fmt: skip
-
-    async def plan_record(self, repo: str) -> tuple[str, dict[str, Any] | None] | None:
-        """This node's record of a repository, from its own file: what its planner estimates risk from is never read
-        back from the shared store, where another node could have written it."""
-        return await self.local.plan_record(repo)
-
-    async def save_plan_record(self, repo: str, newest: str, record: dict[str, Any] | None) -> None:
-        await self.local.save_plan_record(repo, newest, record)
-
-    # -- this node's process groups and landing journal --------------------------------------------------
-
-    # A node's process groups and the landing journal of its own checkouts mean something on its machine only, and
-    # it acts on them there (it signals the groups, it writes the checkouts): they are kept in its own file
-    # (`local`), never in the shared store. Only a landing's push onto the shared remote is journaled here, for
-    # the node that takes the job over to find (`remote_intents`).
-
-    async def own_process(self, group: Group, job_id: int | None = None) -> None:
-        await self.local.own_process(group, job_id)
-
-    async def disown_process(self, group: Group) -> None:
-        await self.local.disown_process(group)
-
-    async def processes(self) -> list[tuple[Group, int | None]]:
-        return await self.local.processes()
-
-    async def journal_begin(self, intent: Intent) -> int:
-        """The intent's entry: a local one (negative: in the node's own file) when it names checkouts, a shared one
-        when it is a push onto the shared remote."""
-        if intent.checkouts:
-            return -await self.local.journal_begin(intent)
-        row = await self._db.fetchrow(
-            "INSERT INTO landing_journal (node, job_id, repo, branch, old, new, checkouts, at) "
-            "VALUES ($1, $2, $3, $4, $5, $6, '[]', $7) RETURNING id",
-            self.node, intent.job_id, intent.repo, intent.branch, intent.old, intent.new, intent.at,
-        )  # fmt: skip
-        assert row is not None
-        return int(row[0])
-
-    async def journal_end(self, entry: int) -> None:
-        if entry < 0:
-            await self.local.journal_end(-entry)
-            return
-        await self._db.execute("DELETE FROM landing_journal WHERE id = $1 AND node = $2", entry, self.node)
-
-    async def journal_open(self) -> list[tuple[int, Intent]]:
-        """This node's landings into its own checkouts that were not level when it stopped (from its own file)."""
-        return [(-entry, intent) for entry, intent in await self.local.journal_open()]
-
-    # -- chat --------------------------------------------------------------------------------------
+    def __init__(self, db: PgConnection) -> None:
+        self._db = db
 
     async def add_message(self, session: str, role: str, content: str) -> int:
         return await self._db.run(lambda c: _add_message(c, session, role, content, time.time()))
@@ -166,6 +120,77 @@ class PgRecords:
 
     async def memories(self, session: str, limit: int = 50) -> list[str]:
         return [r["content"] for r in await self._db.fetch(_MEMORIES, session, limit)]
+
+
+class PgPlans:
+    """Each node's planning history here; its record in its own file (`store.base.PlanCache`)."""
+
+    def __init__(self, db: PgConnection, node: str, local: PlanCache) -> None:
+        self._db = db
+        self.node = node
+        self._local = local
+
+    async def history(self, repo: str) -> tuple[str, list[list[Any]]] | None:
+        row = await self._db.fetchrow(
+            "SELECT head, changes FROM plan_history WHERE node = $1 AND repo = $2", self.node, repo
+        )
+        return (row["head"], json.loads(row["changes"])) if row else None
+
+    async def save_history(self, repo: str, head: str, changes: list[list[Any]]) -> None:
+        await self._db.execute(
+            "INSERT INTO plan_history (node, repo, head, changes, at) VALUES ($1, $2, $3, $4, $5) "
+            "ON CONFLICT (node, repo) "
+            "DO UPDATE SET head = excluded.head, changes = excluded.changes, at = excluded.at",
+            self.node, repo, head, json.dumps(changes), time.time(),
+        )  # fmt: skip
+
+    async def record(self, repo: str) -> tuple[str, dict[str, Any] | None] | None:
+        """This node's record of a repository, from its own file: what its planner estimates risk from is never read
+        back from the shared store, where another node could have written it."""
+        return await self._local.record(repo)
+
+    async def save_record(self, repo: str, newest: str, record: dict[str, Any] | None) -> None:
+        await self._local.save_record(repo, newest, record)
+
+
+class PgJournal:
+    """A landing's intent: into this node's checkouts in its own file, a push onto the shared remote here, for the
+    node that takes the job over to find (`remote`) (`store.base.LandingJournal`)."""
+
+    def __init__(self, db: PgConnection, node: str, local: LandingJournal) -> None:
+        self._db = db
+        self.node = node
+        self._local = local
+
+    async def begin(self, intent: Intent) -> int:
+        """The intent's entry: a local one (negative: in the node's own file) when it names checkouts, a shared one
+        when it is a push onto the shared remote."""
+        if intent.checkouts:
+            return -await self._local.begin(intent)
+        row = await self._db.fetchrow(
+            "INSERT INTO landing_journal (node, job_id, repo, branch, old, new, checkouts, at) "
+            "VALUES ($1, $2, $3, $4, $5, $6, '[]', $7) RETURNING id",
+            self.node, intent.job_id, intent.repo, intent.branch, intent.old, intent.new, intent.at,
+        )  # fmt: skip
+        assert row is not None
+        return int(row[0])
+
+    async def end(self, entry: int) -> None:
+        if entry < 0:
+            await self._local.end(-entry)
+            return
+        await self._db.execute("DELETE FROM landing_journal WHERE id = $1 AND node = $2", entry, self.node)
+
+    async def open(self) -> list[tuple[int, Intent]]:
+        """This node's landings into its own checkouts that were not level when it stopped (from its own file)."""
+        return [(-entry, intent) for entry, intent in await self._local.open()]
+
+    async def remote(self, job_id: int) -> list[Intent]:
+        """A job's open landing intents on the shared remote (a push whose answer its node never recorded)."""
+        rows = await self._db.fetch(
+            "SELECT * FROM landing_journal WHERE job_id = $1 AND checkouts = '[]' ORDER BY id", job_id
+        )
+        return [intent_of(r) for r in rows]
 
 
 _HISTORY = "SELECT id, role, content, at, extracted FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2"

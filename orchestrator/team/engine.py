@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,8 +17,11 @@ from typing import TYPE_CHECKING
 
 from orchestrator import logging as olog
 from orchestrator.config import Config
+from orchestrator.core.seal import SECRET_ENV
+from orchestrator.core.seal import problem as seal_problem
 from orchestrator.paths import Paths
 from orchestrator.store import Store, StoreUnreachable, StoreUnusable
+from orchestrator.store.sqlite import SqliteStore
 from orchestrator.team import clones
 
 if TYPE_CHECKING:
@@ -35,7 +39,7 @@ async def open_store(
     until `stop` is set): a node started before its database comes up with it, saying so through `status` (the
     service manager's status line)."""
     if not cfg.store.url:
-        return await Store.open(paths.db)
+        return await SqliteStore.open(paths.db)
     try:
         import orchestrator.store.postgres  # noqa: F401 - loads asyncpg: said here, once, what to install
     except ImportError as e:
@@ -44,10 +48,13 @@ async def open_store(
             "pip install -e '.[team]'"
         ) from None
 
+    secret = os.environ.get(SECRET_ENV, "")
+    if why := seal_problem(secret):
+        raise StoreUnusable(why)
     # What the node keeps for itself (its processes, its checkouts' journal, its clones) stays in its own file.
-    local = await Store.open(paths.db)
+    local = await SqliteStore.open(paths.db)
     try:
-        store = await _connect(cfg, local, stop, status)
+        store = await _connect(cfg, local, secret.encode(), stop, status)
     except BaseException:
         await local.close()
         raise
@@ -58,12 +65,12 @@ async def open_store(
         except clones.NotShared as e:
             olog.get(repo=path).warning(olog.Event.TEAM_JOINED, skipped=str(e))
             continue
-        await store.register_clone(key, path, url)
+        await store.team.register_clone(key, path, url)
     return store
 
 
 async def _connect(
-    cfg: Config, local: Store, stop: asyncio.Event | None, status: Callable[[str], None] | None
+    cfg: Config, local: SqliteStore, secret: bytes, stop: asyncio.Event | None, status: Callable[[str], None] | None
 ) -> PgStore:
     """The team's store, asked again with a growing pause for up to `team.start_wait` seconds."""
     from orchestrator.store.postgres import PgStore
@@ -77,6 +84,7 @@ async def _connect(
                 node=cfg.team.node_name(),
                 remote_of=clones.remote_of,
                 local=local,
+                secret=secret,
                 labels=cfg.team.labels,
                 lease=cfg.team.lease,
                 hold=max(2, cfg.jobs.max_concurrent),

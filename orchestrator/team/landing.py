@@ -47,7 +47,7 @@ class TeamLander(Lander):
         return store
 
     async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> Then:
-        if not await self.team_store.holds(job.id):
+        if not await self.team_store.team.holds(job.id):
             return Then.END  # taken over by another node, or moved on: nothing of this attempt lands
         return await super()._attempt(job, log)
 
@@ -62,10 +62,10 @@ class TeamLander(Lander):
         store = self.team_store
 
         async def fence() -> bool:
-            return await store.holds(job.id)
+            return await store.team.holds(job.id)
 
         team = self.cfg.team
-        async with store.landing_lock(remote.key), self.fetches.lock(job.repo):
+        async with store.team.landing_lock(remote.key), self.fetches.lock(job.repo):
             return await rmt.land(
                 Path(job.repo),
                 remote,

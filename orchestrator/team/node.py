@@ -49,8 +49,8 @@ class TeamNode:
         self.board = board
         self.scheduler = scheduler
         self.git_timeout = git_timeout
-        self.every = store.lease / 3
-        self.keeper = keeper or LeaseKeeper(store.url, store.node, store.lease)
+        self.every = store.team.lease / 3
+        self.keeper = keeper or LeaseKeeper(store.url, store.node, store.team.lease)
         self._task: asyncio.Task[None] | None = None
         self._heard: set[asyncio.Task[None]] = set()
         self._stopping: set[int] = set()
@@ -58,9 +58,10 @@ class TeamNode:
 
     async def start(self) -> None:
         await asyncio.to_thread(self.keeper.start)
-        await self.store.listen(self._foreign)
+        await self.store.team.listen(self._foreign)
         olog.get().info(
-            olog.Event.TEAM_JOINED, node=self.store.node, labels=list(self.store.labels), lease=self.store.lease,
+            olog.Event.TEAM_JOINED, node=self.store.node, labels=list(self.store.team.labels),
+            lease=self.store.team.lease,
             store=str(self.store.path),
         )  # fmt: skip
         self._task = asyncio.create_task(self._loop(), name="team-node")
@@ -79,8 +80,8 @@ class TeamNode:
         task.add_done_callback(self._heard.discard)
 
     async def _heard_of(self, ids: set[int]) -> None:
-        if self.store.remote_moved and isinstance(self.scheduler.facts, TeamFacts):
-            self.store.remote_moved = False
+        if self.store.team.remote_moved and isinstance(self.scheduler.facts, TeamFacts):
+            self.store.team.remote_moved = False
             self.scheduler.facts.forget()
         try:
             # A job this node runs that another node changed (or, after a reconnection, any: what changed is
@@ -103,19 +104,16 @@ class TeamNode:
 
     async def beat(self) -> None:
         """One beat: the notification connection, this node's lost jobs stopped, lapsed jobs taken over."""
-        await self.store.relisten()
+        await self.store.team.relisten()
         await self._stop_lost()
-        if self.keeper.steady_for() < self.store.lease:
+        if self.keeper.steady_for() < self.store.team.lease:
             return  # this node was cut off itself not long ago: others may not have renewed yet either
-        taken = 0
-        for job in await self.store.lapsed():
-            taken += await self.take_over(job)
-        if taken:
-            await self.board.announce()
+        for job in await self.store.team.lapsed():
+            await self.take_over(job)  # each announced by the board
 
     async def take_over(self, job: Job) -> bool:
         landed = await self._landed(job) if job.state is JobState.LANDING else None
-        done = await self.store.take_over(job, landed=landed)
+        done = await self.board.take_over(job, landed=landed)
         if done is not None:
             olog.get(job_id=job.id, repo=job.repo).warning(
                 olog.Event.TEAM_TAKEOVER, node=job.node, was=str(job.state), now=str(done.state), landed=landed
@@ -125,7 +123,7 @@ class TeamNode:
     async def _landed(self, job: Job) -> str | None:
         """The commit a dead node's push of this job put on the remote, if its journal says it tried and the remote
         branch holds it."""
-        intents = await self.store.remote_intents(job.id)
+        intents = await self.store.journal.remote(job.id)
         if not intents:
             return None
         remote = await asyncio.to_thread(clones.remote_of, job.repo, job.branch)
@@ -141,7 +139,7 @@ class TeamNode:
         epoch fences its writes); its workspace is kept, and a later claim of the job here rebuilds it, the
         attempt's work kept on its branch (`jobs.retire`)."""
         running = [i for i in self.scheduler.running if i not in self._stopping]
-        for job_id, job in (await self.store.lost(running)).items():
+        for job_id, job in (await self.store.team.lost(running)).items():
             if job_id not in self.scheduler.running or job_id in self._stopping:
                 continue
             log = olog.get(job_id=job_id, repo=job.repo)

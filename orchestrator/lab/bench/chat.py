@@ -48,7 +48,7 @@ from orchestrator import __version__
 from orchestrator.client import Client, Unreachable
 from orchestrator.lab.bench import turns
 from orchestrator.paths import resolve as resolve_paths
-from orchestrator.store import Store
+from orchestrator.store.sqlite import SqliteStore
 
 
 @dataclass
@@ -114,9 +114,9 @@ async def _seeded(home: Path, sessions: dict[str, int]) -> None:
     """The sessions' earlier conversations and memories, written to the daemon's store before it starts."""
     paths = resolve_paths({"ORCHESTRATOR_HOME": str(home)})
     paths.ensure()
-    store = await Store.open(paths.db)
+    store = await SqliteStore.open(paths.db)
     try:
-        await turns.seed(store, sessions)
+        await turns.seed(store.chat, sessions)
     finally:
         await store.close()
 

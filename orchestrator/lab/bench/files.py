@@ -14,6 +14,7 @@ another checkout (e.g. an older main), to compare two versions on the same machi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from typing import Any
 
 import click
 
+from orchestrator.client import ApiError, Unreachable
 from orchestrator.lab.bench import schedule as sched
 from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, epoch, machine
 from orchestrator.lab.bench.history import git
@@ -64,17 +66,25 @@ class _Sampler(threading.Thread):
         self.d, self.every, self.show = d, every, show
         self.status: list[float] = []
         self.shown: list[float] = []
+        self.failed: list[str] = []
+        """Calls that got no answer (counted in the figures with the time they took)."""
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
-            t = time.perf_counter()
-            self.d.client.jobs()
-            self.status.append(time.perf_counter() - t)
+            self.status.append(self._timed(self.d.client.jobs))
             for job_id in list(self.show):
-                t = time.perf_counter()
-                self.d.client.job(job_id)
-                self.shown.append(time.perf_counter() - t)
+                self.shown.append(self._timed(functools.partial(self.d.client.job, job_id)))
+
+    def _timed(self, call: Any) -> float:
+        """How long one call took; one that failed (a client timeout: the API did not answer) counts what it
+        took, and the sampler goes on."""
+        t = time.perf_counter()
+        try:
+            call()
+        except (Unreachable, ApiError, OSError) as e:
+            self.failed.append(f"{type(e).__name__}: {e}")
+        return time.perf_counter() - t
 
 
 def _small_jobs(d: BenchDaemon, repo: Path, until: threading.Event, tag: str, show: list[int]) -> list[float]:

@@ -13,16 +13,26 @@ measurements, side by side in one run so the machine's load weighs on both alike
 2. Admission latency with 1, 2 and 3 nodes (`--probe` disjoint jobs that do nothing, queued one every
    `--gap` s so a slot is always free: planned → admitted is the cost of admitting, not waiting), `--repeat`
    rounds interleaved, medians reported.
+3. `--measure files`: two nodes (2 slots each, `--lease` s); node n0 runs one job writing `--files` files (the
+   `bench files` writer; it fails on purpose, so the figures are the watch's and the lease's, not a commit of a
+   million files) while small jobs are queued one after another from both nodes and n0's API (`status`, `show`)
+   is sampled every `--every` s; a watcher reads every node's lease margin (`lease_until` less the server's
+   clock) twice a second. Reported: the API's p50/p99/max on n0, each node's least lease margin (negative: its
+   lease ended), the jobs taken over (0: no lease lost), whether every small job landed once.
+`--measure` picks which run (repeatable; default: 1 and 2).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack
@@ -31,9 +41,12 @@ from typing import Any
 
 import click
 
-from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, machine
+from orchestrator.core.seal import SECRET_ENV
+from orchestrator.lab.bench import schedule as sched
+from orchestrator.lab.bench.daemon import BenchDaemon, BenchError, epoch, machine
+from orchestrator.lab.bench.files import WRITER, _Sampler
 from orchestrator.lab.bench.report.team import print_report
-from orchestrator.lab.localpg import INSTALL_HINT, LocalPostgres, find_bindir
+from orchestrator.lab.localpg import INSTALL_HINT, LocalPostgres, LocalPostgresError, find_bindir
 
 
 class Node(BenchDaemon):
@@ -61,10 +74,14 @@ def _remote(root: Path) -> Path:
     return bare
 
 
-def _config(url: str, node: str, slots: int, clone: Path) -> str:
+def _config(
+    url: str, node: str, slots: int, clone: Path, *, lease: float = 10, labels: Iterable[str] = (), timeout: float = 0
+) -> str:
+    jobs = f'max_concurrent = {slots}\nper_repo = {slots}\nsandbox = "none"\n'
+    jobs += f"timeout = {timeout}\n" if timeout else ""
     return (
-        f'[jobs]\nmax_concurrent = {slots}\nper_repo = {slots}\nsandbox = "none"\n\n[store]\nurl = "{url}"\n\n'
-        f'[team]\nnode = "{node}"\nlease = 10\n\n[repos."{clone}"]\n'
+        f'[jobs]\n{jobs}\n[store]\nurl = "{url}"\n\n'
+        f'[team]\nnode = "{node}"\nlease = {lease}\nlabels = {json.dumps(list(labels))}\n\n[repos."{clone}"]\n'
     )
 
 
@@ -133,7 +150,7 @@ def run_team(
         for n in range(nodes):
             clone = work / f"clone{n}"
             _git(work, "clone", "-q", str(bare), clone.name)
-            env = {"ORCHESTRATOR_SANDBOX": "none", **pg.env()}
+            env = {"ORCHESTRATOR_SANDBOX": "none", SECRET_ENV: SECRET, **pg.env()}
             d = Node(work / f"home{n}", _config(url, f"n{n}", slots, clone), env)
             daemons.append((stack.enter_context(d), clone))
         started = time.time()
@@ -190,6 +207,106 @@ def queue(n: int, sleep: float) -> list[tuple[str, str]]:
     return out
 
 
+SECRET = secrets.token_hex(32)
+"""The team's secret of this run's nodes (`core.seal`)."""
+MEASURES = ("queue", "admission", "files")
+"""What `bench team` can run: the shared queue (1), admission latency by nodes (2), a job of many files (3)."""
+BIG_LABEL = "big"
+"""Only node n0 has it: the big job runs there."""
+
+
+def _lease_margins(pg: LocalPostgres, db: str, stop: threading.Event, every: float = 0.5) -> dict[str, float]:
+    """Each node's least lease margin (seconds its lease had left) while `stop` is not set."""
+    least: dict[str, float] = {}
+    sql = "SELECT name, lease_until - extract(epoch from clock_timestamp()) FROM nodes"
+    while not stop.wait(every):
+        with contextlib.suppress(LocalPostgresError):  # a slow psql under load: the next read counts
+            for line in pg.psql(sql, database=db).splitlines():
+                name, margin = line.split("|")
+                least[name] = min(least.get(name, float("inf")), float(margin))
+    return least
+
+
+def run_files(
+    pg: LocalPostgres, root: Path, *, files: int, every: float, lease: float, timeout: float = 7200.0
+) -> dict[str, Any]:
+    """Measurement 3 (see the module docstring): one node's job writes `files` files beside the team's other work;
+    the API's latency on that node, the least lease margin of each node, the jobs taken over."""
+    work = root / "files"
+    bare = _remote(work)
+    db = "files"
+    url = pg.create_database(db)
+    writer = work / "writer.py"
+    writer.write_text(WRITER)
+    with ExitStack() as stack:
+        daemons = []
+        for n in range(2):
+            clone = work / f"clone{n}"
+            _git(work, "clone", "-q", str(bare), clone.name)
+            labels = [BIG_LABEL] if n == 0 else []
+            text = _config(url, f"n{n}", 2, clone, lease=lease, labels=labels, timeout=timeout)
+            env = {"ORCHESTRATOR_SANDBOX": "none", SECRET_ENV: SECRET, **pg.env()}
+            daemons.append((stack.enter_context(Node(work / f"home{n}", text, env)), clone))
+        big_node, big_clone = daemons[0]
+        stop = threading.Event()
+        margins: dict[str, float] = {}
+        watcher = threading.Thread(target=lambda: margins.update(_lease_margins(pg, db, stop)), daemon=True)
+        watcher.start()
+        show: list[int] = []
+        sampler = _Sampler(big_node, every, show)
+        text = f"mkdir gen && python3 {writer} {files} && exit 3"
+        big = big_node.client.enqueue(repo=str(big_clone), text=text, paths=["gen/"], labels=[BIG_LABEL])
+        show.append(int(big["id"]))
+        sampler.start()
+        started = time.perf_counter()
+        small: list[tuple[int, float]] = []
+        i = 0
+        try:
+            while big_node.client.job(int(big["id"]))["state"] in ("queued", "planning", "planned", "running"):
+                d, clone = daemons[i % 2]
+                job = d.client.enqueue(repo=str(clone), text=f"echo {i} > s{i}.txt", paths=[f"s{i}.txt"])
+                if i == 0:
+                    show.append(int(job["id"]))
+                done = d.client.wait([job["id"]], timeout=600)["jobs"][0]
+                small.append((int(job["id"]), epoch(done["finished_at"]) - epoch(done["created_at"])))
+                i += 1
+                if time.perf_counter() - started > timeout:
+                    raise BenchError(f"the big job did not end in {timeout:.0f} s (see {work}/home0/daemon.log)")
+            big_s = time.perf_counter() - started
+        finally:
+            stop.set()
+            sampler.stop.set()
+            sampler.join(timeout=120)
+            watcher.join(timeout=30)
+        big_row = big_node.client.job(int(big["id"]))
+    taken = pg.psql(
+        "SELECT count(*) FROM job_events WHERE kind IN ('requeued', 'interrupted') AND data LIKE '%taken over%'",
+        database=db,
+    )
+    landed = subprocess.run(
+        ["git", "log", "main", "--format=%(trailers:key=Orchestrator-Job,valueonly,separator=)"], cwd=bare,
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    calls = sampler.status + sampler.shown
+    return {
+        "files": files,
+        "lease_s": lease,
+        "big_job_s": round(big_s, 1),
+        "big_job_state": big_row["state"],
+        "big_job_actual": len(big_row.get("actual") or []),
+        "api_calls": len(calls),
+        "api_p50_s": sched.fig(sched.pct(calls, 0.5), 4),
+        "api_p99_s": sched.fig(sched.pct(calls, 0.99), 4),
+        "api_max_s": sched.fig(sched.most(calls), 4),
+        "api_unanswered": len(sampler.failed),
+        "small_jobs": len(small),
+        "small_landed_once": sorted(map(int, landed)) == sorted(j for j, _ in small),
+        "small_job_mean_s": round(sum(s for _, s in small) / len(small), 3) if small else None,
+        "lease_margin_min_s": {name: round(m, 2) for name, m in sorted(margins.items())},
+        "taken_over": int(taken.strip() or 0),
+    }
+
+
 @click.command()
 @click.option("--jobs", "n_jobs", type=int, default=60, show_default=True, help="Jobs in the shared queue.")
 @click.option("--sleep", type=float, default=0.5, show_default=True, help="Seconds each job works.")
@@ -199,31 +316,44 @@ def queue(n: int, sleep: float) -> list[tuple[str, str]]:
 @click.option("--out", type=click.Path(path_type=Path), help="Also write the figures here (JSON).")
 @click.option("--keep", is_flag=True, help="Keep the temp dir (homes, logs, remotes).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (default: tables).")
+@click.option(
+    "--measure", type=click.Choice(MEASURES), multiple=True, help="What to run (repeatable; default: queue, admission)."
+)
+@click.option("--files", type=int, default=1_000_000, show_default=True, help="--measure files: files the job writes.")
+@click.option("--every", type=float, default=0.1, show_default=True, help="--measure files: API samples' gap (s).")
+@click.option("--lease", type=float, default=15.0, show_default=True, help="--measure files: the nodes' lease (s).")
 def main(
-    n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Path | None, keep: bool, as_json: bool
-) -> None:
-    """3 nodes × 2 slots vs 1 node × 6 slots on one queue; admission latency with 1, 2 and 3 nodes."""
+    n_jobs: int, sleep: float, probe: int, gap: float, repeat: int, out: Path | None, keep: bool, as_json: bool,
+    measure: tuple[str, ...], files: int, every: float, lease: float,
+) -> None:  # fmt: skip
+    """3 nodes × 2 slots vs 1 node × 6 slots on one queue; admission latency with 1, 2 and 3 nodes; with --measure
+    files, a node's job writing a million files beside the team's other work (the API's p99, the leases)."""
     if find_bindir() is None:
         raise click.ClickException(f"bench team needs PostgreSQL's server programs: {INSTALL_HINT}")
+    measure = measure or ("queue", "admission")
     root = Path(tempfile.mkdtemp(prefix="orch-bench-team-"))
     pg = LocalPostgres(port=55440).start()  # a temp dir of its own (the server may run as another user)
     try:
         report: dict[str, Any] = {"machine": machine()}
-        jobs = queue(n_jobs, sleep)
-        report["team_3x2"] = run_team(pg, root, "team3x2", 3, 2, jobs)
-        report["single_1x6"] = run_team(pg, root, "single1x6", 1, 6, jobs)
-        t, s = report["team_3x2"], report["single_1x6"]
-        report["makespan_ratio_team_over_single"] = round(t["makespan_s"] / s["makespan_s"], 3)
-        probes = [(f"echo {i} > p{i}.txt", f"p{i}.txt") for i in range(probe)]
-        runs: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 3: []}
-        for r in range(repeat):  # interleaved, so a change in the machine's load weighs on every count of nodes
-            for n in runs:
-                runs[n].append(run_team(pg, root, f"probe{n}r{r}", n, 2, probes, gap=gap))
-        report["admission_by_nodes"] = {str(n): _medians(rs) for n, rs in runs.items()}
-        one = report["admission_by_nodes"]["1"]["admission_p50_s"] or 0
-        for key in ("2", "3"):
-            mine = report["admission_by_nodes"][key]["admission_p50_s"]
-            report["admission_by_nodes"][key]["p50_over_1_node"] = round(mine / one, 3) if one and mine else None
+        if "queue" in measure:
+            jobs = queue(n_jobs, sleep)
+            report["team_3x2"] = run_team(pg, root, "team3x2", 3, 2, jobs)
+            report["single_1x6"] = run_team(pg, root, "single1x6", 1, 6, jobs)
+            t, s = report["team_3x2"], report["single_1x6"]
+            report["makespan_ratio_team_over_single"] = round(t["makespan_s"] / s["makespan_s"], 3)
+        if "admission" in measure:
+            probes = [(f"echo {i} > p{i}.txt", f"p{i}.txt") for i in range(probe)]
+            runs: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 3: []}
+            for r in range(repeat):  # interleaved, so a change in the machine's load weighs on every count of nodes
+                for n in runs:
+                    runs[n].append(run_team(pg, root, f"probe{n}r{r}", n, 2, probes, gap=gap))
+            report["admission_by_nodes"] = {str(n): _medians(rs) for n, rs in runs.items()}
+            one = report["admission_by_nodes"]["1"]["admission_p50_s"] or 0
+            for key in ("2", "3"):
+                mine = report["admission_by_nodes"][key]["admission_p50_s"]
+                report["admission_by_nodes"][key]["p50_over_1_node"] = round(mine / one, 3) if one and mine else None
+        if "files" in measure:
+            report["many_files"] = run_files(pg, root, files=files, every=every, lease=lease)
         report["load_1m_after"] = round(os.getloadavg()[0], 2)
     finally:
         pg.remove()
@@ -238,11 +368,15 @@ def main(
         out.write_text(text + "\n")
     if keep:
         click.echo(f"kept: {root}", err=True)
-    bad = [
-        k for k in ("team_3x2", "single_1x6")
-        if not (report[k]["landed_once"] and report[k]["fsck_clean"]) or report[k]["overlapping_at_once"]
+    bad: list[str] = [
+        k for k in ("team_3x2", "single_1x6") if k in report
+        and (not (report[k]["landed_once"] and report[k]["fsck_clean"]) or report[k]["overlapping_at_once"])
     ]  # fmt: skip
+    many = report.get("many_files")
+    if many is not None and (many["taken_over"] or not many["small_landed_once"]):
+        bad.append("many_files")
     if bad:
         raise click.ClickException(
-            f"{', '.join(bad)}: a job did not land exactly once, overlapping jobs ran at once, or git fsck failed"
+            f"{', '.join(bad)}: a job did not land exactly once, overlapping jobs ran at once, git fsck failed, or a "
+            "node lost a job to another (its lease ended)"
         )

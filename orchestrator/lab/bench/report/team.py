@@ -52,18 +52,20 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
     m = report.get("machine") or {}
     setups = [(k, name) for k, name in SETUPS if k in report]
     jobs = next((report[k].get("jobs") for k, _ in setups), None)
+    queued = f"{cell(jobs)} jobs on one shared queue; " if setups else ""
     console.print(
-        f"bench team: {cell(jobs)} jobs on one shared queue; {m.get('cores', '?')} cores, "
+        f"bench team: {queued}{m.get('cores', '?')} cores, "
         f"{m.get('ram_mb', '?')} MB RAM, Python {m.get('python', '?')}, load {cell(report.get('load_1m_after'))} after"
     )
-    queue = Table(title="one queue, each setup", show_edge=False, pad_edge=False)
-    queue.add_column("figure", no_wrap=True)
-    for _, name in setups:
-        queue.add_column(name, justify="right", no_wrap=True)
-    for key, label in QUEUE:
-        queue.add_row(label, *(cell(report[k].get(key)) for k, _ in setups))
-    console.print(queue)
-    console.print(f"makespan, team ÷ single: {cell(report.get('makespan_ratio_team_over_single'))}")
+    if setups:
+        queue = Table(title="one queue, each setup", show_edge=False, pad_edge=False)
+        queue.add_column("figure", no_wrap=True)
+        for _, name in setups:
+            queue.add_column(name, justify="right", no_wrap=True)
+        for key, label in QUEUE:
+            queue.add_row(label, *(cell(report[k].get(key)) for k, _ in setups))
+        console.print(queue)
+        console.print(f"makespan, team ÷ single: {cell(report.get('makespan_ratio_team_over_single'))}")
     by = report.get("admission_by_nodes") or {}
     if by:
         nodes = Table(title="admission latency by nodes (s, medians of the runs)", show_edge=False, pad_edge=False)
@@ -73,3 +75,37 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         for n, row in sorted(by.items()):
             nodes.add_row(n, *(cell(row.get(key)) for key, _ in BY_NODES))
         console.print(nodes)
+    print_many_files(report, console)
+
+
+MANY_FILES = (
+    ("files", "files the big job wrote"),
+    ("big_job_s", "big job s"),
+    ("big_job_state", "big job ended"),
+    ("api_calls", "API calls on its node"),
+    ("api_p50_s", "API p50 s"),
+    ("api_p99_s", "API p99 s"),
+    ("api_max_s", "API max s"),
+    ("api_unanswered", "API calls unanswered (60 s)"),
+    ("small_jobs", "small jobs beside it"),
+    ("small_landed_once", "each landed once"),
+    ("small_job_mean_s", "small job mean s"),
+    ("lease_s", "lease s"),
+    ("taken_over", "jobs taken over"),
+)
+"""The many-files run's figures, one a row."""
+
+
+def print_many_files(report: dict[str, Any], console: Console) -> None:
+    """A node's job writing many files beside the team's other work: the API on that node, the leases."""
+    many = report.get("many_files")
+    if not many:
+        return
+    table = Table(title="one job writing many files, beside the team's work", show_edge=False, pad_edge=False)
+    table.add_column("figure", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    for key, label in MANY_FILES:
+        table.add_row(label, cell(many.get(key)))
+    for name, margin in sorted((many.get("lease_margin_min_s") or {}).items()):
+        table.add_row(f"least lease margin s, {name}", cell(margin))
+    console.print(table)
