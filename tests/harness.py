@@ -76,7 +76,9 @@ class _Driven:
         return int(out.stdout.strip())
 
     def events(self) -> list[dict[str, Any]]:
-        lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+        # Only whole lines: the daemon may be half-way through writing the last one.
+        text = self.log_path.read_text() if self.log_path.exists() else ""
+        lines = text[: text.rfind("\n") + 1].splitlines()
         return [json.loads(line) for line in lines if line.startswith("{")]
 
 

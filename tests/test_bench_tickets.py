@@ -52,7 +52,7 @@ def test_every_pair_is_put_to_admission_and_the_estimates_are_shown_against_what
     assert per["cart-1"]["gold_rank"] == 1
     table = r["calibration"]
     assert sum(b["pairs"] for b in table) == 9, "every pair of disjoint, estimated claims, binned once"
-    assert all(b["met_pairs"] == 0 and b["from"] <= b["estimated"] < b["to"] for b in table)
+    assert all(b["happened"] == 0 and b["from"] <= b["estimated"] < b["to"] for b in table)
     assert r["frontier"] == []
 
 
@@ -86,9 +86,12 @@ def test_pairs_run_at_once_whose_fixes_would_not_merge_are_counted_from_the_fixe
     whose fix named no request and touched exactly its gold files is found by its files."""
     repo = tmp_path / "shop"
     git(tmp_path, "clone", "-q", str(shop), str(repo))
+    cart = (shop / "src/shop/cart.py").read_text()
+    for n in range(3):  # past changes that meet: the record merges them
+        (repo / "src/shop/cart.py").write_text(cart + f"y = {n}\n")
+        git(repo, "commit", "-qam", f"cart: tidy Cart.total {n}")
     base = git(repo, "rev-parse", "HEAD")
     when = int(git(repo, "show", "-s", "--format=%ct", base))
-    cart = (shop / "src/shop/cart.py").read_text()
     def commit(path: str, text: str, message: str, after: int) -> None:
         (repo / path).write_text(text)
         at = f"{when + after} +0000"
@@ -121,5 +124,6 @@ def test_pairs_run_at_once_whose_fixes_would_not_merge_are_counted_from_the_fixe
         "shop__shop-7": by_subject["Search finds accents"],
     }
     o = r["overall"]
+    assert r["repos"]["acme/shop"]["record"]["calibration"]["merges"] > 0, "the record merged its past pairs"
     assert (o["fn_pairs"], o["run_and_met_fixes_known"], o["run_and_not_merged"]) == (1, 1, 1)
     assert o["run_and_not_merged_share"] == round(1 / 3, 4) and o["fixes_known"] == 3

@@ -41,6 +41,7 @@ from orchestrator.core.admission import clear_caches, decide
 from orchestrator.core.models import Claim, JobView, Policy, Snapshot
 from orchestrator.core.risk import Escapes, pair_risk
 from orchestrator.git import merging
+from orchestrator.lab.bench import riskbins
 from orchestrator.lab.bench import schedule as sched
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import merges, record
@@ -56,8 +57,6 @@ ANCHORS = (
     ("one job per repository", 0.0, 1.0),
 )
 """Published FN-concurrency / over-serialisation figures on the same kind of data."""
-BUCKETS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.35, 1.0)
-"""Edges of the estimated-risk bins the calibration table reports."""
 
 
 class TicketsError(ValueError):
@@ -146,8 +145,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
     t0 = time.perf_counter()
     before = _ancestors(clone, first, KEEP + replay)
     past = [c for c in changes if c.sha in before]
-    samples = record.replay(clone, past, MERGEABLE, replay, tip=first)
-    calibration = record.fit(samples, MERGEABLE, scope)
+    calibration = record.build(clone, past, MERGEABLE, first, replay, scope)
     record_s = time.perf_counter() - t0
     index = index_mod.for_repo(clone)
     taken: set[str] = set()
@@ -168,7 +166,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
         t.p_gold = next((float(r["p"]) for r in plan.ranking if r["path"] == gold), 0.0)
         t.fix = fix_commit(clone, t, taken)
     return {
-        "replayed": len(samples),
+        "replayed": min(len(past), replay),
         "calibration": calibration.to_json() if calibration is not None else None,
         "record_seconds": round(record_s, 1),
     }
@@ -300,27 +298,6 @@ def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]
     return out
 
 
-def calibration(points: Sequence[tuple[float, bool]]) -> list[dict[str, Any]]:
-    """The pairs' estimated risk against what happened, per bin of `BUCKETS`: how many, their mean estimate,
-    and how often they really met. A frontier moves only with how well the estimate orders the pairs; where
-    it is off by a factor, `plan.risk` means that much less or more on such texts."""
-    out = []
-    for lo, hi in itertools.pairwise(BUCKETS):
-        got = [(r, m) for r, m in points if lo <= r < hi or (hi == BUCKETS[-1] and r == hi)]
-        if got:
-            out.append(
-                {
-                    "from": lo,
-                    "to": hi,
-                    "pairs": len(got),
-                    "estimated": round(statistics.fmean(r for r, _ in got), 4),
-                    "met": round(sum(m for _, m in got) / len(got), 4),
-                    "met_pairs": sum(m for _, m in got),
-                }
-            )
-    return out
-
-
 def summary(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, Any]:
     known = [t for t in tickets if claims.ambiguity(scoped(t.claim, scope), policy) is None]
     covered = [t for t in known if t.gold and claims.PathIndex(scoped(t.claim, scope).paths).meeting(t.gold) == t.gold]
@@ -401,7 +378,7 @@ def run(
         "overall": overall,
         "anchors": [{"method": m, "fn_concurrency": f, "over_serialisation": o} for m, f, o in ANCHORS],
         "frontier": others,
-        "calibration": calibration(points),
+        "calibration": riskbins.bins(points),
         "per_ticket": [
             {
                 "id": t.id,
@@ -452,11 +429,8 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"  at plan.risk {f['risk']:.0%}: FN-concurrency {fn}, over-serialisation {over}")
     if r.get("calibration"):
         print("  estimated chance of meeting of the pairs with disjoint claims against how often their fixes met:")
-        for b in r["calibration"]:
-            print(
-                f"    {b['from']:>4.0%} to {b['to']:>4.0%}: {b['pairs']:>5} pairs, estimated {b['estimated']:>6.1%}, "
-                f"met {b['met']:>6.1%} ({b['met_pairs']})"
-            )
+        for text in riskbins.lines(r["calibration"], "met"):
+            print("    " + text)
     print("  anchors (published, same kind of data): FN-concurrency / over-serialisation")
     for a in r["anchors"]:
         print(f"    {a['method']:<46} {_fmt(a['fn_concurrency']):>8} {_fmt(a['over_serialisation']):>8}")
