@@ -150,4 +150,7 @@ def test_enqueue_says_which_runner_and_what_the_job_meets(make_repo, daemon_fact
     words = said("--", TICKET)
     assert "runs with claude-code (the agent [jobs] names for a text in words)" in words, words
     assert "its claim is predicted from its text" in words, words
+    assert d.cli("pause", "--repo", str(repo)).returncode == 0
+    paused = said("--path", "docs/y.md", "--", "echo y > docs/y.md")
+    assert "nothing new starts while its repository is paused: `orchestrator resume` lifts it" in paused, paused
     gate.touch()
