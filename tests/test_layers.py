@@ -372,6 +372,52 @@ def test_a_write_beside_the_board_fails_the_rule(tmp_path):
     ]
 
 
+EVENT_KINDS = re.compile(r"JobEvent\.[A-Z_]+|w\.event")
+"""What an engine may store as an event's kind: a member of `core.models.JobEvent`, or a `Write`'s event (typed
+`JobEvent`, which mypy holds every writer to)."""
+
+
+def stored_kinds(known: Mapping[str, Path]) -> list[str]:
+    """Each statement that writes a job's event (`INSERT INTO job_events`) with the kind it stores, as written."""
+    out = []
+    for mod, path in sorted(known.items()):
+        sql = {
+            n.targets[0].id for n in ast.walk(tree(path))
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Constant)
+            and "INSERT INTO job_events" in str(n.value.value)
+        }  # fmt: skip
+        for n in ast.walk(tree(path)):
+            if not isinstance(n, ast.Call) or not n.args:
+                continue
+            first = ast.unparse(n.args[0])
+            if "INSERT INTO job_events" not in first and first not in sql:
+                continue
+            values = n.args[1:]
+            if len(values) == 1 and isinstance(values[0], ast.Tuple):
+                values = values[0].elts
+            elif len(values) == 1 and isinstance(values[0], ast.ListComp) and isinstance(values[0].elt, ast.Tuple):
+                values = values[0].elt.elts
+            out.append(f"{mod}:{n.lineno} {ast.unparse(values[2]) if len(values) > 2 else '?'}")
+    return out
+
+
+def test_every_stored_event_kind_is_a_job_event():
+    """The engines store an event's kind only from the closed `JobEvent` enum, never a bare string."""
+    found = stored_kinds(modules())
+    assert len(found) >= 4, found  # both engines' enqueue and guarded writes at least
+    assert [f for f in found if not EVENT_KINDS.fullmatch(f.split(" ", 1)[1])] == []
+
+
+def test_an_event_stored_as_a_bare_string_fails_the_rule(tmp_path):
+    """A kind written as a string (as ~20 were in 8 modules before the enum) is found."""
+    mod = tmp_path / "sqlite.py"
+    mod.write_text(
+        '_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"\n'
+        'def f(conn, i, now):\n    conn.execute(_SQL, (i, now, "requeued", "{}"))\n'
+    )
+    assert stored_kinds({"orchestrator.store.sqlite": mod}) == ["orchestrator.store.sqlite:3 'requeued'"]
+
+
 # -- the store's two engines, side by side ----------------------------------------------------------------------
 
 ENGINES = {
