@@ -156,6 +156,16 @@ async def test_down_server_fails_the_turn_with_a_clear_error(daemon_factory, tmp
     assert out.returncode == 1 and "127.0.0.1:9" in out.stderr and "unreachable" in out.stderr
 
 
+async def test_a_malformed_turn_is_refused_before_its_ack_with_what_to_send(daemon_factory, tmp_path: Path) -> None:
+    """The chat route reads its turn as the typed request the CLI sends: text that is not text is a 400 that says
+    so, before any model or store work, as for every other request."""
+    d = chat_daemon(daemon_factory, tmp_path, "http://127.0.0.1:9")
+    status, events = await turn(d.socket, "s", "\udc80")  # a lone surrogate: JSON can carry it, UTF-8 cannot
+    assert status == 400 and "field 'text' is not valid text" in events[0]["error"], events
+    status, events = await turn(d.socket, "s", "  ")
+    assert status == 400 and events[0]["error"] == 'missing "text": send {"text": "your message"}', events
+
+
 def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
     """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns, and ttfa."""
     import subprocess
