@@ -129,7 +129,7 @@ def git_under_way(checkouts: list[Path]) -> tuple[int, str, Path] | None:
         return None  # no /proc: nothing to wait for that we can see
     for pid in pids:
         try:
-            if (proc / str(pid) / "comm").read_text().strip() != "git":
+            if _comm(pid) != b"git\n":  # the cheap look first: the landing holds the index meanwhile
                 continue
             argv = (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
             cwd = Path(os.readlink(proc / str(pid) / "cwd"))
@@ -143,6 +143,14 @@ def git_under_way(checkouts: list[Path]) -> tuple[int, str, Path] | None:
             if where == top or top in where.parents:
                 return pid, found[0], top
     return None
+
+
+def _comm(pid: int) -> bytes:
+    fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
+    try:
+        return os.read(fd, 32)
+    finally:
+        os.close(fd)
 
 
 def hold_index(checkout: Path, wait: float = LOCK_WAIT) -> Path | Blocked:
