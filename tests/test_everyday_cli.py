@@ -55,6 +55,7 @@ def test_status_is_one_line_per_job_with_filters_and_summary(started, make_repo,
     assert [j["id"] for j in d.cli_json("status", "--since", "1h", "--repo", str(other))] == [done]
     wide = d.cli("status", "--wide", "--repo", str(repo)).stdout
     assert "x" * 80 in wide
+    assert len(wide.splitlines()) == 2, f"--wide into a pipe: still a line a job, whole (grep, awk):\n{wide}"
     gate.touch()
     assert d.cli("wait", str(holder), str(waiter), "--timeout", "60").returncode == 0
 

@@ -468,7 +468,10 @@ def _bases(mod: str, node: ast.ClassDef, known: Mapping[str, Path]) -> list[tupl
     for b in node.bases:
         dotted = ast.unparse(b)
         head, _, rest = dotted.partition(".")
-        full = f"{bound[head]}.{rest}".rstrip(".") if head in bound else f"{mod}.{dotted}"
+        if head == "orchestrator":  # `import orchestrator.store.base` then `orchestrator.store.base.JobTable`
+            full = dotted
+        else:
+            full = f"{bound[head]}.{rest}".rstrip(".") if head in bound else f"{mod}.{dotted}"
         owner, _, cls = full.rpartition(".")
         if owner in known:
             out.append((owner, cls))
@@ -513,12 +516,13 @@ def test_a_class_over_30_public_methods_through_its_bases_fails_the_rule(tmp_pat
     methods = "".join(f"    def m{i}(self): ...\n" for i in range(20))
     (tmp_path / "a.py").write_text(f"class Jobs:\n{methods}")
     (tmp_path / "b.py").write_text(f"class Events:\n{methods.replace('m', 'e')}")
-    (tmp_path / "c.py").write_text(
-        "from orchestrator.store import a\nfrom orchestrator.store.b import Events as E\n\n\n"
-        "class Store(a.Jobs, E):\n    def close(self): ...\n"
+    (tmp_path / "c.py").write_text(f"class Chat:\n{methods.replace('m', 'c')}")
+    (tmp_path / "d.py").write_text(
+        "import orchestrator.store.c\nfrom orchestrator.store import a\nfrom orchestrator.store.b import Events as E\n"
+        "\n\nclass Store(a.Jobs, E, orchestrator.store.c.Chat):\n    def close(self): ...\n"
     )
-    known = {f"orchestrator.store.{m}": tmp_path / f"{m}.py" for m in "abc"}
-    assert big_classes(known) == ["orchestrator.store.c.Store: 41"]
+    known = {f"orchestrator.store.{m}": tmp_path / f"{m}.py" for m in "abcd"}
+    assert big_classes(known) == ["orchestrator.store.d.Store: 61"]
 
 
 JOB_PATH = ("orchestrator.jobs", "orchestrator.git", "orchestrator.runners", "orchestrator.proc", "orchestrator.store",

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pygit2
@@ -129,7 +130,7 @@ def git_under_way(checkouts: list[Path]) -> tuple[int, str, Path] | None:
         return None  # no /proc: nothing to wait for that we can see
     for pid in pids:
         try:
-            if (proc / str(pid) / "comm").read_text().strip() != "git":
+            if _comm(pid) != b"git\n":  # the cheap look first: the landing holds the index meanwhile
                 continue
             argv = (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
             cwd = Path(os.readlink(proc / str(pid) / "cwd"))
@@ -145,10 +146,27 @@ def git_under_way(checkouts: list[Path]) -> tuple[int, str, Path] | None:
     return None
 
 
-def hold_index(checkout: Path, wait: float = LOCK_WAIT) -> Path | Blocked:
+def _comm(pid: int) -> bytes:
+    fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
+    try:
+        return os.read(fd, 32)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A checkout's `index.lock`, held by the landing (`hold_index`)."""
+
+    lock: Path
+    waited: bool
+    """Another git command held it first: one that read HEAD before the landing may be under way still."""
+
+
+def hold_index(checkout: Path, wait: float = LOCK_WAIT) -> Held | Blocked:
     """Take the checkout's `index.lock` as git does (created exclusively), waiting up to `wait` for a git command
     of the person's to let it go; the lock starts as a copy of the index. Returns the lock (for `read_tree`'s
-    `index`, then `keep_index` or `drop_index`), or why it could not be had.
+    `index`, then `keep_index` or `drop_index`) and whether it had to wait for it, or why it could not be had.
 
     Why the landing holds it across the ref move and the checkout update: `git commit` holds this lock from
     reading HEAD until it moves HEAD, so a branch moved while a commit runs (its pre-commit hook, say) fails the
@@ -158,6 +176,7 @@ def hold_index(checkout: Path, wait: float = LOCK_WAIT) -> Path | Blocked:
     gitdir = Path(repos.open_repo(checkout).path)
     lock, index = gitdir / "index.lock", gitdir / "index"
     deadline = time.monotonic() + wait
+    waited = False
     while True:
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -165,6 +184,7 @@ def hold_index(checkout: Path, wait: float = LOCK_WAIT) -> Path | Blocked:
         except FileExistsError:
             if time.monotonic() > deadline:
                 return _refusal(f"fatal: Unable to create '{lock}': File exists.")
+            waited = True
             time.sleep(0.02)  # a git command of the person's holds the index; it will be quick
     try:
         with os.fdopen(fd, "wb") as out, open(index, "rb") as src:
@@ -175,7 +195,7 @@ def hold_index(checkout: Path, wait: float = LOCK_WAIT) -> Path | Blocked:
     except BaseException:
         lock.unlink(missing_ok=True)
         raise
-    return lock
+    return Held(lock, waited)
 
 
 def keep_index(lock: Path) -> None:

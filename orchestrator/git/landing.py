@@ -184,20 +184,23 @@ def _hold_checkouts(p: Prepared, held: list[Path]) -> LandResult | None:
     """Hold every checkout's index (appended to `held`) with no git command of the person's under way there that
     will move HEAD: such a command reads HEAD first and moves it last (after its hooks and the editor), so the
     landing waits for it (up to `COMMIT_WAIT`), else git would refuse the person's commit. Once the indexes are
-    held, a command that starts fails at once on the lock (git commit takes it first), so none can slip in."""
+    held, a command that starts fails at once on the lock (git commit takes it right after reading HEAD); one that
+    held a lock before the landing took it may have read HEAD already, so then the look is taken again."""
     deadline = time.monotonic() + COMMIT_WAIT
     while True:
         running = checkouts.git_under_way(p.checkouts)
         if running is None:
+            contended = False
             for checkout in p.checkouts:
-                lock = checkouts.hold_index(checkout)
-                if not isinstance(lock, Path):
-                    paths, reason, kind = lock
+                got = checkouts.hold_index(checkout)
+                if not isinstance(got, checkouts.Held):
+                    paths, reason, kind = got
                     if kind == FAULT:
                         return _fault(p.branch, str(p.old), f"your checkout {checkout} cannot be updated ({reason})")
                     return _user_dirty(p.branch, str(p.old), checkout, paths, reason)
-                held.append(lock)
-            running = checkouts.git_under_way(p.checkouts)
+                held.append(got.lock)
+                contended = contended or got.waited
+            running = checkouts.git_under_way(p.checkouts) if contended else None
             if running is None:
                 return None
             while held:  # one started before the locks were taken: it goes first

@@ -131,11 +131,7 @@ class WorktreePool:
             )
             st.out.add(job_id)
             return dest.root
-        try:
-            await asyncio.to_thread(dest.create, st.path, sha, branch)
-        except BaseException:
-            await asyncio.shield(self._remove(st, dest))
-            raise
+        await self._checkout(st, dest, sha, branch)
         log.info(Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=False, path=str(dest.root))
         st.out.add(job_id)
         return dest.root
@@ -190,11 +186,7 @@ class WorktreePool:
             sha = await asyncio.to_thread(_resolve, st.path, at)
             for _ in range(want):
                 ws = Workspace(st.home / f"pool-{secrets.token_hex(4)}")
-                try:
-                    await asyncio.to_thread(ws.create, st.path, sha, None)
-                except BaseException:
-                    await asyncio.shield(self._remove(st, ws))
-                    raise
+                await self._checkout(st, ws, sha, None)
                 # Valid and clean at once: hand it out now rather than after the settle below.
                 warm = _Warm(ws.root, sha)
                 made.append(warm)
@@ -312,6 +304,21 @@ class WorktreePool:
             st.pending -= 1
         st.pool.append(_Warm(dest.root, sha))
         log.info(Event.WORKTREE_RECYCLED, repo=str(st.path), path=str(dest.root), size=len(st.pool))
+
+    async def _checkout(self, st: _Repo, ws: Workspace, sha: str, branch: str | None) -> None:
+        """Write a fresh workspace; if that fails or is cut (a stop), remove what it wrote. A thread cannot be
+        stopped: the removal waits for the checkout's thread to be done, or it would delete files as they are
+        written (and fail on a directory that is not empty, leaving both behind)."""
+        writing = asyncio.ensure_future(asyncio.to_thread(ws.create, st.path, sha, branch))
+        try:
+            await asyncio.shield(writing)
+        except BaseException:
+            await asyncio.shield(self._remove_once_done(st, ws, writing))
+            raise
+
+    async def _remove_once_done(self, st: _Repo, ws: Workspace, writing: asyncio.Future[None]) -> None:
+        await asyncio.wait({writing})
+        await self._remove(st, ws)
 
     async def _remove(self, st: _Repo, ws: Workspace) -> None:
         # Rename first (instant), delete the files after: a crash in between leaves a trash-* for recover.
