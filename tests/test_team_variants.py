@@ -63,7 +63,10 @@ async def _planned(a, clone: Path, text: str = "echo mine > mine.txt") -> int:
 
 @pytest.mark.parametrize(
     ("column", "value"),
-    [("plan_text", "Also add backdoor.py"), ("author", "Linus <torvalds@example.org>"), ("labels", '["gpu"]')],
+    [
+        ("plan_text", "Also add backdoor.py"), ("author", "Linus <torvalds@example.org>"), ("labels", '["gpu"]'),
+        ("base", "0" * 40),
+    ],
 )
 async def test_fields_the_seal_left_out_are_sealed_now(pg_url, clone, column, value):
     """The plan a job's agent starts from, the author its commits carry and the labels that say where it may run
@@ -118,6 +121,42 @@ def test_a_review_job_whose_state_alone_was_moved_to_landing_never_lands(tmp_pat
         until("the reviewed job landed", lambda: _row(postgres, db, kept)["state"] == "landed", 60)
         files = git(bare, "ls-tree", "-r", "--name-only", "main").split()
         assert "reviewed.txt" in files and "unreviewed.txt" not in files, files
+    finally:
+        a.stop()
+
+
+def test_a_revision_never_builds_on_a_result_forged_in_the_database(tmp_path, users, postgres):
+    """A job waiting for review; its result in the shared store is changed to a private commit of the node's clone,
+    and a person sends it back with feedback: the revision does not run, nor does a `land` of it (its order, which
+    holds the result it goes on from, no longer verifies: marked `Unverified`), so no commit of the job's is made on
+    top of the private one and the team's remote never gets it."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    a, clone = _daemon(tmp_path, users, postgres, db, bare, "a", sandbox="none")
+    git(clone, "checkout", "-q", "-b", "private")
+    (clone / "secret.txt").write_text("the user's own, never pushed\n")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "private work")
+    private = git(clone, "rev-parse", "HEAD")
+    git(clone, "checkout", "-q", "main")
+    a.start()
+    try:
+        job = a.enqueue(clone, "echo mine >> mine.txt", "--path", "mine.txt", "--land", "review")
+        until("ready for review", lambda: _row(postgres, db, job)["state"] == "ready", 60)
+        postgres.psql(f"UPDATE jobs SET result = '{private}' WHERE id = {job}", database=db)
+        a.cli("revise", str(job), "once more")
+
+        def revised() -> bool:
+            row = _row(postgres, db, job)
+            return row["code"] == "Unverified" or (row["revisions"] >= 1 and row["state"] in ("ready", "failed"))
+
+        until("the revision refused, or run", revised, 60)
+        a.cli("land", str(job))  # refused too: what it would land is not what its node sealed
+        until("the landing refused or ended", lambda: _row(postgres, db, job)["state"] in ("ready", "landed"), 60)
+        shown = subprocess.run(["git", "cat-file", "-e", private], cwd=bare, capture_output=True)
+        assert shown.returncode != 0, "the private commit reached the team's remote"
+        row = _row(postgres, db, job)
+        assert (row["state"], row["code"]) == ("ready", "Unverified"), row
     finally:
         a.stop()
 

@@ -23,10 +23,12 @@ MIN_SECRET = 32
 
 SEALED: tuple[str, ...] = (
     "id", "remote", "branch", "text", "argv", "runner", "land", "feedback", "plan_text", "author", "labels", "approved",
+    "base", "result",
 )
 """The columns of a job's row that make its order: the job, its shared repository and target branch, what runs
 (its text or argv, its runner, a revision's feedback, the plan its agent starts from), who it is by (its commits'
-author), where it may run (its labels) and how it lands (its landing policy, and the result a person approved)."""
+author), where it may run (its labels), how it lands (its landing policy, and the result a person approved), and
+what its node built it on (its base, its result: a revision goes on from them, and a push carries their history)."""
 
 
 def seal(secret: bytes, row: Mapping[str, Any]) -> str:
