@@ -67,6 +67,9 @@ MIN_PAIRS = 50
 """Pairs of the record's later changes needed before its risk is trusted (fewer: its jobs run alone)."""
 MEET_PRIOR = 25.0
 """Weight of the prior that pulls the record's scaling of a pair's chance of meeting towards none (`score.platt`)."""
+REBUILD = 50
+"""New changes in a repository's history after which its record is replayed and fitted again (the daemon's
+`plan.local.Records`, and `bench predict` as it replays a range)."""
 SHRINK = 2.0
 """Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
 
