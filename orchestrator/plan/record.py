@@ -110,8 +110,9 @@ def build(
 
 def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     """The record's calibration kept current by the pairs the daemon itself ran side by side: their estimates and
-    whether they met refit `Calibration.meet` beside the record's own pairs, and whether those that met merged
-    count in the repository's share that would not (`Calibration.nonmerge`, at ROOT)."""
+    whether they met refit `Calibration.meet` beside the record's own pairs (and are kept after them in `points`,
+    the most recent: `Calibration.floor` reads them too), and whether those that met merged count in the
+    repository's share that would not (`Calibration.nonmerge`, at ROOT)."""
     if not outcomes:
         return calibration
     points = [*calibration.points, *((o.logit, o.met) for o in outcomes)]
@@ -122,7 +123,7 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     table[""] = (n + len(met), k + sum(not o.merged for o in met))
     unknown = calibration.unknown if len(points) < MIN_PAIRS else ""
     rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
-    return replace(calibration, meet=(a, b), merges=rows, unknown=unknown)
+    return replace(calibration, meet=(a, b), merges=rows, unknown=unknown, points=tuple(points))
 
 
 def replay(
