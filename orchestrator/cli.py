@@ -69,12 +69,17 @@ def main() -> None:
     help="In burst mode, how long to stay idle (for a client about to enqueue) before exiting.",
 )
 @click.option("--detach", is_flag=True, help="In the background: return once it answers (its log: the state dir).")
-def daemon(burst: bool, grace: float, detach: bool) -> None:
-    """Run the daemon in the foreground (systemd runs it this way); --detach: in the background."""
+@click.option("--stop", is_flag=True, help="Stop the running daemon (its running jobs are interrupted).")
+def daemon(burst: bool, grace: float, detach: bool, stop: bool) -> None:
+    """Run the daemon in the foreground (systemd runs it this way); --detach: in the background; --stop: stop it."""
     from orchestrator import config
     from orchestrator import daemon as daemon_mod
 
     p = paths.resolve()
+    if stop:
+        from orchestrator.commands.detach import stop as end
+
+        sys.exit(end(p))
     if detach:
         from orchestrator.commands.detach import detach as start
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from orchestrator.core import on_end
 from orchestrator.core.models import LAND_STYLES, Policy
@@ -708,6 +708,13 @@ def _runner(name: str, data: Any) -> RunnerTemplate:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
+def _abstract_sockets(parts: SplitResult) -> list[str]:
+    """The hosts of a store URL that name an abstract UNIX socket (`@name`, in its host part or its `host=`)."""
+    hosts = [unquote(h) for h in parts.netloc.rpartition("@")[2].split(",")]
+    hosts += [h for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "host" for h in v.split(",")]
+    return [h for h in hosts if h.startswith("@")]
+
+
 def _validate_team(store: StoreConfig, team: TeamConfig) -> None:
     if store.url:
         parts = urlsplit(store.url)
@@ -720,6 +727,12 @@ def _validate_team(store: StoreConfig, team: TeamConfig) -> None:
             raise ConfigError(
                 "store.url: keep the password out of the config file; put PGPASSWORD in the env file beside it, "
                 "or use ~/.pgpass, and write the URL without it"
+            )
+        if abstract := _abstract_sockets(parts):
+            raise ConfigError(
+                f"store.url: {abstract[0]!r} is an abstract UNIX socket, which every job reaches (it shares the "
+                "machine's network) and the sandbox cannot hide; give the server a socket dir (unix_socket_directories"
+                " = '/run/postgresql') and name that dir (host=/run/postgresql)"
             )
     if not _NAME.fullmatch(team.node_name()):
         raise ConfigError(f"team.node: {team.node_name()!r}: a node's name is 1–63 letters, digits, '.', '_' or '-'")

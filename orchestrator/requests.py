@@ -348,3 +348,22 @@ class Switch:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Switch:
         return cls(value(dict(data), "with", int, required=True))
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    """A turn of a chat session (`orchestrator chat`, `POST /chat/{session}`): the person's text, and whether it is
+    the session's last (its memories are extracted once the model server is free)."""
+
+    text: str
+    end: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "end": self.end}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ChatTurn:
+        said = data.get("text") if isinstance(data, Mapping) else None
+        if not isinstance(said, str) or not said.strip():
+            raise BadRequest('missing "text": send {"text": "your message"}')
+        return cls(text(said, "text"), value(dict(data), "end", bool, default=False))

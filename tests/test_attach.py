@@ -56,7 +56,8 @@ def test_a_person_attaches_to_a_running_agent_cli_types_to_it_and_it_lands(make_
         home = f"ORCHESTRATOR_HOME={d.home}"
         cli = f"env -u COLUMNS -u LINES TERM=xterm-256color {home} {sys.executable} -m orchestrator attach {job}"
         t.start(cli)
-        t.shows("your name?", "the job's terminal, attached")
+        shot = t.shows("your name?", "the job's terminal, attached")
+        assert f"[job {job}]" in shot, f"the status line names the job:\n{shot}"
         t.keys("Ada Lovelace", "Enter")
         until(lambda: d.cli_json("show", str(job))["state"] == "landed", timeout=60, what="the job landed")
         until(t.ended, timeout=15, what="attach ends with the job's terminal")

@@ -55,6 +55,7 @@ def test_status_is_one_line_per_job_with_filters_and_summary(started, make_repo,
     assert [j["id"] for j in d.cli_json("status", "--since", "1h", "--repo", str(other))] == [done]
     wide = d.cli("status", "--wide", "--repo", str(repo)).stdout
     assert "x" * 80 in wide
+    assert len(wide.splitlines()) == 2, f"--wide into a pipe: still a line a job, whole (grep, awk):\n{wide}"
     gate.touch()
     assert d.cli("wait", str(holder), str(waiter), "--timeout", "60").returncode == 0
 
@@ -129,3 +130,32 @@ def test_why_tells_a_landing_waits_on_the_users_uncommitted_edit(started):
 
 def _attempts(d, job: int) -> list[dict]:
     return [e for e in d.events() if e["event"] == "landing.started" and e.get("job_id") == job]
+
+
+def test_a_detached_daemon_is_stopped_by_daemon_stop(daemon_factory, make_repo, tmp_path):
+    """`daemon --detach`, then `daemon --stop`: back once the daemon has ended, saying which job it interrupted
+    (and how to queue it again); with none running, `--stop` says so and exits 3."""
+    import contextlib
+    import os
+    import signal
+
+    from orchestrator.client import Client
+
+    repo = make_repo()
+    d = daemon_factory(process=True)
+    started = d.cli("daemon", "--detach")
+    assert started.returncode == 0, started.stderr
+    pid = Client(d.socket, timeout=5).health()["pid"]
+    try:
+        d.enqueue(repo, wait_for_file(tmp_path / "never", 600), "--path", "a.txt")
+        until(lambda: d.cli_json("status", "--state", "running"), timeout=60)
+        stopped = d.cli("daemon", "--stop", timeout=150)
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"daemon {pid} (version" in stopped.stderr and "1 running job was interrupted" in stopped.stderr
+        gone = d.cli("status")
+        assert gone.returncode == 3, gone.stderr
+        again = d.cli("daemon", "--stop")
+        assert again.returncode == 3 and "no daemon answers" in again.stderr, again.stderr
+    finally:  # however the test went, no daemon of it is left running
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

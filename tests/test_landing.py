@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -355,6 +356,66 @@ async def test_a_stale_index_lock_is_named_for_what_it_is(repo: Repo) -> None:
     assert result.outcome is LandOutcome.USER_DIRTY and result.user_paths == ()
     assert f"rm {lock}" in result.message and "uncommitted" not in result.message
     assert repo.head() == repo.base
+
+
+def test_a_commit_the_person_is_making_goes_through_a_landing(repo: Repo) -> None:
+    """A `git commit` under way in the checkout (its pre-commit hook running) when a landing moves the branch: the
+    landing waits for it, so the person's commit goes through (git would refuse it, `cannot lock ref 'HEAD'`, had
+    the branch moved under it) and the job lands on top of it when tried again."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    started, release = repo.tmp / "started", repo.tmp / "release"
+    hook = repo.root / ".git" / "hooks" / "pre-commit"
+    hook.write_text(f"#!/bin/sh\necho > {started}\nread line < {release}\n")  # blocks until the test opens it
+    hook.chmod(0o755)
+    os.mkfifo(started)
+    os.mkfifo(release)
+    write(repo.root, {"docs/x.md": "the person's line\n"})
+    git(repo.root, "add", "docs/x.md")
+    prepared = landing.prepare(repo.root, "main", repo.base, job, job_id=1)
+    assert isinstance(prepared, landing.Prepared)
+    commit = subprocess.Popen(["git", "commit", "-qm", "mine"], cwd=repo.root, stderr=subprocess.PIPE, text=True)
+    started.read_text()  # the hook runs: git has read HEAD and will move it when the hook ends
+    moved: list[landing.LandResult] = []
+    mover = threading.Thread(target=lambda: moved.append(landing.move(prepared)))
+    mover.start()
+    mover.join(0.3)  # the landing waits for the commit (before, it moved the branch at once)
+    head_meanwhile = repo.head()
+    release.write_text("go\n")
+    _, err = commit.communicate(timeout=30)
+    mover.join(30)
+    assert head_meanwhile == repo.base
+    assert commit.returncode == 0, err
+    assert moved[0].outcome is LandOutcome.HEAD_MOVED and git(repo.root, "log", "-1", "--format=%s") == "mine"
+    hook.unlink()
+    again = asyncio.run(land(repo.root, "main", job, job_id=1, message="m"))
+    assert again.outcome is LandOutcome.LANDED
+    assert repo.read("src/a.py") == "a = 2\n" and repo.read("docs/x.md") == "the person's line\n"
+    assert repo.status() == set()
+
+
+def test_a_landings_checks_leave_the_index_to_the_person(repo: Repo) -> None:
+    """The checks before a landing (git's dry run) work on a copy of the index: a git command of the person's that
+    holds the index meanwhile neither stops them nor is stopped by them; only the move itself takes the lock."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    lock = repo.root / ".git" / "index.lock"
+    lock.write_text("")  # the person's `git add` under way
+    prepared = landing.prepare(repo.root, "main", repo.base, job, job_id=1)
+    assert isinstance(prepared, landing.Prepared), prepared
+    assert lock.read_text() == "", "the person's lock was left alone"
+    lock.unlink()  # their command ends
+    assert landing.move(prepared).outcome is LandOutcome.LANDED
+    assert repo.read("src/a.py") == "a = 2\n" and repo.status() == set()
+
+
+def test_git_command_reads_the_subcommand_after_globals() -> None:
+    """A process's argv reads as the git subcommand it runs and where: global options skipped, `-C` followed."""
+    assert checkouts.git_command(["git", "-C", "sub", "-c", "a=b", "commit", "-m", "x"], Path("/r")) == (
+        "commit",
+        Path("/r/sub"),
+    )
+    assert checkouts.git_command(["/usr/bin/git", "--no-pager", "log"], Path("/r")) == ("log", Path("/r"))
+    assert checkouts.git_command(["python3", "commit"], Path("/r")) is None
+    assert checkouts.git_command(["git", "--version"], Path("/r")) is None
 
 
 def _repo_on(fs: Path, tmp: Path) -> Repo:

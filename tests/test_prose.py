@@ -45,6 +45,36 @@ def test_a_text_reads_as_words_or_as_a_command(text: str, is_prose: bool) -> Non
     assert prose.read(text, _programs("pytest", "sed", "black")).prose is is_prose
 
 
+@pytest.mark.parametrize(
+    ("text", "missing"),
+    [
+        ("pytest -q tests/test_api.py", True),
+        ("make test | tee out.txt", True),
+        ("ruff check . > lint.txt", True),
+        ("fix the login bug - it crashes", False),
+        ("update deps; then run the tests", False),
+        ("Fix the flaky test -k slow", False),
+    ],
+)
+def test_a_command_line_whose_program_is_missing_is_not_words(text: str, missing: bool) -> None:
+    """A lower-case program followed by an option or an operator is a command even when no job can find it."""
+    reading = prose.read(text, _programs())
+    assert reading.missing is missing and reading.prose is not missing
+
+
+async def test_a_command_whose_program_a_job_cannot_find_is_refused_saying_so(make_repo, tmp_path, cli_dir) -> None:
+    """`pytest -q ...` with no pytest on a job's PATH is refused as a missing program, never sent to an agent."""
+    repo = make_repo()
+    _fake(cli_dir, "claude")
+    async with plane(tmp_path, agent="claude-code") as p:
+        with pytest.raises(BadRequest) as refused:
+            await p.enqueue(repo, "pytest -q tests/test_api.py", "tests/test_api.py")
+        said = str(refused.value)
+        assert "reads as a shell command, but `pytest` is no program on a job's PATH" in said, said
+        assert "`.venv/bin/pytest`" in said and "exit 127" in said, said
+        assert await p.jobs.store.jobs.all() == [], "nothing was queued"
+
+
 @pytest.fixture
 def cli_dir(monkeypatch) -> Iterator[Path]:
     """A dir on PATH (outside /tmp, where a job's sandbox would not see it) for stand-in agent CLIs."""
@@ -120,4 +150,7 @@ def test_enqueue_says_which_runner_and_what_the_job_meets(make_repo, daemon_fact
     words = said("--", TICKET)
     assert "runs with claude-code (the agent [jobs] names for a text in words)" in words, words
     assert "its claim is predicted from its text" in words, words
+    assert d.cli("pause", "--repo", str(repo)).returncode == 0
+    paused = said("--path", "docs/y.md", "--", "echo y > docs/y.md")
+    assert "nothing new starts while its repository is paused: `orchestrator resume` lifts it" in paused, paused
     gate.touch()

@@ -32,6 +32,8 @@ SAMPLES = [
     rq.Revise("more tests"),
     rq.Move(9),
     rq.Switch(2),
+    rq.ChatTurn("what is up"),
+    rq.ChatTurn("bye", end=True),
 ]
 
 
@@ -58,6 +60,9 @@ def test_a_request_reads_back_as_it_was_sent(request_):
         (rq.Wait, {"ids": [1], "timeout": -1}, "number of seconds"),
         (rq.Control, {"repo": "/r", "slots": -1}, "0 or more"),
         (rq.Switch, {}, "missing field 'with'"),
+        (rq.ChatTurn, {"text": " "}, 'missing "text": send {"text": "your message"}'),
+        (rq.ChatTurn, {"text": "x", "end": "yes"}, "field 'end' has the wrong type"),
+        (rq.ChatTurn, {"text": "\udc80"}, "field 'text' is not valid text"),
     ],
 )
 def test_a_malformed_request_is_refused_with_what_to_send(kind, data, says):

@@ -257,8 +257,9 @@ def test_a_node_restarting_leaves_another_node_s_runners_on_the_same_machine_alo
 
 def test_a_forged_result_never_pushes_a_commit_of_the_node_s_own(tmp_path, users, postgres):
     """A job waiting for review; its result in the shared store is changed to a private commit of the node's clone
-    (work of the user's never pushed). `land` pushes nothing of it: the job fails saying its result is no commit
-    this node made of its files, and the team's remote never gets the private commit."""
+    (work of the user's never pushed). `land` pushes nothing of it: the result is part of the job's sealed order,
+    so the landing is refused (the job stays ready, marked `Unverified`), and the team's remote never gets the
+    private commit."""
     bare = bare_remote(tmp_path, {"README.md": "hi\n"})
     db = _db(postgres, tmp_path)
     a, clone = _node(tmp_path, users, postgres, db, bare, "a", sandbox="none")
@@ -274,9 +275,9 @@ def test_a_forged_result_never_pushes_a_commit_of_the_node_s_own(tmp_path, users
         until("ready for review", lambda: _row(postgres, db, job)["state"] == "ready", 60)
         postgres.psql(f"UPDATE jobs SET result = '{private}' WHERE id = {job}", database=db)
         a.cli("land", str(job))
-        until("the landing ended", lambda: _row(postgres, db, job)["state"] in ("failed", "landed"), 60)
+        until("the landing refused", lambda: _row(postgres, db, job)["code"] == "Unverified", 60)
         row = _row(postgres, db, job)
-        assert row["state"] == "failed" and "no commit this node made" in row["reason"], row["reason"]
+        assert row["state"] == "ready", row  # the result is part of its sealed order: a changed one never lands
         shown = subprocess.run(["git", "cat-file", "-e", private], cwd=bare, capture_output=True)
         assert shown.returncode != 0, "the private commit reached the team's remote"
     finally:

@@ -144,3 +144,20 @@ def test_a_job_in_review_holding_back_work_is_named_with_the_command_to_review_i
     finally:
         t.close()
         gate.touch()
+
+
+def test_doctor_runners_and_config_show_fit_the_terminal(daemon_factory, tmp_path):
+    """`doctor` (long paths, long advice), `runners` and `config show` in a real terminal at 80 and 120 columns: no
+    line is wider than the pane, and doctor's details keep every character of a path (broken, never cut)."""
+    d = daemon_factory().start()
+    t = Terminal(f"orch-fit-{tmp_path.name}", 80)
+    try:
+        for width in WIDTHS:
+            t.resize(width)
+            for args in (("doctor",), ("runners",), ("config", "show")):
+                shot = t.view(d.home, *args)
+                assert not fits(t.screen(joined=True), width), f"`{' '.join(args)}` fits {width} columns:\n{shot}"
+            doctor = t.view(d.home, "doctor")
+            assert str(d.socket) in "".join(ln.strip() for ln in doctor.splitlines()), doctor
+    finally:
+        t.close()

@@ -321,3 +321,76 @@ async def test_a_private_git_dir_that_is_a_link_is_unlinked_not_followed(make_re
     assert _snapshot(root / ".git") == before
     (warm,) = pool.pooled(root)
     assert (warm / ".git").is_dir() and not (warm / ".git").is_symlink() and status(warm) == ""
+
+
+@pytest.mark.parametrize("making", ["acquire", "fill"])
+async def test_a_checkout_cut_by_a_stop_is_removed_once_its_thread_is_done(
+    making: str, make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop (cancel) while a checkout is being written in its thread, which cannot be stopped: the half-made
+    workspace is removed after the thread is done writing it, not under its feet (then `rmtree` meets files still
+    coming: "Directory not empty", and the cut job failed instead of interrupted), and nothing is left behind."""
+    import threading
+
+    root = make_repo()
+    base = git(root, "rev-parse", "HEAD")
+    pool = WorktreePool(tmp_path / "wts", warm=1)
+    inside, go_on, written = threading.Event(), threading.Event(), threading.Event()
+    create = Workspace.create
+
+    def held_create(self: Workspace, *args: object) -> None:
+        inside.set()
+        assert go_on.wait(30)
+        try:
+            create(self, *args)  # type: ignore[arg-type]
+        finally:
+            written.set()
+
+    monkeypatch.setattr(Workspace, "create", held_create)
+    made = asyncio.ensure_future(pool.acquire(root, 1, base) if making == "acquire" else pool.fill(root, base))
+    assert await asyncio.to_thread(inside.wait, 30)
+    made.cancel()
+    await asyncio.sleep(0.05)  # the cut task's own clean-up would run now, were it not waiting for the thread
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await made
+    assert written.is_set(), "the stop returned while its checkout was still being written"
+    home = pool.path_for(root, 1).parent
+    assert sorted(p.name for p in home.iterdir()) == [".admin"] and not any((home / ".admin").iterdir())
+    assert pool.pooled(root) == []
+
+
+async def test_a_stopping_pool_makes_no_more_warm_workspaces_and_leaves_settling_them_to_recover(
+    make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the daemon stops, a fill under way settles nothing more (no wait for the clock's next second) and a
+    fill makes nothing; the workspace it made is handed out clean, and `recover` settles it on the next start."""
+    from orchestrator.git import worktrees
+
+    root = make_repo()
+    base = git(root, "rev-parse", "HEAD")
+    refreshed: list[Path] = []
+    refresh = worktrees._refresh
+    monkeypatch.setattr(worktrees, "_refresh", lambda ws, sha: (refreshed.append(ws.root), refresh(ws, sha)))
+    settling = asyncio.Event()
+
+    def a_minute() -> float:  # the settle would wait a minute for the clock's next second: a stop cuts it
+        settling.set()
+        return 60.0
+
+    monkeypatch.setattr(worktrees, "_past_second", a_minute)
+    pool = WorktreePool(tmp_path / "wts", warm=1)
+    filling = asyncio.ensure_future(pool.fill(root, base))
+    await settling.wait()  # made and handed out at once, then settled
+    pool.stop_tidying()
+    await filling
+    (made,) = pool.pooled(root)
+    assert refreshed == [] and status(made) == ""
+    again = WorktreePool(tmp_path / "wts", warm=2)
+    again.stop_tidying()
+    await again.fill(root, base)
+    assert refreshed == [] and len(again.pooled(root)) == 0
+    monkeypatch.setattr(worktrees, "_past_second", lambda: 0.0)
+    after = WorktreePool(tmp_path / "wts", warm=1)
+    await after.recover(root)
+    assert after.pooled(root) == [made] and refreshed == [made]

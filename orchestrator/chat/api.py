@@ -1,7 +1,8 @@
 """The chat plane's routes on the daemon's socket.
 
-`POST /chat/{session}` `{"text": ..., "end": false}` answers NDJSON, one event a line: `ack` at once
-(before any store or model work: that is the seed's *ttfa*), then `slot`, `intent`, `token`...,
+`POST /chat/{session}` `{"text": ..., "end": false}` (`requests.ChatTurn`, as the CLI sends it; a malformed one
+is a 400 saying what to send) answers NDJSON, one event a line: `ack` at once (before any store or model work:
+that is the seed's *ttfa*), then `slot`, `intent`, `token`...,
 `done` — or `error` with a closed `code`. A full gate queue is refused before the ack with 503, a
 `Retry-After` header and `{"error", "code": "Busy", "retry_after"}`. A client that disconnects cancels
 its turn, which frees its slot. `POST /chat/{session}/end` flushes the session's pending extraction.
@@ -19,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from orchestrator.chat.pipeline import ChatPlane, Turn
+from orchestrator.requests import ChatTurn
 
 _SESSION = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -56,10 +58,7 @@ class ChatApi:
             data = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return web.json_response({"error": 'the body is not JSON: send {"text": "..."}'}, status=400)
-        text = data.get("text") if isinstance(data, dict) else None
-        if not isinstance(text, str) or not text.strip():
-            return web.json_response({"error": 'missing "text": send {"text": "your message"}'}, status=400)
-        end = bool(data.get("end", False))
+        asked = ChatTurn.from_json(data)  # a malformed one is a BadRequest: 400, saying what to send
         refused = self.plane.busy()
         if refused is not None:
             return web.json_response(
@@ -70,7 +69,7 @@ class ChatApi:
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await resp.prepare(request)
         await resp.write(_line({"event": "ack", "session": session, "ttfa_s": round(time.monotonic() - received, 6)}))
-        turn, q = self.plane.submit(session, text.strip(), end=end)
+        turn, q = self.plane.submit(session, asked.text.strip(), end=asked.end)
         watch = asyncio.create_task(self._watch(request, turn, q), name=f"chat-client:{session}")
         try:
             async for ev in self.plane.events(q):

@@ -8,6 +8,7 @@ import urllib.parse
 
 import click
 
+from orchestrator import requests as rq
 from orchestrator.commands import term
 from orchestrator.commands.common import FAILED, REJECTED, api_call, client, err, json_option
 
@@ -27,7 +28,7 @@ def chat(session: str, end: bool, as_json: bool, text: tuple[str, ...]) -> None:
     shown = sys.stdout.isatty()  # a model's words on a terminal: they must not drive it (`term.output`)
     # Quoted: a name such as `../x` reaches the daemon as the name it is (which says what names may be).
     path = f"/chat/{urllib.parse.quote(session, safe='')}"
-    for ev in client().post_lines(path, {"text": " ".join(text), "end": end}):
+    for ev in client().post_lines(path, rq.ChatTurn(" ".join(text), end).to_json()):
         if as_json:
             click.echo(json.dumps(ev))
         elif ev["event"] == "token":

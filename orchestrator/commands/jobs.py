@@ -132,6 +132,10 @@ def enqueue(
     chosen = "" if runner or job["runner"] in ("shell", "replay") else " (the agent [jobs] names for a text in words)"
     term.echo(f"  runs with {job['runner']}{chosen}", err=True)
     term.echo(f"  {outlook(job, c.jobs(','.join(sorted(models.OPEN))))}", err=True)
+    paused = [scope for scope, control in c.controls().items() if control["paused"] and scope in ("*", job["repo"])]
+    if paused:
+        scope = "the daemon" if "*" in paused else "its repository"
+        term.echo(f"  but nothing new starts while {scope} is paused: `orchestrator resume` lifts it", err=True)
 
 
 def git_person(repo: Path) -> str:

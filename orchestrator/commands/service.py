@@ -166,6 +166,27 @@ def doctor(as_json: bool) -> None:
     if as_json:
         emit({"ok": not failed, "checks": [c.to_json() for c in checks]})
     else:
+        from orchestrator.commands.jobs import width
+
+        cols = width()
         for c in checks:
-            term.echo(f"{c.level:4}  {c.name:12} {c.detail}")
+            for line in checked(c.level, c.name, term.visible(c.detail), cols):
+                term.echo(line)
     sys.exit(FAILED if failed else OK)
+
+
+HANG = 19
+"""Where a check's detail starts: after its level and its name (a longer name pushes only its first line)."""
+
+
+def checked(level: str, name: str, detail: str, cols: int | None) -> list[str]:
+    """One check as lines of at most `cols` columns (None: one line), its detail broken between words (a path longer
+    than a line broken inside, never cut) and hung under its own column."""
+    import textwrap
+
+    first = f"{level:4}  {name:12} "
+    if cols is None:
+        return [first + detail]
+    return textwrap.wrap(
+        detail, max(cols, HANG + 20), initial_indent=first, subsequent_indent=" " * HANG, break_on_hyphens=False
+    ) or [first.rstrip()]

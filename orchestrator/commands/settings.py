@@ -81,7 +81,7 @@ def restart_notice(p: paths.Paths) -> str | None:
         return None
     return (
         f"{p.config_file} changed after the running daemon read it: restart the daemon to apply it "
-        "(`systemctl --user restart orchestrator`, or stop `orchestrator daemon` and start it again)"
+        "(`systemctl --user restart orchestrator`, or `orchestrator daemon --stop` and start it again)"
     )
 
 

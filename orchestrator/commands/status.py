@@ -51,9 +51,14 @@ def print_jobs(jobs: list[dict[str, Any]], wide: bool, holds: dict[int, list[int
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=wide, width=100)  # piped: a line a job, 100 columns
     lay = fit.layout(jobs, console.width - 1, wide=wide, under=console.is_terminal)
+    # --wide: whole lines; a terminal breaks them between words, a pipe gets a job a line whatever its length.
+    piped = not console.is_terminal
     for j in jobs:
         line = job_line(j, lay, held=holds.get(j["id"]))
-        console.print(line, no_wrap=not wide, overflow="ellipsis" if not wide else "fold", crop=not wide)
+        if wide and piped:
+            console.print(line, soft_wrap=True)
+        else:
+            console.print(line, no_wrap=not wide, overflow="ellipsis" if not wide else "fold", crop=not wide)
 
 
 @click.command()

@@ -165,6 +165,9 @@ class Job:
     """A job stopped on a real conflict to go on in its kept worktree (an agent CLI that resumes): the base that
     worktree was made at. Admitted again, it starts on the branch head, and what landed since is merged into its
     files before its agent goes on, told what moved. "": it goes on from its own base, or starts afresh."""
+    approved: str = field(default="", metadata=PLAIN)
+    """The result a person approved for landing (`orchestrator land` of a job under review): in team mode part of its
+    sealed order, so a review job lands only with a node's approval of that very result ("": none)."""
 
     @property
     def subject(self) -> str:
@@ -249,4 +252,5 @@ def fresh_attempt(job: Job) -> dict[str, Any]:
         "decision": None,
         "feedback": "",
         "moved_from": "",
+        "approved": "",
     }

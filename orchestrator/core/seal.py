@@ -21,9 +21,14 @@ database; a job never sees it)."""
 MIN_SECRET = 32
 """Characters a secret has at least (`openssl rand -hex 32` gives 64)."""
 
-SEALED: tuple[str, ...] = ("id", "remote", "branch", "text", "argv", "runner", "land", "feedback")
+SEALED: tuple[str, ...] = (
+    "id", "remote", "branch", "text", "argv", "runner", "land", "feedback", "plan_text", "author", "labels", "approved",
+    "base", "result",
+)
 """The columns of a job's row that make its order: the job, its shared repository and target branch, what runs
-(its text or argv, its runner, a revision's feedback) and how it lands."""
+(its text or argv, its runner, a revision's feedback, the plan its agent starts from), who it is by (its commits'
+author), where it may run (its labels), how it lands (its landing policy, and the result a person approved), and
+what its node built it on (its base, its result: a revision goes on from them, and a push carries their history)."""
 
 
 def seal(secret: bytes, row: Mapping[str, Any]) -> str:

@@ -66,7 +66,14 @@ def actual_paths(worktree: Path | str, base: str, *, limit: int | None = None) -
     committed in its own git dir does not count: its files do. Past `limit` paths: `WHOLE`. Sync: call it
     through `asyncio.to_thread` (libgit2 does the work, mostly without the interpreter's lock).
     """
-    diff = Workspace.at(worktree).changed(base)
+    try:
+        diff = Workspace.at(worktree).changed(base)
+    except pygit2.GitError as e:  # a tree libgit2 will not read (nested over 100 deep): what it touched is unknown
+        log.warning(
+            Event.CHANGES_TOO_MANY, worktree=str(worktree), reason=str(e),
+            message="its files cannot be compared with its base: its paths are the whole repository",
+        )  # fmt: skip
+        return WHOLE
     paths: set[str] = set()
     for delta in diff.deltas:
         paths.add(delta.old_file.path)

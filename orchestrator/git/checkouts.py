@@ -7,9 +7,13 @@ around the ref move so that the whole is all or nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pygit2
@@ -89,26 +93,154 @@ def in_the_way(checkout: Path, changed: frozenset[str]) -> Blocked | None:
 
 
 def dry_run(checkout: Path, old: pygit2.Oid, new: pygit2.Oid) -> Blocked | None:
-    """git's own verdict on the two-tree merge, for whatever `in_the_way` does not model."""
-    repos.run_git(checkout, "update-index", "-q", "--refresh")  # stat-only changes are not edits
-    dry = repos.run_git(checkout, "read-tree", "-m", "-u", "-n", str(old), str(new))
+    """git's own verdict on the two-tree merge, for whatever `in_the_way` does not model. On a copy of the index
+    (refreshed there: stat-only changes are not edits), so the person's git commands never meet a lock of the
+    landing's but the one short hold of `hold_index`."""
+    gitdir = Path(repos.open_repo(checkout).path)
+    with tempfile.TemporaryDirectory(prefix="orchestrator-dry-run-") as tmp:
+        copy = Path(tmp) / "index"
+        with contextlib.suppress(FileNotFoundError):  # no index: git reads none as empty
+            shutil.copyfile(gitdir / "index", copy)
+        repos.run_git(checkout, "update-index", "-q", "--refresh", index=copy)
+        dry = repos.run_git(checkout, "read-tree", "-m", "-u", "-n", str(old), str(new), index=copy)
     return _refusal(dry.stderr) if dry.returncode != 0 else None
 
 
-def read_tree(checkout: Path, old: pygit2.Oid, new: pygit2.Oid, *, refreshed: bool = False) -> Blocked | None:
+MOVES_HEAD = frozenset({"commit", "merge", "rebase", "cherry-pick", "revert", "am", "pull", "reset"})
+"""git commands that read HEAD and later move it with a compare-and-swap: a ref moved in between fails them."""
+_GLOBAL_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"})
+
+
+def git_command(argv: list[str], cwd: Path) -> tuple[str, Path] | None:
+    """For a process's argv and working directory: the git subcommand it runs and the directory it runs it in
+    (`-C` followed), or None if it is not git (pure)."""
+    if not argv or os.path.basename(argv[0]) != "git":
+        return None
+    where, args = cwd, iter(argv[1:])
+    for arg in args:
+        if arg in _GLOBAL_WITH_VALUE:
+            value = next(args, "")
+            if arg == "-C" and value:
+                where = where / value
+        elif not arg.startswith("-"):
+            return arg, where
+    return None
+
+
+def git_under_way(checkouts: list[Path]) -> tuple[int, str, Path] | None:
+    """A git command of the person's that will move HEAD (`MOVES_HEAD`) running in one of `checkouts`: its pid,
+    subcommand and checkout; None if none. `git commit` reads HEAD when it starts and moves it at its end, after
+    its hooks and the editor: a landing that moves the branch in between makes git refuse the commit."""
+    proc = Path("/proc")
+    tops = [c.resolve() for c in checkouts]
+    try:
+        pids = [int(n) for n in os.listdir(proc) if n.isdigit()]
+    except OSError:
+        return None  # no /proc: nothing to wait for that we can see
+    for pid in pids:
+        try:
+            if _comm(pid) != b"git\n":  # the cheap look first: the landing holds the index meanwhile
+                continue
+            argv = (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            cwd = Path(os.readlink(proc / str(pid) / "cwd"))
+        except OSError:  # ended as we looked, or not ours to read
+            continue
+        found = git_command(argv, cwd)
+        if found is None or found[0] not in MOVES_HEAD:
+            continue
+        where = Path(os.path.normpath(found[1]))
+        for top in tops:
+            if where == top or top in where.parents:
+                return pid, found[0], top
+    return None
+
+
+def _comm(pid: int) -> bytes:
+    fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
+    try:
+        return os.read(fd, 32)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A checkout's `index.lock`, held by the landing (`hold_index`)."""
+
+    lock: Path
+    waited: bool
+    """Another git command held it first: one that read HEAD before the landing may be under way still."""
+
+
+def hold_index(checkout: Path, wait: float = LOCK_WAIT) -> Held | Blocked:
+    """Take the checkout's `index.lock` as git does (created exclusively), waiting up to `wait` for a git command
+    of the person's to let it go; the lock starts as a copy of the index. Returns the lock (for `read_tree`'s
+    `index`, then `keep_index` or `drop_index`) and whether it had to wait for it, or why it could not be had.
+
+    Why the landing holds it across the ref move and the checkout update: `git commit` holds this lock from
+    reading HEAD until it moves HEAD, so a branch moved while a commit runs (its pre-commit hook, say) fails the
+    person's commit (`cannot lock ref 'HEAD'`), and a commit that starts between the ref move and the checkout
+    update would commit the old tree on top of the landing, undoing it. Held, a commit under way is waited for,
+    and one that starts meanwhile stops at once, saying another git process runs there."""
+    gitdir = Path(repos.open_repo(checkout).path)
+    lock, index = gitdir / "index.lock", gitdir / "index"
+    deadline = time.monotonic() + wait
+    waited = False
+    while True:
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileExistsError:
+            if time.monotonic() > deadline:
+                return _refusal(f"fatal: Unable to create '{lock}': File exists.")
+            waited = True
+            time.sleep(0.02)  # a git command of the person's holds the index; it will be quick
+    try:
+        with os.fdopen(fd, "wb") as out, open(index, "rb") as src:
+            shutil.copyfileobj(src, out)
+    except FileNotFoundError:
+        lock.unlink(missing_ok=True)
+        return (), f"has no index file ({index}): `git reset` there rebuilds it from HEAD", FAULT
+    except BaseException:
+        lock.unlink(missing_ok=True)
+        raise
+    return Held(lock, waited)
+
+
+def keep_index(lock: Path) -> None:
+    """The held index (updated in place by `read_tree`) becomes the checkout's index; the lock is gone."""
+    os.replace(lock, lock.with_name("index"))
+
+
+def drop_index(lock: Path) -> None:
+    """Let go of a held index unchanged: the checkout's index stays what it was."""
+    lock.unlink(missing_ok=True)
+
+
+def read_tree(
+    checkout: Path, old: pygit2.Oid, new: pygit2.Oid, *, refreshed: bool = False, index: Path | None = None
+) -> Blocked | None:
     """Carry the checkout from `old` to `new` (two-tree merge); why not, if git refuses or fails.
 
-    `refreshed`: the dry run refreshed its index an instant ago, so the first try skips that process (a
-    stat-only change in between makes git refuse; the landing is then undone and tried again).
+    `refreshed`: the first try skips refreshing the index's stat data (a process; the dry run found the checkout
+    clean an instant ago). `index`: a lock taken by `hold_index`, whose copy of the index git updates: no wait then
+    (nobody else can hold it), and a refusal is tried once more after a refresh (a stat-only change is no edit).
     """
     deadline = time.monotonic() + LOCK_WAIT
+    fresh = not refreshed
     while True:
         if not refreshed:
-            repos.run_git(checkout, "update-index", "-q", "--refresh")
+            repos.run_git(checkout, "update-index", "-q", "--refresh", index=index)
         refreshed = False
-        done = repos.run_git(checkout, "read-tree", "-m", "-u", str(old), str(new))
+        done = repos.run_git(checkout, "read-tree", "-m", "-u", str(old), str(new), index=index)
         if done.returncode == 0:
             return None
+        if index is not None:
+            refusal = _refusal(done.stderr)
+            if fresh or refusal[2] != REFUSED:  # a fault (a full disk) is never tried again here
+                return refusal
+            fresh = True
+            continue
         if "index.lock" not in done.stderr or time.monotonic() > deadline:
             return _refusal(done.stderr)
         time.sleep(0.05)  # a git command of the user's holds the index; it will be quick

@@ -13,8 +13,10 @@ On a branch the swap is `prepare` (every checkout of the branch checked, the int
 
 The ref move is a true compare-and-swap: `Reference.set_target` is libgit2's `git_reference_set_target`,
 which is `git_reference_create_matching` with the value the reference had when looked up, checked
-under git's own `refs/heads/B.lock`; a concurrent `git commit` or `git update-ref` either happens
-before it (we see HEAD_MOVED) or fails on its own old-value check.
+under git's own `refs/heads/B.lock`; a concurrent `git update-ref` either happens before it (we see
+HEAD_MOVED) or fails on its own old-value check. A `git commit` in a checkout of the branch is waited for:
+the move holds each such checkout's `index.lock`, which a commit holds from reading HEAD to moving it
+(`checkouts.hold_index`), so the person's commit is never refused because a landing moved the branch under it.
 
 Checkouts. Every worktree (the main one or a linked one) whose HEAD is `refs/heads/<branch>` is kept
 in step the way `git merge` would: before the ref moves, the paths that change between the old and
@@ -148,43 +150,101 @@ def prepare(
 
 
 def move(p: Prepared) -> LandResult:
-    """The ref (compare-and-swap), then every checkout; all put back if any step fails (sync: run in a thread)."""
-    refname = p.ref.name
+    """Each checkout's index held (a commit the person is making there finishes first), the ref (compare-and-swap),
+    then every checkout; all put back if any step fails (sync: run in a thread)."""
+    held: list[Path] = []
     try:
-        p.ref.set_target(p.new, f"{REFLOG}{p.what}")  # CAS against the target `ref` was looked up with
-    except (pygit2.GitError, OSError) as e:  # a lock it cannot take, a file it cannot write: OSError
-        p.journal.end(p.token)
-        now = p.repo.lookup_reference(refname).target
-        if now != p.old:
-            return _head_moved(p.branch, str(p.old), str(now))
-        return _fault(p.branch, str(p.old), f"{refname} could not be written ({e})")
-    result, settled = _update_checkouts(p)
+        blocked = _hold_checkouts(p, held)
+        if blocked is not None:
+            p.journal.end(p.token)
+            return blocked
+        try:
+            p.ref.set_target(p.new, f"{REFLOG}{p.what}")  # CAS against the target `ref` was looked up with
+        except (pygit2.GitError, OSError) as e:  # a lock it cannot take, a file it cannot write: OSError
+            p.journal.end(p.token)
+            now = p.repo.lookup_reference(p.ref.name).target
+            if now != p.old:
+                return _head_moved(p.branch, str(p.old), str(now))
+            return _fault(p.branch, str(p.old), f"{p.ref.name} could not be written ({e})")
+        result, settled = _update_checkouts(p, held)
+    finally:
+        for lock in held:  # those kept are the index already
+            checkouts.drop_index(lock)
     if settled:
         p.journal.end(p.token)  # only once every checkout is level again; else it is left for recovery
     return result
 
 
-def _update_checkouts(p: Prepared) -> tuple[LandResult, bool]:
-    """After the ref moved: carry each checkout to `new`, or put everything back if git refuses or fails in one.
+COMMIT_WAIT = 10.0
+"""Seconds a landing waits for a git commit (merge, rebase...) of the person's in a checkout of its branch to end
+before it lets go and tries again later."""
+
+
+QUIET = 0.3
+"""Seconds a landing lets pass after a person's git command under way ended before it takes the index: a next
+command (`git add`, another commit) would otherwise meet the landing's lock."""
+
+
+def _hold_checkouts(p: Prepared, held: list[Path]) -> LandResult | None:
+    """Hold every checkout's index (appended to `held`) with no git command of the person's under way there that
+    will move HEAD: such a command reads HEAD first and moves it last (after its hooks and the editor), so the
+    landing waits for it (up to `COMMIT_WAIT`), else git would refuse the person's commit. Once the indexes are
+    held, a command that starts fails at once on the lock (git commit takes it right after reading HEAD); one that
+    held a lock before the landing took it may have read HEAD already, so then the look is taken again."""
+    deadline = time.monotonic() + COMMIT_WAIT
+    seen = False
+    while True:
+        running = checkouts.git_under_way(p.checkouts)
+        if running is None and seen:  # the person's next git command often follows at once: let it start first
+            seen = False
+            time.sleep(QUIET)
+            continue
+        if running is None:
+            contended = False
+            for checkout in p.checkouts:
+                got = checkouts.hold_index(checkout)
+                if not isinstance(got, checkouts.Held):
+                    paths, reason, kind = got
+                    if kind == FAULT:
+                        return _fault(p.branch, str(p.old), f"your checkout {checkout} cannot be updated ({reason})")
+                    return _user_dirty(p.branch, str(p.old), checkout, paths, reason)
+                held.append(got.lock)
+                contended = contended or got.waited
+            running = checkouts.git_under_way(p.checkouts) if contended else None
+            if running is None:
+                return None
+            while held:  # one started before the locks were taken: it goes first
+                checkouts.drop_index(held.pop())
+        seen = True
+        if time.monotonic() > deadline:
+            pid, command, checkout = running
+            why = f"has your `git {command}` under way (pid {pid}), which must end first"
+            return _user_dirty(p.branch, str(p.old), checkout, (), why)
+        time.sleep(0.05)
+
+
+def _update_checkouts(p: Prepared, held: list[Path]) -> tuple[LandResult, bool]:
+    """After the ref moved: carry each checkout to `new` in its held index, or put everything back if git refuses
+    or fails in one (the checkouts' own index files were never touched then: they still hold `old`).
 
     Returns the result and whether every checkout is level with the ref (else the journal entry stays open).
     """
     old, new, branch = p.old, p.new, p.branch
-    updated: list[Path] = []
-    for checkout in p.checkouts:
+    updated: list[tuple[Path, Path]] = []
+    for checkout, lock in zip(p.checkouts, held, strict=True):
         try:
-            failed = checkouts.read_tree(checkout, old, new, refreshed=True)
+            failed = checkouts.read_tree(checkout, old, new, refreshed=True, index=lock)
         except OSError as e:  # git could not even be started (no memory, no file descriptors)
             failed = ((), f"git could not run: {e}", FAULT)
         if failed is None:
-            updated.append(checkout)
+            updated.append((checkout, lock))
             continue
         paths, reason, kind = failed
         # The failed checkout first, path by path (git may have written some before it failed; those paths were
         # clean a moment ago, so OLD is what was there); then the ones already carried to NEW.
         stuck = {str(checkout): checkouts.put_back(p.repo, checkout, p.changed, old)} if kind == FAULT else {}
-        for done in reversed(updated):
-            if checkouts.read_tree(done, new, old) is not None:
+        for done, done_lock in reversed(updated):
+            if checkouts.read_tree(done, new, old, index=done_lock) is not None:
                 stuck[str(done)] = checkouts.put_back(p.repo, done, p.changed, old)
         stuck = {c: ps for c, ps in stuck.items() if ps}
         if checkouts.swap_back(p.repo, p.ref.name, new, old, f"{REFLOG}undo {p.what}"):
@@ -208,6 +268,8 @@ def _update_checkouts(p: Prepared) -> tuple[LandResult, bool]:
             f"{branch} advanced {str(old)[:12]} → {str(new)[:12]} but your checkout {checkout} was not updated "
             f"({reason}); `git read-tree -m -u {str(old)[:12]} {str(new)[:12]}` there brings it level",
         ), False
+    for _, lock in updated:
+        checkouts.keep_index(lock)
     return LandResult(
         LandOutcome.LANDED, str(new), str(old), (), (), f"{branch} advanced {str(old)[:12]} → {str(new)[:12]}"
     ), True

@@ -220,18 +220,24 @@ def git_env(cwd: Path | None = None, *, environ: Mapping[str, str] | None = None
     return env
 
 
-def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[str]:
+def run_git(
+    cwd: Path, *args: str, timeout: float = GIT_TIMEOUT, index: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """The git CLI at the top of the work tree `cwd` (the user's checkout), output captured as text, never
     prompting, never raising on a non-zero exit, never searching above `cwd` for a repository, with the
     daemon's secrets out of its environment (`git_env`) and no hook run (what the daemon does there is
     bookkeeping, not the user's git command). The user's own config for their checkout applies otherwise
-    (their fsmonitor, their filters); a command that outlives `timeout` fails with exit 124."""
+    (their fsmonitor, their filters); a command that outlives `timeout` fails with exit 124. `index`: the index
+    file git reads and writes instead of the checkout's (`GIT_INDEX_FILE`)."""
     argv = ["git", "-c", "core.hooksPath=/dev/null", *args]
+    env = git_env(cwd)
+    if index is not None:
+        env["GIT_INDEX_FILE"] = str(index)
     try:
         return subprocess.run(
             argv,
             cwd=cwd,
-            env=git_env(cwd),
+            env=env,
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,

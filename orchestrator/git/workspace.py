@@ -25,12 +25,12 @@ Sync code (pygit2, the git CLI, file walks): the pool calls it through `asyncio.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import stat
 import subprocess
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +169,14 @@ class Workspace:
         """
         repo = self.repo()
         index = repo.index
-        status = repo.status(untracked_files="all")
+        try:
+            status = repo.status(untracked_files="all")
+        except pygit2.GitError as e:  # libgit2 reads no tree nested over 100 directories deep
+            raise ResultRefused(
+                Code.BAD_NAMES,
+                f"its files cannot be read as a commit ({e}; git takes directories nested up to 100 deep): flatten "
+                "or delete them (or ignore them in .gitignore)",
+            ) from None
         added = FileStatus.WT_NEW | FileStatus.WT_TYPECHANGE
         new = [p for p, f in status.items() if f & added and not p.endswith("/")]
         _storable([*new, *_git_spelled(self.root, repo)])
@@ -567,8 +574,8 @@ def _storable(paths: Iterable[str]) -> None:
 def remove_tree(path: Path) -> None:
     """Delete `path` and everything under it without following a link; a link itself is just unlinked.
 
-    `shutil.rmtree` walks by file descriptor and never enters a symlinked directory; a top-level link or
-    file is unlinked (rmtree refuses a link). Missing is fine.
+    By directory handle, never entering a symlinked directory, at any depth (`_rmtree`); a top-level link or
+    file is unlinked. Missing is fine.
     """
     try:
         st = os.lstat(path)
@@ -581,29 +588,64 @@ def remove_tree(path: Path) -> None:
         path.unlink()
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _rmtree(path: Path | str) -> None:
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=_retry_writable)
-    else:
-        shutil.rmtree(path, onerror=lambda func, p, info: _retry_writable(func, p, info[1]))
-
-
-def _retry_writable(func: object, path: str, exc: BaseException) -> None:
-    # A job may leave read-only directories (chmod 500): deleting what is in them needs write permission.
-    if isinstance(exc, FileNotFoundError):
-        return
-    if not isinstance(exc, PermissionError):
-        raise exc
-    _writable(Path(os.path.dirname(path)))
+    """Delete the directory `path` and everything under it, however deep (a job's `mkdir d; cd d` in a loop goes
+    past any recursion): one directory handle at a time, down by name never following a link (a link is unlinked),
+    back up through `..` checked to be the directory it came from; a directory the job made read-only or unreadable
+    is made the daemon's to delete first. Neither the stack nor the open files grow with the depth."""
+    fd = os.open(path, _DIR_FLAGS)
+    above: list[tuple[int, int, list[str]]] = []  # each directory above `fd`: device, inode, subdirs left to remove
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        _writable(Path(path))
-        _rmtree(path)
-    else:
-        os.unlink(path)
+        todo = _clear(fd)
+        while True:
+            if todo:
+                st = os.fstat(fd)
+                sub = _open_child(fd, todo[-1])
+                above.append((st.st_dev, st.st_ino, todo))
+                os.close(fd)
+                fd = sub
+                todo = _clear(fd)
+                continue
+            if not above:
+                break
+            up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            dev, ino, todo = above.pop()
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                raise OSError(errno.EXDEV, f"a directory under {path} moved while it was deleted; not deleted")
+            os.rmdir(todo.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _open_child(fd: int, name: str) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except PermissionError:  # a directory the job made unreadable (it is a directory: `_clear` saw it, no link)
+        os.chmod(name, stat.S_IRWXU, dir_fd=fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+
+
+def _clear(fd: int) -> list[str]:
+    """Unlink every entry of the directory `fd` that is no directory (links included, never followed); the names of
+    the directories in it."""
+    dirs: list[str] = []
+    with contextlib.suppress(PermissionError):  # not ours to change: then unlinking below says why it cannot
+        os.fchmod(fd, stat.S_IRWXU)  # a directory the job made read-only: its entries are deleted all the same
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                dirs.append(entry.name)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+    return dirs
 
 
 def _writable(path: Path) -> None:

@@ -86,6 +86,7 @@ class WorktreePool:
         self.warm = warm
         self._repos: dict[Path, _Repo] = {}
         self._canon: dict[Path, Path] = {}  # as the caller names a repository -> its canonical path
+        self._stopping = asyncio.Event()
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -131,11 +132,7 @@ class WorktreePool:
             )
             st.out.add(job_id)
             return dest.root
-        try:
-            await asyncio.to_thread(dest.create, st.path, sha, branch)
-        except BaseException:
-            await asyncio.shield(self._remove(st, dest))
-            raise
+        await self._checkout(st, dest, sha, branch)
         log.info(Event.WORKTREE_ACQUIRED, repo=str(st.path), job_id=job_id, base=sha, pooled=False, path=str(dest.root))
         st.out.add(job_id)
         return dest.root
@@ -189,12 +186,10 @@ class WorktreePool:
         try:
             sha = await asyncio.to_thread(_resolve, st.path, at)
             for _ in range(want):
+                if self._stopping.is_set():
+                    break
                 ws = Workspace(st.home / f"pool-{secrets.token_hex(4)}")
-                try:
-                    await asyncio.to_thread(ws.create, st.path, sha, None)
-                except BaseException:
-                    await asyncio.shield(self._remove(st, ws))
-                    raise
+                await self._checkout(st, ws, sha, None)
                 # Valid and clean at once: hand it out now rather than after the settle below.
                 warm = _Warm(ws.root, sha)
                 made.append(warm)
@@ -206,9 +201,21 @@ class WorktreePool:
         log.info(Event.WORKTREE_POOL_FILLED, repo=str(st.path), at=sha, added=len(made), size=len(st.pool))
         await self._settle_pooled(st, made)
 
+    def stop_tidying(self) -> None:
+        """The daemon is stopping: a fill under way makes no more warm workspaces, and those it made are left for
+        `recover` to settle on the next start (a stop does not wait up to a second for either: both only save a
+        later job time)."""
+        self._stopping.set()
+
     async def _settle_pooled(self, st: _Repo, made: list[_Warm]) -> None:
         """Settle those of `made` still in the pool, taking each out while git refreshes its index."""
-        await _sleep_past_second()
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({stopping}, timeout=_past_second())
+        finally:
+            stopping.cancel()
+        if self._stopping.is_set():
+            return
         for warm in made:
             if warm not in st.pool:
                 continue  # a job took it meanwhile: unsettled only means a slower first status
@@ -313,6 +320,21 @@ class WorktreePool:
         st.pool.append(_Warm(dest.root, sha))
         log.info(Event.WORKTREE_RECYCLED, repo=str(st.path), path=str(dest.root), size=len(st.pool))
 
+    async def _checkout(self, st: _Repo, ws: Workspace, sha: str, branch: str | None) -> None:
+        """Write a fresh workspace; if that fails or is cut (a stop), remove what it wrote. A thread cannot be
+        stopped: the removal waits for the checkout's thread to be done, or it would delete files as they are
+        written (and fail on a directory that is not empty, leaving both behind)."""
+        writing = asyncio.ensure_future(asyncio.to_thread(ws.create, st.path, sha, branch))
+        try:
+            await asyncio.shield(writing)
+        except BaseException:
+            await asyncio.shield(self._remove_once_done(st, ws, writing))
+            raise
+
+    async def _remove_once_done(self, st: _Repo, ws: Workspace, writing: asyncio.Future[None]) -> None:
+        await asyncio.wait({writing})
+        await self._remove(st, ws)
+
     async def _remove(self, st: _Repo, ws: Workspace) -> None:
         # Rename first (instant), delete the files after: a crash in between leaves a trash-* for recover.
         trash = Workspace(st.home / f"trash-{secrets.token_hex(4)}")
@@ -331,7 +353,12 @@ class WorktreePool:
 
 
 async def _sleep_past_second() -> None:
-    await asyncio.sleep(1.02 - time.time() % 1.0)
+    await asyncio.sleep(_past_second())
+
+
+def _past_second() -> float:
+    """Seconds until the clock is just past the current second."""
+    return 1.02 - time.time() % 1.0
 
 
 def _refresh(ws: Workspace, sha: str) -> None:

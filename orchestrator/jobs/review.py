@@ -83,6 +83,7 @@ async def land(board: Board, lander: Lander, job: Job) -> Job:
         JobEvent.APPROVED,
         reason="approved in review; waits for its landing",
         code=Code.FINISHED,
+        approved=job.result or "",  # this result, and no other (in team mode sealed: `core.seal`)
     )
     if approved is None:
         raise ReviewError(_moved(job.id, await board.store.jobs.get(job.id), "landed"))

@@ -194,6 +194,12 @@ class Jobs:
             return runner
         path = jobpath.job_path(os.environ.get("PATH", ""))
         reading = await asyncio.to_thread(prose.read, text, lambda word: shutil.which(word, path=path) is not None)
+        if reading.missing:
+            raise BadRequest(
+                f"this reads as a shell command, but {reading.why} ({path}): run, it would fail (exit 127). Install "
+                f"it where a job finds it, or name it by its path (say `.venv/bin/{reading.word}`); a task in words "
+                "goes to an agent (`--runner NAME`, `orchestrator runners` lists them)"
+            )
         if not reading.prose:
             return runner
         agent = self.cfg.jobs.agent

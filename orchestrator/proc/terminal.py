@@ -39,11 +39,12 @@ set -g set-clipboard off
 set -g set-titles off
 set -g allow-rename off
 set -g history-limit 20000
-set -g status-left "[job #{session_name}] "
+set -g status-left "[job JOB] "
 set -g status-right "C-b d detaches: the job goes on"
 """
 """The job's tmux: no escape sequence of the command reaches an attached terminal (tmux 3.3 and later refuse
-passthrough unless asked); the pane closes when its command ends, which ends the pipe of its output."""
+passthrough unless asked); the pane closes when its command ends, which ends the pipe of its output. `JOB`: the
+job's id (its terminal dir's name), shown to whoever attaches."""
 PASSTHROUGH_OFF = "set -g allow-passthrough off\n"
 WIDTH, HEIGHT = 200, 50
 """The pane's size until a person attaches (then it takes the attached terminal's)."""
@@ -87,7 +88,8 @@ def run(tmux_path: str, dir_: Path, command: Sequence[str]) -> int:
     os.mkfifo(dir_ / "gate", 0o600)
     os.mkfifo(dir_ / "out", 0o600)
     config = dir_ / "tmux.conf"
-    config.write_text(CONFIG + (PASSTHROUGH_OFF if _version_ok(tmux_path) else ""))
+    job = "".join(c for c in dir_.name if c.isalnum()) or "?"
+    config.write_text(CONFIG.replace("JOB", job) + (PASSTHROUGH_OFF if _version_ok(tmux_path) else ""))
     base = [tmux_path, "-S", str(socket(dir_)), "-f", str(config)]
     # The pane's shell waits for the gate, runs the command, and writes its exit status.
     held = 'read _ < "$0"; "$@"; echo "$?" > "$0.status"'

@@ -22,6 +22,7 @@ import fnmatch
 import json
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,26 @@ def expand(argv: tuple[str, ...], values: dict[str, str], paths: list[str] | Non
 
 
 def claimed_files(worktree: Path, claim: frozenset[str]) -> list[str]:
-    """The claimed paths that are files in the worktree as the job starts (not directories, globs or files
-    still to be made: a CLI given a missing file may create it empty)."""
-    return sorted(p for p in claim if p and not p.endswith("/") and (worktree / p).is_file())
+    """The claimed paths that are regular files in the worktree as the job starts (not directories, globs or files
+    still to be made: a CLI given a missing file may create it empty). Only a path inside it, reached by no link: a
+    claim is data (in team mode read from the shared store), and a CLI shows the model every file it is given."""
+    return sorted(p for p in claim if p and not p.endswith("/") and _file_within(worktree, p))
+
+
+def _file_within(worktree: Path, path: str) -> bool:
+    try:
+        names = beneath.parts(path)
+    except beneath.Escape:
+        return False
+    try:
+        with beneath.Root(worktree) as root:
+            fd = root.open(names, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                return stat.S_ISREG(os.fstat(fd).st_mode)
+            finally:
+                os.close(fd)
+    except (OSError, beneath.Escape):
+        return False
 
 
 def side_files(worktree: Path, patterns: tuple[str, ...], tracked: set[str]) -> list[str]:

@@ -33,6 +33,8 @@ class RoleFacts:
     owns_database: bool
     schema: int | None
     """The team's schema version (None: no table yet, the first daemon makes them)."""
+    abstract: tuple[str, ...] = ()
+    """The server's abstract UNIX sockets (`@name` in `unix_socket_directories`): every job reaches those."""
 
 
 async def inspect(url: str, *, password: str | None = None, timeout: float = 5.0) -> RoleFacts:
@@ -56,6 +58,7 @@ async def inspect(url: str, *, password: str | None = None, timeout: float = 5.0
                 name,
             )
         ]
+        dirs = str(await conn.fetchval("SELECT setting FROM pg_settings WHERE name = 'unix_socket_directories'") or "")
         has_table = await conn.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
         schema = await conn.fetchval("SELECT coalesce(max(version), 0) FROM schema_version") if has_table else None
     finally:
@@ -71,6 +74,7 @@ async def inspect(url: str, *, password: str | None = None, timeout: float = 5.0
         server_roles=tuple(members),
         owns_database=bool(row["owns"]),
         schema=None if schema is None else int(schema),
+        abstract=tuple(d.strip() for d in dirs.split(",") if d.strip().startswith("@")),
     )
 
 
@@ -109,6 +113,14 @@ def verdict(facts: RoleFacts, known: int) -> list[tuple[str, str, str]]:
             "postgresql role",
             WARN if extra else OK,
             f"{role}: no superuser, no server programs or files, owner of {facts.database}{tail if extra else ''}",
+        ))  # fmt: skip
+    if facts.abstract:
+        out.append((
+            "postgresql sockets",
+            FAIL,
+            f"the server listens on the abstract UNIX socket {', '.join(facts.abstract)}: every job on its machine "
+            "reaches it (it shares the machine's network; no sandbox can hide it) and may log in without a password "
+            "(`peer`); take it out of unix_socket_directories and keep socket dirs only",
         ))  # fmt: skip
     if facts.schema is None:
         out.append(("postgresql schema", OK, f"{facts.database} is empty: the first daemon started makes the tables"))

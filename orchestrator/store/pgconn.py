@@ -17,7 +17,7 @@ import asyncpg
 
 from orchestrator import logging as olog
 from orchestrator import testhook
-from orchestrator.store.base import StoreUnreachable
+from orchestrator.store.base import StoreFull, StoreUnreachable
 
 T = TypeVar("T")
 
@@ -30,6 +30,7 @@ CONNECTION_ERRORS = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.InternalClientError,  # a connection broken mid-operation, met again when the pool resets it
+    asyncpg.TooManyConnectionsError,  # 53300: the server's connection slots are taken for now
 )
 NOW = "extract(epoch from clock_timestamp())"
 """SQL for the server's clock: leases are compared on it, never on a node's own clock."""
@@ -86,6 +87,11 @@ class PgConnection:
         while True:
             try:
                 return await attempt(lost)
+            except asyncpg.DiskFullError as e:  # 53100: the transaction was rolled back, nothing of it kept
+                raise StoreFull(
+                    f"the team's PostgreSQL at {self.shown} has no room left on its disk ({e}); nothing of this write "
+                    "was kept: free space on the database server (or ask its admin to), then try again"
+                ) from None
             except CONNECTION_ERRORS as e:
                 why = f"{type(e).__name__}: {e}"
                 if time.monotonic() >= deadline:

@@ -71,6 +71,13 @@ FOREIGN = "team:"
 """How a job of a repository this node has no clone of names it (`team:<repository>`): no path on this machine."""
 NODE_HELD = OPEN - {JobState.QUEUED}
 """States a node works a job in: writes expecting them apply only while the writer holds the job."""
+ORDERED = frozenset({JobState.RUNNING, JobState.LANDING, JobState.READY})
+"""States a job is in once its order ran: a write that keeps it there (or moves it on within them) hands its node the
+job as stored, whose order must still be the sealed one (it could have been changed since it started)."""
+UNAPPROVED = (
+    "its landing was never approved by a node of the team (it waits for review, and no `orchestrator land` sealed "
+    "this result): not landed. Its result is kept; `orchestrator retry` it, then land it once reviewed"
+)
 _MIGRATE_LOCK = 7_300_021
 
 
@@ -287,13 +294,16 @@ class PgJobs(Guarded):
                 args.append(self.epochs[w.job_id])
                 where += f" AND epoch = ${len(args)}"  # the fence: an attempt that lost the job writes nothing
         resealed = bool(values.keys() & SEALED_FIELDS)
-        if resealed or w.to is JobState.RUNNING:
+        # The move that starts its order, and every write that hands the node a job whose order ran (a field of a
+        # running job, its move to review or landing, an approval): the order must verify, whenever it changed.
+        ordered = holder is None and w.expect <= ORDERED and (w.to is None or w.to in ORDERED)
+        if resealed or w.to is JobState.RUNNING or ordered:
             before = await conn.fetchrow(f"SELECT * FROM jobs WHERE {where} FOR UPDATE", *args)
             if before is None:
                 return None
             verified = verifies(self.secret, before)
-            if w.to is JobState.RUNNING and not verified:
-                await refuse(conn, before, self.node, now, wid)  # a changed order never runs
+            if (w.to is JobState.RUNNING or ordered) and not verified:
+                await refuse(conn, before, self.node, now, wid)  # a changed order never runs, nor lands
                 return None
             resealed = resealed and verified  # an order that does not verify is never sealed again here
         if w.to is JobState.RUNNING and w.beside is not None and not await self._admissible(conn, w):
@@ -387,12 +397,14 @@ class PgJobs(Guarded):
         return {"requeued": [j.id for j in (*running, *planning)], "landing": landing}
 
 
-async def refuse(conn: asyncpg.Connection, row: asyncpg.Record, node: str, now: float, wid: str) -> None:
-    """A job whose order does not verify (changed in the database by no node of the team): failed where it may
-    fail, else marked, with what happened and what to do; never run."""
+async def refuse(
+    conn: asyncpg.Connection, row: asyncpg.Record, node: str, now: float, wid: str, reason: str = UNVERIFIED
+) -> None:
+    """A job whose order does not verify (changed in the database by no node of the team), or whose landing no node
+    approved: failed where it may fail, else marked, with what happened and what to do; never run, never landed."""
     state = JobState(row["state"])
-    olog.get(job_id=int(row["id"])).error(olog.Event.TEAM_UNVERIFIED, state=str(state))
-    fields: dict[str, Any] = {"code": str(Code.UNVERIFIED), "reason": UNVERIFIED}
+    olog.get(job_id=int(row["id"])).error(olog.Event.TEAM_UNVERIFIED, state=str(state), reason=reason)
+    fields: dict[str, Any] = {"code": str(Code.UNVERIFIED), "reason": reason}
     if lifecycle.allowed(state, JobState.FAILED):
         fields |= {"state": str(JobState.FAILED), "finished_at": now}
     sets = ", ".join(f"{_q(k)} = ${i}" for i, k in enumerate(fields, start=2))
@@ -561,6 +573,36 @@ class PgTeam:
             "SELECT epoch FROM jobs WHERE id = $1 AND node = $2 AND state = $3", job_id, self.node, str(state)
         )
         return row is not None and self._jobs.epochs.get(job_id, int(row[0])) == int(row[0])
+
+    async def landable(self, job_id: int) -> Job | None:
+        """The job as this node may land it now, or None: it no longer holds it in `landing` (at its epoch), or its
+        order does not verify, or it waits for review and no node sealed an approval of this result (its state alone
+        moved to `landing` in the database): then it is failed with the reason, never landed."""
+        epoch = self._jobs.epochs.get(job_id)
+
+        async def work(conn: asyncpg.Connection) -> asyncpg.Record | None:
+            row = await conn.fetchrow(
+                "SELECT * FROM jobs WHERE id = $1 AND node = $2 AND state = $3 FOR UPDATE",
+                job_id, self.node, str(JobState.LANDING),
+            )  # fmt: skip
+            if row is None or (epoch is not None and int(row["epoch"]) != epoch):
+                return None
+            why = None
+            if not verifies(self._jobs.secret, row):
+                why = UNVERIFIED
+            elif row["land"] != "auto" and (not row["result"] or row["approved"] != row["result"]):
+                why = UNAPPROVED
+            if why is None:
+                return row
+            await refuse(conn, row, self.node, time.time(), uuid.uuid4().hex, why)
+            await self._jobs.notify(conn, [job_id])
+            return None
+
+        row = await self._db.run(work)
+        if row is None:
+            self._jobs.changes.add([job_id])
+            return None
+        return self._jobs._row_job(row)
 
     async def lost(self, ids: Iterable[int]) -> dict[int, Job]:
         """Of these jobs (which this node runs or lands), those it no longer holds at the epoch it took them at:

@@ -337,6 +337,9 @@ MIGRATIONS: tuple[tuple[Op, ...], ...] = (
     # A team: each job's order sealed under the team's secret (`core.seal`), which this database never holds: a node
     # runs only an order a node of the team sealed. Jobs queued before have none: no node runs them (queue them again).
     _pg(Add("jobs", "seal")),
+    # the result a person approved for landing: in team mode sealed with the order, so a review job whose state
+    # alone was moved to `landing` in the database never lands.
+    (Add("jobs", "approved"),),
 )
 """Every migration, in order, for both engines: each a tuple of operations (each for both dialects unless marked
 `only`). Add the next at the end."""

@@ -47,9 +47,13 @@ class TeamLander(Lander):
         return store
 
     async def _attempt(self, job: Job, log: structlog.typing.FilteringBoundLogger) -> Then:
-        if not await self.team_store.team.holds(job.id):
-            return Then.END  # taken over by another node, or moved on: nothing of this attempt lands
-        return await super()._attempt(job, log)
+        # Landed as stored now, and only as sealed: a job taken over by another node, or moved on, lands nothing of
+        # this attempt; one whose order was changed, or whose review no node approved, is failed and never lands.
+        held = await self.team_store.team.landable(job.id)
+        if held is None:
+            await self.board.foreign({job.id})
+            return Then.END
+        return await super()._attempt(held, log)
 
     async def _publish(self, job: Job) -> None:
         worktree = str(self.pool.path_for(Path(job.repo), job.id)) if job.worktree else None

@@ -8,7 +8,10 @@ so whatever libpq or asyncpg would find for the daemon a job could find too, unl
   comma list), `PGHOST`, and the distributions' defaults (`/run/postgresql`, `/var/run/postgresql`; `/tmp` is
   always emptied for a job). Over a socket a role may log in without a password (`peer`, `trust`);
 - the files holding a password or a key: `~/.pgpass` and `PGPASSFILE`, the service files (`~/.pg_service.conf`,
-  `PGSERVICEFILE`), the client certificates dir (`~/.postgresql`), and the files the URL or `PGSSL*` name.
+  `PGSERVICEFILE`), the client certificates dir (`~/.postgresql`), and the files the URL or `PGSSL*` name;
+- the team's other shared store, its remote: the credentials the node pushes with (`~/.ssh`, git's stored
+  credentials, `~/.netrc`, the GitHub CLI's token, the ssh agent's socket). A job that had them could push to the
+  shared branch itself.
 
 The daemon's `PG*` variables never reach a job (`proc.process.environment`), nor does its config dir (the URL)
 or env file (the password): see `docs/team.md` for what stays reachable (a server over TCP) and how to close it.
@@ -25,6 +28,9 @@ DEFAULT_SOCKET_DIRS: tuple[str, ...] = ("/run/postgresql", "/var/run/postgresql"
 """Where a distribution's PostgreSQL puts its socket, and where libpq and asyncpg look without a `host`."""
 HOME_FILES: tuple[str, ...] = (".pgpass", ".pg_service.conf", ".postgresql")
 """A user's libpq files: passwords, service definitions (which may hold passwords), client keys."""
+PUSH_FILES: tuple[str, ...] = (".ssh", ".git-credentials", ".config/git/credentials", ".netrc", ".config/gh")
+"""A user's credentials for the team's remote (ssh keys, git's `store` helper, netrc, GitHub CLI's token): with
+them a job could push to the shared remote itself, past every seal, review and landing check."""
 ENV_FILES: tuple[str, ...] = ("PGPASSFILE", "PGSERVICEFILE", "PGSSLKEY", "PGSSLCERT", "PGSSLROOTCERT", "PGSSLCRL")
 """Variables naming such a file elsewhere."""
 URL_FILES: tuple[str, ...] = ("passfile", "sslkey", "sslcert", "sslrootcert", "sslcrl", "sslpassword")
@@ -49,8 +55,12 @@ def socket_dirs(url: str, environ: Mapping[str, str]) -> list[str]:
 
 def credential_files(url: str, environ: Mapping[str, str], home: Path) -> list[str]:
     """The files that may hold the store's password or key: the user's libpq files, those PG* and the URL name."""
-    files = [str(home / name) for name in HOME_FILES]
+    files = [str(home / name) for name in (*HOME_FILES, *PUSH_FILES)]
     files += [environ[name] for name in ENV_FILES if environ.get(name)]
+    if environ.get("XDG_CONFIG_HOME"):
+        files.append(str(Path(environ["XDG_CONFIG_HOME"]) / "git" / "credentials"))
+    if environ.get("SSH_AUTH_SOCK", "").startswith("/"):
+        files.append(environ["SSH_AUTH_SOCK"])  # the agent that holds the keys the node pushes with
     query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
     files += [query[name] for name in URL_FILES if query.get(name) and name != "sslpassword"]
     return list(dict.fromkeys(files))

@@ -5,7 +5,8 @@ one) every `--every` seconds, and small jobs run one after another in the other 
 
 1. `idle`: nothing else runs (the baseline);
 2. `writing`: one job writes `--files` files (in directories of 1,000) into its workspace, then ends (it fails
-   on purpose, so the figures are the watch's and not the commit of a million files).
+   on purpose, so the figures are the watch's and not the commit of a million files); `--shape` makes it empty
+   directories, directories nested that deep, or that many files renamed back and forth instead (`SHAPES`).
 
 Each phase reports the API's p50 / p99 / max and the small jobs' mean time from enqueue to landed; the ratio of
 the writing phase to the idle one is the figure (taken side by side, in one run). `--code DIR` runs the daemon from
@@ -17,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +43,39 @@ WRITER = (
     "            f.write(f'{i}\\n')\n"
 )
 """The big job's writer (run with the job's own python3): distinct contents, so every file is a change."""
+SHAPES: dict[str, str] = {
+    "files": WRITER,
+    "dirs": (
+        "import os, sys\n"
+        "n = int(sys.argv[1])\n"
+        "for d in range(0, n, 1000):\n"
+        "    os.mkdir(f'gen/d{d // 1000}')\n"
+        "    for i in range(d, min(d + 1000, n)):\n"
+        "        os.mkdir(f'gen/d{d // 1000}/e{i}')\n"
+    ),
+    "deep": (
+        "import os, sys\n"
+        "os.chdir('gen')\n"
+        "for _ in range(int(sys.argv[1])):\n"
+        "    os.mkdir('d'); os.chdir('d')\n"
+        "open('f', 'w').write('deep\\n')\n"
+    ),
+    "renames": (
+        "import os, sys, time\n"
+        "n, seconds = int(sys.argv[1]), float(sys.argv[2])\n"
+        "os.mkdir('gen/a')\n"
+        "for i in range(n):\n"
+        "    with open(f'gen/a/f{i}.txt', 'w') as f:\n"
+        "        f.write(f'{i}\\n')\n"
+        "end, k = time.monotonic() + seconds, 0\n"
+        "while time.monotonic() < end:\n"
+        "    os.rename('gen/a', 'gen/b'); os.rename('gen/b', 'gen/a'); k += 2\n"
+        "print(f'renames: {k}')\n"
+    ),
+}
+"""What the big job makes (`--shape`): `files` (distinct files, in directories of 1,000), `dirs` (empty directories,
+in directories of 1,000), `deep` (directories nested `--files` deep, a file at the bottom), `renames` (`--files`
+files in one directory, then that directory renamed back and forth for as long as the idle phase lasted)."""
 
 
 def _repo(path: Path) -> Path:
@@ -136,10 +170,12 @@ def _phase(d: BenchDaemon, small: Path, every: float, name: str, run: Any) -> di
     }
 
 
-def run_bench(work: Path, files: int, idle: float, every: float, code: Path | None) -> list[dict[str, Any]]:
+def run_bench(
+    work: Path, files: int, idle: float, every: float, code: Path | None, shape: str = "files"
+) -> list[dict[str, Any]]:
     big_repo = _repo(work / "big")
     small = _repo(work / "small")
-    (work / "writer.py").write_text(WRITER)
+    (work / "writer.py").write_text(SHAPES[shape])
     env = {"PYTHONPATH": str(code)} if code is not None else {}
     config = '[jobs]\nmax_concurrent = 3\nper_repo = 2\nsandbox = "none"\ntimeout = 7200\n'
     os.chdir(work)  # `python -m orchestrator` finds the package in its working dir first: none here, so `--code` holds
@@ -153,13 +189,14 @@ def run_bench(work: Path, files: int, idle: float, every: float, code: Path | No
         idle_row = _phase(d, small, every, "idle", wait)
 
         def write(show: list[int]) -> dict[str, Any]:
-            text = f"mkdir gen && python3 {work / 'writer.py'} {files} && exit 3"
+            text = f"mkdir gen && python3 {work / 'writer.py'} {files} {idle} && exit 3"
             job = d.client.enqueue(repo=str(big_repo), text=text, paths=["gen/"])
             show.append(job["id"])
             t = time.perf_counter()
             end = d.client.wait([job["id"]], timeout=7200)["jobs"][0]
             shown = d.client.job(job["id"])
             return {
+                "shape": shape,
                 "files": files,
                 "big_job_s": round(time.perf_counter() - t, 1),
                 "big_job_state": end["state"],
@@ -181,21 +218,25 @@ def run_bench(work: Path, files: int, idle: float, every: float, code: Path | No
 @click.option(
     "--code", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Run the daemon from this checkout."
 )
+@click.option(
+    "--shape", type=click.Choice(sorted(SHAPES)), default="files", show_default=True,
+    help="What the big job makes: files, empty dirs, dirs nested --files deep, or --files files renamed in a loop.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON on stdout.")
-def main(files: int, idle: float, every: float, code: Path | None, as_json: bool) -> None:
+def main(files: int, idle: float, every: float, code: Path | None, shape: str, as_json: bool) -> None:
     """What a job writing many files costs the API and the other jobs: p50/p99 beside an idle baseline."""
     if files < 1 or idle <= 0 or every <= 0:
         raise click.UsageError("--files, --idle and --every must be positive")
     work = Path(tempfile.mkdtemp(prefix="orchestrator-files-"))
     try:
-        click.echo(f"files: one job writing {files} files, the API sampled every {every:g} s ...", err=True)
-        rows = run_bench(work, files, idle, every, code.resolve() if code else None)
+        click.echo(f"files: one job making {files} ({shape}), the API sampled every {every:g} s ...", err=True)
+        rows = run_bench(work, files, idle, every, code.resolve() if code else None, shape)
         _report(rows, code, as_json)  # before the clean-up: a million files take a while to delete
     except BenchError as e:
         click.echo(f"orchestrator bench files: {e}", err=True)
         sys.exit(1)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(work)], check=False)  # any depth (`--shape deep`)
 
 
 def _report(rows: list[dict[str, Any]], code: Path | None, as_json: bool) -> None:
