@@ -393,6 +393,20 @@ def test_a_commit_the_person_is_making_goes_through_a_landing(repo: Repo) -> Non
     assert repo.status() == set()
 
 
+def test_a_landings_checks_leave_the_index_to_the_person(repo: Repo) -> None:
+    """The checks before a landing (git's dry run) work on a copy of the index: a git command of the person's that
+    holds the index meanwhile neither stops them nor is stopped by them; only the move itself takes the lock."""
+    job = repo.job(1, {"src/a.py": "a = 2\n"})
+    lock = repo.root / ".git" / "index.lock"
+    lock.write_text("")  # the person's `git add` under way
+    prepared = landing.prepare(repo.root, "main", repo.base, job, job_id=1)
+    assert isinstance(prepared, landing.Prepared), prepared
+    assert lock.read_text() == "", "the person's lock was left alone"
+    lock.unlink()  # their command ends
+    assert landing.move(prepared).outcome is LandOutcome.LANDED
+    assert repo.read("src/a.py") == "a = 2\n" and repo.status() == set()
+
+
 def test_git_command_reads_the_subcommand_after_globals() -> None:
     """A process's argv reads as the git subcommand it runs and where: global options skipped, `-C` followed."""
     assert checkouts.git_command(["git", "-C", "sub", "-c", "a=b", "commit", "-m", "x"], Path("/r")) == (
