@@ -277,6 +277,11 @@ def _evidence_plan(
         s = spread(rank(m, text, index, history), history, index)
         f = focus(s, calibration or Calibration(), ignore)
         files = tree_files(str(repo), base)
+    return focused_plan(f, files, calibration)
+
+
+def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Plan:
+    """The plan a focus makes at a tree (pure): its claim, with directories and generated files, and its risk."""
     if not f.names or not f.claim:
         note = (Note.NAMES_NOTHING, "the text names no path, file, module or identifier of the repository")
         return Plan(Claim(), (), "", "none", (note,), ranking=_ranking(f))
