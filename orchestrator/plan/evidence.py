@@ -228,7 +228,7 @@ def _kind_plan(
         near, rest = manifests.escapes(record, paths, files.paths)
         area = claim_area(paths)
         near_ = tuple((claims.literal(p), q) for p, q in near if _valid(p))
-        risk = Risk(near_, rest, area, (), calibration.nonmerge(area), calibration.meet, KNOWN)
+        risk = Risk(near_, rest, area, (), calibration.nonmerge(area), calibration.meet, KNOWN, calibration.floor)
     if risk is not None:
         risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not held.meets(p)))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)

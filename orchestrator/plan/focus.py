@@ -311,7 +311,16 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     coverage = _coverage(near)
     area = area_of(claim[0]) if claim else ""
     # Files no evidence lists are the area's rate's: no per-file rest on top of it.
-    risk = Risk(tuple(near), 0.0, area, calibration.meets(area), calibration.nonmerge(area), calibration.meet, kind)
+    risk = Risk(
+        tuple(near),
+        0.0,
+        area,
+        calibration.meets(area),
+        calibration.nonmerge(area),
+        calibration.meet,
+        kind,
+        calibration.floor,
+    )
     return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded)
 
 
