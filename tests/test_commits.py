@@ -7,14 +7,17 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pygit2
 import pytest
 from pygit2.enums import ConfigLevel
+from structlog.testing import capture_logs
 
 from orchestrator.core.models import Code
 from orchestrator.git import inotify
 from orchestrator.git.commits import ForeignWorktree, commit_worktree, publish_result
 from orchestrator.git.workspace import ResultRefused, WorkspaceError
+from orchestrator.logging import Event
 from tests.conftest import git, workspace, write
 
 
@@ -292,6 +295,31 @@ def test_a_landing_killed_while_it_copies_the_result_is_completed_by_the_next(jo
         lacks = [n for n in written if not pygit2.Repository(str(repo)).odb.exists(n.replace("/", ""))]
         assert lacks == [], f"killed after {k} of {written}"
     assert git(repo, "show", "orchestrator/1:src/new/c.py") == "c = 1"
+
+
+def test_a_branch_lock_left_by_a_killed_daemon_does_not_keep_the_job_from_landing(job: tuple[Path, Path, str]) -> None:
+    """A daemon killed while it moved a job's branch leaves git's `<branch>.lock` behind; the daemon after it moves
+    the branch anyway (the lock is older than it, and only the daemon writes its jobs' branches). A lock made since
+    it started is someone's at work: left alone, and git's refusal stands."""
+    repo, wt, _ = job
+    write(wt, {"src/a.py": "a = 2\n"})
+    sha = commit(job, publish=False)
+    assert sha is not None
+    lock = Path(pygit2.Repository(str(repo)).path) / "refs" / "heads" / "orchestrator" / "1.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    try:
+        with pytest.raises((OSError, pygit2.GitError)):  # made now: another writer's, at work
+            publish_result(wt, repo, sha, "orchestrator/1")
+        assert lock.exists()
+        before = psutil.Process().create_time() - 60
+        os.utime(lock, (before, before))  # as a daemon killed before this one started left it
+        with capture_logs() as logs:
+            publish_result(wt, repo, sha, "orchestrator/1")
+    finally:
+        lock.unlink(missing_ok=True)
+    assert git(repo, "rev-parse", "orchestrator/1") == sha
+    assert [e["branch"] for e in logs if e["event"] == Event.BRANCH_LOCK_REMOVED] == ["orchestrator/1"]
 
 
 def test_a_scripts_subject_is_its_leading_comment_or_what_it_runs() -> None:

@@ -5,15 +5,21 @@ Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Literal
 
+import psutil
 import pygit2
+import structlog
 
 from orchestrator.core import person as people
 from orchestrator.git import repos
 from orchestrator.git.workspace import MAX_FILE_BYTES, Workspace, WorkspaceError
+from orchestrator.logging import Event
+
+log = structlog.get_logger(__name__)
 
 FALLBACK_NAME = "orchestrator"
 FALLBACK_EMAIL = "orchestrator@localhost"
@@ -189,6 +195,28 @@ def _copy_objects(source: pygit2.Repository, repo: pygit2.Repository, top: pygit
         repo.odb.write(kind, data)
 
 
+@functools.cache
+def _started() -> float:
+    """When this process started (epoch seconds)."""
+    return psutil.Process().create_time()
+
+
+def _drop_stale_lock(repo: pygit2.Repository, name: str) -> None:
+    """Remove a job branch's `refs/heads/<name>.lock` made before this process started: a daemon killed while it
+    moved that branch left it, and git would refuse every later move of the branch (the job could never land).
+    A newer lock, or one on a branch not the daemon's own, is left to whoever holds it."""
+    if not name.startswith(JOB_BRANCHES):
+        return
+    lock = Path(repo.path) / "refs" / "heads" / f"{name}.lock"
+    try:
+        made = lock.lstat().st_mtime
+    except FileNotFoundError:
+        return
+    if made < _started():
+        lock.unlink(missing_ok=True)
+        log.warning(Event.BRANCH_LOCK_REMOVED, repo=repo.path, branch=name, lock=str(lock))
+
+
 def result_repo(repo_path: Path | str, worktree: str | None) -> str:
     """Where a job's result can be read and a preview of it written: its workspace's admin dir (which reads the
     repository's objects too) while it has a quarantine, since its result may not be in the repository yet;
@@ -200,9 +228,14 @@ def result_repo(repo_path: Path | str, worktree: str | None) -> str:
     return str(repo_path)
 
 
+JOB_BRANCHES = "orchestrator/"
+"""Where the jobs' branches are (`orchestrator/<id>`): only the daemon writes them."""
+
+
 def place_branch(repo: pygit2.Repository, name: str, sha: pygit2.Oid) -> None:
     """Point local branch `name` at `sha`, keeping any other commit it pointed at under a name of its own (a
     branch that only moves forward keeps nothing aside: its old commit is in the new one's history)."""
+    _drop_stale_lock(repo, name)
     existing = repo.branches.local.get(name)
     if existing is not None and existing.target != sha and repo.descendant_of(sha, existing.target):
         existing.set_target(sha)
