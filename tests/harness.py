@@ -319,10 +319,45 @@ class InProcessDaemon(_Driven):
             self._saved_env = None
 
 
+_LOGIN_PATHS: dict[tuple[object, ...], list[str]] = {}
+PROFILES = (".bash_profile", ".bash_login", ".profile", ".bashrc", ".zprofile", ".zshrc", ".zshenv")
+
+
+def _login_path_once(ask: Callable[..., list[str] | None]) -> Callable[..., list[str] | None]:
+    """`jobpath.ask_login_shell` asked once per shell, home and state of their profile files in this process, not
+    at every in-process daemon's start (a login shell each: a tenth of a second and more); a failure is asked (and
+    logged) again."""
+
+    @functools.wraps(ask)
+    def remembered(timeout: float = 5.0, quiet: bool = False) -> list[str] | None:
+        home = Path(os.environ.get("HOME") or "/nonexistent")
+        files = [home / name for name in PROFILES] + [Path("/etc/profile"), Path("/etc/zsh/zshenv")]
+        key = (os.getuid(), os.environ.get("SHELL"), str(home), *(_stamp(f) for f in files))
+        if key not in _LOGIN_PATHS:
+            got = ask(timeout, quiet)
+            if got is None:
+                return None
+            _LOGIN_PATHS[key] = got
+        return list(_LOGIN_PATHS[key])
+
+    return remembered
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
 @functools.cache
 def _daemon_class() -> type:
     """`orchestrator.daemon.Daemon`, telling the harness its job plane once it has started (it is ready then)."""
     from orchestrator import daemon
+    from orchestrator.proc import jobpath
+
+    jobpath.ask_login_shell = _login_path_once(jobpath.ask_login_shell)
 
     class Started(daemon.Daemon):
         started: Callable[[Any], None]

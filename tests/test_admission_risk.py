@@ -75,6 +75,28 @@ def test_the_risk_is_the_chance_of_meeting_times_the_chance_such_a_meeting_would
     assert pair_logit(0.3, ("test", "source")) > z > pair_logit(0.3, (KNOWN, "source"))
 
 
+def test_no_two_jobs_are_less_likely_to_meet_than_their_repositorys_floor() -> None:
+    """A repository whose pairs that nothing connected met 15% of the time anyway: two of its jobs the evidence
+    puts far apart are still 15% likely to meet (6% risky at a share of 40% that would not merge), and wait at
+    plan.risk 3%; the floor of either job counts, and one below the shipped floor changes nothing."""
+    far = {"src/b.py": 1e-4}
+    active = evidence(4, {"src/a.py"}, {"src/b.py": 1e-4})
+    plain = evidence(5, {"src/b.py"}, {"src/a.py": 1e-4})
+    r = pair_risk(Escapes.of(plain.claim.risk), ["src/b.py"], Escapes.of(active.claim.risk), ["src/a.py"])
+    assert r.meet == MEET_FLOOR and r.risk < RISKY.risk
+    assert decide(plain, Snapshot(active=(active,), waiting=(plain,), policy=RISKY)).admitted
+    risk = Risk(tuple(far.items()), 0.0, nonmerge=NONMERGE, floor=0.15)
+    floored = JobView(6, "r", "main", Claim(frozenset({"src/b.py"}), 0.3, ClaimSource.EVIDENCE, risk))
+    r = pair_risk(Escapes.of(risk), ["src/b.py"], Escapes.of(active.claim.risk), ["src/a.py"])
+    assert r.meet == 0.15 and abs(r.risk - 0.15 * NONMERGE) < 1e-12
+    d = decide(floored, Snapshot(active=(active,), waiting=(floored,), policy=RISKY))
+    assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.RISK, (4,))
+    assert pair_risk(Escapes.of(active.claim.risk), ["src/a.py"], Escapes.of(risk), ["src/b.py"]).meet == 0.15
+    low = Escapes.of(Risk(tuple(far.items()), 0.0, nonmerge=NONMERGE, floor=0.01))
+    assert pair_risk(low, ["src/b.py"], Escapes.of(active.claim.risk), ["src/a.py"]).meet == MEET_FLOOR
+    assert Risk.from_json(risk.to_json()) == risk
+
+
 def test_low_risk_runs_beside_high_risk_waits_unknown_runs_alone() -> None:
     """A risk within plan.risk is admitted beside the active job, with both factors; above it the job waits with
     code Risk; a local claim without an estimate runs alone; plan.risk = 0 judges the same claims by confidence.

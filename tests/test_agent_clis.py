@@ -296,9 +296,9 @@ def test_claude_code_rate_limited_waits_and_holds_back_its_runners_new_jobs(make
     )  # fmt: skip
     limit = error_reply(429, "Number of request tokens has exceeded your per-minute rate limit", retry_after=3600)
     with anthropic_double(_limited_first(conv, 1, limit)) as double:
-        # The wait outlasts the few CLI calls (seconds each under load) that look at b while it lasts.
+        # The wait outlasts the few in-process CLI calls that look at b while it lasts.
         d = _daemon(daemon_factory, tmp_path, "claude", {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": double.url},
-                    "[jobs]\nrate_limit_wait = 10\n")  # fmt: skip
+                    "[jobs]\nrate_limit_wait = 6\n")  # fmt: skip
         a = d.enqueue(repo, "The first job: add src/one.py", "--runner", "claude-code", "--path", "src/one.py")
         until("a waits", lambda: d.cli_json("show", str(a))["code"] == "RateLimited", timeout=60)
         b = d.enqueue(repo, "The second job: add docs/two.md", "--runner", "claude-code", "--path", "docs/two.md")

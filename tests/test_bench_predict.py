@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from orchestrator.core.models import Policy
+from orchestrator.git import repos
+from orchestrator.lab.bench import predict
+from orchestrator.plan import record
+from orchestrator.plan.accuracy import Settled
+from orchestrator.plan.history import Change, mine
+from orchestrator.plan.score import Calibration
 from tests.harness import cli
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,3 +60,40 @@ def test_history_alone_replays_the_shipped_history() -> None:
     report = json.loads(out.stdout)
     assert report["repo"].endswith("flask-history.jsonl (synthesised)") and report["replayed"] == 30
     assert any("definitions" in m for m in report["synthesised"]["not_measured"])
+
+
+def test_the_replay_keeps_its_record_current_as_the_daemon_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replayed changes are planned as the daemon would plan them as jobs: the record is built again every
+    `rebuild` changes from the changes before them only, and in between refitted on the pairs that would have run
+    side by side once both landed; `--rebuild 0` builds it once, from the changes before the range."""
+    rows = []
+    for n in range(60):
+        rows.append({"sha": f"{n}", "subject": f"bump ci workflow {n}", "files": [[".github/workflows/ci.yaml", 1, 1]]})
+        rows.append({"sha": f"x{n}", "subject": f"tweak parser {n}", "files": [[f"src/mod{n}.py", 3, 0]]})
+    history = tmp_path / "h.jsonl"
+    history.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    repo = tmp_path / "repo"
+    predict.synthesise(history, repo, None)
+    changes, _ = mine(repo, repos.resolve_rev(repo, "HEAD"), None, 1000)
+    built: list[int] = []
+    refits: list[int] = []
+    build, refit = record.build, record.refit
+
+    def counting_build(repo: Path, past: Sequence[Change], *args: Any, **kwargs: Any) -> Calibration | None:
+        built.append(len(past))
+        return build(repo, past, *args, **kwargs)
+
+    def counting_refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
+        refits.append(len(outcomes))
+        return refit(calibration, outcomes)
+
+    monkeypatch.setattr(record, "build", counting_build)
+    monkeypatch.setattr(record, "refit", counting_refit)
+    out = predict.replay(repo, changes, 40, Policy(), rebuild=25, risk=0.2)
+    assert len(out) == 80 and built == [40, 65, 90, 115]
+    assert max(refits) > 0 and refits[-1] > 0  # pairs of src/modN.py settled and refit it
+    built.clear()
+    predict.replay(repo, changes, 40, Policy(), rebuild=0, risk=0.2)
+    assert built == [40]

@@ -127,3 +127,26 @@ def test_pairs_run_at_once_whose_fixes_would_not_merge_are_counted_from_the_fixe
     assert r["repos"]["acme/shop"]["record"]["calibration"]["merges"] > 0, "the record merged its past pairs"
     assert (o["fn_pairs"], o["run_and_met_fixes_known"], o["run_and_not_merged"]) == (1, 1, 1)
     assert o["run_and_not_merged_share"] == round(1 / 3, 4) and o["fixes_known"] == 3
+
+
+def test_a_swe_bench_row_reads_as_the_files_its_fix_and_test_patches_change(tmp_path: Path) -> None:
+    """A row of SWE-bench itself (its `patch` and `test_patch`, no file lists) is a ticket whose gold files are
+    those its fix's diff changes and whose test files its test diff's; a row with neither says what it needs."""
+    fix = (
+        "diff --git a/src/shop/cart.py b/src/shop/cart.py\n--- a/src/shop/cart.py\n+++ b/src/shop/cart.py\n"
+        "@@ -1 +1 @@\n-a\n+b\n"
+        "diff --git a/src/shop/money.py b/src/shop/money.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/src/shop/money.py\n@@ -0,0 +1 @@\n+c\n"
+    )
+    test = "diff --git a/tests/test_cart.py b/tests/test_cart.py\n--- a/tests/test_cart.py\n+++ b/tests/test_cart.py\n"
+    row = {"instance_id": "acme__shop-1", "repo": "acme/shop", "base_commit": "0" * 40,
+           "problem_statement": "Cart.total is wrong", "patch": fix, "test_patch": test}  # fmt: skip
+    path = tmp_path / "swe.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (ticket,) = tickets.load(path)
+    assert ticket.gold == {"src/shop/cart.py", "src/shop/money.py"}
+    assert ticket.tests == {"tests/test_cart.py"}
+    del row["patch"]
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(tickets.TicketsError, match=r"swe.jsonl:1: not a ticket .*gold_files \(or the fix's patch\)"):
+        tickets.load(path)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from orchestrator.git import changes
+from orchestrator.git import changes, inotify
 from orchestrator.git.changes import WHOLE, ChangeWatcher, actual_paths
 from orchestrator.logging import Event
 from tests.conftest import git, workspace, write
@@ -136,6 +136,34 @@ async def test_watcher_reports_a_write_within_one_second(job: tuple[Path, str]) 
     finally:
         await watcher.stop()
     assert not watcher.running
+
+
+async def test_stop_ends_the_watch_threads_wait_for_events_at_once(
+    job: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stop` wakes the watch thread out of its wait for events, however long that wait would be (a job's end
+    waits on it before the job can land), and the thread ends without leaving a descriptor open."""
+    wt, base = job
+    monkeypatch.setattr(changes, "READY_MS", 600_000)  # each wait ten minutes long, were it not woken
+    waiting = threading.Event()
+    read = inotify.Tree.read
+
+    def reads(tree: inotify.Tree, timeout: float, *wake: int) -> list[bytes] | None:
+        waiting.set()
+        return read(tree, timeout, *wake)
+
+    monkeypatch.setattr(inotify.Tree, "read", reads)
+    fds = len(os.listdir("/proc/self/fd"))
+    watcher = ChangeWatcher(wt, base, Recorder(), stop_timeout=3.0)
+    await watcher.start()
+    thread = watcher._thread
+    assert thread is not None
+    assert await asyncio.to_thread(waiting.wait, 10), "the watch thread never waited for events"
+    with capture_logs() as logs:
+        await watcher.stop()
+    assert not thread.is_alive(), "the watch thread was still waiting for events"
+    assert not [e for e in logs if e["event"] == Event.CHANGES_WATCH_STOP_TIMEOUT]
+    assert len(os.listdir("/proc/self/fd")) == fds
 
 
 async def test_watcher_ignores_ignored_and_git_writes(job: tuple[Path, str]) -> None:

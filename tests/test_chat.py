@@ -167,19 +167,16 @@ async def test_a_malformed_turn_is_refused_before_its_ack_with_what_to_send(daem
 
 
 def test_bench_chat_prints_both_policies_side_by_side(tmp_path: Path) -> None:
-    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns, and ttfa."""
-    import subprocess
-    import sys
+    """`bench chat --json` runs the real pipeline per policy and N and reports the seed's columns, and ttfa. (The
+    command in this process; its daemons and model servers are processes. The order of several N's and policies is
+    `plan`'s, tested below: one N here.)"""
+    from tests.harness import cli
 
-    out = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "chat", "-n", "1,2", "--double", "fast", "--ttfa-sessions", "8",
-         "--json"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    out = cli("bench", "chat", "-n", "2", "--double", "fast", "--ttfa-sessions", "8", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     order = [(r["run"], r["n"], r["policy"]) for r in data["rows"]]
-    assert order == [(0, 1, "gate"), (0, 1, "naive"), (0, 2, "gate"), (0, 2, "naive")]
+    assert order == [(0, 2, "gate"), (0, 2, "naive")]
     rows = {(r["policy"], r["n"]): r for r in data["rows"]}
     keys = {"policy", "n", "ttfa_mean_s", "first_ollama_mean_s", "done_min_s", "done_mean_s", "done_max_s",
             "wall_done_s", "wall_drained_s", "cpu_max_pct", "min_free_ram_mb"}  # fmt: skip

@@ -353,7 +353,7 @@ def test_a_long_texts_risk_expects_at_most_budget_files_beyond_its_claim() -> No
     from orchestrator.plan.focus import BUDGET, Spread, focus
 
     def spread(long: float) -> Spread:
-        logits = {"src/a.py": 3.0} | {f"src/m{i}.py": -0.5 - i / 10 for i in range(20)}
+        logits = {"src/a.py": 3.0} | {f"src/m{i}.py": -1.0 - i / 100 for i in range(40)}
         reasons = {p: [(Kind.SYMBOL, "defines a name the text uses")] for p in logits}
         return Spread(logits, reasons, {}, True, long)
 
@@ -369,6 +369,28 @@ def test_a_long_texts_risk_expects_at_most_budget_files_beyond_its_claim() -> No
     assert all(shown[p] == pytest.approx(q) for p, q in near.items())
 
 
+def test_a_ticket_claims_every_file_it_is_at_least_near_claim_likely_to_touch() -> None:
+    """A ticket's candidates are alternatives for where its fix is: beside its most likely file it claims each one
+    at least `NEAR_CLAIM` likely (so two tickets that may fix one file wait for each other), and its risk lists the
+    rest. A short text claims its likely files only, and lists the others in its risk."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import NEAR_CLAIM, Spread, focus
+
+    def spread(long: float) -> Spread:
+        logits = {"src/a.py": 3.0, "src/b.py": -2.2, "src/c.py": -4.0}
+        reasons = {p: [(Kind.SYMBOL, "defines a name the text uses")] for p in logits}
+        return Spread(logits, reasons, {}, True, long)
+
+    long, short = focus(spread(1.0), Calibration()), focus(spread(0.0), Calibration())
+    near = dict(short.risk.near)
+    assert near["src/c.py"] < NEAR_CLAIM <= near["src/b.py"] < 0.4, "the case: b is an alternative, c is not"
+    assert short.claim == {"src/a.py"}
+    assert long.claim == {"src/a.py", "src/b.py"}
+    assert dict(long.risk.near) == {"src/c.py": pytest.approx(near["src/c.py"])}
+    assert [r.path for r in long.ranked[:2]] == ["src/a.py", "src/b.py"], "claimed files first"
+    assert long.coverage == pytest.approx(1 - near["src/c.py"])
+
+
 def test_a_tickets_claim_less_likely_than_ground_p_is_a_guess() -> None:
     """A long text whose best file a past change in similar words touched, but which is still less than
     `GROUND_P` likely, says nowhere where it works: its claim stands, its risk is unknown (it runs alone).
@@ -378,7 +400,7 @@ def test_a_tickets_claim_less_likely_than_ground_p_is_a_guess() -> None:
 
     def spread(z: float) -> Spread:
         reasons = {"src/a.py": [(Kind.HISTORY, "touched by a past change in similar words")]}
-        return Spread({"src/a.py": z, "src/b.py": z - 1.0}, reasons, {}, True, 1.0)
+        return Spread({"src/a.py": z, "src/b.py": z - 4.0}, reasons, {}, True, 1.0)
 
     weak, strong = focus(spread(-4.0), Calibration()), focus(spread(0.5), Calibration())
     assert weak.claim == strong.claim == {"src/a.py"}

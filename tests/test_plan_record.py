@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,13 +11,14 @@ import pytest
 
 from orchestrator.core import claims
 from orchestrator.core.models import JobState
+from orchestrator.core.risk import MEET_FLOOR
 from orchestrator.lab.bench import riskbins
 from orchestrator.plan import record
 from orchestrator.plan.accuracy import Settled, outcomes
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import History, mine
 from orchestrator.plan.local import Records
-from orchestrator.plan.score import NONMERGE_PRIOR, Calibration
+from orchestrator.plan.score import FLOOR_WEIGHT, NONMERGE_PRIOR, Calibration
 from orchestrator.store.sqlite import SqliteStore
 from tests.conftest import git
 from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
@@ -82,7 +84,31 @@ def test_the_daemons_own_outcomes_refit_the_risk() -> None:
     met = [Settled(-3.0, True, False)] * 10 + [Settled(-3.0, False, True)] * 10
     got = record.refit(c, met)
     assert got.meet[0] * -3.0 + got.meet[1] > c.meet[0] * -3.0 + c.meet[1]
-    assert got.nonmerge("") > c.nonmerge("") and got.unknown == "" and got.points == c.points
+    assert got.nonmerge("") > c.nonmerge("") and got.unknown == ""
+    assert got.points == (*c.points, *((o.logit, o.met) for o in met))
+
+
+def test_a_repositorys_floor_is_how_often_its_pairs_that_nothing_connected_met_anyway() -> None:
+    """With no pairs the floor is the shipped one; of the record's pairs, those estimated at the floor that met
+    raise it (those estimated likelier say nothing of it); the daemon's own settled pairs are kept after the
+    record's and count too."""
+    assert Calibration().floor == MEET_FLOOR
+    low, high = -6.0, 0.0  # the shipped model's log-odds: far below the floor, and a sure 50%
+    c = Calibration(points=((low, True),) * 25 + ((low, False),) * 75 + ((high, True),) * 100)
+    assert abs(c.floor - (25 + FLOOR_WEIGHT * MEET_FLOOR) / (100 + FLOOR_WEIGHT)) < 1e-12
+    quiet = Calibration(points=((low, False),) * 100 + ((high, True),) * 100)
+    assert quiet.floor < MEET_FLOOR < c.floor
+    own = Calibration(points=(*quiet.points, *((low, True),) * 50))
+    assert got_floor(own) > 0.25 > got_floor(quiet)
+    got = record.refit(quiet, [Settled(low, True, False)] * 50)
+    assert got.points == own.points and got_floor(got) > 0.25  # the rescaling itself lifts them now
+    assert Calibration.load(own.dump()).floor == own.floor
+
+
+def got_floor(c: Calibration, z: float = -6.0) -> float:
+    """The chance of meeting a pair at log-odds `z` is given (`core.risk.pair_risk`, one job's record)."""
+    a, b = c.meet
+    return max(MEET_FLOOR, c.floor, 1 / (1 + math.exp(-(a * z + b))))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -358,3 +358,39 @@ async def test_a_checkout_cut_by_a_stop_is_removed_once_its_thread_is_done(
     home = pool.path_for(root, 1).parent
     assert sorted(p.name for p in home.iterdir()) == [".admin"] and not any((home / ".admin").iterdir())
     assert pool.pooled(root) == []
+
+
+async def test_a_stopping_pool_makes_no_more_warm_workspaces_and_leaves_settling_them_to_recover(
+    make_repo: MakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the daemon stops, a fill under way settles nothing more (no wait for the clock's next second) and a
+    fill makes nothing; the workspace it made is handed out clean, and `recover` settles it on the next start."""
+    from orchestrator.git import worktrees
+
+    root = make_repo()
+    base = git(root, "rev-parse", "HEAD")
+    refreshed: list[Path] = []
+    refresh = worktrees._refresh
+    monkeypatch.setattr(worktrees, "_refresh", lambda ws, sha: (refreshed.append(ws.root), refresh(ws, sha)))
+    settling = asyncio.Event()
+
+    def a_minute() -> float:  # the settle would wait a minute for the clock's next second: a stop cuts it
+        settling.set()
+        return 60.0
+
+    monkeypatch.setattr(worktrees, "_past_second", a_minute)
+    pool = WorktreePool(tmp_path / "wts", warm=1)
+    filling = asyncio.ensure_future(pool.fill(root, base))
+    await settling.wait()  # made and handed out at once, then settled
+    pool.stop_tidying()
+    await filling
+    (made,) = pool.pooled(root)
+    assert refreshed == [] and status(made) == ""
+    again = WorktreePool(tmp_path / "wts", warm=2)
+    again.stop_tidying()
+    await again.fill(root, base)
+    assert refreshed == [] and len(again.pooled(root)) == 0
+    monkeypatch.setattr(worktrees, "_past_second", lambda: 0.0)
+    after = WorktreePool(tmp_path / "wts", warm=1)
+    await after.recover(root)
+    assert after.pooled(root) == [made] and refreshed == [made]

@@ -186,6 +186,9 @@ class Risk:
     kind: str = ""
     """What its claim is: the kind of its most likely file (`source`, `test`, `doc`, `config`), or `known` for a
     change of a known kind (a dependency update, a release)."""
+    floor: float = 0.0
+    """The least chance that it meets another job of its repository: how often the record's pairs that nothing
+    connected met anyway (`score.Calibration.floor`; `core.risk.MEET_FLOOR` when higher)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -196,6 +199,7 @@ class Risk:
             "nonmerge": round(self.nonmerge, 5),
             "meet": [round(self.meet[0], 5), round(self.meet[1], 5)],
             "kind": self.kind,
+            "floor": round(self.floor, 5),
         }
 
     @classmethod
@@ -204,7 +208,9 @@ class Risk:
         rest, area = data.get("rest", 0.0), data.get("area", "")
         nonmerge, meet = data.get("nonmerge", 1.0), data.get("meet") or [1.0, 0.0]
         assert isinstance(near, list) and isinstance(meets, list) and isinstance(rest, int | float)
+        floor = data.get("floor", 0.0)
         assert isinstance(nonmerge, int | float) and isinstance(meet, list) and len(meet) == 2
+        assert isinstance(floor, int | float)
         return cls(
             tuple((str(p), float(v)) for p, v in near),
             float(rest),
@@ -213,6 +219,7 @@ class Risk:
             float(nonmerge),
             (float(meet[0]), float(meet[1])),
             str(data.get("kind", "")),
+            float(floor),
         )
 
 

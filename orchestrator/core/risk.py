@@ -14,7 +14,8 @@ It is the product of two factors, both estimated from the jobs' repository's rec
     small (A's record of it, and B's): what no file-level evidence accounts for;
   then the shipped model (`PAIR_WEIGHTS`: that estimate, and what the two claims are) gives the chance they
   meet, rescaled as the repository's own later changes say such chances came true (`Risk.meet`), and never
-  below `MEET_FLOOR`.
+  below `MEET_FLOOR`, nor below the repository's own floor (`Risk.floor`: how often its pairs that nothing
+  connected met anyway).
 - `nonmerge`, the chance that such a meeting would not merge: how often past changes in their areas that met
   would not have (`plan.merges`: a conflict, or one built on the other), the larger of the two jobs'.
 
@@ -59,6 +60,7 @@ class Escapes:
     nonmerge: float = 1.0
     meet: tuple[float, float] = (1.0, 0.0)
     kind: str = ""
+    floor: float = 0.0
 
     @classmethod
     def of(cls, risk: Risk | None) -> Escapes | None:
@@ -73,7 +75,8 @@ class Escapes:
             point[name] = point.get(name, 0.0) + p
             for a in claims.ancestors(name):
                 below[a] = below.get(a, 0.0) + p
-        return cls(point, below, risk.rest, risk.area, dict(risk.meets), risk.nonmerge, risk.meet, risk.kind)
+        meets = dict(risk.meets)
+        return cls(point, below, risk.rest, risk.area, meets, risk.nonmerge, risk.meet, risk.kind, risk.floor)
 
     def at(self, path: str) -> float:
         """The chance the job touches `path` (for a directory or a name that may be one: anything under it)."""
@@ -174,9 +177,11 @@ def pair_risk(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_he
     their claims being disjoint. Both without an estimate: none (the claims stand)."""
     if a is None and b is None:
         return NONE
-    z = pair_logit(raw_meet(a, a_claim, b, b_held), (e.kind for e in (a, b) if e is not None))
-    meet = max(MEET_FLOOR, *(sigmoid(e.meet[0] * z + e.meet[1]) for e in (a, b) if e is not None))
-    return PairRisk(meet, max(e.nonmerge for e in (a, b) if e is not None), z)
+    known = [e for e in (a, b) if e is not None]
+    z = pair_logit(raw_meet(a, a_claim, b, b_held), (e.kind for e in known))
+    floor = max(MEET_FLOOR, *(e.floor for e in known))
+    meet = max(floor, *(sigmoid(e.meet[0] * z + e.meet[1]) for e in known))
+    return PairRisk(meet, max(e.nonmerge for e in known), z)
 
 
 def raw_meet(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_held: Iterable[str]) -> float:

@@ -49,7 +49,7 @@ MAX_TRACKED = 10_000
 WHOLE: frozenset[str] = frozenset({ROOT})
 """A set that claims the whole repository: the job touched too much to list, or the watch could not see it all."""
 READY_MS = 200
-"""How long the watch thread waits for events before it looks whether it should stop."""
+"""How long the watch thread waits for events at a time (`stop` ends the wait at once)."""
 RESTART_MIN, RESTART_MAX = 0.1, 5.0
 """Seconds before a watch that failed starts again: doubled after each failure in a row, up to the max."""
 RESCAN_EVERY = 10.0
@@ -260,6 +260,9 @@ class ChangeWatcher:
         """Counts the sets computed (under `_state`): a set older than the one reported last is never reported."""
         self._reported = -1
         self._thread: threading.Thread | None = None
+        self._wake = -1
+        """The write end of the pipe whose read end the watch thread waits on beside its events: `stop` closes it,
+        which ends the thread's wait at once (the thread closes the read end when it ends)."""
         self._task: asyncio.Task[None] | None = None
         self._latest: tuple[int, frozenset[str]] | None = None
         self._ready = asyncio.Event()
@@ -277,7 +280,8 @@ class ChangeWatcher:
         loop = asyncio.get_running_loop()
         self._stop.clear()
         self._task = asyncio.create_task(self._consume(), name=f"watch {self._root}")
-        self._thread = threading.Thread(target=self._watch, args=(loop,), name=f"watch {self._root}", daemon=True)
+        wake, self._wake = os.pipe()
+        self._thread = threading.Thread(target=self._watch, args=(loop, wake), name=f"watch {self._root}", daemon=True)
         self._thread.start()
         return await self.refresh()
 
@@ -287,6 +291,9 @@ class ChangeWatcher:
         self._stop.set()
         if task is None:
             return
+        wake, self._wake = self._wake, -1
+        if wake >= 0:
+            os.close(wake)  # the thread's end reads EOF: it stops waiting for events now, not after READY_MS
         thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.to_thread(thread.join, self._stop_timeout)
@@ -354,12 +361,18 @@ class ChangeWatcher:
         with self._state:
             return self._track(actual_paths(self.worktree, self.base, limit=self.limit))
 
-    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _watch(self, loop: asyncio.AbstractEventLoop, wake: int) -> None:
+        try:
+            self._watch_until_stopped(loop, wake)
+        finally:
+            os.close(wake)
+
+    def _watch_until_stopped(self, loop: asyncio.AbstractEventLoop, wake: int) -> None:
         delay = RESTART_MIN
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                self._watch_once(loop)
+                self._watch_once(loop, wake)
                 return
             except inotify.WatchLimit as e:
                 log.warning(
@@ -388,7 +401,7 @@ class ChangeWatcher:
                     return
                 delay = min(delay * 2, RESTART_MAX)
 
-    def _watch_once(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _watch_once(self, loop: asyncio.AbstractEventLoop, wake: int) -> None:
         with inotify.Tree(self.worktree, max_watches=self._max_watches) as tree:
             # The watches are in place: what was written before them is found by comparing it all.
             took = time.monotonic()
@@ -399,7 +412,7 @@ class ChangeWatcher:
             while not self._stop.is_set():
                 if self._tracked == WHOLE:
                     return  # nothing the watch could see would change it
-                batch = self._gather(tree)
+                batch = self._gather(tree, wake)
                 if batch is None:
                     log.info(Event.CHANGES_EVENTS_LOST, worktree=self._root)
                 pending = pending or batch is None or self._rescan(batch)
@@ -414,14 +427,14 @@ class ChangeWatcher:
                 elif batch:
                     self._send(loop, self._apply(compare, batch))
 
-    def _gather(self, tree: inotify.Tree) -> list[bytes] | None:
-        """The paths that changed, gathered for the debounce time once one did ([] if none did for a while);
-        None when events were lost."""
-        batch = tree.read(READY_MS / 1000)
+    def _gather(self, tree: inotify.Tree, wake: int) -> list[bytes] | None:
+        """The paths that changed, gathered for the debounce time once one did ([] if none did for a while, or the
+        watch is stopping); None when events were lost."""
+        batch = tree.read(READY_MS / 1000, wake)
         if batch and self._debounce:
             deadline = time.monotonic() + self._debounce
-            while batch is not None and (left := deadline - time.monotonic()) > 0:
-                more = tree.read(left)
+            while batch is not None and not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+                more = tree.read(left, wake)
                 batch = None if more is None else batch + more
         return batch
 

@@ -7,9 +7,11 @@ around the ref move so that the whole is all or nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -91,9 +93,16 @@ def in_the_way(checkout: Path, changed: frozenset[str]) -> Blocked | None:
 
 
 def dry_run(checkout: Path, old: pygit2.Oid, new: pygit2.Oid) -> Blocked | None:
-    """git's own verdict on the two-tree merge, for whatever `in_the_way` does not model."""
-    repos.run_git(checkout, "update-index", "-q", "--refresh")  # stat-only changes are not edits
-    dry = repos.run_git(checkout, "read-tree", "-m", "-u", "-n", str(old), str(new))
+    """git's own verdict on the two-tree merge, for whatever `in_the_way` does not model. On a copy of the index
+    (refreshed there: stat-only changes are not edits), so the person's git commands never meet a lock of the
+    landing's but the one short hold of `hold_index`."""
+    gitdir = Path(repos.open_repo(checkout).path)
+    with tempfile.TemporaryDirectory(prefix="orchestrator-dry-run-") as tmp:
+        copy = Path(tmp) / "index"
+        with contextlib.suppress(FileNotFoundError):  # no index: git reads none as empty
+            shutil.copyfile(gitdir / "index", copy)
+        repos.run_git(checkout, "update-index", "-q", "--refresh", index=copy)
+        dry = repos.run_git(checkout, "read-tree", "-m", "-u", "-n", str(old), str(new), index=copy)
     return _refusal(dry.stderr) if dry.returncode != 0 else None
 
 
@@ -126,11 +135,16 @@ def git_under_way(checkouts: list[Path]) -> tuple[int, str, Path] | None:
     tops = [c.resolve() for c in checkouts]
     try:
         pids = [int(n) for n in os.listdir(proc) if n.isdigit()]
+        ours = os.readlink("/proc/self/ns/pid")
     except OSError:
         return None  # no /proc: nothing to wait for that we can see
     for pid in pids:
         try:
             if _comm(pid) != b"git\n":  # the cheap look first: the landing holds the index meanwhile
+                continue
+            # A job's processes live in a PID namespace of their sandbox: one named git there, in a checkout the
+            # job sees read-only, is no person's commit, and must not hold landings back.
+            if os.readlink(proc / str(pid) / "ns" / "pid") != ours:
                 continue
             argv = (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
             cwd = Path(os.readlink(proc / str(pid) / "cwd"))
@@ -213,11 +227,12 @@ def read_tree(
 ) -> Blocked | None:
     """Carry the checkout from `old` to `new` (two-tree merge); why not, if git refuses or fails.
 
-    `refreshed`: the dry run refreshed its index an instant ago, so the first try skips that process (a
-    stat-only change in between makes git refuse; the landing is then undone and tried again). `index`: a lock
-    taken by `hold_index`, whose copy of the index git updates (no wait then: nobody else can hold it).
+    `refreshed`: the first try skips refreshing the index's stat data (a process; the dry run found the checkout
+    clean an instant ago). `index`: a lock taken by `hold_index`, whose copy of the index git updates: no wait then
+    (nobody else can hold it), and a refusal is tried once more after a refresh (a stat-only change is no edit).
     """
     deadline = time.monotonic() + LOCK_WAIT
+    fresh = not refreshed
     while True:
         if not refreshed:
             repos.run_git(checkout, "update-index", "-q", "--refresh", index=index)
@@ -225,7 +240,13 @@ def read_tree(
         done = repos.run_git(checkout, "read-tree", "-m", "-u", str(old), str(new), index=index)
         if done.returncode == 0:
             return None
-        if index is not None or "index.lock" not in done.stderr or time.monotonic() > deadline:
+        if index is not None:
+            refusal = _refusal(done.stderr)
+            if fresh or refusal[2] != REFUSED:  # a fault (a full disk) is never tried again here
+                return refusal
+            fresh = True
+            continue
+        if "index.lock" not in done.stderr or time.monotonic() > deadline:
             return _refusal(done.stderr)
         time.sleep(0.05)  # a git command of the user's holds the index; it will be quick
 

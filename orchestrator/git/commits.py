@@ -147,8 +147,9 @@ def publish_result(worktree: Path | str | None, repo_path: Path, sha: str, branc
     """Bring a job's result commit into the repository and point `branch` at it (`place_branch`).
 
     The objects the repository lacks (the commit, and what of its trees and blobs is new: the walk stops at
-    anything the repository has) are copied from the job's workspace, where they were written; nothing else
-    of the quarantine (previews, overlap checks) comes along. Idempotent: a result already there only moves
+    anything the repository has) are copied from the job's workspace, where they were written, each after the
+    objects it names (so what the repository has, it has whole); nothing else of the quarantine (previews,
+    overlap checks) comes along. Idempotent: a result already there only moves
     the branch. A missing workspace with a result the repository lacks is a WorkspaceError saying so.
     """
     repo = repos.open_repo(repo_path)
@@ -161,20 +162,29 @@ def publish_result(worktree: Path | str | None, repo_path: Path, sha: str, branc
 
 
 def _copy_objects(source: pygit2.Repository, repo: pygit2.Repository, top: pygit2.Oid) -> None:
-    todo = [top]
+    """Write into `repo` what of `top` it lacks, each object after every object it names (blobs, the trees holding
+    them, the commit last): whatever the repository has, it has whole, so a copy cut short (kill -9 during a
+    landing) is taken up again from the top by the next `publish_result`, never stopped at a commit whose trees
+    or files are missing."""
+    order: list[pygit2.Oid] = []
     seen: set[pygit2.Oid] = set()
+    todo: list[tuple[pygit2.Oid, bool]] = [(top, False)]
     while todo:
-        oid = todo.pop()
+        oid, named_done = todo.pop()
+        if named_done:  # everything it names is written (or was there): its turn
+            order.append(oid)
+            continue
         if oid in seen or repo.odb.exists(oid):
             continue
         seen.add(oid)
+        todo.append((oid, True))
         obj = source[oid]
         if isinstance(obj, pygit2.Commit):
-            todo.append(obj.tree_id)
-            todo.extend(obj.parent_ids)
+            todo.extend((o, False) for o in (obj.tree_id, *obj.parent_ids))
         elif isinstance(obj, pygit2.Tree):
             # A gitlink (a submodule's commit) names no object of this repository.
-            todo.extend(e.id for e in obj if e.filemode != pygit2.enums.FileMode.COMMIT)
+            todo.extend((e.id, False) for e in obj if e.filemode != pygit2.enums.FileMode.COMMIT)
+    for oid in order:
         kind, data = source.odb.read(oid)
         repo.odb.write(kind, data)
 

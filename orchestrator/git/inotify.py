@@ -118,12 +118,13 @@ class Tree:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def read(self, timeout: float) -> list[bytes] | None:
+    def read(self, timeout: float, wake: int = -1) -> list[bytes] | None:
         """The paths (relative to the root, bytes) that changed, once any did (at most `timeout` seconds of
         waiting: [] if none); None if the kernel dropped events (everything may have changed). A new directory is
-        watched and its entries reported; a directory moved or deleted stops being watched (its path is reported)."""
-        ready, _, _ = select.select([self._fd], [], [], timeout)
-        if not ready:
+        watched and its entries reported; a directory moved or deleted stops being watched (its path is reported).
+        `wake`: a descriptor that ends the wait at once when it can be read (its owner is stopping the reader)."""
+        ready, _, _ = select.select([self._fd] if wake < 0 else [self._fd, wake], [], [], timeout)
+        if self._fd not in ready:
             return []
         changed: list[bytes] = []
         for _ in range(READS):

@@ -180,6 +180,11 @@ COMMIT_WAIT = 10.0
 before it lets go and tries again later."""
 
 
+QUIET = 0.3
+"""Seconds a landing lets pass after a person's git command under way ended before it takes the index: a next
+command (`git add`, another commit) would otherwise meet the landing's lock."""
+
+
 def _hold_checkouts(p: Prepared, held: list[Path]) -> LandResult | None:
     """Hold every checkout's index (appended to `held`) with no git command of the person's under way there that
     will move HEAD: such a command reads HEAD first and moves it last (after its hooks and the editor), so the
@@ -187,8 +192,13 @@ def _hold_checkouts(p: Prepared, held: list[Path]) -> LandResult | None:
     held, a command that starts fails at once on the lock (git commit takes it right after reading HEAD); one that
     held a lock before the landing took it may have read HEAD already, so then the look is taken again."""
     deadline = time.monotonic() + COMMIT_WAIT
+    seen = False
     while True:
         running = checkouts.git_under_way(p.checkouts)
+        if running is None and seen:  # the person's next git command often follows at once: let it start first
+            seen = False
+            time.sleep(QUIET)
+            continue
         if running is None:
             contended = False
             for checkout in p.checkouts:
@@ -205,6 +215,7 @@ def _hold_checkouts(p: Prepared, held: list[Path]) -> LandResult | None:
                 return None
             while held:  # one started before the locks were taken: it goes first
                 checkouts.drop_index(held.pop())
+        seen = True
         if time.monotonic() > deadline:
             pid, command, checkout = running
             why = f"has your `git {command}` under way (pid {pid}), which must end first"

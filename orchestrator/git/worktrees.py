@@ -86,6 +86,7 @@ class WorktreePool:
         self.warm = warm
         self._repos: dict[Path, _Repo] = {}
         self._canon: dict[Path, Path] = {}  # as the caller names a repository -> its canonical path
+        self._stopping = asyncio.Event()
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -185,6 +186,8 @@ class WorktreePool:
         try:
             sha = await asyncio.to_thread(_resolve, st.path, at)
             for _ in range(want):
+                if self._stopping.is_set():
+                    break
                 ws = Workspace(st.home / f"pool-{secrets.token_hex(4)}")
                 await self._checkout(st, ws, sha, None)
                 # Valid and clean at once: hand it out now rather than after the settle below.
@@ -198,9 +201,21 @@ class WorktreePool:
         log.info(Event.WORKTREE_POOL_FILLED, repo=str(st.path), at=sha, added=len(made), size=len(st.pool))
         await self._settle_pooled(st, made)
 
+    def stop_tidying(self) -> None:
+        """The daemon is stopping: a fill under way makes no more warm workspaces, and those it made are left for
+        `recover` to settle on the next start (a stop does not wait up to a second for either: both only save a
+        later job time)."""
+        self._stopping.set()
+
     async def _settle_pooled(self, st: _Repo, made: list[_Warm]) -> None:
         """Settle those of `made` still in the pool, taking each out while git refreshes its index."""
-        await _sleep_past_second()
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({stopping}, timeout=_past_second())
+        finally:
+            stopping.cancel()
+        if self._stopping.is_set():
+            return
         for warm in made:
             if warm not in st.pool:
                 continue  # a job took it meanwhile: unsettled only means a slower first status
@@ -338,7 +353,12 @@ class WorktreePool:
 
 
 async def _sleep_past_second() -> None:
-    await asyncio.sleep(1.02 - time.time() % 1.0)
+    await asyncio.sleep(_past_second())
+
+
+def _past_second() -> float:
+    """Seconds until the clock is just past the current second."""
+    return 1.02 - time.time() % 1.0
 
 
 def _refresh(ws: Workspace, sha: str) -> None:

@@ -114,9 +114,10 @@ class Lander:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             cut = sorted(int(t.get_name().split("-")[1]) for t in pending)
+        # Recycling is only tidying: what is not done in time, `WorktreePool.recover` redoes on start.
+        self.pool.stop_tidying()
         side = list(self._side)
         if side:
-            # Recycling is only tidying: what is not done in time, `WorktreePool.recover` redoes on start.
             _, late = await asyncio.wait(side, timeout=max(timeout, 1.0))
             for t in late:
                 t.cancel()

@@ -228,7 +228,7 @@ def _kind_plan(
         near, rest = manifests.escapes(record, paths, files.paths)
         area = claim_area(paths)
         near_ = tuple((claims.literal(p), q) for p, q in near if _valid(p))
-        risk = Risk(near_, rest, area, (), calibration.nonmerge(area), calibration.meet, KNOWN)
+        risk = Risk(near_, rest, area, (), calibration.nonmerge(area), calibration.meet, KNOWN, calibration.floor)
     if risk is not None:
         risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not held.meets(p)))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
@@ -277,6 +277,11 @@ def _evidence_plan(
         s = spread(rank(m, text, index, history), history, index)
         f = focus(s, calibration or Calibration(), ignore)
         files = tree_files(str(repo), base)
+    return focused_plan(f, files, calibration)
+
+
+def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Plan:
+    """The plan a focus makes at a tree (pure): its claim, with directories and generated files, and its risk."""
     if not f.names or not f.claim:
         note = (Note.NAMES_NOTHING, "the text names no path, file, module or identifier of the repository")
         return Plan(Claim(), (), "", "none", (note,), ranking=_ranking(f))

@@ -48,6 +48,11 @@ BUDGET = 1.5
 alternatives for where the fix is, not independent chances: a ticket's fix touches a file or two beyond
 its claim (0.4 on average, on the shipped ticket set), so where their chances add up to more, they are
 scaled down to this (the tickets bench's FN-concurrency / over-serialisation frontier sets its value)."""
+NEAR_CLAIM = 0.05
+"""A long text claims every file it is at least this likely to touch beyond its most likely ones (after `BUDGET`): a
+ticket's fix lands on one of its alternatives, and the record's rescaling of a pair's chance of meeting, fitted on
+commit messages, says little of tickets (on the tuning tickets nearly every pair came out at `MEET_FLOOR`). Set on
+the tuning tickets' FN-concurrency / over-serialisation frontier."""
 SPILL_FILES = 8
 """The busiest files of a directory that spill reaches."""
 NEAR_MIN = 0.002
@@ -295,10 +300,27 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         for r in ranked:
             if r.path not in mine:
                 r.p *= k
+    if long and claim:
+        # A ticket's candidates are alternatives for where its fix is: each one at least NEAR_CLAIM likely is
+        # claimed, so two tickets that may fix one file wait for each other instead of running on a small risk.
+        wide = [path for path, q in near if q >= NEAR_CLAIM]
+        claim += wide
+        mine.update(wide)
+        near = [(path, q) for path, q in near if path not in mine]
+        ranked.sort(key=lambda r: (r.path not in mine, -r.p, r.path))
     coverage = _coverage(near)
     area = area_of(claim[0]) if claim else ""
     # Files no evidence lists are the area's rate's: no per-file rest on top of it.
-    risk = Risk(tuple(near), 0.0, area, calibration.meets(area), calibration.nonmerge(area), calibration.meet, kind)
+    risk = Risk(
+        tuple(near),
+        0.0,
+        area,
+        calibration.meets(area),
+        calibration.nonmerge(area),
+        calibration.meet,
+        kind,
+        calibration.floor,
+    )
     return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded)
 
 

@@ -18,7 +18,7 @@ from orchestrator.plan.history import KEEP, Change, History, mine
 from orchestrator.plan.score import Calibration
 from orchestrator.store import Store
 
-REFIT = 50
+REFIT = record.REBUILD
 """New changes in a repository's history after which its record is replayed and fitted again."""
 
 

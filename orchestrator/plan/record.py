@@ -67,6 +67,9 @@ MIN_PAIRS = 50
 """Pairs of the record's later changes needed before its risk is trusted (fewer: its jobs run alone)."""
 MEET_PRIOR = 25.0
 """Weight of the prior that pulls the record's scaling of a pair's chance of meeting towards none (`score.platt`)."""
+REBUILD = 50
+"""New changes in a repository's history after which its record is replayed and fitted again (the daemon's
+`plan.local.Records`, and `bench predict` as it replays a range)."""
 SHRINK = 2.0
 """Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
 
@@ -107,8 +110,9 @@ def build(
 
 def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     """The record's calibration kept current by the pairs the daemon itself ran side by side: their estimates and
-    whether they met refit `Calibration.meet` beside the record's own pairs, and whether those that met merged
-    count in the repository's share that would not (`Calibration.nonmerge`, at ROOT)."""
+    whether they met refit `Calibration.meet` beside the record's own pairs (and are kept after them in `points`,
+    the most recent: `Calibration.floor` reads them too), and whether those that met merged count in the
+    repository's share that would not (`Calibration.nonmerge`, at ROOT)."""
     if not outcomes:
         return calibration
     points = [*calibration.points, *((o.logit, o.met) for o in outcomes)]
@@ -119,7 +123,7 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     table[""] = (n + len(met), k + sum(not o.merged for o in met))
     unknown = calibration.unknown if len(points) < MIN_PAIRS else ""
     rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
-    return replace(calibration, meet=(a, b), merges=rows, unknown=unknown)
+    return replace(calibration, meet=(a, b), merges=rows, unknown=unknown, points=tuple(points))
 
 
 def replay(

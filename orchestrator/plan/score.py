@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from orchestrator.core.risk import MEET_FLOOR
 from orchestrator.plan.kinds import path_class
 
 CAPS: Mapping[str, float] = {
@@ -123,6 +124,11 @@ AREA_PRIOR = 10.0
 NONMERGE_PRIOR = 0.5
 """The share of past changes that met and would not have merged, before a repository's record says (about
 what the tuning repositories' records measure: 37-64%, half of it changes built on the other one)."""
+FLOOR_BAND = 1.2
+"""Pairs whose estimated chance of meeting is at most this many times `core.risk.MEET_FLOOR` are the pairs nothing
+connects, whose rate of meeting anyway is a repository's own floor (`Calibration.floor`)."""
+FLOOR_WEIGHT = 25.0
+"""Pseudo-pairs by which a repository's floor is pulled towards `core.risk.MEET_FLOOR`."""
 
 
 def prefixes(area: str) -> list[str]:
@@ -185,6 +191,17 @@ class Calibration:
     def pairs(self) -> int:
         """Pairs `meet` was fitted on."""
         return len(self.points)
+
+    @property
+    def floor(self) -> float:
+        """The least chance that two of the repository's jobs meet: of its pairs in `points` (the daemon's own
+        settled pairs after the record's) whose chance of meeting, as `meet` rescales it, is at most `FLOOR_BAND`
+        times `core.risk.MEET_FLOOR` (the pairs nothing connects), how many met anyway, pulled towards
+        `MEET_FLOOR` by `FLOOR_WEIGHT` pseudo-pairs. Where unrelated changes meet more often than the shipped
+        floor says (a shared module, a manifest, a release), no two jobs are taken to be less likely to meet."""
+        a, b = self.meet
+        low = [met for z, met in self.points if sigmoid(a * z + b) <= FLOOR_BAND * MEET_FLOOR]
+        return (sum(low) + FLOOR_WEIGHT * MEET_FLOOR) / (len(low) + FLOOR_WEIGHT)
 
     def probability(self, z: float) -> float:
         return sigmoid(self.a * z + self.b)
@@ -268,6 +285,7 @@ class Calibration:
             "nonmerge": round(self.nonmerge(""), 4),
             "meet": [round(self.meet[0], 4), round(self.meet[1], 4)],
             "pairs": self.pairs,
+            "floor": round(self.floor, 4),
             **({"unknown": self.unknown} if self.unknown else {}),
         }
 

@@ -52,9 +52,10 @@ from orchestrator.git import merging, repos
 from orchestrator.lab.bench import riskbins, tickets
 from orchestrator.lab.bench.history import bundled
 from orchestrator.plan import accuracy, merges, record
-from orchestrator.plan.accuracy import Record
+from orchestrator.plan.accuracy import Record, Settled
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import Change, History, landings, mine
+from orchestrator.plan.score import Calibration
 
 SYNTHESISED_MEASURES = {
     "measured": [
@@ -84,24 +85,87 @@ RISK = PlanConfig.risk
 """`plan.risk` for the `risk` rows: pairs admitted on their estimated risk, as the daemon does by default."""
 
 
-def replay(repo: Path, changes: list[Change], start: int, policy: Policy, tip: str | None = None) -> list[Record]:
-    """Plan changes[start:] each on its parent, the history growing one change at a time; the record the
-    risk is estimated from is the changes before `start` (`plan.record`), nothing of the replayed range.
+def replay(
+    repo: Path,
+    changes: list[Change],
+    start: int,
+    policy: Policy,
+    tip: str | None = None,
+    rebuild: int = record.REBUILD,
+    risk: float = RISK,
+) -> list[Record]:
+    """Plan changes[start:] each on its parent, the history growing one change at a time, as the daemon would have
+    planned them as jobs: the record the risk is estimated from is the changes before it only (`plan.record`),
+    built again every `rebuild` changes as the daemon builds it again after as many new ones (0: once, from the
+    changes before `start`), and refitted in between on the pairs it would have run side by side (risk at most
+    `risk`) once both had landed (`SETTLE` changes later), as the daemon refits it on its own (`record.refit`).
     `tip`: a commit they lead to (its first-parent line says which landed together)."""
-    calibration = record.build(repo, changes[:start], policy.mergeable, tip)
+    built: Calibration | None = None
+    settled: list[Settled] = []
+    done = 0  # records whose pairs with the ones before them have settled
     history = History(changes[:start])
-    out = []
+    out: list[Record] = []
     commits = repos.open_repo(repo)
-    for n, change in enumerate(changes[start:]):
-        commit = commits[change.sha]
-        parents = getattr(commit, "parent_ids", [])
-        message = getattr(commit, "message", change.subject)
-        actual, _ = claims.split_mergeable(change.files, policy.mergeable)
-        if parents and actual:
-            plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable, calibration)
-            out.append(Record(n, str(repo), plan.claim, plan.basis, actual))
-        history.add(change)
+    with merging.scratch(repo) as git:
+        for n, change in enumerate(changes[start:]):
+            if n == 0 or (rebuild and n % rebuild == 0):
+                built, settled = record.build(repo, changes[: start + n], policy.mergeable, tip), []
+            while done < len(out) and out[done].job_id <= n - SETTLE:
+                done += 1
+                if rebuild:
+                    settled += _settle(git, changes[start:], out[:done], policy.mergeable, risk)
+            calibration = record.refit(built, settled) if built is not None else None
+            commit = commits[change.sha]
+            parents = getattr(commit, "parent_ids", [])
+            message = getattr(commit, "message", change.subject)
+            actual, _ = claims.split_mergeable(change.files, policy.mergeable)
+            if parents and actual:
+                plan = local_plan(repo, str(parents[0]), message, history, policy.mergeable, calibration)
+                out.append(Record(n, str(repo), plan.claim, plan.basis, actual))
+            history.add(change)
     return out
+
+
+SETTLE = merges.WINDOW
+"""Changes after which a pair of replayed jobs counts as settled: both landed, their outcome known to the daemon."""
+
+
+def _settle(
+    git: pygit2.Repository, changes: Sequence[Change], records: Sequence[Record], mergeable: Sequence[str], risk: float
+) -> list[Settled]:
+    """The last of `records` beside each of the `merges.WINDOW` before it that admission would have run side by side
+    (claims disjoint, risk known and at most `risk`): the pairs the daemon learns from once they settle."""
+    pattern = tuple(mergeable)
+    b = records[-1]
+    eb, held_b = Escapes.of(b.claim.risk), claims.split_mergeable(b.claim.paths, pattern)[0]
+    out = []
+    for a in records[-1 - merges.WINDOW : -1]:
+        ea, held_a = Escapes.of(a.claim.risk), claims.split_mergeable(a.claim.paths, pattern)[0]
+        if ea is None or eb is None or claims.PathIndex(held_a).meeting(held_b):
+            continue
+        estimate = pair_risk(eb, held_b, ea, held_a)
+        if estimate.risk > risk:
+            continue
+        met, merged = _outcome(git, changes[a.job_id].sha, changes[b.job_id].sha, a.actual, b.actual, pattern)
+        out.append(Settled(estimate.logit, met or not merged, merged))
+    return out
+
+
+def _outcome(
+    git: pygit2.Repository,
+    sha_a: str,
+    sha_b: str,
+    actual_a: frozenset[str],
+    actual_b: frozenset[str],
+    pattern: tuple[str, ...],
+) -> tuple[bool, bool]:
+    """Whether two changes touched a common path, and whether they would have merged (`merges.result`: the later
+    replayed on the earlier one's base, then merged)."""
+    if not claims.PathIndex(actual_a).meeting(actual_b):
+        return False, True
+    earlier, later = git[sha_a].peel(pygit2.Commit), git[sha_b].peel(pygit2.Commit)
+    is_union = merging.union_paths(git, earlier.id, lambda p: claims.matches(p, pattern))
+    return True, merges.result(git, earlier, later, is_union).merges
 
 
 def summarise(records: list[Record], window: int, policy: Policy, risk: float = RISK) -> dict[str, Any]:
@@ -141,7 +205,6 @@ def risk_points(
     whether they would have merged (`merges.result`: the later replayed on the earlier one's base, then merged);
     and how many of them landed together (steps of one pull request: a queue holds them too)."""
     pattern = tuple(mergeable)
-    index = [claims.PathIndex(r.actual) for r in records]
     escapes = [Escapes.of(r.claim.risk) for r in records]
     counted = [claims.split_mergeable(r.claim.paths, pattern)[0] for r in records]
     out: list[tuple[PairRisk, bool, bool]] = []
@@ -155,12 +218,7 @@ def risk_points(
                     continue
                 sha_a, sha_b = changes[a.job_id].sha, changes[b.job_id].sha
                 together += bool(landed.get(sha_a) and landed.get(sha_a) == landed.get(sha_b))
-                met = bool(index[i].meeting(b.actual))
-                merged = True
-                if met:
-                    earlier, later = git[sha_a].peel(pygit2.Commit), git[sha_b].peel(pygit2.Commit)
-                    is_union = merging.union_paths(git, earlier.id, lambda p: claims.matches(p, pattern))
-                    merged = merges.result(git, earlier, later, is_union).merges
+                met, merged = _outcome(git, sha_a, sha_b, a.actual, b.actual, pattern)
                 out.append((pair_risk(eb, counted[j], ea, counted[i]), met, merged))
     return out, together
 
@@ -244,7 +302,13 @@ def synthesise(history_file: Path, root: Path, limit: int | None) -> list[str]:
 
 
 def run(
-    repo: Path, rev_range: str | None, limit: int | None, window: int = 8, merges: bool = False, risk: float = RISK
+    repo: Path,
+    rev_range: str | None,
+    limit: int | None,
+    window: int = 8,
+    merges: bool = False,
+    risk: float = RISK,
+    rebuild: int = record.REBUILD,
 ) -> dict[str, Any]:
     head = rev_range.split("..", 1)[1] if rev_range and ".." in rev_range else (rev_range or "HEAD")
     since = rev_range.split("..", 1)[0] if rev_range and ".." in rev_range else None
@@ -260,14 +324,14 @@ def run(
         start = len(changes) // 3
     t = time.perf_counter()
     policy = Policy()
-    outcomes = replay(repo, changes, start, policy, head_sha)
+    outcomes = replay(repo, changes, start, policy, head_sha, rebuild, risk)
     elapsed = time.perf_counter() - t
     out = summarise(outcomes, window, policy, risk)
     replayed = changes[start:]
     landed = landings(repo, head_sha, (c.sha for c in replayed))
     points, together = risk_points(repo, replayed, outcomes, window, policy.mergeable, landed)
     out["conflicts"] = risk_summary(points, together, risk)
-    out.update(repo=str(repo), range=f"{since_sha or ''}..{head_sha}", replayed=len(outcomes))
+    out.update(repo=str(repo), range=f"{since_sha or ''}..{head_sha}", replayed=len(outcomes), rebuild=rebuild)
     out["changes"] = "first-parent line, merges included" if merges else MERGES_LEFT_OUT
     out["seconds"] = round(elapsed, 2)
     out["ms_per_plan"] = round(1000 * elapsed / max(1, len(outcomes)), 1)
@@ -344,6 +408,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--scope", choices=("source", "all"), default="source", help="with --tickets: leave tests and docs out"
     )
+    parser.add_argument(
+        "--rebuild",
+        type=int,
+        default=record.REBUILD,
+        help=f"build the record again every N replayed changes, as the daemon does (default {record.REBUILD}; 0: once)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
     args = parser.parse_args(argv)
     if sum(map(bool, (args.repo, args.history, args.tickets))) != 1:
@@ -367,11 +437,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                 parser.error(f"--history {history}: no such file")
             with tempfile.TemporaryDirectory(prefix="orchestrator-predict-") as tmp:
                 synthesise(history, Path(tmp) / "repo", args.limit)
-                r = run(Path(tmp) / "repo", None, args.limit, args.window, args.merges, args.risk)
+                r = run(Path(tmp) / "repo", None, args.limit, args.window, args.merges, args.risk, args.rebuild)
                 r["repo"] = f"{history} (synthesised)"
                 r["synthesised"] = SYNTHESISED_MEASURES
         else:
-            r = run(repos.canonical(args.repo), args.rev_range, args.limit, args.window, args.merges, args.risk)
+            r = run(
+                repos.canonical(args.repo),
+                args.rev_range,
+                args.limit,
+                args.window,
+                args.merges,
+                args.risk,
+                args.rebuild,
+            )
     except (repos.RepoError, tickets.TicketsError) as e:
         print(f"orchestrator: {e}", file=sys.stderr)
         sys.exit(2)

@@ -1,7 +1,8 @@
 """`bench predict --tickets FILE`: real tickets with the files their fixes changed, planned at their base.
 
 A ticket set is JSON lines, one ticket each: `{"instance_id", "repo": "owner/name", "base_commit",
-"problem_statement", "gold_files": [...], "test_files": [...]}` (the shape of SWE-bench). The
+"problem_statement", "gold_files": [...], "test_files": [...]}`; a row of SWE-bench itself (its `patch` and
+`test_patch` instead of the file lists) reads as the files its diffs change. The
 repositories must be cloned locally (`--repos DIR` holds them as `DIR/name`, `DIR/owner+name` or
 `DIR/owner/name`); every base commit must be in the clone.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -98,18 +100,28 @@ def load(path: Path, limit: int | None = None) -> list[Ticket]:
                     str(row["repo"]),
                     str(row["base_commit"]),
                     str(row["problem_statement"]),
-                    frozenset(row["gold_files"]),
-                    frozenset(row.get("test_files") or ()),
+                    frozenset(row["gold_files"] if "gold_files" in row else patched(row["patch"])),
+                    frozenset(row.get("test_files") or patched(row.get("test_patch") or "")),
                 )
             )
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise TicketsError(
                 f"{path}:{n}: not a ticket ({e}); each line needs instance_id, repo, base_commit, "
-                "problem_statement and gold_files"
+                "problem_statement and gold_files (or the fix's patch)"
             ) from None
     if not out:
         raise TicketsError(f"{path} holds no ticket")
     return out[:limit] if limit else out
+
+
+_DIFF_HEAD = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
+
+
+def patched(patch: str) -> list[str]:
+    """The files a unified git diff changes (SWE-bench's `patch` and `test_patch`), by their headers' old names."""
+    if not isinstance(patch, str):
+        raise TypeError("patch is not a string")
+    return sorted(set(_DIFF_HEAD.findall(patch)))
 
 
 def clone_of(repos_dir: Path, name: str) -> Path:
