@@ -337,3 +337,16 @@ def test_claimed_files_given_to_a_cli_are_files_inside_the_worktree_reached_by_n
     claim = frozenset({"src/a.py", "src/", "src", "link", "dirlink/id_ed25519", "../id_ed25519", str(secret), "gone"})
     assert claimed_files(wt, claim) == ["src/a.py"]
 
+
+
+def test_doctor_fails_a_team_node_whose_jobs_run_unconfined(tmp_path):
+    """`doctor` fails a team node configured with `jobs.sandbox = "none"`: its jobs would reach the team's database,
+    its secret and the push credentials."""
+    from orchestrator.config import parse
+    from orchestrator.service.doctor import FAIL, check_store
+
+    cfg = parse({"store": {"url": "postgresql://node@%2Fnowhere/team"}, "jobs": {"sandbox": "none"}}, {})
+    checks = {c.name: c for c in check_store(cfg, env_file=tmp_path / "env")}
+    assert checks["team sandbox"].level == FAIL and 'sandbox = "auto"' in checks["team sandbox"].detail
+    cfg = parse({"store": {"url": "postgresql://node@%2Fnowhere/team"}}, {})
+    assert "team sandbox" not in {c.name for c in check_store(cfg, env_file=tmp_path / "env")}
