@@ -82,6 +82,9 @@ class Event(StrEnum):
     WORKTREE_RECYCLE_FAILED = "worktree.recycle_failed"
     WORKTREE_RECYCLED = "worktree.recycled"
     WORKTREE_REMOVED = "worktree.removed"
+    BRANCH_LOCK_REMOVED = "git.branch_lock_removed"
+    """A job branch's ref lock older than the daemon was removed: a daemon killed while it moved that branch left it
+    (only the daemon writes its jobs' branches)."""
     STORE_FULL = "store.full"
     """A write could not be stored: the database's disk is full (the caller answers or ends the job with NoSpace)."""
     STORE_RESERVE_SPENT = "store.reserve_spent"

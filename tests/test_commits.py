@@ -7,13 +7,17 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pygit2
 import pytest
 from pygit2.enums import ConfigLevel
+from structlog.testing import capture_logs
 
 from orchestrator.core.models import Code
-from orchestrator.git.commits import ForeignWorktree, commit_worktree
+from orchestrator.git import inotify
+from orchestrator.git.commits import ForeignWorktree, commit_worktree, publish_result
 from orchestrator.git.workspace import ResultRefused, WorkspaceError
+from orchestrator.logging import Event
 from tests.conftest import git, workspace, write
 
 
@@ -261,6 +265,61 @@ def test_a_link_swapped_in_while_the_files_are_read_is_never_followed(
     blobs = git(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)")
     secret = pygit2.hash(b"the user's secret\n")
     assert str(secret) not in blobs
+
+
+def test_a_landing_killed_while_it_copies_the_result_is_completed_by_the_next(job: tuple[Path, Path, str]) -> None:
+    """A job's result reaches the repository one object at a time, each after the objects it names (blobs, the
+    trees holding them, the commit last): wherever a kill -9 cuts the copy short, the landing after the restart
+    copies the rest, and the result is whole (never a commit whose files the repository lacks)."""
+    repo, wt, _ = job
+    write(wt, {"src/a.py": "a = 2\n", "src/new/c.py": "c = 1\n", "docs/d.md": "d\n"})
+    sha = commit(job, publish=False)
+    assert sha is not None
+    objects = Path(pygit2.Repository(str(repo)).path) / "objects"
+    for i in range(256):
+        (objects / f"{i:02x}").mkdir(exist_ok=True)  # watched before the copy writes into them
+    with inotify.Tree(objects) as watch:
+        publish_result(wt, repo, sha, "orchestrator/1")
+        seen = []
+        while batch := watch.read(0.2):
+            seen += [p.decode() for p in batch if b"/" in p]  # a loose object's final name, in the order written
+    written = list(dict.fromkeys(seen))
+    assert len(written) == 8, written  # the commit, 4 trees (root, src, src/new, docs), 3 blobs
+    kept = {name: (objects / name).read_bytes() for name in written}
+    for k in range(len(written)):  # killed after k objects were written
+        for name in written:
+            (objects / name).unlink()
+        for name in written[:k]:
+            (objects / name).write_bytes(kept[name])
+        publish_result(wt, repo, sha, "orchestrator/1")
+        lacks = [n for n in written if not pygit2.Repository(str(repo)).odb.exists(n.replace("/", ""))]
+        assert lacks == [], f"killed after {k} of {written}"
+    assert git(repo, "show", "orchestrator/1:src/new/c.py") == "c = 1"
+
+
+def test_a_branch_lock_left_by_a_killed_daemon_does_not_keep_the_job_from_landing(job: tuple[Path, Path, str]) -> None:
+    """A daemon killed while it moved a job's branch leaves git's `<branch>.lock` behind; the daemon after it moves
+    the branch anyway (the lock is older than it, and only the daemon writes its jobs' branches). A lock made since
+    it started is someone's at work: left alone, and git's refusal stands."""
+    repo, wt, _ = job
+    write(wt, {"src/a.py": "a = 2\n"})
+    sha = commit(job, publish=False)
+    assert sha is not None
+    lock = Path(pygit2.Repository(str(repo)).path) / "refs" / "heads" / "orchestrator" / "1.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    try:
+        with pytest.raises((OSError, pygit2.GitError)):  # made now: another writer's, at work
+            publish_result(wt, repo, sha, "orchestrator/1")
+        assert lock.exists()
+        before = psutil.Process().create_time() - 60
+        os.utime(lock, (before, before))  # as a daemon killed before this one started left it
+        with capture_logs() as logs:
+            publish_result(wt, repo, sha, "orchestrator/1")
+    finally:
+        lock.unlink(missing_ok=True)
+    assert git(repo, "rev-parse", "orchestrator/1") == sha
+    assert [e["branch"] for e in logs if e["event"] == Event.BRANCH_LOCK_REMOVED] == ["orchestrator/1"]
 
 
 def test_a_scripts_subject_is_its_leading_comment_or_what_it_runs() -> None:

@@ -83,3 +83,22 @@ def test_the_stand_in_writes_the_first_relative_path_a_task_names(task: str, wri
     from orchestrator.lab.doubles.standin import target
 
     assert target(task) == written
+
+
+def test_the_stand_in_plans_a_job_as_the_daemon_asks() -> None:
+    """Asked for the daemon's pre-plan (`submit_plan` offered), the stand-in answers a plan the planner accepts,
+    naming the file it would write; not a `Write` call, which the planner took as a malformed answer."""
+    from orchestrator.lab.doubles.standin import script
+    from orchestrator.plan.prompt import TOOL, parse_input
+
+    body = {
+        "tools": [TOOL],
+        "messages": [{"role": "user", "content": "Ticket:\nWrite notes.txt saying notes\n\nFiles in the "
+                      "repository (1):\nREADME.md"}],
+    }  # fmt: skip
+    reply = script()(body)
+    assert reply.body is not None
+    call = next(c for c in reply.body["content"] if c["type"] == "tool_use")
+    assert call["name"] == "submit_plan"
+    paths, confidence, _ = parse_input(call["input"])
+    assert paths == frozenset({"notes.txt"}) and 0 < confidence <= 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -405,6 +406,44 @@ def test_a_landings_checks_leave_the_index_to_the_person(repo: Repo) -> None:
     lock.unlink()  # their command ends
     assert landing.move(prepared).outcome is LandOutcome.LANDED
     assert repo.read("src/a.py") == "a = 2\n" and repo.status() == set()
+
+
+def test_only_the_persons_git_holds_a_landing_back(repo: Repo, tmp_path: Path) -> None:
+    """A process named git running `commit` in the checkout is a command under way; the same in a job's sandbox (a
+    PID namespace of its own, the checkout visible read-only) is not: a job cannot hold other jobs' landings."""
+    fake = tmp_path / "bin" / "git"  # comm "git", argv `git -c 'sleep 30' commit`: a commit that waits
+    fake.parent.mkdir()
+    shutil.copy("/bin/sh", fake)
+    mine = subprocess.Popen([str(fake), "-c", "sleep 30", "commit"], cwd=repo.root)
+    try:
+        assert checkouts.git_under_way([repo.root]) == (mine.pid, "commit", repo.root.resolve())
+    finally:
+        mine.kill()
+        mine.wait()
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("bubblewrap is not installed: the sandboxed half cannot run")
+    boxed = subprocess.Popen([bwrap, "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                              "--chdir", str(repo.root), str(fake), "-c", "sleep 30", "commit"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not _named_git_in(repo.root) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _named_git_in(repo.root), "the sandboxed process started"
+        assert checkouts.git_under_way([repo.root]) is None
+    finally:
+        boxed.kill()
+        boxed.wait()
+
+
+def _named_git_in(where: Path) -> bool:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text() == "git\n" and os.readlink(f"/proc/{pid}/cwd") == str(where):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def test_git_command_reads_the_subcommand_after_globals() -> None:

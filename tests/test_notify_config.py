@@ -44,7 +44,8 @@ def test_on_end_runs_with_the_jobs_variables(make_repo, daemon_factory, tmp_path
     assert f["argv"] == [f"job {failed} failed (RunnerFailed) in {repo.name}: Run `exit 3`", "RunnerFailed",
                          "$(not a shell)"]  # fmt: skip
     assert ok["env"]["ORCHESTRATOR_JOB_STATE"] == "landed" and ok["env"]["ORCHESTRATOR_CODE"] == "Landed"
-    assert any(e["event"] == "notify.ran" for e in d.events())
+    # The daemon says each ran once its process ended, which is after the process wrote its line.
+    until(lambda: [e["event"] for e in d.events()].count("notify.ran") == 2, what="notify.ran twice in the log")
 
 
 def test_config_show_names_where_each_value_came_from(tmp_path):

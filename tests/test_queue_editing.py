@@ -212,3 +212,15 @@ def test_edit_in_editor_move_switch_and_enqueue_before_through_the_cli(make_repo
     gate.touch()
     assert d.cli("wait", str(a), str(b), str(c), "--timeout", "90").returncode == 0
     assert order.read_text().split() == ["a", "c", "B"]
+
+
+def test_the_edit_draft_fits_an_80_column_editor() -> None:
+    """The lines `edit` puts above a job's fields fit 80 columns (bar the one naming its repository), and the draft
+    reads back as the job's fields."""
+    from orchestrator.commands.edit import draft, parse
+
+    job = {"id": 7, "state": "planned", "repo": "/r", "branch": "main", "priority": 2, "declared": ["a b.py"],
+           "text": "echo hi"}  # fmt: skip
+    lines = draft(job).splitlines()
+    assert all(len(line) < 80 for line in lines[1:]), [line for line in lines if len(line) >= 80]
+    assert parse(draft(job)) == {"priority": 2, "paths": ["a b.py"], "text": "echo hi"}

@@ -5,8 +5,10 @@ credentials within a job's reach, the team's PostgreSQL out of disk. Real Postgr
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -19,6 +21,7 @@ from orchestrator.lab.localpg import LocalPostgres
 from orchestrator.store import StoreFull
 from tests.conftest import bare_remote, git, outside_tmp
 from tests.harness import until
+from tests.teamkit import alive, landed_once
 from tests.test_pgstore import _homes, _node  # noqa: F401 - `_homes` is the fixture `_node` keeps its files under
 from tests.test_team_trust import _db, _log, _row, needs_bwrap
 from tests.test_team_trust import _node as _daemon
@@ -78,6 +81,24 @@ async def test_fields_the_seal_left_out_are_sealed_now(pg_url, clone, column, va
         assert await a.jobs.transition(job_id, {PLANNED}, RUNNING, JobEvent.ADMITTED, base="b") is None
         job = await a.jobs.get(job_id)
         assert (job.state, job.code) == (JobState.FAILED, Code.UNVERIFIED)
+    finally:
+        await a.close()
+
+
+async def test_a_sealed_order_copied_onto_another_job_never_runs_there(pg_url, clone):
+    """A job's whole order and its seal copied onto another job's row (a replay of what a node sealed) does not
+    verify there (the seal names the job and its shared repository): the copy is never claimed, the original is."""
+    a = await _node(pg_url, "a")
+    try:
+        add = a.jobs.add
+        mine = await add(repo=str(clone), branch="main", text="echo mine > mine.txt", runner="shell", land="review")
+        other = await add(repo=str(clone), branch="main", text="echo other > other.txt", runner="shell")
+        columns = ", ".join(f'"{c}" = j."{c}"' for c in ("text", "argv", "runner", "land", "feedback", "seal"))
+        copy = f"UPDATE jobs o SET {columns} FROM jobs j WHERE j.id = $1 AND o.id = $2"
+        await _forge(pg_url, copy, mine.id, other.id)
+        assert await a.team.claim() == [mine.id]
+        copied = await a.jobs.get(other.id)
+        assert (copied.state, copied.code) == (JobState.QUEUED, Code.UNVERIFIED)
     finally:
         await a.close()
 
@@ -159,6 +180,42 @@ def test_a_revision_never_builds_on_a_result_forged_in_the_database(tmp_path, us
         assert (row["state"], row["code"]) == ("ready", "Unverified"), row
     finally:
         a.stop()
+
+
+def test_a_node_killed_mid_landing_loses_it_to_another_that_lands_it_once(tmp_path, users, postgres):
+    """kill -9 of a node (its whole process group) while its landing check runs: its lease ends, the other node
+    takes the landing over (no push was journaled: the job runs again there) and lands it once; the killed node,
+    started again, ends the landing check it left and lands nothing of that job."""
+    bare = bare_remote(tmp_path, {"README.md": "hi\n"})
+    db = _db(postgres, tmp_path)
+    gate, pidfile = tmp_path / "gate", tmp_path / "check.pid"
+    check = f"if [ ! -e {gate} ]; then touch {gate}; echo $$ > {pidfile}; exec sleep 300; fi"
+    nodes = []
+    for name in ("a", "b"):
+        d, clone = _daemon(tmp_path, users, postgres, db, bare, name, sandbox="none")
+        config = d.home / "config" / "config.toml"
+        config.write_text(config.read_text() + f"check = {json.dumps(check)}\n")
+        nodes.append((d, clone))
+    (a, clone_a), (b, _) = nodes
+    a.start()
+    b.start()
+    try:
+        job = a.enqueue(clone_a, "echo once > once.txt", "--path", "once.txt")
+        until("its landing check runs", lambda: pidfile.exists() and pidfile.read_text().strip(), 60)
+        holder, other = (a, b) if _row(postgres, db, job)["node"] == "a" else (b, a)
+        checking = int(pidfile.read_text())
+        assert holder.proc is not None
+        os.killpg(holder.proc.pid, signal.SIGKILL)
+        holder.proc.wait(timeout=30)
+        until("taken over and landed", lambda: _row(postgres, db, job)["state"] == "landed", 90)
+        holder.start()
+        until("the orphaned landing check ended", lambda: not alive(checking), 30)
+        assert landed_once(bare) == [job]
+        kinds = [e["kind"] for e in other.cli_json("show", str(job))["events"]]
+        assert kinds.count("landed") == 1 and "requeued" in kinds, kinds
+    finally:
+        for d, _ in nodes:
+            d.stop()
 
 
 @needs_bwrap
@@ -280,3 +337,16 @@ def test_claimed_files_given_to_a_cli_are_files_inside_the_worktree_reached_by_n
     claim = frozenset({"src/a.py", "src/", "src", "link", "dirlink/id_ed25519", "../id_ed25519", str(secret), "gone"})
     assert claimed_files(wt, claim) == ["src/a.py"]
 
+
+
+def test_doctor_fails_a_team_node_whose_jobs_run_unconfined(tmp_path):
+    """`doctor` fails a team node configured with `jobs.sandbox = "none"`: its jobs would reach the team's database,
+    its secret and the push credentials."""
+    from orchestrator.config import parse
+    from orchestrator.service.doctor import FAIL, check_store
+
+    cfg = parse({"store": {"url": "postgresql://node@%2Fnowhere/team"}, "jobs": {"sandbox": "none"}}, {})
+    checks = {c.name: c for c in check_store(cfg, env_file=tmp_path / "env")}
+    assert checks["team sandbox"].level == FAIL and 'sandbox = "auto"' in checks["team sandbox"].detail
+    cfg = parse({"store": {"url": "postgresql://node@%2Fnowhere/team"}}, {})
+    assert "team sandbox" not in {c.name for c in check_store(cfg, env_file=tmp_path / "env")}

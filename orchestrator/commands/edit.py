@@ -20,11 +20,14 @@ from orchestrator.commands.common import REJECTED, api_call, client, emit, err, 
 
 SEPARATOR = "--- text: the job's text is everything below this line ---"
 HEADER = """\
-# Job {id} ({state}) of {repo}, on {branch}. Change what you want, save and quit; quit without saving to leave
-# it as it is. Lines starting with # are left out (above the text only).
-# priority: higher runs first. paths: the paths it will touch, space-separated (quote a name with a space);
-# none: it is planned from its text. A new text or new paths plan it again, in its place in the queue.
+# Job {id} ({state}), on {branch} of {repo}
+# Change what you want, save and quit; quit without saving to leave it as is.
+# Lines starting with # are left out (above the text only). priority: higher
+# runs first. paths: the paths it will touch, space-separated (quote a name
+# with a space); none: it is planned from its text. A new text or new paths
+# plan it again, in its place in the queue.
 """
+"""Above the job's fields, in lines that fit an 80-column editor (the first names the job and its repository)."""
 
 
 def draft(job: dict[str, Any]) -> str:

@@ -135,11 +135,16 @@ def git_under_way(checkouts: list[Path]) -> tuple[int, str, Path] | None:
     tops = [c.resolve() for c in checkouts]
     try:
         pids = [int(n) for n in os.listdir(proc) if n.isdigit()]
+        ours = os.readlink("/proc/self/ns/pid")
     except OSError:
         return None  # no /proc: nothing to wait for that we can see
     for pid in pids:
         try:
             if _comm(pid) != b"git\n":  # the cheap look first: the landing holds the index meanwhile
+                continue
+            # A job's processes live in a PID namespace of their sandbox: one named git there, in a checkout the
+            # job sees read-only, is no person's commit, and must not hold landings back.
+            if os.readlink(proc / str(pid) / "ns" / "pid") != ours:
                 continue
             argv = (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
             cwd = Path(os.readlink(proc / str(pid) / "cwd"))

@@ -5,15 +5,21 @@ Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Literal
 
+import psutil
 import pygit2
+import structlog
 
 from orchestrator.core import person as people
 from orchestrator.git import repos
 from orchestrator.git.workspace import MAX_FILE_BYTES, Workspace, WorkspaceError
+from orchestrator.logging import Event
+
+log = structlog.get_logger(__name__)
 
 FALLBACK_NAME = "orchestrator"
 FALLBACK_EMAIL = "orchestrator@localhost"
@@ -147,8 +153,9 @@ def publish_result(worktree: Path | str | None, repo_path: Path, sha: str, branc
     """Bring a job's result commit into the repository and point `branch` at it (`place_branch`).
 
     The objects the repository lacks (the commit, and what of its trees and blobs is new: the walk stops at
-    anything the repository has) are copied from the job's workspace, where they were written; nothing else
-    of the quarantine (previews, overlap checks) comes along. Idempotent: a result already there only moves
+    anything the repository has) are copied from the job's workspace, where they were written, each after the
+    objects it names (so what the repository has, it has whole); nothing else of the quarantine (previews,
+    overlap checks) comes along. Idempotent: a result already there only moves
     the branch. A missing workspace with a result the repository lacks is a WorkspaceError saying so.
     """
     repo = repos.open_repo(repo_path)
@@ -161,22 +168,53 @@ def publish_result(worktree: Path | str | None, repo_path: Path, sha: str, branc
 
 
 def _copy_objects(source: pygit2.Repository, repo: pygit2.Repository, top: pygit2.Oid) -> None:
-    todo = [top]
+    """Write into `repo` what of `top` it lacks, each object after every object it names (blobs, the trees holding
+    them, the commit last): whatever the repository has, it has whole, so a copy cut short (kill -9 during a
+    landing) is taken up again from the top by the next `publish_result`, never stopped at a commit whose trees
+    or files are missing."""
+    order: list[pygit2.Oid] = []
     seen: set[pygit2.Oid] = set()
+    todo: list[tuple[pygit2.Oid, bool]] = [(top, False)]
     while todo:
-        oid = todo.pop()
+        oid, named_done = todo.pop()
+        if named_done:  # everything it names is written (or was there): its turn
+            order.append(oid)
+            continue
         if oid in seen or repo.odb.exists(oid):
             continue
         seen.add(oid)
+        todo.append((oid, True))
         obj = source[oid]
         if isinstance(obj, pygit2.Commit):
-            todo.append(obj.tree_id)
-            todo.extend(obj.parent_ids)
+            todo.extend((o, False) for o in (obj.tree_id, *obj.parent_ids))
         elif isinstance(obj, pygit2.Tree):
             # A gitlink (a submodule's commit) names no object of this repository.
-            todo.extend(e.id for e in obj if e.filemode != pygit2.enums.FileMode.COMMIT)
+            todo.extend((e.id, False) for e in obj if e.filemode != pygit2.enums.FileMode.COMMIT)
+    for oid in order:
         kind, data = source.odb.read(oid)
         repo.odb.write(kind, data)
+
+
+@functools.cache
+def _started() -> float:
+    """When this process started (epoch seconds)."""
+    return psutil.Process().create_time()
+
+
+def _drop_stale_lock(repo: pygit2.Repository, name: str) -> None:
+    """Remove a job branch's `refs/heads/<name>.lock` made before this process started: a daemon killed while it
+    moved that branch left it, and git would refuse every later move of the branch (the job could never land).
+    A newer lock, or one on a branch not the daemon's own, is left to whoever holds it."""
+    if not name.startswith(JOB_BRANCHES):
+        return
+    lock = Path(repo.path) / "refs" / "heads" / f"{name}.lock"
+    try:
+        made = lock.lstat().st_mtime
+    except FileNotFoundError:
+        return
+    if made < _started():
+        lock.unlink(missing_ok=True)
+        log.warning(Event.BRANCH_LOCK_REMOVED, repo=repo.path, branch=name, lock=str(lock))
 
 
 def result_repo(repo_path: Path | str, worktree: str | None) -> str:
@@ -190,9 +228,14 @@ def result_repo(repo_path: Path | str, worktree: str | None) -> str:
     return str(repo_path)
 
 
+JOB_BRANCHES = "orchestrator/"
+"""Where the jobs' branches are (`orchestrator/<id>`): only the daemon writes them."""
+
+
 def place_branch(repo: pygit2.Repository, name: str, sha: pygit2.Oid) -> None:
     """Point local branch `name` at `sha`, keeping any other commit it pointed at under a name of its own (a
     branch that only moves forward keeps nothing aside: its old commit is in the new one's history)."""
+    _drop_stale_lock(repo, name)
     existing = repo.branches.local.get(name)
     if existing is not None and existing.target != sha and repo.descendant_of(sha, existing.target):
         existing.set_target(sha)

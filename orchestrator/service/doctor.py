@@ -237,6 +237,10 @@ def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]
     secret = os.environ.get(seal.SECRET_ENV) or service_env.get(seal.SECRET_ENV)
     why = seal.problem(secret)
     out.append(Check("team secret", FAIL if why else OK, why or f"{seal.SECRET_ENV} is set (never printed)"))
+    if cfg.jobs.sandbox == "none":
+        out.append(Check("team sandbox", FAIL, 'jobs.sandbox = "none": every job runs unconfined, as you, and reaches '
+                         "the team's database (its socket, PGPASSWORD in the env file), the team's secret and what "
+                         'you push to the team\'s remote with; set jobs.sandbox = "auto" (bubblewrap)'))  # fmt: skip
     try:
         from orchestrator.store import pgaudit, schema
 
