@@ -348,6 +348,7 @@ def _per_job(
                 "sha": c.sha,
                 "subject": c.subject,
                 "state": j["state"],
+                "why": None if j["state"] == "landed" else f"{j.get('code') or ''} {j.get('reason') or ''}".strip(),
                 "runs": len(runs[n]),
                 "duration_s": durations[n],
                 "wait_s": round(admitted[0] - t0, 2) if admitted else None,
