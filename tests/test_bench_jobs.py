@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 from orchestrator.git.commits import commit_worktree
 from orchestrator.lab.bench import history as hist
@@ -159,11 +158,10 @@ def test_replayed_changes_conflict_side_by_side_and_changelogs_merge(tmp_path):
 def test_bench_jobs_replays_through_the_real_daemon(tmp_path):
     """A tiny replay lands every change under `oracle` with the replay runner, loses none, never beats the
     ideal schedule, reports the documented JSON keys, and has a `local` predictor row beside it."""
-    out = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "jobs", "--last", "6", "--scale", "0.05",
-         "--policy", "oracle,claims", "--predictor", "local", "--write-at", "0.5", "--json"],
-        capture_output=True, text=True, timeout=150,
-    )  # fmt: skip
+    from tests.harness import cli  # the command in this process; the daemons it replays through are processes
+
+    out = cli("bench", "jobs", "--last", "6", "--scale", "0.05", "--policy", "oracle,claims", "--predictor", "local",
+              "--write-at", "0.5", "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     oracle, local = data["rows"]

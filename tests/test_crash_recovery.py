@@ -143,6 +143,7 @@ def test_landing_killed_after_the_ref_moved_is_finished_on_restart(make_repo, da
     assert git(repo, "status", "--porcelain") == "M b.txt", "only the user's own edit is uncommitted"
     assert (repo / "a.txt").read_text() == "new\n" and (repo / "b.txt").read_text() == "my own uncommitted edit\n"
     assert not (repo / ".git" / "index.lock").exists()
+    assert not (repo / ".git" / "index.lock.lock").exists(), "git's lock on the landing's copy of the index"
     assert git(repo, "log", "--format=%s", f"{old}..main").count("echo new > a.txt") == 1
     recovered = [e for e in d2.events() if e["event"] == "landing.recovered"]
     assert recovered and recovered[0]["outcome"] == "finished" and recovered[0]["locks"], recovered

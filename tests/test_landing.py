@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -414,17 +415,17 @@ def test_only_the_persons_git_holds_a_landing_back(repo: Repo, tmp_path: Path) -
     fake = tmp_path / "bin" / "git"  # comm "git", argv `git -c 'sleep 30' commit`: a commit that waits
     fake.parent.mkdir()
     shutil.copy("/bin/sh", fake)
-    mine = subprocess.Popen([str(fake), "-c", "sleep 30", "commit"], cwd=repo.root)
+    mine = subprocess.Popen([str(fake), "-c", "sleep 30", "commit"], cwd=repo.root, start_new_session=True)
     try:
         assert checkouts.git_under_way([repo.root]) == (mine.pid, "commit", repo.root.resolve())
     finally:
-        mine.kill()
+        os.killpg(mine.pid, signal.SIGKILL)  # its sleep too
         mine.wait()
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         pytest.skip("bubblewrap is not installed: the sandboxed half cannot run")
-    boxed = subprocess.Popen([bwrap, "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                              "--chdir", str(repo.root), str(fake), "-c", "sleep 30", "commit"])  # fmt: skip
+    box = [bwrap, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    boxed = subprocess.Popen([*box, "--chdir", str(repo.root), str(fake), "-c", "sleep 30", "commit"])
     try:
         deadline = time.monotonic() + 10
         while not _named_git_in(repo.root) and time.monotonic() < deadline:

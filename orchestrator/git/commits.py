@@ -5,12 +5,11 @@ Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 
 from __future__ import annotations
 
-import functools
 import os
+import time
 from pathlib import Path
 from typing import Literal
 
-import psutil
 import pygit2
 import structlog
 
@@ -195,14 +194,13 @@ def _copy_objects(source: pygit2.Repository, repo: pygit2.Repository, top: pygit
         repo.odb.write(kind, data)
 
 
-@functools.cache
-def _started() -> float:
-    """When this process started (epoch seconds)."""
-    return psutil.Process().create_time()
+_LOADED = time.time()
+"""When this process loaded this module (the daemon: at its start, before any landing). A lock older than that is no
+lock of this process's (the kernel's start time of a process may be off the file clock by a second or more)."""
 
 
 def _drop_stale_lock(repo: pygit2.Repository, name: str) -> None:
-    """Remove a job branch's `refs/heads/<name>.lock` made before this process started: a daemon killed while it
+    """Remove a job branch's `refs/heads/<name>.lock` made before this process began: a daemon killed while it
     moved that branch left it, and git would refuse every later move of the branch (the job could never land).
     A newer lock, or one on a branch not the daemon's own, is left to whoever holds it."""
     if not name.startswith(JOB_BRANCHES):
@@ -212,7 +210,7 @@ def _drop_stale_lock(repo: pygit2.Repository, name: str) -> None:
         made = lock.lstat().st_mtime
     except FileNotFoundError:
         return
-    if made < _started():
+    if made < _LOADED:
         lock.unlink(missing_ok=True)
         log.warning(Event.BRANCH_LOCK_REMOVED, repo=repo.path, branch=name, lock=str(lock))
 

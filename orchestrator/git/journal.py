@@ -118,6 +118,12 @@ def settle(intent: Intent) -> Settled:
                 continue
             lock.unlink()
             locks.append(str(lock))
+        # git's own lock on the landing's copy of the index (`checkouts.hold_index` runs git on index.lock): left by
+        # a git of ours killed with the daemon, it would fail every later landing in this checkout.
+        inner = lock.with_name("index.lock.lock") if lock is not None else None
+        if inner is not None and inner.exists() and _owned_stale_lock(inner, intent.at):
+            inner.unlink()
+            locks.append(str(inner))
         done, stuck = _level(path, changed, repo, target, other)
         if done:
             fixed[checkout] = tuple(done)
