@@ -6,10 +6,13 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
+from orchestrator.core.records import Intent
+from orchestrator.git import journal
 from orchestrator.proc import process
-from tests.conftest import git
+from tests.conftest import git, write
 from tests.harness import Daemon, until
 
 
@@ -222,3 +225,23 @@ async def test_a_journal_entry_is_obeyed_only_for_its_own_job_and_repository_s_w
         await store.close()
     assert git(victim, "status", "--porcelain") == "M mine.txt" and not (victim / "planted.txt").exists()
     assert not (repo / "planted.txt").exists() and git(repo, "status", "--porcelain") == ""
+
+
+def test_a_ref_lock_left_by_a_landing_killed_mid_move_is_removed_and_the_next_landing_moves_the_branch(make_repo):
+    """A daemon killed while it moved the branch's ref leaves `refs/heads/main.lock`: recovery removes it when it
+    appeared after the landing's intent (and nobody holds it), so later landings are not refused; an older one is
+    someone else's and stays."""
+    repo = make_repo()
+    old = git(repo, "rev-parse", "main")
+    write(repo, {"a.txt": "new\n"})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "new")
+    new = git(repo, "rev-parse", "main")
+    lock = repo / ".git" / "refs" / "heads" / "main.lock"
+    lock.write_text(new + "\n")
+    intent = Intent(str(repo), "refs/heads/main", old, new, (str(repo),), None, time.time() + 5)
+    assert str(lock) not in journal.settle(intent).locks and lock.exists(), "older than the intent: not ours"
+    intent = Intent(str(repo), "refs/heads/main", old, new, (str(repo),), None, time.time() - 5)
+    settled = journal.settle(intent)
+    assert settled.outcome == "finished" and str(lock) in settled.locks and not lock.exists()
+    git(repo, "update-ref", "refs/heads/main", old, new)  # the branch moves again

@@ -12,9 +12,9 @@ leaves the intent; on start `settle` brings each checkout level with wherever th
 Only the paths that differ between `old` and `new` are touched, only in a checkout that is one of the
 repository's own worktrees (an intent naming any other directory is not obeyed there: reported), and only
 where the index entry and the file hold `old`'s or `new`'s content (the landing's own bytes): anything else
-there is a person's edit, kept and reported. A `.git/index.lock` is removed only when recovery owns it: it
-appeared after the intent was stored, in a checkout the intent names, and no live process holds it open (its
-git died).
+there is a person's edit, kept and reported. A `.git/index.lock`, or the branch's own ref lock, is removed
+only when recovery owns it: it appeared after the intent was stored, in a checkout (or the repository) the intent
+names, and no live process holds it open (its git, or the daemon moving the ref, died).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Settled:
     left: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Per checkout, the paths it could not bring level (a person's edit there, or the branch moved on)."""
     locks: tuple[str, ...] = ()
-    """The stale index.lock files it removed (its own)."""
+    """The stale lock files it removed (its own: the branch's ref lock, index.lock)."""
 
     @property
     def consistent(self) -> bool:
@@ -91,18 +91,23 @@ class Settled:
 def settle(intent: Intent) -> Settled:
     """Bring every checkout the intent names level with where its branch points now (sync; run in a thread)."""
     repo = repos.open_repo(intent.repo)
+    locks: list[str] = []
+    # The ref's own lock, left by a daemon killed while it moved the branch: it would fail every later landing.
+    ref_lock = Path(repo.path) / f"{intent.branch}.lock"
+    if ref_lock.exists() and _owned_stale_lock(ref_lock, intent.at):
+        ref_lock.unlink()
+        locks.append(str(ref_lock))
     try:
         head = str(repo.lookup_reference(intent.branch).target)
     except (KeyError, pygit2.InvalidSpecError):
         head = ""
     if head not in (intent.old, intent.new):
         moved: dict[str, tuple[str, ...]] = {c: ("(branch moved on)",) for c in intent.checkouts if Path(c).is_dir()}
-        return Settled("moved-on", head, left=moved)
+        return Settled("moved-on", head, left=moved, locks=tuple(locks))
     target, other = (intent.new, intent.old) if head == intent.new else (intent.old, intent.new)
     changed = sorted(repos.changed_paths(Path(intent.repo), intent.old, intent.new))
     fixed: dict[str, tuple[str, ...]] = {}
     left: dict[str, tuple[str, ...]] = {}
-    locks: list[str] = []
     own = {os.path.realpath(p) for p, _ in repos.worktrees(repo)}
     for checkout in intent.checkouts:
         path = Path(checkout)
