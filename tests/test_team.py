@@ -7,8 +7,6 @@ import itertools
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,26 +15,11 @@ from orchestrator.core.admission import decide
 from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Snapshot
 from tests.conftest import bare_remote, git
 from tests.harness import Daemon, until
+from tests.teamkit import Node
 
 pytestmark = pytest.mark.timeout(240)
 
 LEASE = 3
-
-
-class Node(Daemon):
-    """A daemon in a session (and process group) of its own, as a service manager starts one: it can be killed with
-    its whole process group."""
-
-    def start(self, *args: str, wait: bool = True) -> Node:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator", "daemon", *args], env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-        if wait:
-            self.wait_ready()
-        return self
 
 
 def _claim(*paths: str) -> Claim:

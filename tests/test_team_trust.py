@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,25 +16,11 @@ from orchestrator.lab.localpg import NODE_ROLE, SUPERUSER, LocalPostgres
 from orchestrator.team import reach
 from tests.conftest import bare_remote, git, outside_tmp
 from tests.harness import Daemon, until
+from tests.teamkit import Node
 
 pytestmark = pytest.mark.timeout(240)
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt install bubblewrap)")
-
-
-class Node(Daemon):
-    """A team node: its own home, clone and fake HOME (where `~/.pgpass` is), in a session of its own."""
-
-    def start(self, *args: str, wait: bool = True) -> Node:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator", "daemon", *args], env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-        if wait:
-            self.wait_ready()
-        return self
 
 
 def _db(postgres: LocalPostgres, tmp_path: Path) -> str:
