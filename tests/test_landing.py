@@ -417,7 +417,7 @@ def test_only_the_persons_git_holds_a_landing_back(repo: Repo, tmp_path: Path) -
     shutil.copy("/bin/sh", fake)
     mine = subprocess.Popen([str(fake), "-c", "sleep 30", "commit"], cwd=repo.root, start_new_session=True)
     try:
-        _wait_named_git_in(repo.root)  # Popen returns before the kernel names the process after its new program
+        _wait_until_named_git(mine.pid)  # Popen may return while the child is still inside its exec
         assert checkouts.git_under_way([repo.root]) == (mine.pid, "commit", repo.root.resolve())
     finally:
         os.killpg(mine.pid, signal.SIGKILL)  # its sleep too
@@ -428,19 +428,21 @@ def test_only_the_persons_git_holds_a_landing_back(repo: Repo, tmp_path: Path) -
     box = [bwrap, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     boxed = subprocess.Popen([*box, "--chdir", str(repo.root), str(fake), "-c", "sleep 30", "commit"])
     try:
-        _wait_named_git_in(repo.root)
+        deadline = time.monotonic() + 10
+        while not _named_git_in(repo.root) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _named_git_in(repo.root), "the sandboxed process started"
         assert checkouts.git_under_way([repo.root]) is None
     finally:
         boxed.kill()
         boxed.wait()
 
 
-def _wait_named_git_in(where: Path) -> None:
-    """Until a process named git runs in `where` (its program started), or fail."""
+def _wait_until_named_git(pid: int) -> None:
     deadline = time.monotonic() + 10
-    while not _named_git_in(where):
-        assert time.monotonic() < deadline, f"no process named git started in {where}"
-        time.sleep(0.02)
+    while Path(f"/proc/{pid}/comm").read_text() != "git\n":
+        assert time.monotonic() < deadline, "the fake git never became a process named git"
+        time.sleep(0.01)
 
 
 def _named_git_in(where: Path) -> bool:
