@@ -173,7 +173,8 @@ def test_risk_admission_never_runs_overlapping_claims_or_unknown_risk_together(
     jobs: list[JobView], events: list[tuple[str, int]]
 ) -> None:
     """Under any events: no two active jobs of a repo overlap, a claim with unknown risk is never active beside
-    another job of its repo, every job admitted beside others was within plan.risk of each, and all run."""
+    another job of its repo (an empty one with a risk, a text naming nothing, may be), every job admitted beside
+    others was within plan.risk of each, and all run."""
     world = World(jobs, RISKY)
     for kind, k in [*events, *[("admit", 0), ("finish", 0)] * (len(jobs) + 1)]:
         if kind == "admit":
@@ -187,7 +188,7 @@ def test_risk_admission_never_runs_overlapping_claims_or_unknown_risk_together(
             for repo in REPOS:
                 mine = [j for j in world.active.values() if j.repo == repo]
                 if len(mine) > 1:
-                    assert all(j.claim.risk is not None and j.claim.paths for j in mine), mine
+                    assert all(j.claim.risk is not None for j in mine), mine  # an empty claim: the base rate
                 for x, y in itertools.combinations(mine, 2):
                     assert not any(overlaps(p, q) for p in held(x, RISKY) for q in held(y, RISKY))
         elif kind == "finish":
