@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core import claims
-from orchestrator.core.models import JobState, Policy
-from orchestrator.core.risk import MEET_FLOOR, Escapes, pair_risk
+from orchestrator.core.models import JobState, Policy, Risk
+from orchestrator.core.risk import MEET_FLOOR, RISK_FLOOR, Escapes, pair_risk
 from orchestrator.lab.bench import riskbins
 from orchestrator.plan import record
 from orchestrator.plan.accuracy import Settled, outcomes
@@ -48,7 +48,7 @@ def test_meetings_of_disjoint_claims_rescale_the_share_that_would_not_merge() ->
     assert Calibration(merges=table, disjoint=(400, 80)).nonmerge("src") < edge.nonmerge("src")
     assert plain.edge_share == 1.0
     got = record.refit(edge, [Settled(-3.0, True, True)] * 10 + [Settled(-3.0, False, True)] * 5)
-    assert got.disjoint == (50, 8) and got.nonmerge("src") < edge.nonmerge("src")
+    assert got.disjoint == (40 + 3 * 10, 8) and got.nonmerge("src") < edge.nonmerge("src")  # each counts 3 (RECENT)
 
 
 def test_the_record_checks_the_risk_it_estimates_against_its_own_pairs(shop: Path) -> None:  # noqa: F811
@@ -62,10 +62,29 @@ def test_the_record_checks_the_risk_it_estimates_against_its_own_pairs(shop: Pat
     assert 0.25 < quiet.risk_scale < 0.3 and Calibration().risk_scale == 1.0
     assert abs(quiet.nonmerge("src") - quiet.nonmerge("src", scaled=False) * quiet.risk_scale) < 1e-12
     got = record.refit(quiet, [Settled(-3.0, True, False, 0.05)] * 20 + [Settled(-3.0, False, True, 0.05)] * 20)
-    assert got.checked == (400.0 + 40 * 0.05 / quiet.risk_scale, 120) and got.risk_scale > quiet.risk_scale
+    assert got.checked == (400.0 + record.RECENT * 40 * 0.05 / quiet.risk_scale, 100 + record.RECENT * 20)
+    assert got.risk_scale > quiet.risk_scale
     head = git(shop, "rev-parse", "HEAD")
     full = record.fit(record.replay(shop, History(mine(shop, head)[0]).changes))
     assert full is not None and full.checked[0] > 0 and Calibration.load(full.dump()).risk_scale == full.risk_scale
+
+
+def test_no_pair_is_estimated_below_the_rate_its_records_unconnected_pairs_did_not_merge() -> None:
+    """Of the record's pairs nothing connects, as many as would not have merged set the least risk of any pair (pulled
+    towards what the estimate gives them); a pair's risk is never below it, nor below the shipped `RISK_FLOOR`, and
+    the daemon's settled pairs that nothing connected count too."""
+    prior = Calibration()
+    assert abs(prior.least - MEET_FLOOR * prior.nonmerge("")) < 1e-12
+    busy = Calibration(low=(200, 8))
+    assert 0.035 < busy.least < 0.045
+    risk = Risk(area="src", nonmerge=0.3, floor=0.05, least=busy.least)
+    pair = pair_risk(Escapes.of(risk), ("src/a.py",), Escapes.of(Risk(area="docs", nonmerge=0.3)), ("docs/b.md",))
+    assert abs(pair.risk - busy.least) < 1e-12 and pair.meet == 0.05
+    assert Risk.from_json(risk.to_json()) == dataclasses.replace(risk, least=round(busy.least, 5))
+    quiet = Risk(area="src", nonmerge=0.3, floor=0.05)  # 5% × 30% = 1.5%: below what any estimate knows
+    assert pair_risk(Escapes.of(quiet), ("src/a.py",), None, ("docs/b.md",)).risk == RISK_FLOOR
+    got = record.refit(busy, [Settled(-9.0, True, False, 0.01)] * 10 + [Settled(3.0, True, False, 0.5)] * 10)
+    assert got.low == (200 + 30, 8 + 30) and got.least > busy.least  # each settled pair counts RECENT (3) times
 
 
 def test_a_text_naming_nothing_is_weighed_at_the_repositorys_base_rate(shop: Path) -> None:  # noqa: F811
@@ -110,6 +129,8 @@ def test_a_calibration_is_dumped_and_loaded_whole() -> None:
         unknown="",
         disjoint=(9, 3),
         blind=(40, 7),
+        checked=(12.5, 9),
+        low=(30, 2),
     )
     assert Calibration.load(c.dump()) == c and c.pairs == 2
     with pytest.raises(KeyError):

@@ -46,7 +46,7 @@ from orchestrator.plan.accuracy import Settled
 from orchestrator.plan.history import MAX_FILES, Change, History, landings, title
 from orchestrator.plan.kinds import CLASSES, path_class
 from orchestrator.plan.rank import rank
-from orchestrator.plan.score import Calibration, area_pairs, platt
+from orchestrator.plan.score import FLOOR_BAND, Calibration, area_pairs, platt
 from orchestrator.plan.text import mentions
 
 REPLAY = 150
@@ -71,6 +71,9 @@ REBUILD = 50
 """New changes in a repository's history after which its record is replayed and fitted again (the daemon's
 `plan.local.Records`, and `bench predict` as it replays a range)."""
 SHRINK = 2.0
+RECENT = 3
+"""How many of the record's pairs each pair the daemon itself ran side by side counts as, once settled (`refit`):
+where a period differs from the record (its changes meet more, or merge less), the risk follows it sooner."""
 """Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
 
 
@@ -111,30 +114,35 @@ def build(
 def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     """The record's calibration kept current by the pairs the daemon itself ran side by side: their estimates and
     whether they met refit `Calibration.meet` beside the record's own pairs (and are kept after them in `points`,
-    the most recent: `Calibration.floor` reads them too), and whether those that met merged count in the
-    repository's share that would not (`Calibration.nonmerge`, at ROOT)."""
+    the most recent: `Calibration.floor` reads them too); whether those that met merged count in the repository's
+    share that would not (`Calibration.nonmerge`, at ROOT, and among the meetings of disjoint claims), and what
+    admission estimated for them in its check (`Calibration.checked`, `Calibration.low`). Each counts `RECENT` times
+    a record's pair in all but the floor: they are the repository's present, the record its past."""
     if not outcomes:
         return calibration
     points = [*calibration.points, *((o.logit, o.met) for o in outcomes)]
-    a, b = platt(points, prior=MEET_PRIOR)
+    a, b = platt([*points, *((o.logit, o.met) for o in outcomes for _ in range(RECENT - 1))], prior=MEET_PRIOR)
     met = [o for o in outcomes if o.met]
+    unmerged = sum(not o.merged for o in met)
     table = {x: (n, k) for x, n, k in calibration.merges}
     n, k = table.get("", (0, 0))
-    table[""] = (n + len(met), k + sum(not o.merged for o in met))
+    table[""] = (n + RECENT * len(met), k + RECENT * unmerged)
     unknown = calibration.unknown if len(points) < MIN_PAIRS else ""
     rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
     n_d, k_d = calibration.disjoint
-    disjoint = (n_d + len(met), k_d + sum(not o.merged for o in met))
     e, k = calibration.checked
-    checked = (e + sum(o.risk for o in outcomes) / calibration.risk_scale, k + sum(not o.merged for o in outcomes))
+    estimated = sum(o.risk for o in outcomes) / calibration.risk_scale
+    low = [not o.merged for o in outcomes if _unconnected(calibration, o.logit)]
+    low_n, low_k = calibration.low
     return replace(
         calibration,
         meet=(a, b),
         merges=rows,
         unknown=unknown,
         points=tuple(points),
-        disjoint=disjoint,
-        checked=checked,
+        disjoint=(n_d + RECENT * len(met), k_d + RECENT * unmerged),
+        checked=(e + RECENT * estimated, k + RECENT * sum(not o.merged for o in outcomes)),
+        low=(low_n + RECENT * len(low), low_k + RECENT * sum(low)),
     )
 
 
@@ -232,7 +240,13 @@ def fit(
         blind=_blind(samples, scope),
     )
     expected = sum(_estimate(out, z, areas) for z, areas, _ in checked)
-    return replace(out, checked=(expected, sum(k for _, _, k in checked)))
+    low = [k for z, _, k in checked if _unconnected(out, z)]
+    return replace(out, checked=(expected, sum(k for _, _, k in checked)), low=(len(low), sum(low)))
+
+
+def _unconnected(calibration: Calibration, z: float) -> bool:
+    """A pair at log-odds `z` is one nothing connects (its rescaled chance of meeting at the floor's band)."""
+    return sigmoid(calibration.meet[0] * z + calibration.meet[1]) <= FLOOR_BAND * MEET_FLOOR
 
 
 def _estimate(calibration: Calibration, z: float, areas: tuple[str, str]) -> float:
