@@ -189,9 +189,6 @@ class Risk:
     floor: float = 0.0
     """The least chance that it meets another job of its repository: how often the record's pairs that nothing
     connected met anyway (`score.Calibration.floor`; `core.risk.MEET_FLOOR` when higher)."""
-    least: float = 0.0
-    """The least risk beside another job of its repository: how often the record's pairs that nothing connected
-    would not have merged (`score.Calibration.least`)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -203,7 +200,6 @@ class Risk:
             "meet": [round(self.meet[0], 5), round(self.meet[1], 5)],
             "kind": self.kind,
             "floor": round(self.floor, 5),
-            "least": round(self.least, 5),
         }
 
     @classmethod
@@ -212,9 +208,9 @@ class Risk:
         rest, area = data.get("rest", 0.0), data.get("area", "")
         nonmerge, meet = data.get("nonmerge", 1.0), data.get("meet") or [1.0, 0.0]
         assert isinstance(near, list) and isinstance(meets, list) and isinstance(rest, int | float)
-        floor, least = data.get("floor", 0.0), data.get("least", 0.0)
+        floor = data.get("floor", 0.0)
         assert isinstance(nonmerge, int | float) and isinstance(meet, list) and len(meet) == 2
-        assert isinstance(floor, int | float) and isinstance(least, int | float)
+        assert isinstance(floor, int | float)
         return cls(
             tuple((str(p), float(v)) for p, v in near),
             float(rest),
@@ -224,7 +220,6 @@ class Risk:
             (float(meet[0]), float(meet[1])),
             str(data.get("kind", "")),
             float(floor),
-            float(least),
         )
 
 

@@ -19,8 +19,7 @@ It is the product of two factors, both estimated from the jobs' repository's rec
 - `nonmerge`, the chance that such a meeting would not merge: how often past changes in their areas that met
   would not have (`plan.merges`: a conflict, or one built on the other), the larger of the two jobs'.
 
-Their product is never below `Risk.least`, how often the record's pairs that nothing connected would not have
-merged (`score.Calibration.least`), nor below `RISK_FLOOR`: below them the estimate knows no better.
+Their product is never below `RISK_FLOOR`: below it the estimate knows no better.
 
 A job without a `Risk` (a declared or a model claim) escapes nowhere: its claim stands as given, and only
 the other job's record counts. Union-merged paths are left out by the caller (admission passes counted
@@ -64,7 +63,6 @@ class Escapes:
     meet: tuple[float, float] = (1.0, 0.0)
     kind: str = ""
     floor: float = 0.0
-    least: float = 0.0
 
     @classmethod
     def of(cls, risk: Risk | None) -> Escapes | None:
@@ -80,9 +78,7 @@ class Escapes:
             for a in claims.ancestors(name):
                 below[a] = below.get(a, 0.0) + p
         meets = dict(risk.meets)
-        return cls(
-            point, below, risk.rest, risk.area, meets, risk.nonmerge, risk.meet, risk.kind, risk.floor, risk.least
-        )
+        return cls(point, below, risk.rest, risk.area, meets, risk.nonmerge, risk.meet, risk.kind, risk.floor)
 
     def at(self, path: str) -> float:
         """The chance the job touches `path` (for a directory or a name that may be one: anything under it)."""
@@ -191,10 +187,9 @@ def pair_risk(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_he
         return NONE
     known = [e for e in (a, b) if e is not None]
     z = pair_logit(raw_meet(a, a_claim, b, b_held), (e.kind for e in known))
-    least = max(RISK_FLOOR, *(e.least for e in known))  # below it, no estimate knows better
-    floor = max(MEET_FLOOR, least, *(e.floor for e in known))
+    floor = max(MEET_FLOOR, *(e.floor for e in known))
     meet = max(floor, *(sigmoid(e.meet[0] * z + e.meet[1]) for e in known))
-    return PairRisk(meet, min(1.0, max(least / meet, *(e.nonmerge for e in known))), z)
+    return PairRisk(meet, min(1.0, max(RISK_FLOOR / meet, *(e.nonmerge for e in known))), z)
 
 
 def raw_meet(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_held: Iterable[str]) -> float:

@@ -229,8 +229,7 @@ def _kind_plan(
         near, rest = manifests.escapes(record, paths, files.paths)
         area = claim_area(paths)
         near_ = tuple((claims.literal(p), q) for p, q in near if _valid(p))
-        nonmerge, floor, least = calibration.nonmerge(area), calibration.floor, calibration.least
-        risk = Risk(near_, rest, area, (), nonmerge, calibration.meet, KNOWN, floor, least)
+        risk = Risk(near_, rest, area, (), calibration.nonmerge(area), calibration.meet, KNOWN, calibration.floor)
     if risk is not None:
         risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not held.meets(p)))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
@@ -328,7 +327,7 @@ def _blind_plan(f: Focus, calibration: Calibration | None) -> Plan:
         return Plan(Claim(), (), "", "none", ((Note.NAMES_NOTHING, why),), ranking=_ranking(f))
     meet = calibration.blind_meet
     nonmerge = calibration.nonmerge("")
-    risk = Risk((), 0.0, "", (), nonmerge, (0.0, _logit(meet)), "", meet, calibration.least)
+    risk = Risk((), 0.0, "", (), nonmerge, (0.0, _logit(meet)), "", meet)
     why += f": weighed at the repository's base rate (meet {meet:.1%} \u00d7 no merge {nonmerge:.0%})"
     claim = Claim(frozenset(), 0.0, ClaimSource.EVIDENCE, risk)
     return Plan(claim, (), "", "none", ((Note.NAMES_NOTHING, why),), ranking=_ranking(f))

@@ -320,7 +320,6 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         calibration.meet,
         kind,
         calibration.floor,
-        calibration.least,
     )
     return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded)
 

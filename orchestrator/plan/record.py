@@ -46,7 +46,7 @@ from orchestrator.plan.accuracy import Settled
 from orchestrator.plan.history import MAX_FILES, Change, History, landings, title
 from orchestrator.plan.kinds import CLASSES, path_class
 from orchestrator.plan.rank import rank
-from orchestrator.plan.score import FLOOR_BAND, Calibration, area_pairs, platt
+from orchestrator.plan.score import Calibration, area_pairs, platt
 from orchestrator.plan.text import mentions
 
 REPLAY = 150
@@ -116,7 +116,7 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     whether they met refit `Calibration.meet` beside the record's own pairs (and are kept after them in `points`,
     the most recent: `Calibration.floor` reads them too); whether those that met merged count in the repository's
     share that would not (`Calibration.nonmerge`, at ROOT, and among the meetings of disjoint claims), and what
-    admission estimated for them in its check (`Calibration.checked`, `Calibration.low`). Each counts `RECENT` times
+    admission estimated for them in its check (`Calibration.checked`). Each counts `RECENT` times
     a record's pair in all but the floor: they are the repository's present, the record its past."""
     if not outcomes:
         return calibration
@@ -132,8 +132,6 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     n_d, k_d = calibration.disjoint
     e, k = calibration.checked
     estimated = sum(o.risk for o in outcomes) / calibration.risk_scale
-    low = [not o.merged for o in outcomes if _unconnected(calibration, o.logit)]
-    low_n, low_k = calibration.low
     return replace(
         calibration,
         meet=(a, b),
@@ -142,7 +140,6 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
         points=tuple(points),
         disjoint=(n_d + RECENT * len(met), k_d + RECENT * unmerged),
         checked=(e + RECENT * estimated, k + RECENT * sum(not o.merged for o in outcomes)),
-        low=(low_n + RECENT * len(low), low_k + RECENT * sum(low)),
     )
 
 
@@ -240,13 +237,7 @@ def fit(
         blind=_blind(samples, scope),
     )
     expected = sum(_estimate(out, z, areas) for z, areas, _ in checked)
-    low = [k for z, _, k in checked if _unconnected(out, z)]
-    return replace(out, checked=(expected, sum(k for _, _, k in checked)), low=(len(low), sum(low)))
-
-
-def _unconnected(calibration: Calibration, z: float) -> bool:
-    """A pair at log-odds `z` is one nothing connects (its rescaled chance of meeting at the floor's band)."""
-    return sigmoid(calibration.meet[0] * z + calibration.meet[1]) <= FLOOR_BAND * MEET_FLOOR
+    return replace(out, checked=(expected, sum(k for _, _, k in checked)))
 
 
 def _estimate(calibration: Calibration, z: float, areas: tuple[str, str]) -> float:

@@ -198,10 +198,6 @@ class Calibration:
     checked: tuple[float, int] = (0.0, 0)
     """(expected, happened): over the pairs `meet` was checked on, the summed risk the calibration estimates for them
     before `risk_scale`, and how many would not have merged (the daemon's settled pairs after the record's)."""
-    low: tuple[int, int] = (0, 0)
-    """(pairs, would not merge): of the pairs `meet` was checked on whose rescaled chance of meeting is at most
-    `FLOOR_BAND` times `core.risk.MEET_FLOOR` (the pairs nothing connects, as `floor` reads them; the daemon's
-    settled pairs after the record's), how many, and how many would not have merged (`least`)."""
     blind: tuple[int, int] = (0, 0)
     """(pairs, met): of the record's pairs of changes near each other where one's message named nothing of the
     repository, how many, and how many touched a common path: the chance a job whose text names nothing meets
@@ -222,16 +218,6 @@ class Calibration:
         a, b = self.meet
         low = [met for z, met in self.points if sigmoid(a * z + b) <= FLOOR_BAND * MEET_FLOOR]
         return (sum(low) + FLOOR_WEIGHT * MEET_FLOOR) / (len(low) + FLOOR_WEIGHT)
-
-    @property
-    def least(self) -> float:
-        """The least risk of two of the repository's jobs: of its pairs nothing connects (`low`), how many would not
-        have merged, pulled towards what the estimate gives them (its floor times its share that would not merge)
-        by `FLOOR_WEIGHT` pseudo-pairs. The estimate below it is no better than chance: such pairs do not merge as
-        often as the record's pairs that nothing connected did not."""
-        n, k = self.low
-        prior = max(MEET_FLOOR, self.floor) * self.nonmerge("")
-        return (k + FLOOR_WEIGHT * prior) / (n + FLOOR_WEIGHT)
 
     @property
     def blind_meet(self) -> float:
@@ -350,8 +336,6 @@ class Calibration:
             "blind_meet": round(self.blind_meet, 4),
             "checked": [round(self.checked[0], 3), self.checked[1]],
             "risk_scale": round(self.risk_scale, 4),
-            "low": list(self.low),
-            "least": round(self.least, 4),
             **({"unknown": self.unknown} if self.unknown else {}),
         }
 
@@ -377,7 +361,6 @@ class Calibration:
             disjoint=(int(data["disjoint"][0]), int(data["disjoint"][1])),
             blind=(int(data["blind"][0]), int(data["blind"][1])),
             checked=(float(data["checked"][0]), int(data["checked"][1])),
-            low=(int(data["low"][0]), int(data["low"][1])),
         )
 
 
