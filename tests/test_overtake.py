@@ -114,15 +114,19 @@ async def test_the_run_again_is_stored_and_survives_a_stop_after_the_earlier_job
         waiting = await _ran(p, b)
         assert waiting.state is not JobState.UNCHANGED, waiting.reason
 
+        admitted = asyncio.Event()
+
         async def held(name: str, job_id: int | None) -> None:
             if job_id == b:
-                await asyncio.Event().wait()  # b is never admitted by this daemon: it stops first
+                admitted.set()
+                await asyncio.Event().wait()  # b never starts in this daemon: it stops first
 
         testhook.install("admit", held)
         go.touch()
         for job in (c, a):
             assert (await p.reach(job, *ENDED, timeout=60)).state is JobState.LANDED
-        assert (await p.store.jobs.get(b)).state in (JobState.QUEUED, JobState.PLANNING, JobState.PLANNED)
+        await asyncio.wait_for(admitted.wait(), 30)
+        assert (await p.store.jobs.get(b)).state is JobState.PLANNED
     assert git(repo, "show", "main:Makefile") == "fail-under=100"
     async with plane(tmp_path, max_concurrent=3, per_repo=3) as p:
         done = await p.reach(b, *ENDED, timeout=60)
@@ -176,3 +180,32 @@ async def test_it_is_not_run_again_when_what_it_waited_for_landed_nothing(make_r
         assert done.state is JobState.UNCHANGED and done.attempts == 1, done.reason
         assert "not run again" in done.reason
     assert runs.read_text() == "run\n", "its runner ran once"
+
+
+def test_a_kill_9_after_it_was_sent_back_loses_neither_its_run_again_nor_its_change(
+    make_repo, daemon_factory, tmp_path
+):
+    """End to end through the real daemon and CLI: b was sent back to look again (stored), then the daemon is killed
+    -9 before the earlier job landed; the restarted daemon, once that job is retried and lands, runs b again and b's
+    change is on main, after the earlier job's."""
+    from tests.harness import until
+    from tests.test_crash_recovery import restart
+
+    repo = make_repo(files=FILES)
+    go = tmp_path / "go"
+    d = daemon_factory(process=True, env={"MAX_CONCURRENT_JOBS": "4"}).start()
+    c = d.enqueue(repo, f"echo c2 > c.txt; {_wait(go)}", "--path", "c.txt")
+    until("c to run", lambda: d.cli_json("show", str(c))["state"] == "running")
+    a = d.enqueue(repo, "echo c3 >> c.txt; echo fail-under=100 > Makefile", "--path", "c.txt", "--path", "tests/")
+    b = d.enqueue(repo, "sed -i 's/fail-under=100/fail-under=99/' Makefile", "--path", "Makefile")
+    sent = until("b sent back", lambda: (s := d.cli_json("show", str(b)))["attempts"] == 1 and s, timeout=60)
+    assert sent["state"] in ("queued", "planning", "planned") and a in sent["land_after"], sent
+    d.kill()
+
+    d2 = restart(daemon_factory, d, "second")
+    go.touch()
+    assert d2.cli_json("show", str(c))["state"] == "interrupted"
+    assert d2.cli("retry", str(c)).returncode == 0
+    assert d2.cli("wait", str(c), str(a), str(b), "--timeout", "90").returncode == 0
+    assert [d2.cli_json("show", str(j))["state"] for j in (c, a, b)] == ["landed"] * 3
+    assert git(repo, "show", "main:Makefile") == "fail-under=99"
