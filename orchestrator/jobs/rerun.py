@@ -17,6 +17,7 @@ queue's order promised it that change, and with it there may be something to do 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.retire import AttemptKept, retire_attempt
 
 RUNNING = frozenset({JobState.RUNNING})
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +168,16 @@ async def seen_already(board: Board, job: Job) -> str | None:
         return None
     again = (JobEvent.RECHECK, JobEvent.REQUEUED, JobEvent.RETRIED, JobEvent.REVISED)
     last = next((e for e in reversed(await board.store.events.of_job(job.id)) if e["kind"] in again), None)
-    if last is None or last["kind"] != JobEvent.RECHECK or not isinstance(last.get("base"), str):
+    if last is None or last["kind"] != JobEvent.RECHECK:
         return None
-    then = replace(job, base=last["base"], started_at=last.get("started_at"))
+    # What the event holds is data (in team mode the shared database's): read as such, and run when it is odd.
+    base, started, behind = last.get("base"), last.get("started_at"), last.get("behind")
+    if not isinstance(base, str) or not _SHA.fullmatch(base):
+        return None
+    then = replace(job, base=base, started_at=float(started) if isinstance(started, int | float) else None)
     if await unseen_of(board, then):
         return None
-    waited = tuple(int(i) for i in last.get("behind") or ())
+    waited = tuple(i for i in behind if isinstance(i, int)) if isinstance(behind, list) else ()
     them = f" ({_jobs(waited)}, which it waited for)" if waited else ""
     return (
         f"its last attempt changed nothing, and no job queued before it{them} landed a change since: nothing new "
