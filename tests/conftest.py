@@ -20,6 +20,36 @@ os.environ.update(
         "GIT_CONFIG_NOSYSTEM": "1",
     }
 )
+# Nor on a terminal's size: views break lines at COLUMNS (a test that wants a width says so). pytest-xdist's workers
+# inherit COLUMNS and LINES that readline set in the main process's C environment.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
+
+PARALLEL = 4
+"""Workers the whole suite runs on by default (pytest-xdist): its tests mostly wait on processes, git and sockets,
+so four keep two cores busy. A file or test named on the command line runs in this process; `-n N` says otherwise
+(`-n 0`: the whole suite here), and `-p no:xdist` runs without the plugin."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`python -m pytest -q` runs the whole suite on `PARALLEL` workers, each test on one worker (`loadgroup`: tests
+    marked `xdist_group` share one)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    if hasattr(config, "workerinput"):
+        # A worker's temp dirs hold daemons' sockets (at most 107 bytes): `.../pytest-N/gw1/` rather than xdist's
+        # `.../pytest-N/popen-gw1/` keeps them near the length they have in one process.
+        worker, given = config.workerinput["workerid"], config.option.basetemp
+        if given and Path(given).name == f"popen-{worker}":
+            config.option.basetemp = str(Path(given).with_name(worker))
+        return
+    whole_suite = config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    if config.option.numprocesses is None and whole_suite and not config.option.usepdb:
+        config.option.numprocesses = PARALLEL
+    if config.option.dist == "no" and config.option.numprocesses:
+        config.option.dist = "loadgroup"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -114,6 +144,17 @@ def started(make_repo, daemon_factory):
     return repo, d
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A private temp dir with a short path (`/tmp/orch-XXXXXXXX`), removed at the end: for a UNIX socket deep inside
+    (at most 107 bytes), which a parallel worker's `tmp_path` (`.../popen-gwN/test_name0/`) leaves too little room."""
+    import tempfile
+
+    made = Path(tempfile.mkdtemp(prefix="orch-"))
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
 def outside_tmp() -> Path:
     """A private temp dir that is not under /tmp (which the sandbox empties), for what must stay where a sandboxed
     job could see it unless the daemon hides it: a PostgreSQL socket dir laid out as a distribution installs one."""
@@ -138,7 +179,10 @@ def postgres():
     if find_bindir() is None:
         pytest.skip(f"PostgreSQL tests need the server: {INSTALL_HINT}")
     pytest.importorskip("asyncpg", reason="PostgreSQL tests need the driver: pip install -e '.[team]'")
-    server = LocalPostgres(outside_tmp() / "pg", port=55432).start()
+    # One server per worker (xdist's `gwN`), each in a dir of its own: its port only names its socket, kept apart
+    # anyway so that two servers never share one name.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    server = LocalPostgres(outside_tmp() / "pg", port=55432 + int(worker or 0)).start()
     # The node role's password as a node gets it (from its environment): for the daemons the tests start and the
     # stores they open in-process. Never in a URL: the config refuses a URL with a password.
     # And the team's secret (`core.seal`), the same on every node, as each node's env file gives it.

@@ -3,6 +3,7 @@ size, keys typed, the screen read back, and what the terminal was made to do (it
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -18,7 +19,8 @@ class Terminal:
     (`set-clipboard on`), so a clipboard write shows as a buffer."""
 
     def __init__(self, name: str, width: int = 80, height: int = 50) -> None:
-        self.base = ["tmux", "-L", name, "-f", "/dev/null"]
+        # Its socket is /tmp/tmux-UID/NAME: the pid keeps servers of parallel workers and other runs apart.
+        self.base = ["tmux", "-L", f"{name}-{os.getpid()}", "-f", "/dev/null"]
         self.width, self.height = width, height
         self._tmux("new-session", "-d", "-x", str(width), "-y", str(height), "-s", "w", "sleep 600")
         self._tmux("set-option", "-g", "set-clipboard", "on")

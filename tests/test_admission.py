@@ -100,7 +100,9 @@ def test_a_job_that_lands_after_others_starts_once_they_have_ended() -> None:
     a = replace(job(10, "src/b.py"), land_after=(4, 3))
     d = decide(a, snap(active=(job(4, "src/a.py"),), waiting=(a,)))
     assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.DEPENDENCY, (3, 4))
-    assert d.message == "lands after jobs 3, 4, whose changes met its own: it starts once they have ended"
+    assert d.message == (
+        "lands after jobs 3, 4, whose changes its last attempt met or lacked: it starts once they have ended"
+    )
     assert decide(a, snap(waiting=(a,), landed=frozenset({4}), dead=frozenset({3}))).admitted
     later = job(11, "src/b.py")
     assert decide(later, snap(active=(job(4, "src/a.py"),), waiting=(a, later))).reason is Reason.PRIORITY

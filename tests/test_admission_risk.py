@@ -83,7 +83,7 @@ def test_no_two_jobs_are_less_likely_to_meet_than_their_repositorys_floor() -> N
     active = evidence(4, {"src/a.py"}, {"src/b.py": 1e-4})
     plain = evidence(5, {"src/b.py"}, {"src/a.py": 1e-4})
     r = pair_risk(Escapes.of(plain.claim.risk), ["src/b.py"], Escapes.of(active.claim.risk), ["src/a.py"])
-    assert r.meet == MEET_FLOOR and r.risk < RISKY.risk
+    assert r.meet == MEET_FLOOR and r.risk <= RISKY.risk + 1e-12
     assert decide(plain, Snapshot(active=(active,), waiting=(plain,), policy=RISKY)).admitted
     risk = Risk(tuple(far.items()), 0.0, nonmerge=NONMERGE, floor=0.15)
     floored = JobView(6, "r", "main", Claim(frozenset({"src/b.py"}), 0.3, ClaimSource.EVIDENCE, risk))
@@ -173,7 +173,8 @@ def test_risk_admission_never_runs_overlapping_claims_or_unknown_risk_together(
     jobs: list[JobView], events: list[tuple[str, int]]
 ) -> None:
     """Under any events: no two active jobs of a repo overlap, a claim with unknown risk is never active beside
-    another job of its repo, every job admitted beside others was within plan.risk of each, and all run."""
+    another job of its repo (an empty one with a risk, a text naming nothing, may be), every job admitted beside
+    others was within plan.risk of each, and all run."""
     world = World(jobs, RISKY)
     for kind, k in [*events, *[("admit", 0), ("finish", 0)] * (len(jobs) + 1)]:
         if kind == "admit":
@@ -187,7 +188,7 @@ def test_risk_admission_never_runs_overlapping_claims_or_unknown_risk_together(
             for repo in REPOS:
                 mine = [j for j in world.active.values() if j.repo == repo]
                 if len(mine) > 1:
-                    assert all(j.claim.risk is not None and j.claim.paths for j in mine), mine
+                    assert all(j.claim.risk is not None for j in mine), mine  # an empty claim: the base rate
                 for x, y in itertools.combinations(mine, 2):
                     assert not any(overlaps(p, q) for p in held(x, RISKY) for q in held(y, RISKY))
         elif kind == "finish":

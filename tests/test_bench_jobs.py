@@ -89,11 +89,13 @@ def test_runs_come_from_the_events_and_work_thrown_away_is_every_run_that_did_no
         {"kind": "finished", "at": 9.0},
         {"kind": "requeued", "at": 9.5},  # its landing conflicted
         {"kind": "admitted", "at": 10.0},
+        {"kind": "recheck", "at": 11.0},  # changed nothing on a base without an earlier job's change: runs again
+        {"kind": "admitted", "at": 12.0},
         {"kind": "finished", "at": 13.0},
     ]
     runs = sched.runs_of(events)
-    assert runs == [sched.Interval(0, 2), sched.Interval(5, 9), sched.Interval(10, 13)]
-    assert sched.thrown_away([runs, [sched.Interval(0, 1)]], [True, False]) == 2 + 4 + 1
+    assert runs == [sched.Interval(0, 2), sched.Interval(5, 9), sched.Interval(10, 11), sched.Interval(12, 13)]
+    assert sched.thrown_away([runs, [sched.Interval(0, 1)]], [True, False]) == 2 + 4 + 1 + 1
     assert jobs_bench._saved([{"events": events}], [5.0]) == 3.0, "stopped after 2 s of a 5 s job: 3 s saved"
 
 

@@ -92,8 +92,9 @@ def test_wait_and_follow_exit_3_when_the_daemon_dies(make_repo, daemon_factory):
         assert proc.returncode == 3 and "went away" in stderr and "Traceback" not in stderr, stderr
 
 
-def test_no_runtime_dir_puts_the_socket_in_the_private_state_dir(make_repo, tmp_path):
+def test_no_runtime_dir_puts_the_socket_in_the_private_state_dir(make_repo, short_tmp):
     """Without XDG_RUNTIME_DIR the socket lives under the state dir (0700), never in a shared /tmp dir."""
+    tmp_path = short_tmp  # the socket's path is deep inside
     env = {k: v for k, v in os.environ.items() if k not in ("ORCHESTRATOR_HOME", "XDG_RUNTIME_DIR", "JOURNAL_STREAM")}
     env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
     cmd = [sys.executable, "-m", "orchestrator"]

@@ -417,6 +417,7 @@ def test_only_the_persons_git_holds_a_landing_back(repo: Repo, tmp_path: Path) -
     shutil.copy("/bin/sh", fake)
     mine = subprocess.Popen([str(fake), "-c", "sleep 30", "commit"], cwd=repo.root, start_new_session=True)
     try:
+        _wait_until_named_git(mine.pid)  # Popen may return while the child is still inside its exec
         assert checkouts.git_under_way([repo.root]) == (mine.pid, "commit", repo.root.resolve())
     finally:
         os.killpg(mine.pid, signal.SIGKILL)  # its sleep too
@@ -435,6 +436,13 @@ def test_only_the_persons_git_holds_a_landing_back(repo: Repo, tmp_path: Path) -
     finally:
         boxed.kill()
         boxed.wait()
+
+
+def _wait_until_named_git(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/comm").read_text() != "git\n":
+        assert time.monotonic() < deadline, "the fake git never became a process named git"
+        time.sleep(0.01)
 
 
 def _named_git_in(where: Path) -> bool:

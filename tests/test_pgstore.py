@@ -317,21 +317,32 @@ def test_a_stalled_daemon_keeps_its_lease(pg_url, postgres, tmp_path):
     """The lease is renewed by a process and a connection of its own: the daemon's loop stalled and its interpreter's
     lock held for more than twice the lease (a C library working on a million files does that) lose nothing; a
     process watching the lease from outside meanwhile never sees it end."""
-    import re
+    import ctypes
+    import itertools
     import subprocess
+    import threading
     import time
 
     from orchestrator.team.lease import LeaseKeeper
 
-    def hold(n: int) -> float:
-        """One C call of about 1.6^n steps, the interpreter's lock held throughout; how long it took."""
-        start = time.monotonic()
-        re.fullmatch(r"(a|aa)+c", "a" * n + "b")
-        return time.monotonic() - start
+    beats: list[float] = []
+    stalled = threading.Event()
+
+    def beat() -> None:
+        """A thread of this interpreter: it cannot run while a C call holds the interpreter's lock."""
+        while not stalled.is_set():
+            beats.append(time.monotonic())
+            time.sleep(0.01)
+
+    def hold(seconds: float) -> None:
+        """One C call that holds the interpreter's lock throughout (a `PyDLL` call never releases it), without
+        burning a core: libc's `usleep`."""
+        ctypes.PyDLL(None).usleep(int(seconds * 1_000_000))
 
     margins = tmp_path / "margins"
     sql = "SELECT lease_until - extract(epoch from clock_timestamp()) FROM nodes WHERE name = 'a'"
     watch = f'while :; do {postgres.bindir / "psql"} -X -Atc "{sql}" "{pg_url}" >> {margins}; sleep 0.2; done'
+
     async def register() -> None:
         await (await _node(pg_url, "a", lease=2.0)).close()
 
@@ -339,16 +350,24 @@ def test_a_stalled_daemon_keeps_its_lease(pg_url, postgres, tmp_path):
     keeper = LeaseKeeper(pg_url, "a", 2.0)
     keeper.start()
     watcher = subprocess.Popen(["sh", "-c", watch], start_new_session=True)
+    beating = threading.Thread(target=beat)
+    beating.start()
     try:
-        time.sleep(1.0)  # the keeper's first renewal, the watcher's first reads
-        n = 28
-        while hold(n) < 4.5:  # longer and longer, up to one call that holds it for more than twice the lease
-            n += 1
+        deadline = time.monotonic() + 30
+        while not (keeper.renewals and margins.exists() and margins.read_text().strip()):
+            assert time.monotonic() < deadline, "no renewal, or no lease read from outside, in 30 s"
+            time.sleep(0.05)  # the keeper's first renewal, the watcher's first read
+        hold(4.5)  # more than twice the lease
         time.sleep(0.5)  # the reader thread catches up on what the keeper said meanwhile
+        stalled.set()
+        beating.join()
+        assert max(b - a for a, b in itertools.pairwise(beats)) > 4.4, "the interpreter's lock was held throughout"
         seen = [float(x) for x in margins.read_text().split()]
         assert len(seen) > 10 and min(seen) > 0, seen
         assert keeper.renewals >= 3 and keeper.steady_for() > 4
     finally:
+        stalled.set()
+        beating.join()
         os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait()
         keeper.stop()

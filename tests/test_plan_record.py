@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core import claims
-from orchestrator.core.models import JobState
-from orchestrator.core.risk import MEET_FLOOR
+from orchestrator.core.models import JobState, Policy, Risk
+from orchestrator.core.risk import MEET_FLOOR, RISK_FLOOR, Escapes, pair_risk
 from orchestrator.lab.bench import riskbins
 from orchestrator.plan import record
 from orchestrator.plan.accuracy import Settled, outcomes
@@ -35,6 +35,76 @@ def test_a_meetings_share_that_would_not_merge_is_its_areas_pulled_towards_the_r
     assert clean.nonmerge("src/app") > clean.nonmerge("src/other")
 
 
+def test_meetings_of_disjoint_claims_rescale_the_share_that_would_not_merge() -> None:
+    """The table counts every pair that touched a common file; of the pairs admission weighs (claims disjoint) that
+    met, fewer (or more) would not merge: the share follows them, the more the more such pairs, in every area, and
+    the daemon's own settled pairs count among them."""
+    table = (("", 100, 60), ("src", 50, 35))
+    plain = Calibration(merges=table)
+    edge = Calibration(merges=table, disjoint=(40, 8))
+    core = Calibration(merges=table, disjoint=(40, 36))
+    for area in ("", "src", "docs"):
+        assert edge.nonmerge(area) < plain.nonmerge(area) < core.nonmerge(area)
+    assert Calibration(merges=table, disjoint=(400, 80)).nonmerge("src") < edge.nonmerge("src")
+    assert plain.edge_share == 1.0
+    got = record.refit(edge, [Settled(-3.0, True, True)] * 10 + [Settled(-3.0, False, True)] * 5)
+    assert got.disjoint == (40 + 3 * 10, 8) and got.nonmerge("src") < edge.nonmerge("src")  # each counts 3 (RECENT)
+
+
+def test_the_record_checks_the_risk_it_estimates_against_its_own_pairs(shop: Path) -> None:  # noqa: F811
+    """Over the record's later pairs (claims disjoint), the risk it estimates is set against how many would not have
+    merged: where fewer did, every share comes down by that ratio (taken a little high), where more did, it goes up;
+    the daemon's own settled pairs add what admission estimated for them and what happened."""
+    table = (("", 100, 60),)
+    assert Calibration(merges=table, checked=(40.0, 10)).nonmerge("src") < Calibration(merges=table).nonmerge("src")
+    assert Calibration(merges=table, checked=(10.0, 40)).nonmerge("src") > Calibration(merges=table).nonmerge("src")
+    quiet = Calibration(merges=table, checked=(400.0, 100))
+    assert 0.25 < quiet.risk_scale < 0.3 and Calibration().risk_scale == 1.0
+    assert abs(quiet.nonmerge("src") - quiet.nonmerge("src", scaled=False) * quiet.risk_scale) < 1e-12
+    got = record.refit(quiet, [Settled(-3.0, True, False, 0.05)] * 20 + [Settled(-3.0, False, True, 0.05)] * 20)
+    assert got.checked == (400.0 + record.RECENT * 40 * 0.05 / quiet.risk_scale, 100 + record.RECENT * 20)
+    assert got.risk_scale > quiet.risk_scale
+    head = git(shop, "rev-parse", "HEAD")
+    full = record.fit(record.replay(shop, History(mine(shop, head)[0]).changes))
+    assert full is not None and full.checked[0] > 0 and Calibration.load(full.dump()).risk_scale == full.risk_scale
+
+
+def test_no_pair_is_estimated_below_the_risk_floor() -> None:
+    """Two jobs whose chance to meet is at the floor, in areas where meetings mostly merge, are still estimated at
+    the shipped `RISK_FLOOR`: below it the estimate tells no pairs apart."""
+    quiet = Risk(area="src", nonmerge=0.3, floor=0.05)  # 5% × 30% = 1.5%
+    pair = pair_risk(Escapes.of(quiet), ("src/a.py",), Escapes.of(Risk(area="docs", nonmerge=0.2)), ("docs/b.md",))
+    assert pair.meet == MEET_FLOOR and abs(pair.risk - RISK_FLOOR) < 1e-12
+    busy = Risk(area="src", nonmerge=0.9, floor=0.2)
+    assert pair_risk(Escapes.of(busy), ("src/a.py",), None, ("docs/b.md",)).risk == 0.2 * 0.9
+
+
+def test_a_text_naming_nothing_is_weighed_at_the_repositorys_base_rate(shop: Path) -> None:  # noqa: F811
+    """A text that names nothing claims nothing; with a good record its risk beside any job is the rate at which the
+    record's changes that named nothing met their neighbours (at least the floor), times the share that would not
+    merge, and it is not ambiguous; with a thin record it runs alone."""
+    head = git(shop, "rev-parse", "HEAD")
+    history = History(mine(shop, head)[0])
+    samples = record.replay(shop, history.changes)
+    full = record.fit(samples)
+    thin = record.fit(samples[-25:])
+    assert full is not None and thin is not None and not full.unknown and thin.unknown
+    policy = Policy(risk=0.08)
+    vague = local_plan(shop, head, "make it faster", history, ("CHANGES*",), full)
+    risk = vague.claim.risk
+    assert not vague.claim.paths and risk is not None and [c for c, _ in vague.notes] == ["NamesNothing"]
+    assert risk.floor == full.blind_meet >= full.floor and risk.nonmerge == full.nonmerge("")
+    assert claims.ambiguity(vague.claim, policy) is None
+    other = local_plan(shop, head, "Cart.total is wrong for a cart with a single item", history, ("CHANGES*",), full)
+    pair = pair_risk(Escapes.of(risk), (), Escapes.of(other.claim.risk), other.claim.paths)
+    assert pair.meet >= full.blind_meet and pair.risk >= full.blind_meet * full.nonmerge("")
+    alone = local_plan(shop, head, "make it faster", history, ("CHANGES*",), thin)
+    assert alone.claim.risk is None and claims.ambiguity(alone.claim, policy) == "empty claim"
+    busy = Calibration(blind=(100, 30))
+    assert 0.25 < busy.blind_meet < 0.35 and Calibration(blind=(0, 0)).blind_meet > MEET_FLOOR
+    assert Calibration(blind=(1000, 20)).blind_meet < 0.05
+
+
 def test_a_calibration_is_dumped_and_loaded_whole() -> None:
     """What the daemon keeps of a record reads back equal, its pairs and merges included."""
     c = Calibration(
@@ -49,6 +119,9 @@ def test_a_calibration_is_dumped_and_loaded_whole() -> None:
         meet=(0.9, -0.2),
         points=((-2.5, False), (-1.0, True)),
         unknown="",
+        disjoint=(9, 3),
+        blind=(40, 7),
+        checked=(12.5, 9),
     )
     assert Calibration.load(c.dump()) == c and c.pairs == 2
     with pytest.raises(KeyError):
@@ -137,7 +210,7 @@ def test_settled_pairs_are_those_of_two_ended_jobs_met_by_their_paths_unmerged_b
     ]
     conflicts = [(2, {"conflicts": ["a.py"], "code": "Conflict"})]
     got = outcomes(jobs, admitted, conflicts, ("CHANGES*",))
-    assert got == {"r": [Settled(-2.0, True, False), Settled(-2.5, False, True)]}
+    assert got == {"r": [Settled(-2.0, True, False, 0.05), Settled(-2.5, False, True, 0.05)]}  # risk: meet × no merge
     assert claims.PathIndex({"a.py"}).meeting({"a.py"})  # the rule the outcomes read paths by
 
 

@@ -84,6 +84,24 @@ def test_a_conflicting_commit_fails_with_its_paths_and_changes_nothing(make_repo
     assert git(ws, "status", "--porcelain") == ""
 
 
+def test_a_change_the_base_has_already_is_nothing_to_change_and_one_it_cannot_take_is_a_conflict(make_repo, tmp_path):
+    """The recorded change (100 back to 99) on a base that says 99 already applies cleanly and changes nothing (the
+    job ends unchanged, and runs again if an earlier job's change was missing); on a base that says 98 it does not
+    apply: a conflict (its job runs again on another base), never an empty result."""
+    repo = make_repo(files={"Makefile": "fail-under=100\n", "a.txt": "a\n"})
+    sha = _side_commit(repo, {"Makefile": "fail-under=99\n"})
+    for line, then in (("99", []), ("98", None)):
+        write(repo, {"Makefile": f"fail-under={line}\n"})
+        git(repo, "commit", "-qam", f"main says {line}")
+        ws = workspace(repo, tmp_path / f"ws{line}", git(repo, "rev-parse", "main"), f"orchestrator/{line}")
+        if then is None:
+            with pytest.raises(replay.NotApplied, match="conflict in Makefile"):
+                replay.apply_commit(ws, sha)
+        else:
+            assert replay.apply_commit(ws, sha) == then
+        assert git(ws, "status", "--porcelain") == ""
+
+
 def test_conflict_theirs_keeps_the_recorded_side(make_repo, tmp_path):
     """`conflict: theirs` applies a conflicting commit with its own side of each conflicting hunk."""
     assert replay.parse("commit: a\nconflict: theirs").theirs

@@ -27,7 +27,8 @@ def test_a_later_overlapping_job_never_lands_before_an_interrupted_one(make_repo
     repo = make_repo()
     gate = tmp_path / "gate"
     # A kill -9 needs a daemon process; a graceful stop (SIGTERM's handler) is the same in this process.
-    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "3"}, process=not requeue).start()
+    # Two slots: the disjoint job waits for one until the restart (which gives three), never ending before it.
+    d = daemon_factory(env={"MAX_CONCURRENT_JOBS": "2"}, process=not requeue).start()
     first = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo one > f.txt", "--path", "f.txt")
     beside = d.enqueue(repo, f"{wait_for_file(gate, 2400)}; echo two > g.txt", "--path", "g.txt")
     until("both to run", lambda: all(d.cli_json("show", str(i))["state"] == "running" for i in (first, beside)))
@@ -35,6 +36,7 @@ def test_a_later_overlapping_job_never_lands_before_an_interrupted_one(make_repo
     after = d.enqueue(repo, "echo four > h.txt", "--path", "h.txt", "--after", str(first))
     free = d.enqueue(repo, "echo five > i.txt", "--path", "i.txt")
     until("the later job to wait for the first", lambda: d.cli_json("show", str(later))["code"] == "Overlap")
+    until("the disjoint job to wait for a slot", lambda: d.cli_json("show", str(free))["code"] == "Concurrency")
     config = f"[jobs]\nkill_grace = 1\nrequeue_interrupted = {'true' if requeue else 'false'}\n"
     d2 = _restart(d, daemon_factory, signal.SIGTERM if requeue else signal.SIGKILL, config)
     assert d2.cli("wait", str(free), "--timeout", "60").returncode == 0, "a disjoint job is not held back"

@@ -64,4 +64,4 @@ async def test_two_jobs_run_side_by_side_on_both_factors_and_their_pair_is_learn
         row = await p.store.plans.record(str(repo))
         assert row is not None and row[1] is not None and row[1]["points"]
         settled = await p.parts.planning.outcomes()
-        assert settled == {str(repo): [Settled(risk["logit"], False, True)]}
+        assert settled == {str(repo): [Settled(risk["logit"], False, True, risk["meet"] * risk["nonmerge"])]}

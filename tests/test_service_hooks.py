@@ -284,13 +284,13 @@ def test_trailers_of_someone_elses_commits_queue_nothing_unless_opted_in(make_re
 
 
 # A user's own post-commit hook that takes a while (a linter, a notifier): it waits for a landing to move the branch
-# (or half a second), the window in which the orchestrator hook, chained after it, reads it. A landing waits for a
-# commit under way, so the branch moves only once git has ended: the orchestrator hook's own part, which runs on
-# after it in the background, must still queue the commit that ran it.
+# (or a tenth of a second), the window in which the orchestrator hook, chained after it, reads it. A landing waits
+# for a commit under way, so the branch moves only once git has ended (the wait always runs out): the orchestrator
+# hook's own part, which runs on after it in the background, must still queue the commit that ran it.
 SLOW_USERS_HOOK = """#!/bin/sh
 start=$(git rev-parse HEAD)
 i=0
-while [ "$(git rev-parse HEAD)" = "$start" ] && [ $i -lt 10 ]; do sleep 0.05; i=$((i + 1)); done
+while [ "$(git rev-parse HEAD)" = "$start" ] && [ $i -lt 2 ]; do sleep 0.05; i=$((i + 1)); done
 """
 
 

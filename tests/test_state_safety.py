@@ -34,8 +34,9 @@ def _xdg_env(tmp_path: Path, runtime: str) -> dict[str, str]:
     return env
 
 
-def test_two_daemons_with_different_runtime_dirs_share_one_lock(tmp_path):
+def test_two_daemons_with_different_runtime_dirs_share_one_lock(short_tmp):
     """The single-daemon lock lives next to the database: a second start with another XDG_RUNTIME_DIR is refused."""
+    tmp_path = short_tmp  # the socket's path is deep inside
     first = _daemon(_xdg_env(tmp_path, "run1"), tmp_path / "first.log")
     try:
         sock = tmp_path / "run1" / "orchestrator" / "orchestrator.sock"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ def test_watch_shows_running_and_waiting_jobs_with_reasons_and_q_quits(make_repo
     waiter = d.enqueue(repo, "echo w >> src/a.py", "--path", "src/")
     until(lambda: d.cli_json("show", str(waiter))["code"] == "Overlap", what="waiter held back")
 
-    sock = f"orch-watch-{tmp_path.name}"
+    sock = f"orch-watch-{tmp_path.name}-{os.getpid()}"  # apart from other workers' and runs' servers
     tmux = ["tmux", "-L", sock]
     # The terminal's own size, not a COLUMNS/LINES left in the environment, sets the view's width.
     command = shlex.join(
@@ -89,7 +90,7 @@ class Tmux:
     """One tmux server of the test's own: a command in a 120×30 terminal, keys typed, the screen read."""
 
     def __init__(self, name: str, command: str) -> None:
-        self.base = ["tmux", "-L", name]
+        self.base = ["tmux", "-L", f"{name}-{os.getpid()}"]  # apart from other workers' and runs' servers
         subprocess.run([*self.base, "new-session", "-d", "-x", "120", "-y", "30", "-s", "w", command], check=True,
                        timeout=20)  # fmt: skip
 

@@ -224,8 +224,12 @@ def _dependencies(ask: _Ask, c: _Checks) -> None:
         msg = f"waits for {_of(len(pending), len(after), 'job')} it runs after: {_jobs(pending, bare=True)}"
         c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(pending)} to land", pending)
     elif behind:
-        # Their changes met its own (a real conflict stopped its last attempt): it starts on a base that has them.
-        msg = f"lands after {_jobs(behind)}, whose changes met its own: it starts once {_they(behind)} ended"
+        # Their changes met its own (a real conflict stopped its last attempt), or its last attempt lacked them (it went
+        # ahead of them and changed nothing, `core.overtake`): it starts on a base that has them.
+        msg = (
+            f"lands after {_jobs(behind)}, whose changes its last attempt met or lacked: it starts once "
+            f"{_they(behind)} ended"
+        )
         c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(behind)} to land", behind)
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")

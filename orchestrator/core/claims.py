@@ -309,8 +309,8 @@ def ambiguity(claim: Claim, policy: Policy, repo: str = "") -> str | None:
     The threshold is the repo's own when calibration raised it (`Policy.raised`). With `Policy.risk` above 0,
     a local-evidence claim is judged by its estimated risk instead (admission compares it pairwise), and
     one without an estimate is ambiguous."""
-    if not claim.paths:
-        return "empty claim"
+    if not claim.paths and not (policy.risk > 0 and claim.source is ClaimSource.EVIDENCE and claim.risk is not None):
+        return "empty claim"  # a text that names nothing runs beside others only at its record's base rate
     if ROOT in claim.paths:
         return "root-wide claim"
     if policy.risk > 0 and claim.source is ClaimSource.EVIDENCE:

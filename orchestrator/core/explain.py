@@ -21,6 +21,9 @@ def next_step(job: Job, landing_now: bool = False) -> str:
         return str(job.decision.get("next") or "waits for admission")
     if st is JobState.PLANNED and code == Code.REVISED:
         return "waits for admission, then its runner goes on with your feedback in its kept worktree"
+    if st in (JobState.QUEUED, JobState.PLANNING) and code == Code.OVERTOOK:
+        after = f"once jobs {', '.join(map(str, sorted(job.land_after)))} ended, " if job.land_after else ""
+        return f"runs again {after}on a base with the change of the earlier jobs it went ahead of"
     if st in (JobState.QUEUED, JobState.PLANNING):
         return "re-plans on the new head" if code == "BaseMoved" else "gets its claim and base, then waits to start"
     if st is JobState.RUNNING and code == Code.RATE_LIMITED:

@@ -190,6 +190,13 @@ def on_conflict(attempts: int, policy: LandingPolicy, *, behind: bool = True) ->
     return Q if retry else CONFLICTED
 
 
+def on_unchanged(attempts: int, policy: LandingPolicy, *, unseen: bool) -> JobState:
+    """Where a job goes that changed nothing: back to the queue to look again on a base with the change of the
+    earlier-queued jobs it went ahead of (`unseen`: its base lacks one; `core.overtake`) while attempts remain, else
+    unchanged (nothing to land)."""
+    return Q if unseen and attempts + 1 < policy.max_attempts else UNCHANGED
+
+
 class Revise(StrEnum):
     """How to send a job back to its agent with feedback (`on_revise`)."""
 

@@ -123,6 +123,9 @@ class JobEvent(StrEnum):
     """Cancelled because a newer job of its ticket was queued."""
     REQUEUED = "requeued"
     """Back to the queue for a fresh attempt (a conflict, a rewritten branch, a restart, a taken-over node)."""
+    RECHECK = "recheck"
+    """It changed nothing on a base without the change of an earlier-queued job it went ahead of (or ran beside):
+    back to the queue to run again once that job has ended, on a base with its change (`core.overtake`)."""
     RETRIED = "retried"
     """A person retried it: a fresh attempt from the queue."""
     REVISED = "revised"
@@ -432,6 +435,8 @@ class Code(StrEnum):
     """The daemon stopped while it ran."""
     NO_CHANGES = "NoChanges"
     """It finished without changing anything: nothing to land."""
+    OVERTOOK = "Overtook"
+    """It changed nothing on a base without an earlier-queued job's change: it runs again once that job has ended."""
     FINISHED = "Finished"
     """It finished with changes and waits for its landing."""
     LAND_AFTER = "LandAfter"

@@ -124,6 +124,17 @@ def branch_head(repo_path: Path | str, branch: str) -> str:
     return str(ref.peel(pygit2.Commit).id)
 
 
+def commits_since(repo_path: Path | str, branch: str, base: str, limit: int = 10_000) -> frozenset[str]:
+    """The commits on `branch` that `base` does not have (at most `limit` of them, newest first): what reached the
+    branch since a job took `base` as its own."""
+    repo = open_repo(repo_path)
+    walker = repo.walk(pygit2.Oid(hex=branch_head(repo_path, branch)), pygit2.enums.SortMode.TOPOLOGICAL)
+    seen = pygit2.Oid(hex=base)
+    if seen in repo:  # else its base is gone (pruned after a rewrite): every commit of the branch is new to it
+        walker.hide(seen)
+    return frozenset(str(c.id) for c, _ in zip(walker, range(limit), strict=False))
+
+
 def default_branch(repo_path: Path | str) -> str:
     """The branch HEAD points at in the repository's main work tree."""
     repo = open_repo(repo_path)

@@ -33,7 +33,7 @@ from orchestrator.jobs.board import Board
 from orchestrator.jobs.door import Door, Doors
 from orchestrator.jobs.limits import Limits
 from orchestrator.jobs.recovery import CLEANUP_ERRORS, StoreOwner
-from orchestrator.jobs.rerun import Rerun, hold, requeue
+from orchestrator.jobs.rerun import Rerun, hold, recheck, requeue, seen_already, unseen_of
 from orchestrator.jobs.retire import retire_attempt
 from orchestrator.llm import pricing
 from orchestrator.paths import Paths, open_private, private_dir
@@ -321,6 +321,10 @@ class Executor:
         if (me := asyncio.current_task()) is not None:
             self._tasks[job.id] = me
         try:
+            if not resume and (said := await seen_already(self.board, job)) is not None:
+                step = lifecycle.Step(JobState.UNCHANGED, RUNNING, JobEvent.FINISHED, Code.NO_CHANGES, said)
+                olog.get().info(olog.Event.JOB_FINISHED, changes=0, landed=False, rechecked=False)
+                return await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())
             async with contextlib.AsyncExitStack() as undo:
                 attempt = await self._prepare(job, resume, undo)
                 job, outcome = await self._attempt(attempt)
@@ -447,8 +451,12 @@ class Executor:
         await asyncio.to_thread(joblog.exit_line, a.ctx.log_path, None, said)
         await a.watcher.stop()
         if not isinstance(outcome, Rerun):
-            behind = await self._beside(job)
-            return await self._rerun(job, Rerun(outcome.summary, behind, settles=bool(behind)), ran)
+            # Its change does not apply here: another base may take it, once the jobs beside it and the earlier-queued
+            # ones it went ahead of have landed (or now, on the head that has the ones it has not seen).
+            missed = await unseen_of(self.board, replace(job, base=a.base))
+            behind = tuple(sorted({*await self._beside(job), *missed.waiting}))
+            settles = bool(behind or missed.landed)
+            return await self._rerun(job, Rerun(outcome.summary, behind, settles=settles), ran)
         # An agent CLI that resumes its session goes on from where it was stopped; any other runs again.
         return await self._rerun(job, outcome, ran, resumes=bool(getattr(a.runner, "resumes", False)))
 
@@ -513,6 +521,9 @@ class Executor:
         sha = sha or (job.result if a.resume else None)
         if sha is None:
             await self.pool.release(a.repo, job.id, keep=False, delete_branch=True)
+            missed = await unseen_of(self.board, replace(job, base=a.base))
+            if lifecycle.on_unchanged(job.attempts, self._policy(), unseen=bool(missed)) is JobState.QUEUED:
+                return _still(await recheck(self.board, job, missed, result.summary), job)
             job = await self._end(job, step, finished_at=time.time(), exit_code=0, actual=frozenset())
             olog.get().info(olog.Event.JOB_FINISHED, changes=0, landed=False)
             return job

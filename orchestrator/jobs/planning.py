@@ -187,7 +187,8 @@ class Planning:
             return
         for code, reason in plan.notes:
             if code is Note.NAMES_NOTHING:
-                log.info(olog.Event.PLAN_NOTE, code=str(code), reason=reason + ": the job runs alone in its repo")
+                alone = "" if claim.risk is not None else ": the job runs alone in its repo"
+                log.info(olog.Event.PLAN_NOTE, code=str(code), reason=reason + alone)
         log.info(
             olog.Event.JOB_PLANNED,
             base=head,

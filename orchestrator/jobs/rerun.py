@@ -8,12 +8,18 @@ nothing is lost), and the job goes back to the queue with `land_after` naming th
 it once they have ended, planned again on a base that has their change. With no attempt left, or no job whose
 landing could settle it (the same base would meet the same conflict), it is left `conflicted` for a person, its
 worktree kept.
+
+A job whose run ended well with nothing to change, on a base without the change of an earlier-queued job it went
+ahead of (`core.overtake`), goes back to the queue the same way (`recheck`, event `recheck`, code `Overtook`): the
+queue's order promised it that change, and with it there may be something to do after all.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +27,16 @@ from orchestrator import logging as olog
 from orchestrator.core import claims, lifecycle
 from orchestrator.core.admission_index import plist
 from orchestrator.core.job import Job, fresh_attempt
-from orchestrator.core.models import Code, JobEvent, JobState
+from orchestrator.core.models import OPEN, Code, JobEvent, JobState
+from orchestrator.core.overtake import Unseen, unseen
+from orchestrator.git import repos
+from orchestrator.git.repos import RepoError
 from orchestrator.git.worktrees import WorktreePool
 from orchestrator.jobs.board import Board
 from orchestrator.jobs.retire import AttemptKept, retire_attempt
 
 RUNNING = frozenset({JobState.RUNNING})
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +123,66 @@ async def hold(
     )  # fmt: skip
     log.info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, **data)
     return done or await board.store.jobs.get(job.id) or job
+
+
+async def unseen_of(board: Board, job: Job) -> Unseen:
+    """The earlier-queued jobs of `job`'s branch whose change its base lacks (`core.overtake`)."""
+    jobs = await board.store.jobs.all(OPEN | {JobState.LANDED})
+    if job.base is None:
+        return unseen(job, jobs, frozenset())
+    try:
+        since = await asyncio.to_thread(repos.commits_since, Path(job.repo), job.branch, job.base)
+    except RepoError as e:  # its branch is gone: nothing landed there since, and what waits will say so
+        olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.SCHEDULER_ERROR, error=str(e))
+        since = frozenset()
+    return unseen(job, jobs, since)
+
+
+async def recheck(board: Board, job: Job, missed: Unseen, said: str) -> Job | None:
+    """Carry a `running` job that changed nothing (its runner ended well, `said`) back to the queue to run again once
+    the earlier-queued jobs it has not seen (`missed`) have ended, on a base with their change (its worktree, with
+    nothing in it, given back already). None when it left `running` meanwhile."""
+    then = f"runs again once {_jobs(missed.waiting)} ended" if missed.waiting else "runs again on the new head"
+    reason = (
+        f"{said} but changed nothing, on a base without the change of {missed.said()}: {then}, so it sees what "
+        f"the queue's order promised (attempt {job.attempts + 2})"
+    )
+    data = {
+        "code": Code.OVERTOOK, "behind": list(missed.waiting), "landed": list(missed.landed), "base": job.base,
+        "started_at": job.started_at,
+    }  # fmt: skip
+    done = await board.transition(
+        job.id, RUNNING, JobState.QUEUED, JobEvent.RECHECK, code=Code.OVERTOOK, reason=reason, data=data,
+        **{**fresh_attempt(job), "land_after": missed.waiting},
+    )  # fmt: skip
+    if done is not None:
+        olog.get(job_id=job.id, repo=job.repo).info(olog.Event.JOB_REQUEUED, attempt=job.attempts + 2, **data)
+    return done
+
+
+async def seen_already(board: Board, job: Job) -> str | None:
+    """For a job admitted again after a `recheck`: why its last attempt's "nothing to change" stands (no earlier-
+    queued job landed a change since that attempt's base, so it would look at the same files again), or None: it
+    runs."""
+    if not job.attempts:
+        return None
+    again = (JobEvent.RECHECK, JobEvent.REQUEUED, JobEvent.RETRIED, JobEvent.REVISED)
+    last = next((e for e in reversed(await board.store.events.of_job(job.id)) if e["kind"] in again), None)
+    if last is None or last["kind"] != JobEvent.RECHECK:
+        return None
+    # What the event holds is data (in team mode the shared database's): read as such, and run when it is odd.
+    base, started, behind = last.get("base"), last.get("started_at"), last.get("behind")
+    if not isinstance(base, str) or not _SHA.fullmatch(base):
+        return None
+    then = replace(job, base=base, started_at=float(started) if isinstance(started, int | float) else None)
+    if await unseen_of(board, then):
+        return None
+    waited = tuple(i for i in behind if isinstance(i, int)) if isinstance(behind, list) else ()
+    them = f" ({_jobs(waited)}, which it waited for)" if waited else ""
+    return (
+        f"its last attempt changed nothing, and no job queued before it{them} landed a change since: nothing new "
+        "to look at, so not run again; nothing landed"
+    )
 
 
 async def _conflicted(board: Board, pool: WorktreePool, job: Job, why: str, data: dict[str, Any]) -> Job:

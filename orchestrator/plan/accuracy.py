@@ -174,6 +174,8 @@ class Settled:
     """They touched a common path."""
     merged: bool
     """Their landings merged (always so when they did not meet)."""
+    risk: float = 0.0
+    """The risk admission estimated for them (meet × no merge)."""
 
 
 class Ended(Protocol):
@@ -215,7 +217,8 @@ def outcomes(
             mine, theirs = touched[job_id], touched[other]
             met = bool(claims.PathIndex(mine).meeting(theirs))
             merged = not (_within(conflicted.get(job_id), theirs) or _within(conflicted.get(other), mine))
-            out.setdefault(job.repo, []).append(Settled(float(risk["logit"]), met or not merged, merged))
+            estimate = float(risk.get("meet", 0.0)) * float(risk.get("nonmerge", 0.0))
+            out.setdefault(job.repo, []).append(Settled(float(risk["logit"]), met or not merged, merged, estimate))
     return out
 
 

@@ -14,6 +14,7 @@ contents, its history) is called confident; admission reads the risk instead whe
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import subprocess
@@ -283,8 +284,7 @@ def _evidence_plan(
 def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Plan:
     """The plan a focus makes at a tree (pure): its claim, with directories and generated files, and its risk."""
     if not f.names or not f.claim:
-        note = (Note.NAMES_NOTHING, "the text names no path, file, module or identifier of the repository")
-        return Plan(Claim(), (), "", "none", (note,), ranking=_ranking(f))
+        return _blind_plan(f, calibration)
     ev = _Collector()
     top = f.ranked[0]
     for r in f.ranked:
@@ -317,6 +317,26 @@ def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Pla
     basis = next((str(k) for k in _BASIS_ORDER if k in top.kinds), str(Kind.CONTENT))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
     return Plan(claim, tuple(ev.evidence), "", basis, tuple(notes), ranking=_ranking(f))
+
+
+def _blind_plan(f: Focus, calibration: Calibration | None) -> Plan:
+    """A text that names nothing of the repository claims nothing. Where the record is good, its risk beside any
+    job is the repository's base rate (`Calibration.blind_meet`, how often its changes that named nothing met their
+    neighbours, times its share of meetings that would not merge); else it runs alone."""
+    why = "the text names no path, file, module or identifier of the repository"
+    if calibration is None or calibration.unknown:
+        return Plan(Claim(), (), "", "none", ((Note.NAMES_NOTHING, why),), ranking=_ranking(f))
+    meet = calibration.blind_meet
+    nonmerge = calibration.nonmerge("")
+    risk = Risk((), 0.0, "", (), nonmerge, (0.0, _logit(meet)), "", meet)
+    why += f": weighed at the repository's base rate (meet {meet:.1%} \u00d7 no merge {nonmerge:.0%})"
+    claim = Claim(frozenset(), 0.0, ClaimSource.EVIDENCE, risk)
+    return Plan(claim, (), "", "none", ((Note.NAMES_NOTHING, why),), ranking=_ranking(f))
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1.0 - 1e-6)
+    return math.log(p / (1.0 - p))
 
 
 def _valid(path: str) -> bool:

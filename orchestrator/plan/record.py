@@ -37,7 +37,7 @@ import pygit2
 
 from orchestrator.core import claims
 from orchestrator.core.models import Risk
-from orchestrator.core.risk import KNOWN, Escapes, by_files, pair_logit, raw_meet
+from orchestrator.core.risk import KNOWN, MEET_FLOOR, Escapes, by_files, pair_logit, raw_meet, sigmoid
 from orchestrator.git import repos
 from orchestrator.plan import evidence, manifests, merges
 from orchestrator.plan import focus as focus_mod
@@ -71,6 +71,9 @@ REBUILD = 50
 """New changes in a repository's history after which its record is replayed and fitted again (the daemon's
 `plan.local.Records`, and `bench predict` as it replays a range)."""
 SHRINK = 2.0
+RECENT = 3
+"""How many of the record's pairs each pair the daemon itself ran side by side counts as, once settled (`refit`):
+where a period differs from the record (its changes meet more, or merge less), the risk follows it sooner."""
 """Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
 
 
@@ -111,19 +114,33 @@ def build(
 def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     """The record's calibration kept current by the pairs the daemon itself ran side by side: their estimates and
     whether they met refit `Calibration.meet` beside the record's own pairs (and are kept after them in `points`,
-    the most recent: `Calibration.floor` reads them too), and whether those that met merged count in the
-    repository's share that would not (`Calibration.nonmerge`, at ROOT)."""
+    the most recent: `Calibration.floor` reads them too); whether those that met merged count in the repository's
+    share that would not (`Calibration.nonmerge`, at ROOT, and among the meetings of disjoint claims), and what
+    admission estimated for them in its check (`Calibration.checked`). Each counts `RECENT` times
+    a record's pair in all but the floor: they are the repository's present, the record its past."""
     if not outcomes:
         return calibration
     points = [*calibration.points, *((o.logit, o.met) for o in outcomes)]
-    a, b = platt(points, prior=MEET_PRIOR)
+    a, b = platt([*points, *((o.logit, o.met) for o in outcomes for _ in range(RECENT - 1))], prior=MEET_PRIOR)
     met = [o for o in outcomes if o.met]
+    unmerged = sum(not o.merged for o in met)
     table = {x: (n, k) for x, n, k in calibration.merges}
     n, k = table.get("", (0, 0))
-    table[""] = (n + len(met), k + sum(not o.merged for o in met))
+    table[""] = (n + RECENT * len(met), k + RECENT * unmerged)
     unknown = calibration.unknown if len(points) < MIN_PAIRS else ""
     rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
-    return replace(calibration, meet=(a, b), merges=rows, unknown=unknown, points=tuple(points))
+    n_d, k_d = calibration.disjoint
+    e, k = calibration.checked
+    estimated = sum(o.risk for o in outcomes) / calibration.risk_scale
+    return replace(
+        calibration,
+        meet=(a, b),
+        merges=rows,
+        unknown=unknown,
+        points=tuple(points),
+        disjoint=(n_d + RECENT * len(met), k_d + RECENT * unmerged),
+        checked=(e + RECENT * estimated, k + RECENT * sum(not o.merged for o in outcomes)),
+    )
 
 
 def replay(
@@ -189,18 +206,59 @@ def fit(
     if len(known) < MIN_RECORD:
         return None
     calibration = _fit(known, ignore, scope)
+    results = {(m.earlier, m.later): m.result for m in mets}
     points: list[tuple[float, bool]] = []
+    disjoint = [0, 0]
+    checked: list[tuple[float, tuple[str, str], bool]] = []  # (log-odds, areas, would not merge)
     for lo, hi in itertools.pairwise([*(round(len(known) * f) for f in FOLDS), len(known)]):
         early = _fit(known[:lo], ignore, scope) if lo >= MIN_RECORD else None
         if early is not None:
-            points += meet_points(known[lo:hi], early, ignore, scope)
+            for z, met, earlier, later, areas in _meet_pairs(known[lo:hi], early, ignore, scope):
+                points.append((z, met))
+                got = results.get((earlier, later)) if met else merges.Result.CLEAN
+                if met and got is not None:
+                    disjoint[0] += 1
+                    disjoint[1] += not got.merges
+                if got is not None:
+                    checked.append((z, areas, not got.merges))
     a, b = platt(points, prior=MEET_PRIOR)
     unknown = (
         f"the record has {len(points)} pairs of past changes to check the risk against (at least {MIN_PAIRS} needed)"
         if len(points) < MIN_PAIRS
         else ""
     )
-    return replace(calibration, merges=merges.table(mets), meet=(a, b), points=tuple(points), unknown=unknown)
+    out = replace(
+        calibration,
+        merges=merges.table(mets),
+        meet=(a, b),
+        points=tuple(points),
+        unknown=unknown,
+        disjoint=(disjoint[0], disjoint[1]),
+        blind=_blind(samples, scope),
+    )
+    expected = sum(_estimate(out, z, areas) for z, areas, _ in checked)
+    return replace(out, checked=(expected, sum(k for _, _, k in checked)))
+
+
+def _estimate(calibration: Calibration, z: float, areas: tuple[str, str]) -> float:
+    """The risk `core.risk.pair_risk` gives a pair of the calibration's repository at log-odds `z` in `areas`, before
+    the calibration's check of it against the record (`Calibration.risk_scale`)."""
+    meet = max(MEET_FLOOR, calibration.floor, sigmoid(calibration.meet[0] * z + calibration.meet[1]))
+    return meet * max(calibration.nonmerge(x, scaled=False) for x in areas)
+
+
+def _blind(samples: Sequence[Sample], scope: str = "all") -> tuple[int, int]:
+    """Of the pairs of `samples` at most `merges.WINDOW` apart where one's message named nothing of the repository
+    (nor was of a known kind): how many, and how many touched a common path."""
+    blind = [not (s.spread.names and s.spread.logits) and not s.kind for s in samples]
+    touched = [_scoped(s.touched, scope) for s in samples]
+    n = k = 0
+    for i in range(len(samples)):
+        for j in range(i + 1, min(len(samples), i + 1 + merges.WINDOW)):
+            if (blind[i] or blind[j]) and touched[i] and touched[j]:
+                n += 1
+                k += bool(claims.PathIndex(touched[i]).meeting(touched[j]))
+    return n, k
 
 
 def meet_points(
@@ -209,6 +267,13 @@ def meet_points(
     """For the pairs of `samples` at most `merges.WINDOW` apart whose claims are disjoint (two steps of one pull
     request too, as `merges.record` counts them): the shipped model's log-odds that they meet, on their estimate by
     `calibration` (`core.risk.pair_logit`), and whether they really touched a common path."""
+    return [(z, met) for z, met, *_ in _meet_pairs(samples, calibration, ignore, scope)]
+
+
+def _meet_pairs(
+    samples: Sequence[Sample], calibration: Calibration, ignore: Sequence[str] = (), scope: str = "all"
+) -> list[tuple[float, bool, str, str, tuple[str, str]]]:
+    """`meet_points`, each with the two changes (earlier, later) and their areas."""
     foci = [focus_mod.focus(s.spread, calibration, ignore) for s in samples]
     held = [tuple(s.kind) if s.kind else f.claim for s, f in zip(samples, foci, strict=True)]
     # A change of a known kind: its kind's claim and area; what its kind's record says it escapes to is left out.
@@ -224,7 +289,8 @@ def meet_points(
             a, b = escapes[j], escapes[i]
             assert a is not None and b is not None
             met = bool(claims.PathIndex(touched[i]).meeting(touched[j]))
-            out.append((pair_logit(raw_meet(a, held[j], b, held[i]), (a.kind, b.kind)), met))
+            z = pair_logit(raw_meet(a, held[j], b, held[i]), (a.kind, b.kind))
+            out.append((z, met, samples[i].sha, samples[j].sha, (b.area, a.area)))
     return out
 
 

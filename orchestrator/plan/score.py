@@ -129,6 +129,10 @@ FLOOR_BAND = 1.2
 connects, whose rate of meeting anyway is a repository's own floor (`Calibration.floor`)."""
 FLOOR_WEIGHT = 25.0
 """Pseudo-pairs by which a repository's floor is pulled towards `core.risk.MEET_FLOOR`."""
+RISK_PRIOR = 5.0
+"""Pseudo-events (expected and happened alike) by which a record's check of its risk is pulled towards none."""
+NONMERGE_SD = 1.0
+"""Standard deviations above its estimate that the share of meetings that would not merge is taken."""
 
 
 def prefixes(area: str) -> list[str]:
@@ -186,6 +190,18 @@ class Calibration:
     meet and whether they did (kept, so that the daemon's own outcomes refit it without a replay)."""
     unknown: str = ""
     """Why the record cannot estimate the risk (too few pairs to check it against): its jobs run alone."""
+    disjoint: tuple[int, int] = (0, 0)
+    """(met, would not merge): of the pairs `meet` was checked on (claims disjoint: the pairs admission weighs) that
+    met, how many, and how many would not have merged (the daemon's own settled pairs after the record's). Such
+    meetings are at a claim's edge, not in its middle: they merge more often than the `merges` table's pairs, which
+    counts every pair that touched a common file. `nonmerge` rescales its table by them."""
+    checked: tuple[float, int] = (0.0, 0)
+    """(expected, happened): over the pairs `meet` was checked on, the summed risk the calibration estimates for them
+    before `risk_scale`, and how many would not have merged (the daemon's settled pairs after the record's)."""
+    blind: tuple[int, int] = (0, 0)
+    """(pairs, met): of the record's pairs of changes near each other where one's message named nothing of the
+    repository, how many, and how many touched a common path: the chance a job whose text names nothing meets
+    another (`blind_meet`)."""
 
     @property
     def pairs(self) -> int:
@@ -202,6 +218,15 @@ class Calibration:
         a, b = self.meet
         low = [met for z, met in self.points if sigmoid(a * z + b) <= FLOOR_BAND * MEET_FLOOR]
         return (sum(low) + FLOOR_WEIGHT * MEET_FLOOR) / (len(low) + FLOOR_WEIGHT)
+
+    @property
+    def blind_meet(self) -> float:
+        """The chance that a job whose text names nothing meets another job: how often the record's pairs with such a
+        change met (`blind`), pulled towards the repository's floor by `FLOOR_WEIGHT` pseudo-pairs, and taken one
+        standard deviation high (no claim narrows it: it is the repository's base rate)."""
+        n, k = self.blind
+        rate = (k + FLOOR_WEIGHT * max(self.floor, MEET_FLOOR)) / (n + FLOOR_WEIGHT)
+        return min(1.0, rate + math.sqrt(rate * (1.0 - rate) / (n + FLOOR_WEIGHT + 1.0)))
 
     def probability(self, z: float) -> float:
         return sigmoid(self.a * z + self.b)
@@ -255,7 +280,7 @@ class Calibration:
             own = level.get(a, own)
         return tuple(sorted(out.items()))
 
-    def nonmerge(self, area: str) -> float:
+    def nonmerge(self, area: str, scaled: bool = True) -> float:
         """The chance that a job in `area` that meets another job would not merge with it: the record's share for
         the area, each level pulled towards its parent's (ROOT's towards `NONMERGE_PRIOR`) by `AREA_PRIOR`
         pseudo-pairs, and taken one standard deviation high, as few pairs as the deepest level that has any
@@ -265,7 +290,27 @@ class Calibration:
         for level in prefixes(area):
             n, k = table.get(level, (0, 0))
             rate, seen = (k + AREA_PRIOR * rate) / (n + AREA_PRIOR), n or seen
-        return min(1.0, rate + math.sqrt(rate * (1.0 - rate) / (seen + AREA_PRIOR + 1.0)))
+        rate = min(1.0, rate * self.edge_share)
+        high = min(1.0, rate + NONMERGE_SD * math.sqrt(rate * (1.0 - rate) / (seen + AREA_PRIOR + 1.0)))
+        return min(1.0, high * self.risk_scale) if scaled else high
+
+    @property
+    def risk_scale(self) -> float:
+        """The record's check of the risk it estimates: over the pairs `meet` was checked on (and the daemon's settled
+        pairs after them), how many would not have merged against how many the estimate says (`checked`), with
+        `RISK_PRIOR` pseudo-events of each, taken one standard deviation high. Above 1 where the estimate fell short
+        (a busier period than the record's areas say), below where it overshot."""
+        expected, happened = self.checked
+        return (happened + RISK_PRIOR + math.sqrt(happened)) / (expected + RISK_PRIOR)
+
+    @property
+    def edge_share(self) -> float:
+        """How much more (or less) often a meeting of two disjoint claims does not merge than the `merges` table's
+        meetings (`disjoint` against ROOT's share, the former pulled towards the latter by `AREA_PRIOR` pairs)."""
+        n0, k0 = next(((n, k) for a, n, k in self.merges if a == ""), (0, 0))
+        root = (k0 + AREA_PRIOR * NONMERGE_PRIOR) / (n0 + AREA_PRIOR)
+        n, k = self.disjoint
+        return ((k + AREA_PRIOR * root) / (n + AREA_PRIOR)) / root
 
     def escaping(self, claim_class: str, path: str, p: float) -> float:
         """The calibrated chance that a job whose claim is of `claim_class` touches `path` beyond it, estimated `p`."""
@@ -286,6 +331,11 @@ class Calibration:
             "meet": [round(self.meet[0], 4), round(self.meet[1], 4)],
             "pairs": self.pairs,
             "floor": round(self.floor, 4),
+            "disjoint": list(self.disjoint),
+            "blind": list(self.blind),
+            "blind_meet": round(self.blind_meet, 4),
+            "checked": [round(self.checked[0], 3), self.checked[1]],
+            "risk_scale": round(self.risk_scale, 4),
             **({"unknown": self.unknown} if self.unknown else {}),
         }
 
@@ -308,6 +358,9 @@ class Calibration:
             meet=(float(data["meet"][0]), float(data["meet"][1])),
             points=tuple((float(z), bool(met)) for z, met in data["points"]),
             unknown=str(data["unknown"]),
+            disjoint=(int(data["disjoint"][0]), int(data["disjoint"][1])),
+            blind=(int(data["blind"][0]), int(data["blind"][1])),
+            checked=(float(data["checked"][0]), int(data["checked"][1])),
         )
 
 

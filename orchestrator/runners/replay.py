@@ -277,6 +277,8 @@ class ReplayRunner:
         if spec.hold:
             await asyncio.sleep(spec.hold)  # it goes on running with its change in the worktree
         log.info(olog.Event.REPLAY_APPLIED, paths=len(paths), hold=spec.hold)
+        if not paths:  # it applied cleanly and left nothing: this base has its change already (not a conflict)
+            return RunResult(True, 0, f"replayed {what}: its change is on this base already")
         return RunResult(True, 0, f"replayed {what} ({len(paths)} paths)")
 
 

@@ -16,9 +16,10 @@ Per row: makespan, its ratio to one-per-repo, to the ideal (a makespan no schedu
 to the list schedule (list scheduling with the same durations, slots and claims, no overtaking on overlap, zero
 overhead: the gap is the job plane's own overhead; see `schedule`), concurrency reached, queue wait,
 overlaps seen while running, pairs that ran side by side and really touched a common file (`met`: what
-`plan.risk` bounds; they cost nothing when their landings merge cleanly), landing conflicts, redone
-attempts, lost changes, over-serialised pairs (claims that overlap where the real files do not), and the
-overhead per job: slot free → start, runner exit → landed, and landing hold time (p50/p95).
+`plan.risk` bounds; they cost nothing when their landings merge cleanly), landing conflicts, re-runs of jobs
+that changed nothing on a base without an earlier-queued job's change (`rechecks`), redone attempts, lost
+changes, over-serialised pairs (claims that overlap where the real files do not), and the overhead per job: slot
+free → start, runner exit → landed, and landing hold time (p50/p95).
 """
 
 from __future__ import annotations
@@ -305,6 +306,7 @@ def _figures(
         "met_side_by_side": sched.met_side_by_side(per_job, real),
         "conflicts": conflicts,
         "stopped": sum(e["kind"] == "requeued" and "ran_s" in e for j in jobs for e in j["events"]),
+        "rechecks": sum(e["kind"] == "recheck" for j in jobs for e in j["events"]),
         "saved_s": round(_saved(jobs, durations), 2),
         "redone": sum(j["attempts"] for j in jobs),
         "thrown_s": round(sched.thrown_away(per_job, [bool(t) for t in landed_at]), 2),
@@ -355,6 +357,7 @@ def _per_job(
                 "beside": sorted(ids[k] for k in near[n]),
                 "met": sorted(ids[k] for k in meets[n]),
                 "conflicts": sum(e["kind"] in ("requeued", "conflicted") for e in j["events"]),
+                "rechecks": sum(e["kind"] == "recheck" for e in j["events"]),
                 "thrown_s": round(sched.thrown_away([runs[n]], [j["state"] == "landed"]), 2),
                 "waited_for": {reason: sorted(on) for reason, on in clock.waits.get(j["id"], {}).items()},
             }

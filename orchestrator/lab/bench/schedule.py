@@ -106,7 +106,7 @@ class Interval:
     end: float
 
 
-RUN_ENDS = frozenset({"finished", "failed", "requeued", "conflicted", "cancelled", "interrupted"})
+RUN_ENDS = frozenset({"finished", "failed", "requeued", "recheck", "conflicted", "cancelled", "interrupted"})
 """Stored events that end a run (the first after its `admitted`)."""
 
 

@@ -36,6 +36,7 @@ GROUPS = (
         (
             ("conflicts", "confl"),
             ("stopped", "stopped"),
+            ("rechecks", "recheck"),
             ("redone", "redone"),
             ("thrown_s", "thrown s"),
             ("saved_s", "saved s"),
@@ -81,7 +82,8 @@ def row_line(row: dict[str, Any]) -> str:
         f"{_name(row)}: makespan {_fmt(row['makespan_s'])} s ({_fmt(row['ratio_ideal'])}× ideal, "
         f"{_fmt(row['ratio_list'])}× list), {landed}/{row['jobs']} landed, {row['conflicts']} conflicts "
         f"({row.get('stopped', 0)} stopped while running, {_fmt(row.get('thrown_s', 0.0))} job-s thrown away, "
-        f"{_fmt(row.get('saved_s', 0.0))} saved by the stops), "
+        f"{_fmt(row.get('saved_s', 0.0))} saved by the stops), {row.get('rechecks', 0)} run again to see an "
+        "earlier job's change, "
         f"{row['lost']} lost, {row['broken']} broken"
     )
 
@@ -132,7 +134,7 @@ def _jobs_table(row: dict[str, Any]) -> Table:
     """A row's jobs: how each ended, its runs, whom it ran beside (`alone`: nobody), met (really touched a common
     file with, while side by side), conflicts, the work of its runs that did not land, and what it waited for."""
     table = Table(title=f"{_name(row)}: per job", show_edge=False, pad_edge=False)
-    for heading in ("job", "state", "runs", "dur s", "wait s", "beside", "met", "confl", "thrown s"):
+    for heading in ("job", "state", "runs", "dur s", "wait s", "beside", "met", "confl", "recheck", "thrown s"):
         table.add_column(heading, justify="right" if heading not in ("state", "beside", "met") else "left")
     table.add_column("waited for", overflow="fold")
     for j in row["per_job"]:
@@ -146,6 +148,7 @@ def _jobs_table(row: dict[str, Any]) -> Table:
             _ids(j["beside"]) or "alone",
             _ids(j["met"]) or "-",
             str(j["conflicts"]),
+            str(j.get("rechecks", 0)),
             _fmt(j.get("thrown_s")),
             waited or "-",
         )
