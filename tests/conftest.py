@@ -52,6 +52,11 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's own mark, known without the plugin too (`-p no:xdist`), where warnings are errors.
+    config.addinivalue_line("markers", "xdist_group(name): the tests of one group run on one worker")
+
+
 def git(cwd: Path, *args: str) -> str:
     """Run the real git CLI in `cwd` and return its stdout (stripped)."""
     out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)

@@ -29,6 +29,9 @@ SEAM_EXEMPT = frozenset({"lab"})
 
 Edges = Mapping[str, Iterable[str]]
 
+pytestmark = pytest.mark.xdist_group("layers")
+"""On one worker: every test here reads the same syntax trees, parsed once a process (`tree`)."""
+
 
 def modules() -> dict[str, Path]:
     """Every module of the package by dotted name (a package by its own name)."""
