@@ -152,7 +152,7 @@ def started(make_repo, daemon_factory):
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """A private temp dir with a short path (`/tmp/orch-XXXXXXXX`), removed at the end: for a UNIX socket deep inside
-    (at most 107 bytes), which a parallel worker's `tmp_path` (`.../popen-gwN/test_name0/`) leaves too little room."""
+    (at most 107 bytes), which a parallel worker's `tmp_path` (`.../pytest-N/gwK/test_name0/`) leaves little room."""
     import tempfile
 
     made = Path(tempfile.mkdtemp(prefix="orch-"))
