@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.core import claims
 from orchestrator.core.models import Policy
+from orchestrator.core.risk import Escapes, pair_risk
 from orchestrator.lab.bench import tickets
 from tests.conftest import git
 from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
@@ -60,16 +63,25 @@ def test_a_disjoint_pair_is_held_apart_exactly_when_its_estimate_is_above_plan_r
     shop: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    """The pure admission decision and the calibration table's estimates agree pair by pair, at any threshold."""
+    """The pure admission decision and the pairs' risks agree pair by pair, at any threshold: a disjoint pair is held
+    apart when its chance of meeting (the calibration table's estimate) times its chance of not merging is above
+    `plan.risk`."""
     base = git(shop, "rev-parse", "HEAD")
     ts = tickets.load(_ticket_file(tmp_path, base), None)
     tickets.plan_repo(shop, ts)
     points = tickets.estimates(ts, "source")
     assert len(points) == 9 and not any(met for _, met in points)
+    scoped = [tickets.scoped(t.claim, "source") for t in ts]
+    risks = [
+        pair_risk(Escapes.of(b.risk), b.paths, Escapes.of(a.risk), a.paths)
+        for a, b in itertools.combinations(scoped, 2)
+        if not claims.PathIndex(a.paths).meeting(b.paths)
+    ]
+    assert sorted(r.meet for r in risks) == sorted(m for m, _ in points), "the table's estimates are the first factor"
     for risk in (0.0001, 0.01, 0.03, 0.2):
         policy = Policy(max_concurrent=8, per_repo=8, mergeable=tickets.MERGEABLE, risk=risk)
         got = tickets.pairs(ts, policy, "source")
-        assert got["held_apart"] == sum(r > risk for r, _ in points), risk
+        assert got["held_apart"] == sum(r.risk > risk for r in risks), risk
 
 
 def test_a_base_the_clone_lacks_says_what_to_do(shop: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -92,6 +104,7 @@ def test_pairs_run_at_once_whose_fixes_would_not_merge_are_counted_from_the_fixe
         git(repo, "commit", "-qam", f"cart: tidy Cart.total {n}")
     base = git(repo, "rev-parse", "HEAD")
     when = int(git(repo, "show", "-s", "--format=%ct", base))
+
     def commit(path: str, text: str, message: str, after: int) -> None:
         (repo / path).write_text(text)
         at = f"{when + after} +0000"

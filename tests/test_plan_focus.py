@@ -321,11 +321,10 @@ def test_a_package_named_by_its_dotted_tail_brings_its_namesake_module(make_repo
     assert not any(r["path"].endswith("core/core.py") for r in core.ranking)
 
 
-def test_a_tickets_claim_its_words_alone_found_is_a_guess_with_no_risk_estimate() -> None:
+def test_a_tickets_claim_its_words_alone_found_is_a_guess() -> None:
     """A long text whose most likely claimed file is reached only by its words (content retrieval, and a
-    co-change from a file a past change in similar words touched) is a guess: `grounded` is False, and the
-    plan built on it has no risk estimate, so the job runs alone. Its claim still stands for others to avoid.
-    The same words in a short text, or a ticket whose best file it names, are judged as before."""
+    co-change from a file a past change in similar words touched) is a guess: `grounded` is False (its plan says
+    so). The same words in a short text, or a ticket whose best file it names, are judged as before."""
     from orchestrator.plan.base import Kind
     from orchestrator.plan.focus import Spread, focus
 
@@ -353,7 +352,7 @@ def test_a_long_texts_risk_expects_at_most_budget_files_beyond_its_claim() -> No
     from orchestrator.plan.focus import BUDGET, Spread, focus
 
     def spread(long: float) -> Spread:
-        logits = {"src/a.py": 3.0} | {f"src/m{i}.py": -1.0 - i / 100 for i in range(40)}
+        logits = {"src/a.py": 3.0} | {f"src/m{i}.py": -3.0 - i / 1000 for i in range(100)}
         reasons = {p: [(Kind.SYMBOL, "defines a name the text uses")] for p in logits}
         return Spread(logits, reasons, {}, True, long)
 
@@ -393,8 +392,8 @@ def test_a_ticket_claims_every_file_it_is_at_least_near_claim_likely_to_touch() 
 
 def test_a_tickets_claim_less_likely_than_ground_p_is_a_guess() -> None:
     """A long text whose best file a past change in similar words touched, but which is still less than
-    `GROUND_P` likely, says nowhere where it works: its claim stands, its risk is unknown (it runs alone).
-    The same file made likely by a name the text uses is grounded."""
+    `GROUND_P` likely, says nowhere where it works: its claim is a guess. The same file made likely by a name the
+    text uses is grounded."""
     from orchestrator.plan.base import Kind
     from orchestrator.plan.focus import GROUND_P, Spread, focus
 
@@ -406,6 +405,46 @@ def test_a_tickets_claim_less_likely_than_ground_p_is_a_guess() -> None:
     assert weak.claim == strong.claim == {"src/a.py"}
     assert weak.ranked[0].p < GROUND_P <= strong.ranked[0].p
     assert not weak.grounded and strong.grounded
+
+
+def test_a_guessed_ticket_runs_beside_others_on_its_claim_of_alternatives() -> None:
+    """A ticket whose claim is a guess claims its alternatives as any ticket does and keeps its risk estimate:
+    admission runs it beside others on that claim (running every guess alone held apart 5.5 points more of the
+    tuning tickets' pairs that did not meet, for one point fewer of those that did). Its plan says it is a
+    guess."""
+    from orchestrator.plan.base import Kind, Note
+    from orchestrator.plan.evidence import Files, focused_plan
+    from orchestrator.plan.focus import NEAR_CLAIM, Spread, focus
+
+    reasons = {"src/a.py": [(Kind.HISTORY, "touched by a past change in similar words")]}
+    reasons["src/b.py"] = [(Kind.SYMBOL, "defines a name the text uses")]
+    guess = focus(Spread({"src/a.py": -3.0, "src/b.py": -3.2}, reasons, {}, True, 1.0), Calibration())
+    assert not guess.grounded and guess.claim == {"src/a.py", "src/b.py"}
+    assert min(r.p for r in guess.ranked) >= NEAR_CLAIM, "the case: b is an alternative"
+    plan = focused_plan(guess, Files.of(["src/a.py", "src/b.py", "src/c.py"]), Calibration())
+    assert plan.claim.paths == {"src/a.py", "src/b.py"}
+    assert plan.claim.risk is not None, "judged beside others, not alone"
+    assert [n for n, _ in plan.notes] == [Note.GUESSED]
+
+
+def test_a_short_ticket_claims_its_alternatives_a_commit_subject_does_not() -> None:
+    """A ticket of forty-odd words is a ticket as far as its alternatives go (`WIDE_FROM`): it claims each one at
+    least `NEAR_CLAIM` likely, as a long one does; a commit subject claims only its likely files."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import LONG, NEAR_CLAIM, WIDE_FROM, Spread, focus
+    from orchestrator.plan.rank import length
+
+    def spread(long: float) -> Spread:
+        logits = {"src/a.py": 3.0, "src/b.py": -2.2}
+        reasons = {p: [(Kind.SYMBOL, "defines a name the text uses")] for p in logits}
+        return Spread(logits, reasons, {}, True, long)
+
+    words = length(" ".join(["word"] * 45))
+    assert WIDE_FROM <= words < LONG, "the case: a short ticket"
+    short_ticket, subject = focus(spread(words), Calibration()), focus(spread(length("Fix the parser")), Calibration())
+    assert dict(subject.risk.near)["src/b.py"] >= NEAR_CLAIM
+    assert short_ticket.claim == {"src/a.py", "src/b.py"}
+    assert subject.claim == {"src/a.py"}
 
 
 def test_the_same_text_at_the_same_base_plans_alike_whatever_the_hash_seed(shop: Path) -> None:

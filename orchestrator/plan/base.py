@@ -74,8 +74,8 @@ class Note(StrEnum):
     """The repository's record has too few pairs of past changes to check its risk against what happened there:
     the job runs alone."""
     GUESSED = "Guessed"
-    """A ticket's most likely file is found by its words alone (nothing it names points there): its claim stands,
-    its risk beside others is unknown, and the job runs alone."""
+    """A ticket's most likely file is found by its words alone (nothing it names points there): its claim is a
+    guess, held as wide as its alternatives (`plan.focus.NEAR_CLAIM`), and it runs beside others on that claim."""
     NO_MODEL = "NoModel"
     """No model backend is configured or reachable: local evidence only."""
     FAILED = "Failed"

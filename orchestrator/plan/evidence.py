@@ -302,9 +302,10 @@ def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Pla
     elif not f.grounded:
         top = f.ranked[0]
         why = (
-            f"its most likely file {top.path} is only {top.p:.0%} likely: risk unknown, it runs alone"
+            f"its most likely file {top.path} is only {top.p:.0%} likely: a guess, its alternatives claimed with it"
             if top.p < GROUND_P
-            else f"nothing the text names points at {top.path}, its most likely file: risk unknown, it runs alone"
+            else f"nothing the text names points at {top.path}, its most likely file: a guess, its alternatives "
+            "claimed with it"
         )
         notes.append((Note.GUESSED, why))
     elif f.coverage < 0.5:
@@ -312,7 +313,7 @@ def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Pla
         notes.append((Note.WIDE, f"{1 - f.coverage:.0%} chance it touches files outside the claim ({worst})"))
     held = claims.PathIndex(paths)  # files a claimed directory holds are no risk beyond the claim
     near = tuple((claims.literal(p), q) for p, q in f.risk.near if _valid(p) and not held.meets(claims.literal(p)))
-    risk = replace(f.risk, near=near) if calibration is not None and not calibration.unknown and f.grounded else None
+    risk = replace(f.risk, near=near) if calibration is not None and not calibration.unknown else None
     basis = next((str(k) for k in _BASIS_ORDER if k in top.kinds), str(Kind.CONTENT))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
     return Plan(claim, tuple(ev.evidence), "", basis, tuple(notes), ranking=_ranking(f))

@@ -42,17 +42,21 @@ SPILL_LEVELS = (1.0, 0.5, 0.25)
 directory's busiest files, in proportion to how busy they are (fitted on the tuning tickets)."""
 GROUND_P = 0.05
 """A long text whose claimed files are all less likely than this says nowhere where it works: its claim is a
-guess (`Focus.grounded`), whatever pointed at it (a past change in a few similar words)."""
-BUDGET = 1.5
+guess (`Focus.grounded`, said in its plan's notes), whatever pointed at it (a past change in a few similar words)."""
+BUDGET = 2.5
 """For a long text, the most files its risk may expect it to touch beyond its claim. Its candidates are
 alternatives for where the fix is, not independent chances: a ticket's fix touches a file or two beyond
-its claim (0.4 on average, on the shipped ticket set), so where their chances add up to more, they are
-scaled down to this (the tickets bench's FN-concurrency / over-serialisation frontier sets its value)."""
-NEAR_CLAIM = 0.05
-"""A long text claims every file it is at least this likely to touch beyond its most likely ones (after `BUDGET`): a
-ticket's fix lands on one of its alternatives, and the record's rescaling of a pair's chance of meeting, fitted on
-commit messages, says little of tickets (on the tuning tickets nearly every pair came out at `MEET_FLOOR`). Set on
-the tuning tickets' FN-concurrency / over-serialisation frontier."""
+its claim, so where their chances add up to more, they are scaled down to this (the tickets bench's
+FN-concurrency / over-serialisation frontier sets its value, with `NEAR_CLAIM`)."""
+NEAR_CLAIM = 0.03
+"""A ticket claims every file it is at least this likely to touch beyond its most likely ones (after `BUDGET`): its
+fix lands on one of its alternatives, and admission's chance that two jobs meet, fitted on commit messages, says
+little of tickets (nearly every pair of tickets comes out at `MEET_FLOOR`, which lets them run at once). Set with
+`BUDGET` on the tuning tickets' FN-concurrency / over-serialisation frontier (SWE-bench Lite and half of Verified:
+3% and 2.5 hold apart all but 4.2% of their pairs that met, and 41% of the others; 5% and 1.5 let 18% through)."""
+WIDE_FROM = 0.3
+"""From this `rank.length` on (about 40 words), a text is a ticket as far as `NEAR_CLAIM` goes: a short ticket's
+alternatives are claimed too; a commit subject, or one with a line or two of body, claims only what is likely."""
 SPILL_FILES = 8
 """The busiest files of a directory that spill reaches."""
 NEAR_MIN = 0.002
@@ -114,8 +118,9 @@ class Focus:
     grounded: bool = True
     """The text is short (its record calibrates its claims), or its most likely claimed file is one the text
     points at (a name, a frame, a definition, a past change in its words) and its claimed files are not all
-    less than `GROUND_P` likely. Else a long text's claim is a guess: how far such a guess is from the fix
-    no record measures, so its risk is unknown."""
+    less than `GROUND_P` likely. Else a long text's claim is a guess (`Note.GUESSED`): it says so, and claims its
+    alternatives as any ticket does. (Such guesses used to run alone: on the tuning tickets that held apart 5.5
+    points more of the pairs that did not meet, for one point fewer of those that did.)"""
 
 
 @dataclass
@@ -300,7 +305,7 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         for r in ranked:
             if r.path not in mine:
                 r.p *= k
-    if long and claim:
+    if s.long >= WIDE_FROM and claim:
         # A ticket's candidates are alternatives for where its fix is: each one at least NEAR_CLAIM likely is
         # claimed, so two tickets that may fix one file wait for each other instead of running on a small risk.
         wide = [path for path, q in near if q >= NEAR_CLAIM]
