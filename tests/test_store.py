@@ -116,6 +116,35 @@ async def test_jobs_json_renders_again_only_what_changed(tmp_path):
     await store.close()
 
 
+async def test_the_list_forgotten_while_it_renders_still_answers(tmp_path, monkeypatch):
+    """The rendered rows forgotten (a PostgreSQL reconnection: other nodes' changes unknown) while the list renders
+    what changed: that list still answers, whole, and the next one renders every job again."""
+    import asyncio
+
+    store = await SqliteStore.open(tmp_path / "o.db")
+    ids = [(await store.jobs.add(repo="/r", branch="main", text=f"t{i}", runner="shell")).id for i in range(2)]
+    await store.jobs.json()  # the rows rendered, kept
+    await put(store, ids[1], JobState.LANDED, "landed", reason="landed")  # one to render again
+    render, rendering, forgotten = store.jobs._render, asyncio.Event(), asyncio.Event()
+    asked: list[list[int] | None] = []
+
+    async def slow_render(which: list[int] | None) -> list[tuple[int, str, str, str]]:
+        asked.append(which)
+        rendering.set()
+        await forgotten.wait()
+        return await render(which)
+
+    monkeypatch.setattr(store.jobs, "_render", slow_render)
+    listing = asyncio.create_task(store.jobs.json())
+    await rendering.wait()
+    store.jobs.forget_rendered()
+    forgotten.set()
+    assert [(r[0], r[1]) for r in await listing] == [(ids[0], "queued"), (ids[1], "landed")]
+    assert [(r[0], r[1]) for r in await store.jobs.json()] == [(ids[0], "queued"), (ids[1], "landed")]
+    assert asked == [[ids[1]], None], "after the forgetting, every job rendered again"
+    await store.close()
+
+
 async def test_open_turn_reads_history_and_memories_then_stores_the_message(tmp_path):
     """A chat turn's store work is one call: history and memories as they were, then the message, durable."""
     path = tmp_path / "o.db"

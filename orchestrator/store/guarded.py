@@ -73,6 +73,8 @@ class Guarded(ABC):
         self.changes = Changes()
         self._json: dict[int, tuple[str, str, str]] | None = None
         """`json`'s rendered rows by id (None: not read yet, or every row must be rendered again)."""
+        self._forgotten = 0
+        """How many times `forget_rendered` ran: rows rendered across one are not kept."""
         self._json_lock = asyncio.Lock()
 
     # -- what only an engine can do ------------------------------------------------------------------------------
@@ -223,21 +225,23 @@ class Guarded(ABC):
     def forget_rendered(self) -> None:
         """Render every job again on the next `json` (what changed meanwhile is unknown)."""
         self._json = None
+        self._forgotten += 1
 
     async def _rendered(self, states: Iterable[JobState] | None) -> list[tuple[int, str, str, str]]:
         stale, self.changes.stale = self.changes.stale, set()
-        if self._json is None:
-            rendered = {row[0]: row[1:] for row in await self._render(None)}
-            self._json = rendered if len(rendered) <= JSON_CACHE_MAX else None
+        rows, era = self._json, self._forgotten
+        if rows is None:
+            rows = {row[0]: row[1:] for row in await self._render(None)}
         elif stale:
             fresh = {row[0]: row[1:] for row in await self._render(sorted(stale))}
             for job_id in stale:
                 if job_id in fresh:
-                    self._json[job_id] = fresh[job_id]
+                    rows[job_id] = fresh[job_id]
                 else:
-                    self._json.pop(job_id, None)  # deleted
-            if any(a > b for a, b in itertools.pairwise(self._json)):  # ids are new at the end; keep id order
-                self._json = dict(sorted(self._json.items()))
+                    rows.pop(job_id, None)  # deleted
+            if any(a > b for a, b in itertools.pairwise(rows)):  # ids are new at the end; keep id order
+                rows = dict(sorted(rows.items()))
+        # Forgotten while rendering (a reconnection to the team's database): this answer stands, the next renders all.
+        self._json = rows if era == self._forgotten and len(rows) <= JSON_CACHE_MAX else None
         names = None if states is None else {str(s) for s in states}
-        rows = self._json if self._json is not None else rendered
         return [(i, *row) for i, row in rows.items() if names is None or row[0] in names]
