@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from orchestrator.core.models import Code, JobState
@@ -102,6 +103,32 @@ def test_a_change_the_base_has_already_is_nothing_to_change_and_one_it_cannot_ta
         assert git(ws, "status", "--porcelain") == ""
 
 
+def test_a_change_deleting_a_file_the_base_lacks_does_not_apply(make_repo, tmp_path):
+    """A release that folds a news fragment (deletes it) replayed on a base the fragment has not reached yet: a
+    three-way merge calls "deleted on both sides" clean, but the change needs the one that adds the fragment, so it
+    does not apply (its job runs again behind it), with `conflict: theirs` too (no landing would see it later)."""
+    repo = make_repo(files={"CHANGES": "old\n"})
+    base = git(repo, "rev-parse", "main")
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {"news/1.rst": "fixed\n"})
+    git(repo, "add", "news/1.rst")
+    git(repo, "commit", "-qm", "a fix and its fragment")
+    git(repo, "rm", "-q", "news/1.rst")
+    write(repo, {"CHANGES": "fixed\nold\n"})
+    git(repo, "commit", "-qam", "release")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    ws = workspace(repo, tmp_path / "ws", base, "orchestrator/1")
+    with pytest.raises(replay.NotApplied, match=r"deletes news/1\.rst"):
+        replay.apply_commit(ws, sha)
+    assert git(ws, "status", "--porcelain") == ""
+    with pytest.raises(replay.NotApplied, match=r"deletes news/1\.rst"):
+        replay.apply_commit(ws, sha, theirs=True)
+    git(repo, "merge", "-q", "--ff-only", "side~1")  # the fragment landed
+    ws = workspace(repo, tmp_path / "ws2", git(repo, "rev-parse", "main"), "orchestrator/2")
+    assert replay.apply_commit(ws, sha) == ["CHANGES", "news/1.rst"]
+
+
 def test_conflict_theirs_keeps_the_recorded_side(make_repo, tmp_path):
     """`conflict: theirs` applies a conflicting commit with its own side of each conflicting hunk."""
     assert replay.parse("commit: a\nconflict: theirs").theirs
@@ -153,7 +180,9 @@ def test_conflict_theirs_deletes_a_file_the_base_modified(make_repo, tmp_path):
 
 def test_conflict_theirs_moves_files_the_base_lacks(make_repo, tmp_path):
     """A recorded move of files its replay base does not have yet (they came with a change that has not
-    landed: rename/delete) applies with `conflict: theirs`: the files at their new place, none at the old."""
+    landed: rename/delete) merges with `conflict: theirs` into the files at their new place, none at the old (as
+    the benchmark's serial check applies it); the runner does not apply it: the move needs the change that adds
+    them (landed later, it would bring them back at the old place)."""
     repo = make_repo(files={"a.txt": "a\n"})
     git(repo, "checkout", "-qb", "side")
     write(repo, {f"tests/two/t{n}.py": f"test {n}\n" * 5 for n in range(3)})
@@ -164,9 +193,14 @@ def test_conflict_theirs_moves_files_the_base_lacks(make_repo, tmp_path):
     sha = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-q", "main")
     ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
-    replay.apply_commit(ws, sha, theirs=True)
-    assert sorted(p.name for p in (ws / "tests/one").iterdir()) == ["t0.py", "t1.py", "t2.py"]
-    assert not (ws / "tests/two").exists()
+    repository = pygit2.Repository(str(repo))
+    commit = repository.revparse_single(sha).peel(pygit2.Commit)
+    main = repository.revparse_single("main").peel(pygit2.Commit).tree
+    tree = replay.replayed_tree(repository, commit, main, theirs=True)
+    assert sorted(e.name for e in tree / "tests" / "one") == ["t0.py", "t1.py", "t2.py"]
+    assert "tests/two" not in tree
+    with pytest.raises(replay.NotApplied, match=r"tests/two/t0\.py"):
+        replay.apply_commit(ws, sha, theirs=True)
 
 
 def test_conflict_theirs_keeps_both_entries_of_a_changelog(make_repo, tmp_path):

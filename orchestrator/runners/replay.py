@@ -130,6 +130,11 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False, mergeable: Merg
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
     head = repo[ws.head()].peel(pygit2.Commit)
+    if commit.parents and (absent := _deletes_absent(commit.parents[0].tree, head.tree, commit.tree)):
+        # A three-way merge takes "deleted by both" as clean, but the change was made where the file was: it
+        # needs the change that adds it (a release folding news fragments another job adds). Not settled by
+        # `theirs` either: no landing check would see it later, the deletion would just be missing.
+        raise NotApplied(f"commit {commit.id} deletes {', '.join(absent)}, which this base does not have yet")
     tree = replayed_tree(repo, commit, head.tree, theirs, mergeable)
     changed = sorted(_paths(head.tree.diff_to_tree(tree)))
     # Write the merged tree into the workspace (its admin index follows), leaving HEAD where it is: the
@@ -163,6 +168,12 @@ def replayed_tree(
     tree = repo.get(index.write_tree(repo))
     assert isinstance(tree, pygit2.Tree)
     return tree
+
+
+def _deletes_absent(base: pygit2.Tree, onto: pygit2.Tree, recorded: pygit2.Tree) -> list[str]:
+    """The paths the recorded change deletes that `onto` does not have."""
+    gone = [d.old_file.path for d in base.diff_to_tree(recorded).deltas if d.status == pygit2.enums.DeltaStatus.DELETED]
+    return sorted(p for p in gone if p not in onto)
 
 
 def _union_merged(
