@@ -257,16 +257,7 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     p = {f: calibration.probability(z) for f, z in s.logits.items()}
     direct = dict(p)
     reasons = {f: list(r) for f, r in s.reasons.items()}
-    passed: dict[str, float] = {}  # the strongest co-change each file receives (sources overlap: no sum)
-    for src, ps in direct.items():
-        textual = any(k in TEXTUAL for k, _ in s.reasons.get(src, ()))
-        if ps < COCHANGE_FROM or not (textual or ps >= CLAIM_P):
-            continue  # a file only its words matched passes nothing on: that would be a guess of a guess
-        for g, share, why in s.edges.get(src, ()):
-            if ps * share > passed.get(g, 0.0):
-                passed[g] = ps * share
-            _why(reasons, g, Kind.TEST if why.startswith("the test") else Kind.COCHANGE, why)
-    for g, q in passed.items():
+    for g, q in _passed_on(s, direct, reasons).items():
         _noisy_or(p, g, q)
     mergeable = tuple(ignore)
     ranked = sorted(
@@ -327,6 +318,20 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         calibration.floor,
     )
     return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded)
+
+
+def _passed_on(s: Spread, direct: dict[str, float], reasons: dict[str, list[tuple[Kind, str]]]) -> dict[str, float]:
+    """The strongest co-change each file receives from the candidates (sources overlap: no sum), its reason noted."""
+    passed: dict[str, float] = {}
+    for src, ps in direct.items():
+        textual = any(k in TEXTUAL for k, _ in s.reasons.get(src, ()))
+        if ps < COCHANGE_FROM or not (textual or ps >= CLAIM_P):
+            continue  # a file only its words matched passes nothing on: that would be a guess of a guess
+        for g, share, why in s.edges.get(src, ()):
+            if ps * share > passed.get(g, 0.0):
+                passed[g] = ps * share
+            _why(reasons, g, Kind.TEST if why.startswith("the test") else Kind.COCHANGE, why)
+    return passed
 
 
 def _coverage(near: Sequence[tuple[str, float]]) -> float:
