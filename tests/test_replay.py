@@ -129,6 +129,28 @@ def test_a_change_deleting_a_file_the_base_lacks_does_not_apply(make_repo, tmp_p
     assert replay.apply_commit(ws, sha) == ["CHANGES", "news/1.rst"]
 
 
+def test_a_change_deleting_a_file_something_landed_deleted_already_applies(make_repo, tmp_path):
+    """Two branches remove one file (replayed without their merges): the second one's base lacks the file because
+    the first one's landing deleted it, not because it was never added. It applies (its other edits land) instead of
+    refusing on every attempt; a file the shared history never had still does not."""
+    repo = make_repo(files={"old.py": "old\n", "a.txt": "a\n"})
+    git(repo, "checkout", "-qb", "first")
+    git(repo, "rm", "-q", "old.py")
+    git(repo, "commit", "-qm", "drop old.py")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "checkout", "-qb", "second")
+    git(repo, "rm", "-q", "old.py")
+    write(repo, {"a.txt": "a\nsecond\n"})
+    git(repo, "commit", "-qam", "drop old.py and extend a")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--ff-only", "first")  # the first removal landed
+    for n, theirs in enumerate((False, True)):
+        ws = workspace(repo, tmp_path / f"ws{n}", git(repo, "rev-parse", "main"), f"orchestrator/{n}")
+        assert replay.apply_commit(ws, sha, theirs=theirs) == ["a.txt"]
+        assert (ws / "a.txt").read_text() == "a\nsecond\n" and not (ws / "old.py").exists()
+
+
 def test_conflict_theirs_keeps_the_recorded_side(make_repo, tmp_path):
     """`conflict: theirs` applies a conflicting commit with its own side of each conflicting hunk."""
     assert replay.parse("commit: a\nconflict: theirs").theirs
