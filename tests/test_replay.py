@@ -243,6 +243,31 @@ def test_conflict_theirs_keeps_both_entries_of_a_changelog(make_repo, tmp_path):
     assert (ws / "a.py").read_text() == "recorded\n"
 
 
+def test_a_changelog_rewording_overtaken_by_the_change_recorded_on_it_still_lands(make_repo, tmp_path):
+    """A release rewording the changelog's heading, and the next change (recorded on top of it) adding a new heading
+    above, replayed the other way round: the later one lands first, then the release still has its rewording to
+    make (the old heading does not come back beside the new ones), and the end is the recorded end."""
+    head = "# Changes\n\n\n## Unreleased (25.5.0...HEAD)\n\n- an entry\n"
+    repo = make_repo(files={"CHANGELOG.md": head})
+    git(repo, "checkout", "-qb", "side")
+    released = head.replace("## Unreleased (25.5.0...HEAD)", "## 26.1.0 (25.5.0...26.1.0)")
+    write(repo, {"CHANGELOG.md": released})
+    git(repo, "commit", "-qam", "Prepare 26.1.0")
+    release = git(repo, "rev-parse", "HEAD")
+    write(repo, {"CHANGELOG.md": released.replace("## 26.1.0", "## Unreleased (26.1.0...HEAD)\n\n\n## 26.1.0")})
+    git(repo, "commit", "-qam", "Start new development cycle")
+    cycle, recorded = git(repo, "rev-parse", "HEAD"), (repo / "CHANGELOG.md").read_text()
+    git(repo, "checkout", "-q", "main")
+    repository = pygit2.Repository(str(repo))
+    tree = repository.revparse_single("main").peel(pygit2.Tree)
+    for sha in (cycle, release):
+        before = tree.id
+        commit = repository.revparse_single(sha).peel(pygit2.Commit)
+        tree = replay.replayed_tree(repository, commit, tree, theirs=True, mergeable=lambda p: p == "CHANGELOG.md")
+        assert tree.id != before, f"{commit.message.strip()} has a change to make"
+    assert repository[tree["CHANGELOG.md"].id].data.decode() == recorded
+
+
 async def test_a_replay_that_does_not_apply_runs_again_behind_the_jobs_beside_it(make_repo, tmp_path):
     """A change recorded on top of another that has not landed yet does not apply on its base: a conflict, not a
     failure. Its job goes back to the queue behind the job beside it, runs again once that landed, and lands."""

@@ -201,16 +201,17 @@ def _union_merged(
     touched = [p for p in _paths(base.diff_to_tree(commit.tree)) if is_union(p)]
     if not touched:
         return
-    union = repo.merge_trees(base, onto, commit.tree, favor=pygit2.enums.MergeFavor.UNION)
     for path in touched:
-        try:
-            entry = union[path]
-        except KeyError:  # deleted, or no line-wise matter (binary): the recorded side stands
+        if path not in onto or path not in commit.tree:  # deleted on one side: the recorded side stands
+            continue
+        had = base[path].id if path in base else None
+        merged = merging.union_blob(repo, had, onto[path].id, commit.tree[path].id)
+        if merged is None:  # no line-wise matter (binary): the recorded side stands
             continue
         left = index.conflicts
         if left is not None and path in left:
             del left[path]
-        index.add(pygit2.IndexEntry(path, entry.id, entry.mode))
+        index.add(pygit2.IndexEntry(path, merged, commit.tree[path].filemode))
 
 
 def _settle_theirs(index: pygit2.Index) -> None:
