@@ -116,7 +116,8 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     whether they met refit `Calibration.meet` beside the record's own pairs (and are kept after them in `points`,
     the most recent: `Calibration.floor` reads them too); whether those that met merged count in the repository's
     share that would not (`Calibration.nonmerge`, at ROOT, and among the meetings of disjoint claims), and what
-    admission estimated for them in its check (`Calibration.checked`). Each counts `RECENT` times
+    admission estimated for them before the map, with whether they merged, refit the map (`Calibration.checked`,
+    `Calibration.scale`). Each counts `RECENT` times
     a record's pair in all but the floor: they are the repository's present, the record its past."""
     if not outcomes:
         return calibration
@@ -130,8 +131,7 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     unknown = calibration.unknown if len(points) < MIN_PAIRS else ""
     rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
     n_d, k_d = calibration.disjoint
-    e, k = calibration.checked
-    estimated = sum(o.risk for o in outcomes) / calibration.risk_scale
+    checked = [(o.raw if o.raw is not None else o.risk, not o.merged) for o in outcomes for _ in range(RECENT)]
     return replace(
         calibration,
         meet=(a, b),
@@ -139,8 +139,7 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
         unknown=unknown,
         points=tuple(points),
         disjoint=(n_d + RECENT * len(met), k_d + RECENT * unmerged),
-        checked=(e + RECENT * estimated, k + RECENT * sum(not o.merged for o in outcomes)),
-    )
+    ).checking((*calibration.checked, *checked))
 
 
 def replay(
@@ -236,15 +235,14 @@ def fit(
         disjoint=(disjoint[0], disjoint[1]),
         blind=_blind(samples, scope),
     )
-    expected = sum(_estimate(out, z, areas) for z, areas, _ in checked)
-    return replace(out, checked=(expected, sum(k for _, _, k in checked)))
+    return out.checking([(_estimate(out, z, areas), k) for z, areas, k in checked])
 
 
 def _estimate(calibration: Calibration, z: float, areas: tuple[str, str]) -> float:
     """The risk `core.risk.pair_risk` gives a pair of the calibration's repository at log-odds `z` in `areas`, before
-    the calibration's check of it against the record (`Calibration.risk_scale`)."""
+    the calibration's map (`Calibration.scale`)."""
     meet = max(MEET_FLOOR, calibration.floor, sigmoid(calibration.meet[0] * z + calibration.meet[1]))
-    return meet * max(calibration.nonmerge(x, scaled=False) for x in areas)
+    return meet * min(1.0, max(calibration.nonmerge(x) for x in areas))
 
 
 def _blind(samples: Sequence[Sample], scope: str = "all") -> tuple[int, int]:
