@@ -233,13 +233,19 @@ def pair_risk(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_he
 
 
 def mapped(knots: Sequence[tuple[float, float]], raw: float) -> float:
-    """The risk a repository's map (`plan.riskmap`: knots of a monotone step function, each the lowest estimate
-    of a step and its value) gives an estimate `raw`: the value of the highest step at or below it (the lowest
-    step below them all). No knots: `raw` itself."""
+    """The risk a repository's map (`plan.riskmap`: knots (estimate, value), both increasing) gives an estimate `raw`:
+    interpolated between the knots around it; below the first the first's value, above the last the last's and what
+    the estimate is above it. No knots: `raw`."""
     if not knots:
         return raw
     i = bisect_right([x for x, _ in knots], raw)
-    return knots[max(0, i - 1)][1]
+    if i == 0:
+        return knots[0][1]
+    if i == len(knots):
+        x, y = knots[-1]
+        return min(1.0, y + raw - x)
+    (x0, y0), (x1, y1) = knots[i - 1], knots[i]
+    return y0 + (y1 - y0) * (raw - x0) / (x1 - x0)
 
 
 def raw_meet(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_held: Iterable[str]) -> float:

@@ -39,7 +39,7 @@ from orchestrator.core import claims
 from orchestrator.core.models import Risk
 from orchestrator.core.risk import KNOWN, MEET_FLOOR, Escapes, by_files, pair_logit, raw_meet, sigmoid
 from orchestrator.git import repos
-from orchestrator.plan import evidence, manifests, merges
+from orchestrator.plan import evidence, manifests, merges, riskmap
 from orchestrator.plan import focus as focus_mod
 from orchestrator.plan import index as index_mod
 from orchestrator.plan.accuracy import Settled
@@ -132,14 +132,22 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
     n_d, k_d = calibration.disjoint
     checked = [(o.raw if o.raw is not None else o.risk, not o.merged) for o in outcomes for _ in range(RECENT)]
-    return replace(
+    refitted = replace(
         calibration,
         meet=(a, b),
         merges=rows,
         unknown=unknown,
         points=tuple(points),
         disjoint=(n_d + RECENT * len(met), k_d + RECENT * unmerged),
-    ).checking((*calibration.checked, *checked))
+    )
+    return checking(refitted, (*calibration.checked, *checked))
+
+
+def checking(calibration: Calibration, points: Sequence[tuple[float, bool]]) -> Calibration:
+    """`calibration` with `points` (estimate before the map, would not merge) as its check, and its map
+    (`Calibration.scale`) fitted on them (`riskmap.fit`)."""
+    checked = tuple(points)
+    return replace(calibration, checked=checked, scale=riskmap.fit(checked))
 
 
 def replay(
@@ -235,7 +243,7 @@ def fit(
         disjoint=(disjoint[0], disjoint[1]),
         blind=_blind(samples, scope),
     )
-    return out.checking([(_estimate(out, z, areas), k) for z, areas, k in checked])
+    return checking(out, [(_estimate(out, z, areas), k) for z, areas, k in checked])
 
 
 def _estimate(calibration: Calibration, z: float, areas: tuple[str, str]) -> float:

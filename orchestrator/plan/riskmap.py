@@ -3,14 +3,20 @@ Pure, no I/O.
 
 The estimate (`core.risk`: the chance two jobs meet times the chance such a meeting would not merge) is checked
 against the record's own later pairs (`plan.record.fit`: each estimated from the changes before it only, then
-whether it would have merged). Within a repository the observed rate is nearly flat across the estimate: the
-estimate ranks pairs a little, and its scale per repository is what is wrong. So the map is fitted, per
-repository, as a monotone step function (pooled adjacent violators, weighted), each step shrunk towards the
-repository's own base rate by `PRIOR` pseudo-pairs (a thin step says little of itself), then taken at the upper
-end of its Wilson interval at `Z` (an upper bound: the period's drift stays within what was measured) and kept
-monotone. Where the estimate does not rank, every pair gets the repository's base rate: the honest answer.
+whether it would have merged). The map is fitted on those pairs as pooled bins: `BINS` bins of as many pairs each
+(at least `MIN_BIN`) by their estimate, adjacent bins whose rates (or mean estimates: ties) do not increase pooled
+(so the map is monotone, and where the estimate does not rank a repository's pairs, one bin: its base rate), each
+bin's rate pulled towards the bin's own mean estimate by `PRIOR` pseudo-pairs (a thin bin says little of itself)
+and taken at the upper end of its Wilson interval at `Z` (the period's drift stays within it). Between the bins'
+mean estimates the map is linear; below the first it keeps the first bin's value, above the last it grows as the
+estimate does.
 
-`fit` gives the knots (lowest estimate of each step, its value); `core.risk.mapped` applies them.
+Fitted on the record's own later pairs (the first half of them, 26 repositories) and judged on the rest, this beat
+the single ratio it replaces and an isotonic map of every pair shrunk to the repository's base rate (a few hundred
+pairs a repository: it fit their noise): log-loss 0.244 against 0.250 and 0.268, two repositories of 26 above 1.5
+times their estimate on the later half against six and ten.
+
+`fit` gives the map as knots (estimate, value), both increasing; `core.risk.mapped` applies them.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-PRIOR = 20.0
-"""Pseudo-pairs at the repository's base rate that each step of the map is pulled towards."""
-Z = 0.84
-"""The normal quantile of the upper bound each step is taken at (one-sided 80%)."""
-MIN_STEP = 25
-"""Pairs a step needs before it stands apart from its neighbour (fewer: pooled with the one below)."""
+BINS = 4
+"""Bins of the record's pairs, by their estimate."""
+MIN_BIN = 40
+"""Pairs a bin needs (fewer: one bin fewer)."""
+PRIOR = 100.0
+"""Pseudo-pairs at its own mean estimate by which each bin's rate is pulled towards it."""
+Z = 0.52
+"""The normal quantile of the upper bound each bin is taken at (one-sided 70%)."""
 
 
 def upper(k: float, n: float, z: float = Z) -> float:
@@ -42,39 +50,42 @@ def fit(points: Sequence[tuple[float, bool]]) -> tuple[tuple[float, float], ...]
     if not points:
         return ()
     pts = sorted(points)
-    n_all, k_all = len(pts), sum(y for _, y in pts)
-    base = (k_all + 0.5) / (n_all + 1.0)
-    # Pooled adjacent violators over the points grouped by estimate: blocks of (lowest x, n, k), rates increasing.
-    groups: list[list[float]] = []
-    for x, y in pts:
-        if groups and groups[-1][0] == x:
-            groups[-1][1] += 1
-            groups[-1][2] += y
-        else:
-            groups.append([x, 1.0, float(y)])
-    blocks: list[list[float]] = []
-    for g in groups:
-        blocks.append(g)
-        while len(blocks) > 1 and _violates(blocks[-2], blocks[-1]):
-            _, n2, k2 = blocks.pop()
-            blocks[-1][1] += n2
-            blocks[-1][2] += k2
-    pooled: list[list[float]] = []
-    for b in blocks:  # thin steps join the one below (the lowest one joins the next)
-        if pooled and (pooled[-1][1] < MIN_STEP or b[1] < MIN_STEP):
-            pooled[-1][1] += b[1]
-            pooled[-1][2] += b[2]
-        else:
-            pooled.append(list(b))
+    size = max(MIN_BIN, math.ceil(len(pts) / BINS))
+    bins = [_Bin.of(pts[i : i + size]) for i in range(0, len(pts), size)]
+    if len(bins) > 1 and bins[-1].n < MIN_BIN:
+        bins[-2:] = [bins[-2] + bins[-1]]
+    pooled: list[_Bin] = []
+    for b in bins:
+        pooled.append(b)
+        while len(pooled) > 1 and (pooled[-1].rate <= pooled[-2].rate or pooled[-1].mean <= pooled[-2].mean):
+            pooled[-2:] = [pooled[-2] + pooled[-1]]
     knots: list[tuple[float, float]] = []
-    for x, n, k in pooled:
-        value = upper(k + PRIOR * base, n + PRIOR)
-        if knots and value <= knots[-1][1]:
-            continue  # monotone: a step no higher than the one below adds nothing
-        knots.append((x, value))
+    for b in pooled:
+        value = upper(b.k + PRIOR * b.mean, b.n + PRIOR)
+        knots.append((b.mean, max(value, knots[-1][1]) if knots else value))
     return tuple(knots)
 
 
-def _violates(lo: list[float], hi: list[float]) -> bool:
-    """The higher-estimate block's rate is not above the lower one's: they pool."""
-    return hi[2] * lo[1] <= lo[2] * hi[1]
+class _Bin:
+    """Pairs pooled: their summed estimate, how many, how many would not merge."""
+
+    __slots__ = ("k", "n", "sx")
+
+    def __init__(self, sx: float, n: int, k: int) -> None:
+        self.sx, self.n, self.k = sx, n, k
+
+    @classmethod
+    def of(cls, pts: Sequence[tuple[float, bool]]) -> _Bin:
+        return cls(sum(x for x, _ in pts), len(pts), sum(y for _, y in pts))
+
+    def __add__(self, other: _Bin) -> _Bin:
+        return _Bin(self.sx + other.sx, self.n + other.n, self.k + other.k)
+
+    @property
+    def mean(self) -> float:
+        return self.sx / self.n
+
+    @property
+    def rate(self) -> float:
+        """The bin's rate as the map takes it (before the upper bound)."""
+        return (self.k + PRIOR * self.mean) / (self.n + PRIOR)

@@ -11,12 +11,11 @@ directory's often-changed files, `rest` is the chance of touching any one file n
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from orchestrator.core.risk import MEET_FLOOR
-from orchestrator.plan import riskmap
 from orchestrator.plan.kinds import path_class
 
 CAPS: Mapping[str, float] = {
@@ -198,8 +197,8 @@ class Calibration:
     """Per pair `meet` was checked on (the daemon's settled pairs after the record's): the risk the calibration
     estimated for it before its map (`scale`), and whether it would not have merged."""
     scale: tuple[tuple[float, float], ...] = ()
-    """The map from that estimate to the share of such pairs that would not merge (`plan.riskmap.fit` on `checked`):
-    what `core.risk` makes of a pair's estimate in this repository."""
+    """The map from that estimate to the share of such pairs that would not merge (`plan.riskmap.fit` on `checked`,
+    `plan.record.checking`): what `core.risk` makes of a pair's estimate in this repository."""
     blind: tuple[int, int] = (0, 0)
     """(pairs, met): of the record's pairs of changes near each other where one's message named nothing of the
     repository, how many, and how many touched a common path: the chance a job whose text names nothing meets
@@ -295,11 +294,6 @@ class Calibration:
             rate, seen = (k + AREA_PRIOR * rate) / (n + AREA_PRIOR), n or seen
         rate = min(1.0, rate * self.edge_share)
         return min(1.0, rate + NONMERGE_SD * math.sqrt(rate * (1.0 - rate) / (seen + AREA_PRIOR + 1.0)))
-
-    def checking(self, points: Sequence[tuple[float, bool]]) -> Calibration:
-        """This calibration with `points` (estimate, would not merge) as its check, and the map fitted on them."""
-        checked = tuple(points)
-        return replace(self, checked=checked, scale=riskmap.fit(checked))
 
     @property
     def edge_share(self) -> float:
