@@ -371,6 +371,8 @@ MIGRATIONS: tuple[tuple[Op, ...], ...] = (
     # the result a person approved for landing: in team mode sealed with the order, so a review job whose state
     # alone was moved to `landing` in the database never lands.
     (Add("jobs", "approved"),),
+    # the jobs that landed as a given commit, read by it: what a job's base lacks of the earlier-queued jobs.
+    (Index("jobs_landed_sha", "jobs", ("landed_sha",)),),
 )
 """Every migration, in order, for both engines: each a tuple of operations (each for both dialects unless marked
 `only`). Add the next at the end."""

@@ -208,6 +208,11 @@ class SqliteJobs(Guarded):
         """These jobs (missing ids are left out), by id."""
         return [from_row(r) for r in await self._db.call(_get_many_sync, sorted(set(ids)))]
 
+    async def landed_as(self, shas: Iterable[str]) -> list[Job]:
+        """The landed jobs whose landing commit is one of `shas`, by id (by the landed_sha index)."""
+        rows = await self._db.call(_landed_as_sync, sorted(set(shas)))
+        return sorted((from_row(r) for r in rows), key=lambda j: j.id)
+
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The current state of each of these jobs (missing ids are left out)."""
         rows = await self._db.call(_states_sync, sorted(set(ids)))
@@ -440,6 +445,16 @@ def _get_many_sync(conn: sqlite3.Connection, wanted: list[int]) -> list[sqlite3.
     for i in range(0, len(wanted), _CHUNK):
         chunk = wanted[i : i + _CHUNK]
         out += conn.execute(f"SELECT * FROM jobs WHERE id IN ({in_(chunk)}) ORDER BY id", chunk).fetchall()
+    return out
+
+
+def _landed_as_sync(conn: sqlite3.Connection, wanted: list[str]) -> list[sqlite3.Row]:
+    out: list[sqlite3.Row] = []
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i : i + _CHUNK]
+        out += conn.execute(
+            f"SELECT * FROM jobs WHERE landed_sha IN ({in_(chunk)}) AND state = ?", [*chunk, str(JobState.LANDED)]
+        ).fetchall()
     return out
 
 

@@ -478,6 +478,10 @@ def main(
     changes = [hist.Change(n, c.sha, c.subject, c.files, c.lines) for n, c in enumerate(recorded[-last:])]
     if repo is not None:
         source = repo
+        try:
+            replayrepo.check_objects(source, changes)
+        except hist.HistoryError as e:
+            raise click.UsageError(str(e)) from None
 
         def make(root: Path) -> replayrepo.ReplayRepo:
             return replayrepo.clone(source, changes, root)
