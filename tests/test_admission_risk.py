@@ -107,8 +107,8 @@ def test_low_risk_runs_beside_high_risk_waits_unknown_runs_alone() -> None:
     assert r.risk <= RISKY.risk
     d = decide(low, Snapshot(active=(active,), waiting=(low,), policy=RISKY))
     assert d.admitted and f"risk {r} \u2264 3.0%: beside job 4" in d.message
-    assert d.risks == ((4, r.logit, r.meet, r.nonmerge),)
-    assert d.to_json()["risks"] == [risk_json(4, r.logit, r.meet, r.nonmerge)]
+    assert d.risks == ((4, r.logit, r.meet, r.nonmerge, r.raw),)
+    assert d.to_json()["risks"] == [risk_json(4, r.logit, r.meet, r.nonmerge, r.raw)]
     high = evidence(6, {"src/b.py"}, {"src/a.py": 0.3}, 0.001)
     d = decide(high, Snapshot(active=(active,), waiting=(high,), policy=RISKY))
     assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.RISK, (4,))

@@ -168,7 +168,7 @@ class _Ask:
     """Active jobs whose held paths its claim meets (found by the overlap check)."""
     beside: tuple[PairRisk, Facts] | None = None
     """The highest estimated risk beside an active job, with that job (found by the risk check)."""
-    risks: tuple[tuple[int, float, float, float], ...] = ()
+    risks: tuple[tuple[int, float, float, float, float], ...] = ()
     """The risk beside each active job weighed (found by the risk check): see `Decision.risks`."""
     total: float = 0.0
     """Its chance of a conflict the landing cannot merge beside all of them (`core.risk.combined`)."""
@@ -368,7 +368,7 @@ def _risk(ask: _Ask, c: _Checks) -> None:
     if not beside:
         c.ok("Risk", "no estimate to weigh")
         return
-    ask.risks = tuple((a.job.id, r.logit, r.meet, r.nonmerge) for r, a in beside)
+    ask.risks = tuple((a.job.id, r.logit, r.meet, r.nonmerge, r.raw) for r, a in beside)
     ask.total = total = combined(r.risk for r, _ in beside)
     r, a = max(beside, key=lambda t: t[0].risk)
     if total > f.risk_limit:

@@ -340,4 +340,3 @@ class Store(Protocol):
     async def columns(self) -> list[str]:
         """The jobs table's job-field columns, in order (a test holds them to `core.job.FIELDS`)."""
         ...
-

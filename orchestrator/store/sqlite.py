@@ -103,8 +103,6 @@ def _encode(name: str, value: Any) -> Any:
 _EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
 
 
-
-
 def _write_one(conn: sqlite3.Connection, w: Write, now: float) -> sqlite3.Row | None:
     """One guarded write on the database thread: the job's row after it, or None if it was not in `expect`."""
     values = dict(w.fields)
