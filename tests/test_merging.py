@@ -113,6 +113,20 @@ def test_a_union_merged_rewording_beside_an_entry_added_above_it_is_kept(make_re
         assert blob(repo, result.sha, "CHANGELOG.md") == "# Changes\n\n\n## Next\n\n\n## 26.1.0\n\n- an entry\n", style
 
 
+def test_a_checkout_marking_the_changelog_union_merges_it_the_same_way(make_repo: Callable[..., Path]) -> None:
+    """`merge=union` in the checkout's own .gitattributes (which libgit2 runs itself, writing both sides whole): the
+    reworded heading beside a section added above it still lands without the old heading back, in every style."""
+    head = "# Changes\n\n\n## Unreleased\n\n- an entry\n"
+    repo, base = setup(make_repo, {".gitattributes": "CHANGELOG.md merge=union\n", "CHANGELOG.md": head})
+    assert (repo / ".gitattributes").exists(), "the checkout says it"
+    release = branch(repo, "release", base, {"CHANGELOG.md": head.replace("## Unreleased", "## 26.1.0")})
+    cycle = branch(repo, "cycle", base, {"CHANGELOG.md": head.replace("## Unreleased", "## Next\n\n\n## Unreleased")})
+    for style in ("merge", "rebase", "squash"):
+        result = merge_for_landing(repo, cycle, release, style=style)
+        assert result.sha is not None, style
+        assert blob(repo, result.sha, "CHANGELOG.md") == "# Changes\n\n\n## Next\n\n\n## 26.1.0\n\n- an entry\n", style
+
+
 def test_gitattributes_union_honoured(make_repo: Callable[..., Path]) -> None:
     """`merge=union` in the committed .gitattributes is honoured even when the checkout is on a branch without it."""
     repo, base = setup(make_repo, {".gitattributes": "NEWS merge=union\n", "NEWS": "- old\n"})

@@ -81,7 +81,8 @@ def merge_conflicts(
         attr_commit: pygit2.Oid | None = base_obj.peel(pygit2.Commit).id
     except (pygit2.GitError, ValueError):  # a bare tree as base: attributes from the checkout only
         attr_commit = None
-    return _settle(repo, index, is_union=union_paths(repo, attr_commit, mergeable))
+    # Only the conflicts are asked for: what a union merge writes is no conflict either way.
+    return _settle(repo, index, None, is_union=union_paths(repo, attr_commit, mergeable))
 
 
 def workspaces_conflict(
@@ -205,7 +206,7 @@ def _rebase(
             pick.parents[0].tree if pick.parents else repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
         )
         index = repo.merge_trees(parent, onto.tree, pick.tree)
-        conflicts = _settle(repo, index, is_union=is_union)
+        conflicts = _settle(repo, index, (parent, onto.tree, pick.tree), is_union=is_union)
         if conflicts:
             return MergeResult(head=head_sha, sha=None, conflicts=conflicts, kind="conflict")
         tree = index.write_tree(repo)
@@ -223,7 +224,9 @@ def _merged_tree(
 ) -> tuple[pygit2.Oid | None, tuple[str, ...]]:
     """The 3-way merge of two commits as a tree (union paths settled), or None and the conflicting paths."""
     index = repo.merge_commits(ours, theirs)
-    conflicts = _settle(repo, index, is_union=is_union)
+    base = repo.merge_base(ours.id, theirs.id)
+    ancestor = repo[base].peel(pygit2.Tree) if base is not None else repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
+    conflicts = _settle(repo, index, (ancestor, ours.tree, theirs.tree), is_union=is_union)
     return (None, conflicts) if conflicts else (index.write_tree(repo), ())
 
 
@@ -236,7 +239,7 @@ def merged_trees(
     """The 3-way merge of three trees (union paths settled): the merged tree, written to `repo`'s object
     database, or None and the conflicting paths."""
     index = repo.merge_trees(ancestor, ours, theirs)
-    conflicts = _settle(repo, index, is_union=is_union)
+    conflicts = _settle(repo, index, (ancestor, ours, theirs), is_union=is_union)
     if conflicts:
         return None, conflicts
     return repo[index.write_tree(repo)].peel(pygit2.Tree), ()
@@ -287,13 +290,18 @@ def union_blob(
     return None if merged is None else repo.create_blob(merged)
 
 
-def _settle(repo: pygit2.Repository, index: pygit2.Index, *, is_union: Mergeable) -> tuple[str, ...]:
-    """Resolve union-mergeable conflicts in `index` in place; return the paths still in conflict, sorted."""
-    if index.conflicts is None:
-        return ()
+Trees = tuple[pygit2.Tree, pygit2.Tree, pygit2.Tree]
+"""A merge's (ancestor, ours, theirs)."""
+
+
+def _settle(
+    repo: pygit2.Repository, index: pygit2.Index, trees: Trees | None, *, is_union: Mergeable
+) -> tuple[str, ...]:
+    """Resolve union-mergeable conflicts in `index` (the merge of `trees`) in place, and merge again the union paths
+    libgit2 settled itself (`trees` None: only the conflicts are wanted); return the paths still in conflict."""
     remaining: set[str] = set()
     resolved: dict[str, pygit2.IndexEntry | None] = {}
-    for ancestor, ours, theirs in list(index.conflicts):
+    for ancestor, ours, theirs in list(index.conflicts or ()):
         paths = {e.path for e in (ours, theirs) if e is not None} or {ancestor.path}
         path = min(paths)
         if len(paths) > 1 or not is_union(path):  # a rename on one side is no line-wise matter
@@ -311,4 +319,33 @@ def _settle(repo: pygit2.Repository, index: pygit2.Index, *, is_union: Mergeable
         del index.conflicts[path]
         if entry is not None:
             index.add(pygit2.IndexEntry(path, entry.id, entry.mode))
+    if trees is not None:
+        _union_again(repo, index, trees, is_union, settled=set(resolved))
     return ()
+
+
+def _union_again(
+    repo: pygit2.Repository, index: pygit2.Index, trees: Trees, is_union: Mergeable, settled: set[str]
+) -> None:
+    """The union paths both sides changed that the merge settled without a conflict, merged again with `git.union`:
+    libgit2 runs a `merge=union` attribute of the checkout itself, writing both sides of a conflicting stretch whole
+    (a reworded line back beside its new wording); the same file merges one way whoever marked it union."""
+    ancestor, ours, theirs = trees
+    for path in sorted(_changed(ancestor, ours) & _changed(ancestor, theirs) - settled):
+        if not is_union(path):
+            continue
+        try:
+            mine, other = ours[path], theirs[path]
+            had = ancestor[path].id if path in ancestor else None
+        except KeyError:
+            continue
+        if mine.id == other.id or mine.type_str != "blob" or other.type_str != "blob":
+            continue
+        if (merged := union_blob(repo, had, mine.id, other.id)) is not None:
+            index.add(pygit2.IndexEntry(path, merged, mine.filemode))
+
+
+def _changed(ancestor: pygit2.Tree, tree: pygit2.Tree) -> set[str]:
+    """The files `tree` modified or added over `ancestor`."""
+    kinds = (pygit2.enums.DeltaStatus.MODIFIED, pygit2.enums.DeltaStatus.ADDED)
+    return {d.new_file.path for d in ancestor.diff_to_tree(tree).deltas if d.status in kinds}
