@@ -248,7 +248,7 @@ class Api:
         if request.query.get("transcript") in ("1", "true"):  # an agent CLI's transcript, kept beside the log
             path, follow = transcript_path(path), False
             if not path.exists():
-                return _error(404, f"job {job.id} has no transcript (runners with `output = \"claude-json\"` keep one)")
+                return _error(404, f'job {job.id} has no transcript (runners with `output = "claude-json"` keep one)')
         resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
         await resp.prepare(request)
         pos = 0
@@ -273,9 +273,7 @@ class Api:
     # -- run-time controls -----------------------------------------------------------------------
 
     def _controls_json(self) -> dict[str, Any]:
-        return {
-            scope: {"paused": paused, "slots": slots} for scope, (paused, slots) in self.scheduler.controls.items()
-        }
+        return {scope: {"paused": paused, "slots": slots} for scope, (paused, slots) in self.scheduler.controls.items()}
 
     async def _scope(self, control: rq.Control) -> str:
         if control.repo is None:

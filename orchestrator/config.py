@@ -677,7 +677,7 @@ def _check_runners(cfg: Config) -> None:
         if t.terminal not in TERMINALS:
             raise ConfigError(f"runners.{name}.terminal: {t.terminal!r}; use one of {', '.join(TERMINALS)}")
         if t.mcp and t.mcp not in MCP_STYLES:
-            raise ConfigError(f"runners.{name}.mcp: {t.mcp!r}; use one of {', '.join(map(repr, MCP_STYLES))} or \"\"")
+            raise ConfigError(f'runners.{name}.mcp: {t.mcp!r}; use one of {", ".join(map(repr, MCP_STYLES))} or ""')
         if t.mcp and not t.scratch_home:
             raise ConfigError(f"runners.{name}.mcp: the MCP server is written into a scratch HOME: set scratch_home")
         if t.rate_limits and t.rate_limits not in RATE_LIMIT_SIGNS:

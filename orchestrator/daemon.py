@@ -320,9 +320,7 @@ class Daemon:
             per_repo=self.cfg.jobs.per_repo,
         )
 
-    async def _ready(
-        self, parts: contextlib.AsyncExitStack, plane: JobPlane, notifier: Notifier, store: Store
-    ) -> None:
+    async def _ready(self, parts: contextlib.AsyncExitStack, plane: JobPlane, notifier: Notifier, store: Store) -> None:
         """What the git hook spooled is queued, then the service manager is told the daemon is ready."""
 
         async def open_jobs() -> list[dict[str, Any]]:

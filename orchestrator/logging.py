@@ -214,7 +214,9 @@ _SECRET_IN_TEXT = (
     # NAME=value, NAME: value, "name": "value", 'x-api-key': 'value' (env dumps, headers, dict and JSON text).
     re.compile(rf"""(?i)([\w\-]*{_SECRET_NAME}[\w\-]*["']?\s*[:=]\s*["']?)(?!\d+\b)([^\s"',;}}\]\)]+)"""),
     # --api-key VALUE, --token=VALUE (argv of a command).
-    re.compile(rf"(?i)((?:(?<=\s)|(?<=^)|(?<=[\[,'\"]))--?[\w\-]*{_SECRET_NAME}[\w\-]*(?:=|\s+))(?!\d+\b)([^\s\"',;]+)"),
+    re.compile(
+        rf"(?i)((?:(?<=\s)|(?<=^)|(?<=[\[,'\"]))--?[\w\-]*{_SECRET_NAME}[\w\-]*(?:=|\s+))(?!\d+\b)([^\s\"',;]+)"
+    ),
     # Authorization: Bearer VALUE / Basic VALUE.
     re.compile(r"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
 )

@@ -290,3 +290,35 @@ def test_the_chart_has_a_title_and_shows_each_rows_conflicts():
         "24000 MB RAM)"
     said = [t.get_text() for t in ax.texts]
     assert said == ["3 conflicts\n2 redone", "0 conflicts"], said
+
+
+def test_a_clone_missing_an_object_the_replay_reads_is_refused_up_front_naming_the_file(make_repo):
+    """A partial or damaged clone (a large file's blob left out) is refused before any row runs, naming the file
+    and what to do; every row used to run its jobs and then fail on it in the lost check."""
+    from click.testing import CliRunner
+
+    repo = make_repo(files={"docs/logo.gif": "GIF89a-not-really\n", "x.py": "x\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    for n in range(3):
+        (repo / "x.py").write_text(f"x{n}\n")
+        git(repo, "commit", "-qam", f"edit x {n}")
+    blob = git(repo, "rev-parse", f"{start}:docs/logo.gif")
+    git(repo, "gc", "-q", "--prune=now")  # packed: take the blob out by repacking without it
+    loose = repo / ".git" / "objects" / blob[:2] / blob[2:]
+    packs = list((repo / ".git" / "objects" / "pack").glob("*.pack"))
+    kept = subprocess.run(
+        ["git", "-C", str(repo), "rev-list", "--objects", "--all"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    ids = "\n".join(line.split()[0] for line in kept if not line.startswith(blob)) + "\n"
+    subprocess.run(["git", "-C", str(repo), "pack-objects", "-q", ".git/objects/pack/pack"], input=ids, text=True,
+                   check=True, capture_output=True)  # fmt: skip
+    for p in packs:
+        p.unlink()
+        p.with_suffix(".idx").unlink()
+        p.with_suffix(".rev").unlink(missing_ok=True)
+    assert not loose.exists()
+    assert subprocess.run(["git", "-C", str(repo), "cat-file", "-e", blob], capture_output=True).returncode != 0
+    args = ["--repo", str(repo), "--range", f"{start}..HEAD", "--last", "2", "--policy", "one-per-repo"]
+    out = CliRunner().invoke(jobs_bench.main, args)
+    assert out.exit_code == 2, out.output
+    assert "lacks objects the replay reads (docs/logo.gif)" in out.output and "fetch it whole" in out.output

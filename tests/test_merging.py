@@ -100,6 +100,19 @@ def test_mergeable_modify_delete_keeps_the_edit(make_repo: Callable[..., Path]) 
     assert blob(repo, result.sha, "CHANGES.rst") == "- ours\n"
 
 
+def test_a_union_merged_rewording_beside_an_entry_added_above_it_is_kept(make_repo: Callable[..., Path]) -> None:
+    """A release rewords the changelog's heading while another job adds a section above it: both land, and the old
+    heading is gone (a union that writes both sides' lines brought it back beside the new one), in every style."""
+    head = "# Changes\n\n\n## Unreleased\n\n- an entry\n"
+    repo, base = setup(make_repo, {"CHANGELOG.md": head})
+    release = branch(repo, "release", base, {"CHANGELOG.md": head.replace("## Unreleased", "## 26.1.0")})
+    cycle = branch(repo, "cycle", base, {"CHANGELOG.md": head.replace("## Unreleased", "## Next\n\n\n## Unreleased")})
+    for style in ("merge", "rebase", "squash"):
+        result = merge_for_landing(repo, cycle, release, lambda p: p == "CHANGELOG.md", style=style)
+        assert result.sha is not None, style
+        assert blob(repo, result.sha, "CHANGELOG.md") == "# Changes\n\n\n## Next\n\n\n## 26.1.0\n\n- an entry\n", style
+
+
 def test_gitattributes_union_honoured(make_repo: Callable[..., Path]) -> None:
     """`merge=union` in the committed .gitattributes is honoured even when the checkout is on a branch without it."""
     repo, base = setup(make_repo, {".gitattributes": "NEWS merge=union\n", "NEWS": "- old\n"})

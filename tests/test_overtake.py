@@ -7,13 +7,18 @@ In-process job plane (real store, real git, real scheduler, shell jobs).
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from orchestrator import testhook
 from orchestrator.core import lifecycle
 from orchestrator.core.job import Job
 from orchestrator.core.models import JobState
 from orchestrator.core.overtake import Unseen, unseen
+from orchestrator.jobs.rerun import unseen_of
 from tests.conftest import git
 from tests.plane import Plane, plane
 
@@ -52,6 +57,44 @@ def test_a_job_that_changed_nothing_runs_again_only_with_something_unseen_and_an
     assert lifecycle.on_unchanged(0, policy, unseen=True) is JobState.QUEUED
     assert lifecycle.on_unchanged(0, policy, unseen=False) is JobState.UNCHANGED
     assert lifecycle.on_unchanged(2, policy, unseen=True) is JobState.UNCHANGED
+
+
+class _Reads:
+    """A job table that notes the ids of every job it hands out."""
+
+    def __init__(self, jobs: Any) -> None:
+        self.jobs, self.read = jobs, set()
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.jobs, name)
+        if not callable(found):
+            return found
+
+        async def noted(*args: Any, **kwargs: Any) -> Any:
+            out = await found(*args, **kwargs)
+            if isinstance(out, list):
+                self.read |= {j.id for j in out if isinstance(j, Job)}
+            return out
+
+        return noted
+
+
+async def test_what_a_job_has_not_seen_is_read_without_every_job_that_ever_landed(make_repo, tmp_path):
+    """Whether a job missed an earlier one is decided on the open jobs and those landed since its base: the jobs
+    that landed before it are not read (a check on every job's end that read them all grew with the history)."""
+    repo = make_repo(files=FILES)
+    async with plane(tmp_path, max_concurrent=1, per_repo=1) as p:
+        ids = [await p.enqueue(repo, f"echo {n} > f{n}.txt", f"f{n}.txt") for n in range(4)]
+        for job_id in ids[:3]:
+            assert (await p.reach(job_id, *ENDED, timeout=60)).state is JobState.LANDED
+        base = git(repo, "rev-parse", "main")
+        assert (await p.reach(ids[3], *ENDED, timeout=60)).state is JobState.LANDED
+        me = Job(99, str(repo), "main", "t", "shell", JobState.RUNNING, created_at=time.time(), base=base)
+        me = replace(me, started_at=me.created_at)
+        reads = _Reads(p.store.jobs)
+        board = SimpleNamespace(store=SimpleNamespace(jobs=reads))
+        assert await unseen_of(board, me) == Unseen(landed=(ids[3],)), "the one landed since its base"  # type: ignore[arg-type]
+    assert reads.read == {ids[3]}, "no job that landed before its base was read"
 
 
 def _wait(path: Path, limit: int = 600) -> str:

@@ -142,6 +142,12 @@ async def test_same_columns_migrations_and_guarded_transitions(pg_url, clones):
         assert await a.jobs.update(job.id, {Q}, reason="no") is None
         assert [e["kind"] for e in await a.events.of_job(job.id)] == ["enqueued", "claimed", "planning"]
         assert [j.id for j in await a.jobs.all([JobState.PLANNING])] == [job.id]
+        for step in (JobState.PLANNED, JobState.RUNNING, JobState.LANDING):
+            assert await a.jobs.transition(job.id, {moved.state}, step, str(step)) is not None
+            moved = await a.jobs.get(job.id)
+        await a.jobs.transition(job.id, {JobState.LANDING}, JobState.LANDED, "landed", landed_sha="a" * 40)
+        assert [j.id for j in await a.jobs.landed_as(["a" * 40, "b" * 40])] == [job.id], "read by its landing commit"
+        assert await a.jobs.landed_as(["b" * 40]) == []
         again = await _node(pg_url, "a")  # a restart: migrations are not applied twice
         assert await again.schema_version() == len(PG_MIGRATIONS)
         await again.close()

@@ -11,9 +11,9 @@ import pytest
 
 from orchestrator.core import claims
 from orchestrator.core.models import JobState, Policy, Risk
-from orchestrator.core.risk import MEET_FLOOR, RISK_FLOOR, Escapes, pair_risk
+from orchestrator.core.risk import MEET_FLOOR, RISK_FLOOR, Escapes, mapped, pair_risk
 from orchestrator.lab.bench import riskbins
-from orchestrator.plan import record
+from orchestrator.plan import record, riskmap
 from orchestrator.plan.accuracy import Settled, outcomes
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import History, mine
@@ -51,22 +51,51 @@ def test_meetings_of_disjoint_claims_rescale_the_share_that_would_not_merge() ->
     assert got.disjoint == (40 + 3 * 10, 8) and got.nonmerge("src") < edge.nonmerge("src")  # each counts 3 (RECENT)
 
 
-def test_the_record_checks_the_risk_it_estimates_against_its_own_pairs(shop: Path) -> None:  # noqa: F811
-    """Over the record's later pairs (claims disjoint), the risk it estimates is set against how many would not have
-    merged: where fewer did, every share comes down by that ratio (taken a little high), where more did, it goes up;
-    the daemon's own settled pairs add what admission estimated for them and what happened."""
-    table = (("", 100, 60),)
-    assert Calibration(merges=table, checked=(40.0, 10)).nonmerge("src") < Calibration(merges=table).nonmerge("src")
-    assert Calibration(merges=table, checked=(10.0, 40)).nonmerge("src") > Calibration(merges=table).nonmerge("src")
-    quiet = Calibration(merges=table, checked=(400.0, 100))
-    assert 0.25 < quiet.risk_scale < 0.3 and Calibration().risk_scale == 1.0
-    assert abs(quiet.nonmerge("src") - quiet.nonmerge("src", scaled=False) * quiet.risk_scale) < 1e-12
-    got = record.refit(quiet, [Settled(-3.0, True, False, 0.05)] * 20 + [Settled(-3.0, False, True, 0.05)] * 20)
-    assert got.checked == (400.0 + record.RECENT * 40 * 0.05 / quiet.risk_scale, 100 + record.RECENT * 20)
-    assert got.risk_scale > quiet.risk_scale
+def test_the_record_maps_the_risk_it_estimates_to_what_its_own_pairs_did(shop: Path) -> None:  # noqa: F811
+    """Over the record's later pairs (claims disjoint), each pair's estimate (before the map) is kept beside whether
+    it would not have merged, and the map is fitted on them; the daemon's own settled pairs add theirs (`RECENT`
+    times each, by the estimate before the map they were admitted on) and refit it."""
     head = git(shop, "rev-parse", "HEAD")
     full = record.fit(record.replay(shop, History(mine(shop, head)[0]).changes))
-    assert full is not None and full.checked[0] > 0 and Calibration.load(full.dump()).risk_scale == full.risk_scale
+    assert full is not None and len(full.checked) >= record.MIN_PAIRS and full.scale == riskmap.fit(full.checked)
+    assert Calibration.load(full.dump()) == full
+    quiet = record.checking(Calibration(), [(0.02, False)] * 300)
+    assert mapped(quiet.scale, 0.02) < 0.02
+    got = record.refit(quiet, [Settled(-3.0, True, False, 0.01, 0.02)] * 20 + [Settled(-3.0, False, True, 0.01, 0.02)])
+    assert len(got.checked) == 300 + record.RECENT * 21 and mapped(got.scale, 0.02) > 0.1
+    old = record.refit(quiet, [Settled(-3.0, True, False, 0.01)] * 20)  # an event without the estimate before the map
+    assert got.checked[300:303] == ((0.02, True),) * 3 and old.checked[300] == (0.01, True)
+
+
+def test_the_map_is_monotone_pooled_where_the_estimate_does_not_rank_and_a_little_high() -> None:
+    """An estimate that ranks pairs: the map follows it, each bin a little above what happened (an upper bound);
+    one that ranks them the wrong way round: its bins pool, near the base rate for every pair (pulled a little
+    towards the estimate); a thin bin is pulled towards the estimate; no points, no map (the estimate itself)."""
+    ranks = [(0.02, i < 3) for i in range(300)] + [(0.2, i < 60) for i in range(300)]
+    knots = riskmap.fit(ranks)
+    assert [x for x, _ in knots] == sorted(x for x, _ in knots) and [y for _, y in knots] == sorted(y for _, y in knots)
+    assert 0.01 < mapped(knots, 0.02) < 0.02 and 0.2 < mapped(knots, 0.2) < 0.22
+    assert mapped(knots, 0.001) == mapped(knots, 0.02) and abs(mapped(knots, 0.3) - mapped(knots, 0.2) - 0.1) < 1e-9
+    rates = ((0.03, 0.17), (0.08, 0.11), (0.15, 0.08), (0.3, 0.05))
+    inverted = [(x, i < round(200 * rate)) for x, rate in rates for i in range(200)]
+    knots = riskmap.fit(inverted)
+    assert 0.1 < mapped(knots, 0.03) == mapped(knots, 0.08) < mapped(knots, 0.3) < 0.15  # 10.3% happened
+    thin = [(0.02, i < 10) for i in range(500)] + [(0.5, True)] * 5  # five pairs at 50%, all bad: not 100%
+    assert mapped(riskmap.fit(thin), 0.5) < 0.6
+    assert riskmap.fit([]) == () and mapped((), 0.07) == 0.07
+
+
+def test_a_pair_is_weighed_by_its_repositorys_map_not_the_shipped_floor() -> None:
+    """With a map, the pair's risk is the map's value at the estimate (its chance of meeting kept, its share that
+    would not merge what is left), the estimate itself kept as `raw`; the shipped `RISK_FLOOR` is for no map."""
+    knots = ((0.015, 0.01), (0.1, 0.2))
+    low = Risk(area="src", nonmerge=0.3, floor=0.05, scale=knots)  # 5% × 30% = 1.5%: mapped to 1%
+    pair = pair_risk(Escapes.of(low), ("src/a.py",), Escapes.of(Risk(area="docs", nonmerge=0.2)), ("docs/b.md",))
+    assert pair.meet == MEET_FLOOR and abs(pair.raw - 0.015) < 1e-12 and abs(pair.risk - 0.01) < 1e-12 < RISK_FLOOR
+    high = Risk(area="src", nonmerge=0.6, floor=0.2, scale=knots)  # 12%: 22% (2% above the last knot's 20%)
+    pair = pair_risk(Escapes.of(high), ("src/a.py",), None, ("docs/b.md",))
+    assert abs(pair.risk - 0.22) < 1e-12 and abs(pair.meet - 0.22) < 1e-12 and pair.nonmerge == 1.0  # above meeting
+    assert Risk.from_json(high.to_json()) == high
 
 
 def test_no_pair_is_estimated_below_the_risk_floor() -> None:
@@ -97,7 +126,8 @@ def test_a_text_naming_nothing_is_weighed_at_the_repositorys_base_rate(shop: Pat
     assert claims.ambiguity(vague.claim, policy) is None
     other = local_plan(shop, head, "Cart.total is wrong for a cart with a single item", history, ("CHANGES*",), full)
     pair = pair_risk(Escapes.of(risk), (), Escapes.of(other.claim.risk), other.claim.paths)
-    assert pair.meet >= full.blind_meet and pair.risk >= full.blind_meet * full.nonmerge("")
+    assert pair.meet >= full.blind_meet and pair.raw >= full.blind_meet * full.nonmerge("")
+    assert full.scale and abs(pair.risk - mapped(full.scale, pair.raw)) < 1e-12  # then the repository's map
     alone = local_plan(shop, head, "make it faster", history, ("CHANGES*",), thin)
     assert alone.claim.risk is None and claims.ambiguity(alone.claim, policy) == "empty claim"
     busy = Calibration(blind=(100, 30))
@@ -121,7 +151,8 @@ def test_a_calibration_is_dumped_and_loaded_whole() -> None:
         unknown="",
         disjoint=(9, 3),
         blind=(40, 7),
-        checked=(12.5, 9),
+        checked=((0.02, False), (0.05, True)),
+        scale=((0.02, 0.03), (0.05, 0.06)),
     )
     assert Calibration.load(c.dump()) == c and c.pairs == 2
     with pytest.raises(KeyError):

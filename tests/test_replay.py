@@ -129,6 +129,28 @@ def test_a_change_deleting_a_file_the_base_lacks_does_not_apply(make_repo, tmp_p
     assert replay.apply_commit(ws, sha) == ["CHANGES", "news/1.rst"]
 
 
+def test_a_change_deleting_a_file_something_landed_deleted_already_applies(make_repo, tmp_path):
+    """Two branches remove one file (replayed without their merges): the second one's base lacks the file because
+    the first one's landing deleted it, not because it was never added. It applies (its other edits land) instead of
+    refusing on every attempt; a file the shared history never had still does not."""
+    repo = make_repo(files={"old.py": "old\n", "a.txt": "a\n"})
+    git(repo, "checkout", "-qb", "first")
+    git(repo, "rm", "-q", "old.py")
+    git(repo, "commit", "-qm", "drop old.py")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "checkout", "-qb", "second")
+    git(repo, "rm", "-q", "old.py")
+    write(repo, {"a.txt": "a\nsecond\n"})
+    git(repo, "commit", "-qam", "drop old.py and extend a")
+    sha = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--ff-only", "first")  # the first removal landed
+    for n, theirs in enumerate((False, True)):
+        ws = workspace(repo, tmp_path / f"ws{n}", git(repo, "rev-parse", "main"), f"orchestrator/{n}")
+        assert replay.apply_commit(ws, sha, theirs=theirs) == ["a.txt"]
+        assert (ws / "a.txt").read_text() == "a\nsecond\n" and not (ws / "old.py").exists()
+
+
 def test_conflict_theirs_keeps_the_recorded_side(make_repo, tmp_path):
     """`conflict: theirs` applies a conflicting commit with its own side of each conflicting hunk."""
     assert replay.parse("commit: a\nconflict: theirs").theirs
@@ -219,6 +241,31 @@ def test_conflict_theirs_keeps_both_entries_of_a_changelog(make_repo, tmp_path):
     replay.apply_commit(ws, sha, theirs=True, mergeable=lambda p: p.startswith("CHANGES"))
     assert (ws / "CHANGES.md").read_text() == "# changes\n\n- older\n- landed entry\n- recorded entry\n"
     assert (ws / "a.py").read_text() == "recorded\n"
+
+
+def test_a_changelog_rewording_overtaken_by_the_change_recorded_on_it_still_lands(make_repo, tmp_path):
+    """A release rewording the changelog's heading, and the next change (recorded on top of it) adding a new heading
+    above, replayed the other way round: the later one lands first, then the release still has its rewording to
+    make (the old heading does not come back beside the new ones), and the end is the recorded end."""
+    head = "# Changes\n\n\n## Unreleased (25.5.0...HEAD)\n\n- an entry\n"
+    repo = make_repo(files={"CHANGELOG.md": head})
+    git(repo, "checkout", "-qb", "side")
+    released = head.replace("## Unreleased (25.5.0...HEAD)", "## 26.1.0 (25.5.0...26.1.0)")
+    write(repo, {"CHANGELOG.md": released})
+    git(repo, "commit", "-qam", "Prepare 26.1.0")
+    release = git(repo, "rev-parse", "HEAD")
+    write(repo, {"CHANGELOG.md": released.replace("## 26.1.0", "## Unreleased (26.1.0...HEAD)\n\n\n## 26.1.0")})
+    git(repo, "commit", "-qam", "Start new development cycle")
+    cycle, recorded = git(repo, "rev-parse", "HEAD"), (repo / "CHANGELOG.md").read_text()
+    git(repo, "checkout", "-q", "main")
+    repository = pygit2.Repository(str(repo))
+    tree = repository.revparse_single("main").peel(pygit2.Tree)
+    for sha in (cycle, release):
+        before = tree.id
+        commit = repository.revparse_single(sha).peel(pygit2.Commit)
+        tree = replay.replayed_tree(repository, commit, tree, theirs=True, mergeable=lambda p: p == "CHANGELOG.md")
+        assert tree.id != before, f"{commit.message.strip()} has a change to make"
+    assert repository[tree["CHANGELOG.md"].id].data.decode() == recorded
 
 
 async def test_a_replay_that_does_not_apply_runs_again_behind_the_jobs_beside_it(make_repo, tmp_path):

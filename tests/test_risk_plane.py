@@ -32,7 +32,8 @@ async def test_two_jobs_run_side_by_side_on_both_factors_and_their_pair_is_learn
 ) -> None:
     """In a repository whose record is long enough, a job about the cart and one about shipping start together
     (their risk within plan.risk): the later one's admission event keeps its risk beside the earlier (the chance
-    they meet, the chance that would not merge, their product and the model's log-odds), the repository's record
+    they meet, the chance that would not merge, their product and the model's log-odds, and the product before the
+    repository's map), the repository's record
     is kept in the store, and once both landed the pair is a settled outcome (they met nowhere) that the planner
     is handed."""
     repo = tmp_path / "shop"
@@ -56,7 +57,7 @@ async def test_two_jobs_run_side_by_side_on_both_factors_and_their_pair_is_learn
         (risk,) = admitted["risks"]
         assert risk["job"] == a and 0 < risk["meet"] < 1 and 0 < risk["nonmerge"] <= 1
         assert abs(risk["risk"] - risk["meet"] * risk["nonmerge"]) < 1e-4 and risk["risk"] <= 0.5
-        assert isinstance(risk["logit"], float)
+        assert isinstance(risk["logit"], float) and isinstance(risk["raw"], float)  # before its repository's map
         job = await p.store.jobs.get(b)
         assert job is not None and job.claim.risk is not None and "src/shop/shipping.py" in job.claim.paths
         lines = risk_lines(job.claim.risk.to_json(), [risk])
@@ -64,4 +65,5 @@ async def test_two_jobs_run_side_by_side_on_both_factors_and_their_pair_is_learn
         row = await p.store.plans.record(str(repo))
         assert row is not None and row[1] is not None and row[1]["points"]
         settled = await p.parts.planning.outcomes()
-        assert settled == {str(repo): [Settled(risk["logit"], False, True, risk["meet"] * risk["nonmerge"])]}
+        estimate = risk["meet"] * risk["nonmerge"]
+        assert settled == {str(repo): [Settled(risk["logit"], False, True, estimate, risk["raw"])]}

@@ -197,3 +197,20 @@ async def test_state_moves_only_by_compare_and_set(tmp_path):
         assert [e["kind"] for e in await store.events.of_job(job.id)] == ["enqueued", "cancelled"]
     finally:
         await store.close()
+
+
+async def test_the_jobs_landed_as_some_commits_are_read_by_them(tmp_path):
+    """`landed_as` reads the landed jobs whose landing commit is named, and no other job (one that landed elsewhere,
+    one still landing with that sha in hand), by the landed_sha index."""
+    store = await SqliteStore.open(tmp_path / "o.db")
+    jobs = [await store.jobs.add(repo="/r", branch="main", text=f"j{n}", runner="shell") for n in range(4)]
+    await put(store, jobs[0].id, JobState.LANDED, "landed", landed_sha="a" * 40)
+    await put(store, jobs[1].id, JobState.LANDED, "landed", landed_sha="b" * 40)
+    await put(store, jobs[2].id, JobState.LANDING, "landing", landed_sha="c" * 40)
+    assert [j.id for j in await store.jobs.landed_as({"a" * 40, "c" * 40, "d" * 40})] == [jobs[0].id]
+    assert await store.jobs.landed_as(()) == []
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "o.db")
+    plan = conn.execute("EXPLAIN QUERY PLAN SELECT * FROM jobs WHERE landed_sha IN ('x')").fetchall()
+    conn.close()
+    assert "jobs_landed_sha" in str(plan), plan

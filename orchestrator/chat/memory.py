@@ -41,6 +41,7 @@ class Pending:
     """After a failure: not before this (loop time), so a server that is down is not asked in a loop."""
     failures: int = 0
 
+
 MAX_RETRY_S = 3600.0
 
 

@@ -30,9 +30,8 @@ from orchestrator.core import models
 
 OPEN_STATES = tuple(sorted(models.OPEN))
 
-def job_line(
-    j: dict[str, Any], lay: fit.Layout, *, now: float | None = None, held: list[int] | None = None
-) -> Any:
+
+def job_line(j: dict[str, Any], lay: fit.Layout, *, now: float | None = None, held: list[int] | None = None) -> Any:
     """One job as a rich `Text` line of `lay.width` columns (see `fit.row`)."""
     from rich.text import Text
 

@@ -112,7 +112,7 @@ def attach(job_id: int) -> None:
     assert tmux is not None
     if not terminal.socket(dir_).exists():
         refuse(
-            f"job {i}'s runner `{runner}` runs its CLI on a pipe, with no terminal to join (terminal = \"none\" in "
+            f'job {i}\'s runner `{runner}` runs its CLI on a pipe, with no terminal to join (terminal = "none" in '
             f"[runners.{runner}], or tmux was missing when it started): `orchestrator logs -f {i}` follows it"
         )
     if not sys.stdin.isatty():

@@ -192,6 +192,9 @@ class Risk:
     floor: float = 0.0
     """The least chance that it meets another job of its repository: how often the record's pairs that nothing
     connected met anyway (`score.Calibration.floor`; `core.risk.MEET_FLOOR` when higher)."""
+    scale: tuple[tuple[float, float], ...] = ()
+    """Its repository's map from the estimated risk to the share of such pairs that would not merge there (knots of a
+    monotone step function, `plan.riskmap`), fitted on its record's later pairs; () where there is none."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -203,6 +206,7 @@ class Risk:
             "meet": [round(self.meet[0], 5), round(self.meet[1], 5)],
             "kind": self.kind,
             "floor": round(self.floor, 5),
+            **({"scale": [[round(x, 6), round(y, 6)] for x, y in self.scale]} if self.scale else {}),
         }
 
     @classmethod
@@ -213,7 +217,8 @@ class Risk:
         assert isinstance(near, list) and isinstance(meets, list) and isinstance(rest, int | float)
         floor = data.get("floor", 0.0)
         assert isinstance(nonmerge, int | float) and isinstance(meet, list) and len(meet) == 2
-        assert isinstance(floor, int | float)
+        scale = data.get("scale") or []
+        assert isinstance(floor, int | float) and isinstance(scale, list)
         return cls(
             tuple((str(p), float(v)) for p, v in near),
             float(rest),
@@ -223,6 +228,7 @@ class Risk:
             (float(meet[0]), float(meet[1])),
             str(data.get("kind", "")),
             float(floor),
+            tuple((float(x), float(y)) for x, y in scale),
         )
 
 
@@ -528,10 +534,11 @@ class Decision:
     next: str = ""
     """What happens next, e.g. "waits for job 12 to land"."""
     checks: tuple[Check, ...] = ()
-    risks: tuple[tuple[int, float, float, float], ...] = ()
-    """(active job, logit, meet, no merge): its estimated risk beside each active job it was weighed against: the
+    risks: tuple[tuple[int, float, float, float, float], ...] = ()
+    """(active job, logit, meet, no merge, raw): its estimated risk beside each active job it was weighed against: the
     chance they touch a common path, and that such a meeting would not merge (`core.risk`; the risk is their
-    product), with the shipped model's log-odds of the first before its repository's rescaling."""
+    product), with the shipped model's log-odds of the first before its repository's rescaling, and the product
+    before its repository's map (`Risk.scale`)."""
 
     @property
     def admitted(self) -> bool:
@@ -552,7 +559,7 @@ class Decision:
         }
 
 
-def risk_json(job: int, logit: float, meet: float, nonmerge: float) -> dict[str, object]:
+def risk_json(job: int, logit: float, meet: float, nonmerge: float, raw: float | None = None) -> dict[str, object]:
     """A pair's risk as `Decision.to_json` and the admission log give it."""
     return {
         "job": job,
@@ -560,4 +567,5 @@ def risk_json(job: int, logit: float, meet: float, nonmerge: float) -> dict[str,
         "nonmerge": round(nonmerge, 5),
         "risk": round(meet * nonmerge, 5),
         "logit": round(logit, 4),
+        **({"raw": round(raw, 6)} if raw is not None else {}),
     }

@@ -19,7 +19,11 @@ It is the product of two factors, both estimated from the jobs' repository's rec
 - `nonmerge`, the chance that such a meeting would not merge: how often past changes in their areas that met
   would not have (`plan.merges`: a conflict, or one built on the other), the larger of the two jobs'.
 
-Their product is never below `RISK_FLOOR`: below it the estimate knows no better.
+Their product is then mapped by the repository's own check of it (`Risk.scale`, `plan.riskmap`): a monotone map,
+fitted on its record's later pairs, from the product to the share of such pairs that really would not merge.
+Without such a map the product is never below `RISK_FLOOR`: below it the estimate knows no better. The map
+changes the risk, not the chance of meeting: `nonmerge` is what is left of it (where the map says more than the
+chance of meeting, that chance is raised to it).
 
 A job without a `Risk` (a declared or a model claim) escapes nowhere: its claim stands as given, and only
 the other job's record counts. Union-merged paths are left out by the caller (admission passes counted
@@ -29,13 +33,26 @@ paths only).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.core import claims
 from orchestrator.core.models import Risk
 
-__all__ = ["KNOWN", "RISK_FLOOR", "Escapes", "PairRisk", "area_of", "by_files", "pair_logit", "pair_risk", "raw_meet"]
+__all__ = [
+    "KNOWN",
+    "RISK_FLOOR",
+    "Escapes",
+    "PairRisk",
+    "area_of",
+    "by_files",
+    "combined",
+    "mapped",
+    "pair_logit",
+    "pair_risk",
+    "raw_meet",
+]
 
 
 def area_of(path: str) -> str:
@@ -63,6 +80,7 @@ class Escapes:
     meet: tuple[float, float] = (1.0, 0.0)
     kind: str = ""
     floor: float = 0.0
+    scale: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def of(cls, risk: Risk | None) -> Escapes | None:
@@ -78,7 +96,9 @@ class Escapes:
             for a in claims.ancestors(name):
                 below[a] = below.get(a, 0.0) + p
         meets = dict(risk.meets)
-        return cls(point, below, risk.rest, risk.area, meets, risk.nonmerge, risk.meet, risk.kind, risk.floor)
+        return cls(
+            point, below, risk.rest, risk.area, meets, risk.nonmerge, risk.meet, risk.kind, risk.floor, risk.scale
+        )
 
     def at(self, path: str) -> float:
         """The chance the job touches `path` (for a directory or a name that may be one: anything under it)."""
@@ -125,6 +145,9 @@ class PairRisk:
     logit: float = 0.0
     """The shipped model's log-odds that they meet, before their repository's rescaling (what the daemon's own
     outcomes refit that rescaling on)."""
+    raw: float = 0.0
+    """The risk as the two factors estimate it, before their repository's map (`Risk.scale`): what the daemon's own
+    outcomes refit that map on."""
 
     @property
     def risk(self) -> float:
@@ -136,6 +159,18 @@ class PairRisk:
 
 
 NONE = PairRisk()
+
+
+def combined(risks: Iterable[float]) -> float:
+    """A job's chance of a conflict the landing cannot merge beside all of several jobs, each pair's risk `risks`:
+    1 - Π(1 - r), what admission bounds by `plan.risk` (a job beside three jobs at 3% each is 8.7% at risk, beside
+    one at 8% is 8%: concurrency follows the risk, not the worst pair)."""
+    total = 0.0
+    for r in risks:
+        r = min(1.0, max(0.0, r))
+        total += r - total * r  # 1 - (1 - total)(1 - r); one pair's is its own risk, exactly
+    return total
+
 
 PAIR_WEIGHTS = {"bias": -1.751, "estimate": 0.167, "test": 0.6, "known": -0.712}
 """The log-odds that two jobs with disjoint claims touch a common path: per unit of the log-odds of their
@@ -162,7 +197,8 @@ files nothing points to (a setting, a manifest, a module every change edits). Of
 least likely (the lowest tenth, of the three repositories it was fitted on), 3.5% met, and on one of them 6%."""
 
 RISK_FLOOR = 0.03
-"""No two jobs of a repository are estimated less likely than this to make a conflict their landings cannot merge.
+"""No two jobs of a repository without a map (`Risk.scale`) are estimated less likely than this to make a conflict
+their landings cannot merge.
 Of the pairs `bench predict` estimated below it on the repositories it was developed on (2,415 pairs, seven
 repositories), 3.6% would not have merged: below it the estimate does not tell pairs apart (one repository's
 were 0%, another's 11-14%), only the period does."""
@@ -189,7 +225,27 @@ def pair_risk(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_he
     z = pair_logit(raw_meet(a, a_claim, b, b_held), (e.kind for e in known))
     floor = max(MEET_FLOOR, *(e.floor for e in known))
     meet = max(floor, *(sigmoid(e.meet[0] * z + e.meet[1]) for e in known))
-    return PairRisk(meet, min(1.0, max(RISK_FLOOR / meet, *(e.nonmerge for e in known))), z)
+    raw = meet * min(1.0, max(e.nonmerge for e in known))
+    scales = [e.scale for e in known if e.scale]
+    risk = max(mapped(s, raw) for s in scales) if scales else max(RISK_FLOOR, raw)
+    meet = max(meet, risk)
+    return PairRisk(meet, min(1.0, risk / meet), z, raw)
+
+
+def mapped(knots: Sequence[tuple[float, float]], raw: float) -> float:
+    """The risk a repository's map (`plan.riskmap`: knots (estimate, value), both increasing) gives an estimate `raw`:
+    interpolated between the knots around it; below the first the first's value, above the last the last's and what
+    the estimate is above it. No knots: `raw`."""
+    if not knots:
+        return raw
+    i = bisect_right([x for x, _ in knots], raw)
+    if i == 0:
+        return knots[0][1]
+    if i == len(knots):
+        x, y = knots[-1]
+        return min(1.0, y + raw - x)
+    (x0, y0), (x1, y1) = knots[i - 1], knots[i]
+    return y0 + (y1 - y0) * (raw - x0) / (x1 - x0)
 
 
 def raw_meet(a: Escapes | None, a_claim: Iterable[str], b: Escapes | None, b_held: Iterable[str]) -> float:

@@ -22,8 +22,20 @@ MIN_SECRET = 32
 """Characters a secret has at least (`openssl rand -hex 32` gives 64)."""
 
 SEALED: tuple[str, ...] = (
-    "id", "remote", "branch", "text", "argv", "runner", "land", "feedback", "plan_text", "author", "labels", "approved",
-    "base", "result",
+    "id",
+    "remote",
+    "branch",
+    "text",
+    "argv",
+    "runner",
+    "land",
+    "feedback",
+    "plan_text",
+    "author",
+    "labels",
+    "approved",
+    "base",
+    "result",
 )
 """The columns of a job's row that make its order: the job, its shared repository and target branch, what runs
 (its text or argv, its runner, a revision's feedback, the plan its agent starts from), who it is by (its commits'

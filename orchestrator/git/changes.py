@@ -468,4 +468,3 @@ class ChangeWatcher:
             if tracked == before:
                 return None
             return self._track(frozenset(tracked))
-

@@ -288,8 +288,6 @@ def swap_back(repo: pygit2.Repository, refname: str, new: pygit2.Oid, old: pygit
     return True
 
 
-
-
 def put_back(repo: pygit2.Repository, checkout: Path, changed: frozenset[str], old: pygit2.Oid) -> tuple[str, ...]:
     """Every changed path of `checkout` back to OLD, index entry and file; the paths that could not be."""
     try:

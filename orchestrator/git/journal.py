@@ -308,5 +308,3 @@ def _held_open(path: Path) -> bool:
             except OSError:
                 continue
     return False
-
-

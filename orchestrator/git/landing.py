@@ -456,7 +456,6 @@ def _refname(branch: str) -> str:
     return branch if branch.startswith("refs/") else f"refs/heads/{branch}"
 
 
-
 # ---- results --------------------------------------------------------------------------------------------
 
 

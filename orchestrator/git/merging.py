@@ -2,7 +2,8 @@
 
 Nothing here checks anything out or moves a ref; results are trees and commits in the object database.
 Paths the caller declares `mergeable` (changelogs and the like) and paths with the `merge=union`
-attribute are merged line-wise union (both sides' lines kept) instead of conflicting.
+attribute are merged line-wise union (both sides' added lines kept, and their removals: `git.union`) instead
+of conflicting.
 
 Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 """
@@ -17,9 +18,9 @@ from pathlib import Path
 from typing import Literal
 
 import pygit2
-from pygit2.enums import AttrCheck, MergeFavor
+from pygit2.enums import AttrCheck
 
-from orchestrator.git import repos
+from orchestrator.git import repos, union
 from orchestrator.git.commits import person_of, signature
 from orchestrator.git.workspace import Workspace
 
@@ -80,12 +81,7 @@ def merge_conflicts(
         attr_commit: pygit2.Oid | None = base_obj.peel(pygit2.Commit).id
     except (pygit2.GitError, ValueError):  # a bare tree as base: attributes from the checkout only
         attr_commit = None
-    return _settle(
-        repo,
-        index,
-        union=lambda: repo.merge_trees(ancestor, ours, theirs, favor=MergeFavor.UNION),
-        is_union=union_paths(repo, attr_commit, mergeable),
-    )
+    return _settle(repo, index, is_union=union_paths(repo, attr_commit, mergeable))
 
 
 def workspaces_conflict(
@@ -209,11 +205,7 @@ def _rebase(
             pick.parents[0].tree if pick.parents else repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
         )
         index = repo.merge_trees(parent, onto.tree, pick.tree)
-
-        def union(p: pygit2.Tree = parent, o: pygit2.Commit = onto, c: pygit2.Commit = pick) -> pygit2.Index:
-            return repo.merge_trees(p, o.tree, c.tree, favor=MergeFavor.UNION)
-
-        conflicts = _settle(repo, index, union=union, is_union=is_union)
+        conflicts = _settle(repo, index, is_union=is_union)
         if conflicts:
             return MergeResult(head=head_sha, sha=None, conflicts=conflicts, kind="conflict")
         tree = index.write_tree(repo)
@@ -231,9 +223,7 @@ def _merged_tree(
 ) -> tuple[pygit2.Oid | None, tuple[str, ...]]:
     """The 3-way merge of two commits as a tree (union paths settled), or None and the conflicting paths."""
     index = repo.merge_commits(ours, theirs)
-    conflicts = _settle(
-        repo, index, union=lambda: repo.merge_commits(ours, theirs, favor=MergeFavor.UNION), is_union=is_union
-    )
+    conflicts = _settle(repo, index, is_union=is_union)
     return (None, conflicts) if conflicts else (index.write_tree(repo), ())
 
 
@@ -246,9 +236,7 @@ def merged_trees(
     """The 3-way merge of three trees (union paths settled): the merged tree, written to `repo`'s object
     database, or None and the conflicting paths."""
     index = repo.merge_trees(ancestor, ours, theirs)
-    conflicts = _settle(
-        repo, index, union=lambda: repo.merge_trees(ancestor, ours, theirs, favor=MergeFavor.UNION), is_union=is_union
-    )
+    conflicts = _settle(repo, index, is_union=is_union)
     if conflicts:
         return None, conflicts
     return repo[index.write_tree(repo)].peel(pygit2.Tree), ()
@@ -289,15 +277,22 @@ def union_paths(repo: pygit2.Repository, commit: pygit2.Oid | None, mergeable: M
     return is_union
 
 
-def _settle(
-    repo: pygit2.Repository, index: pygit2.Index, *, union: Callable[[], pygit2.Index], is_union: Mergeable
-) -> tuple[str, ...]:
+def union_blob(
+    repo: pygit2.Repository, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: pygit2.Oid
+) -> pygit2.Oid | None:
+    """The line-wise union merge (`git.union`: both sides' additions and removals kept) of two versions of a file
+    over `base` (None: added on both sides), written to `repo`'s object database; None for binary content."""
+    texts = [b"" if oid is None else repo[oid].peel(pygit2.Blob).data for oid in (base, ours, theirs)]
+    merged = union.merge(*texts)
+    return None if merged is None else repo.create_blob(merged)
+
+
+def _settle(repo: pygit2.Repository, index: pygit2.Index, *, is_union: Mergeable) -> tuple[str, ...]:
     """Resolve union-mergeable conflicts in `index` in place; return the paths still in conflict, sorted."""
     if index.conflicts is None:
         return ()
     remaining: set[str] = set()
     resolved: dict[str, pygit2.IndexEntry | None] = {}
-    union_index: pygit2.Index | None = None
     for ancestor, ours, theirs in list(index.conflicts):
         paths = {e.path for e in (ours, theirs) if e is not None} or {ancestor.path}
         path = min(paths)
@@ -306,14 +301,10 @@ def _settle(
         elif ours is None or theirs is None:
             # Changed on one side, deleted on the other: the union of some lines and none keeps them.
             resolved[path] = ours or theirs
+        elif (merged := union_blob(repo, ancestor.id if ancestor else None, ours.id, theirs.id)) is None:
+            remaining.add(path)  # binary content: no line-wise matter
         else:
-            # A second merge with the union favour, used only for its entries of these paths: libgit2's
-            # own union of the three blobs, with the same rename and recursion handling.
-            union_index = union_index or union()
-            try:
-                resolved[path] = union_index[path]
-            except KeyError:  # still a conflict with the union favour: binary content
-                remaining.add(path)
+            resolved[path] = pygit2.IndexEntry(path, merged, ours.mode)
     if remaining:
         return tuple(sorted(remaining))
     for path, entry in resolved.items():

@@ -127,7 +127,7 @@ async def hold(
 
 async def unseen_of(board: Board, job: Job) -> Unseen:
     """The earlier-queued jobs of `job`'s branch whose change its base lacks (`core.overtake`)."""
-    jobs = await board.store.jobs.all(OPEN | {JobState.LANDED})
+    jobs = await board.store.jobs.all(OPEN)
     if job.base is None:
         return unseen(job, jobs, frozenset())
     try:
@@ -135,7 +135,9 @@ async def unseen_of(board: Board, job: Job) -> Unseen:
     except RepoError as e:  # its branch is gone: nothing landed there since, and what waits will say so
         olog.get(job_id=job.id, repo=job.repo).warning(olog.Event.SCHEDULER_ERROR, error=str(e))
         since = frozenset()
-    return unseen(job, jobs, since)
+    # Of the landed jobs only those that landed since its base can be unseen: read those, not the whole history.
+    landed = await board.store.jobs.landed_as(since) if since else []
+    return unseen(job, [*jobs, *landed], since)
 
 
 async def recheck(board: Board, job: Job, missed: Unseen, said: str) -> Job | None:

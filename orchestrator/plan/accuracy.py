@@ -176,6 +176,8 @@ class Settled:
     """Their landings merged (always so when they did not meet)."""
     risk: float = 0.0
     """The risk admission estimated for them (meet × no merge)."""
+    raw: float | None = None
+    """That risk before its repository's map (`core.risk.PairRisk.raw`; None from an event that did not keep it)."""
 
 
 class Ended(Protocol):
@@ -218,7 +220,9 @@ def outcomes(
             met = bool(claims.PathIndex(mine).meeting(theirs))
             merged = not (_within(conflicted.get(job_id), theirs) or _within(conflicted.get(other), mine))
             estimate = float(risk.get("meet", 0.0)) * float(risk.get("nonmerge", 0.0))
-            out.setdefault(job.repo, []).append(Settled(float(risk["logit"]), met or not merged, merged, estimate))
+            raw = float(risk["raw"]) if "raw" in risk else None
+            settled = Settled(float(risk["logit"]), met or not merged, merged, estimate, raw)
+            out.setdefault(job.repo, []).append(settled)
     return out
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from orchestrator.core import claims
 from orchestrator.core.models import Claim, ClaimSource, Risk
-from orchestrator.core.risk import KNOWN, area_of
+from orchestrator.core.risk import KNOWN, area_of, mapped
 from orchestrator.git import repos
 from orchestrator.plan import index as index_mod
 from orchestrator.plan import manifests
@@ -229,7 +229,17 @@ def _kind_plan(
         near, rest = manifests.escapes(record, paths, files.paths)
         area = claim_area(paths)
         near_ = tuple((claims.literal(p), q) for p, q in near if _valid(p))
-        risk = Risk(near_, rest, area, (), calibration.nonmerge(area), calibration.meet, KNOWN, calibration.floor)
+        risk = Risk(
+            near_,
+            rest,
+            area,
+            (),
+            calibration.nonmerge(area),
+            calibration.meet,
+            KNOWN,
+            calibration.floor,
+            calibration.scale,
+        )
     if risk is not None:
         risk = replace(risk, near=tuple((p, q) for p, q in risk.near if not held.meets(p)))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
@@ -328,8 +338,9 @@ def _blind_plan(f: Focus, calibration: Calibration | None) -> Plan:
         return Plan(Claim(), (), "", "none", ((Note.NAMES_NOTHING, why),), ranking=_ranking(f))
     meet = calibration.blind_meet
     nonmerge = calibration.nonmerge("")
-    risk = Risk((), 0.0, "", (), nonmerge, (0.0, _logit(meet)), "", meet)
-    why += f": weighed at the repository's base rate (meet {meet:.1%} \u00d7 no merge {nonmerge:.0%})"
+    risk = Risk((), 0.0, "", (), nonmerge, (0.0, _logit(meet)), "", meet, calibration.scale)
+    rate = mapped(calibration.scale, meet * nonmerge) if calibration.scale else meet * nonmerge
+    why += f": weighed at the repository's base rate (meet {meet:.1%} \u00d7 no merge {nonmerge:.0%}: {rate:.1%})"
     claim = Claim(frozenset(), 0.0, ClaimSource.EVIDENCE, risk)
     return Plan(claim, (), "", "none", ((Note.NAMES_NOTHING, why),), ranking=_ranking(f))
 

@@ -317,6 +317,7 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         calibration.meet,
         kind,
         calibration.floor,
+        calibration.scale,
     )
     return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded)
 

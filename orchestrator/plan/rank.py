@@ -61,6 +61,8 @@ GENERIC_STEMS = frozenset(
     models views types helpers compat version""".split()  # noqa: SIM905 - a word list reads better as prose
 )
 """File stems too common to be named by a bare word."""
+
+
 @dataclass
 class Candidate:
     """One file with the features of its evidence and the reasons behind them."""

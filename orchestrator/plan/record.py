@@ -39,7 +39,7 @@ from orchestrator.core import claims
 from orchestrator.core.models import Risk
 from orchestrator.core.risk import KNOWN, MEET_FLOOR, Escapes, by_files, pair_logit, raw_meet, sigmoid
 from orchestrator.git import repos
-from orchestrator.plan import evidence, manifests, merges
+from orchestrator.plan import evidence, manifests, merges, riskmap
 from orchestrator.plan import focus as focus_mod
 from orchestrator.plan import index as index_mod
 from orchestrator.plan.accuracy import Settled
@@ -116,7 +116,8 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     whether they met refit `Calibration.meet` beside the record's own pairs (and are kept after them in `points`,
     the most recent: `Calibration.floor` reads them too); whether those that met merged count in the repository's
     share that would not (`Calibration.nonmerge`, at ROOT, and among the meetings of disjoint claims), and what
-    admission estimated for them in its check (`Calibration.checked`). Each counts `RECENT` times
+    admission estimated for them before the map, with whether they merged, refit the map (`Calibration.checked`,
+    `Calibration.scale`). Each counts `RECENT` times
     a record's pair in all but the floor: they are the repository's present, the record its past."""
     if not outcomes:
         return calibration
@@ -130,17 +131,23 @@ def refit(calibration: Calibration, outcomes: Sequence[Settled]) -> Calibration:
     unknown = calibration.unknown if len(points) < MIN_PAIRS else ""
     rows = tuple((x, n, k) for x, (n, k) in sorted(table.items()))
     n_d, k_d = calibration.disjoint
-    e, k = calibration.checked
-    estimated = sum(o.risk for o in outcomes) / calibration.risk_scale
-    return replace(
+    checked = [(o.raw if o.raw is not None else o.risk, not o.merged) for o in outcomes for _ in range(RECENT)]
+    refitted = replace(
         calibration,
         meet=(a, b),
         merges=rows,
         unknown=unknown,
         points=tuple(points),
         disjoint=(n_d + RECENT * len(met), k_d + RECENT * unmerged),
-        checked=(e + RECENT * estimated, k + RECENT * sum(not o.merged for o in outcomes)),
     )
+    return checking(refitted, (*calibration.checked, *checked))
+
+
+def checking(calibration: Calibration, points: Sequence[tuple[float, bool]]) -> Calibration:
+    """`calibration` with `points` (estimate before the map, would not merge) as its check, and its map
+    (`Calibration.scale`) fitted on them (`riskmap.fit`)."""
+    checked = tuple(points)
+    return replace(calibration, checked=checked, scale=riskmap.fit(checked))
 
 
 def replay(
@@ -236,15 +243,14 @@ def fit(
         disjoint=(disjoint[0], disjoint[1]),
         blind=_blind(samples, scope),
     )
-    expected = sum(_estimate(out, z, areas) for z, areas, _ in checked)
-    return replace(out, checked=(expected, sum(k for _, _, k in checked)))
+    return checking(out, [(_estimate(out, z, areas), k) for z, areas, k in checked])
 
 
 def _estimate(calibration: Calibration, z: float, areas: tuple[str, str]) -> float:
     """The risk `core.risk.pair_risk` gives a pair of the calibration's repository at log-odds `z` in `areas`, before
-    the calibration's check of it against the record (`Calibration.risk_scale`)."""
+    the calibration's map (`Calibration.scale`)."""
     meet = max(MEET_FLOOR, calibration.floor, sigmoid(calibration.meet[0] * z + calibration.meet[1]))
-    return meet * max(calibration.nonmerge(x, scaled=False) for x in areas)
+    return meet * min(1.0, max(calibration.nonmerge(x) for x in areas))
 
 
 def _blind(samples: Sequence[Sample], scope: str = "all") -> tuple[int, int]:

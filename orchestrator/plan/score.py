@@ -129,8 +129,6 @@ FLOOR_BAND = 1.2
 connects, whose rate of meeting anyway is a repository's own floor (`Calibration.floor`)."""
 FLOOR_WEIGHT = 25.0
 """Pseudo-pairs by which a repository's floor is pulled towards `core.risk.MEET_FLOOR`."""
-RISK_PRIOR = 5.0
-"""Pseudo-events (expected and happened alike) by which a record's check of its risk is pulled towards none."""
 NONMERGE_SD = 1.0
 """Standard deviations above its estimate that the share of meetings that would not merge is taken."""
 
@@ -195,9 +193,12 @@ class Calibration:
     met, how many, and how many would not have merged (the daemon's own settled pairs after the record's). Such
     meetings are at a claim's edge, not in its middle: they merge more often than the `merges` table's pairs, which
     counts every pair that touched a common file. `nonmerge` rescales its table by them."""
-    checked: tuple[float, int] = (0.0, 0)
-    """(expected, happened): over the pairs `meet` was checked on, the summed risk the calibration estimates for them
-    before `risk_scale`, and how many would not have merged (the daemon's settled pairs after the record's)."""
+    checked: tuple[tuple[float, bool], ...] = ()
+    """Per pair `meet` was checked on (the daemon's settled pairs after the record's): the risk the calibration
+    estimated for it before its map (`scale`), and whether it would not have merged."""
+    scale: tuple[tuple[float, float], ...] = ()
+    """The map from that estimate to the share of such pairs that would not merge (`plan.riskmap.fit` on `checked`,
+    `plan.record.checking`): what `core.risk` makes of a pair's estimate in this repository."""
     blind: tuple[int, int] = (0, 0)
     """(pairs, met): of the record's pairs of changes near each other where one's message named nothing of the
     repository, how many, and how many touched a common path: the chance a job whose text names nothing meets
@@ -280,28 +281,19 @@ class Calibration:
             own = level.get(a, own)
         return tuple(sorted(out.items()))
 
-    def nonmerge(self, area: str, scaled: bool = True) -> float:
+    def nonmerge(self, area: str) -> float:
         """The chance that a job in `area` that meets another job would not merge with it: the record's share for
         the area, each level pulled towards its parent's (ROOT's towards `NONMERGE_PRIOR`) by `AREA_PRIOR`
         pseudo-pairs, and taken one standard deviation high, as few pairs as the deepest level that has any
-        (a record of a few dozen pairs says it only so closely: an estimate may err high, not low)."""
+        (a record of a few dozen pairs says it only so closely: an estimate may err high, not low). The risk it
+        makes with the chance of meeting is then mapped by the record's check of it (`scale`)."""
         table = {a: (n, k) for a, n, k in self.merges}
         rate, seen = NONMERGE_PRIOR, 0
         for level in prefixes(area):
             n, k = table.get(level, (0, 0))
             rate, seen = (k + AREA_PRIOR * rate) / (n + AREA_PRIOR), n or seen
         rate = min(1.0, rate * self.edge_share)
-        high = min(1.0, rate + NONMERGE_SD * math.sqrt(rate * (1.0 - rate) / (seen + AREA_PRIOR + 1.0)))
-        return min(1.0, high * self.risk_scale) if scaled else high
-
-    @property
-    def risk_scale(self) -> float:
-        """The record's check of the risk it estimates: over the pairs `meet` was checked on (and the daemon's settled
-        pairs after them), how many would not have merged against how many the estimate says (`checked`), with
-        `RISK_PRIOR` pseudo-events of each, taken one standard deviation high. Above 1 where the estimate fell short
-        (a busier period than the record's areas say), below where it overshot."""
-        expected, happened = self.checked
-        return (happened + RISK_PRIOR + math.sqrt(happened)) / (expected + RISK_PRIOR)
+        return min(1.0, rate + NONMERGE_SD * math.sqrt(rate * (1.0 - rate) / (seen + AREA_PRIOR + 1.0)))
 
     @property
     def edge_share(self) -> float:
@@ -334,8 +326,8 @@ class Calibration:
             "disjoint": list(self.disjoint),
             "blind": list(self.blind),
             "blind_meet": round(self.blind_meet, 4),
-            "checked": [round(self.checked[0], 3), self.checked[1]],
-            "risk_scale": round(self.risk_scale, 4),
+            "checked": [len(self.checked), sum(k for _, k in self.checked)],
+            "scale": [[round(x, 5), round(y, 5)] for x, y in self.scale],
             **({"unknown": self.unknown} if self.unknown else {}),
         }
 
@@ -360,7 +352,8 @@ class Calibration:
             unknown=str(data["unknown"]),
             disjoint=(int(data["disjoint"][0]), int(data["disjoint"][1])),
             blind=(int(data["blind"][0]), int(data["blind"][1])),
-            checked=(float(data["checked"][0]), int(data["checked"][1])),
+            checked=tuple((float(x), bool(k)) for x, k in data["checked"]),
+            scale=tuple((float(x), float(y)) for x, y in data["scale"]),
         )
 
 

@@ -226,7 +226,7 @@ def _own_v1(controller: str) -> Path | None:
 
 
 def _writable(base: Path) -> str:
-    """"" if a child cgroup can be made in `base`, else why not."""
+    """ "" if a child cgroup can be made in `base`, else why not."""
     if not (os.access(base, os.W_OK) and os.access(base / "cgroup.procs", os.W_OK)):
         return f"{base} is not writable"
     probe = base / f"{PREFIX}probe-{os.getpid()}"

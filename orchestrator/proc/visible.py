@@ -136,4 +136,4 @@ def _or_unconfined(where: Path | None) -> str:
     home = os.environ.get("HOME", "")
     mine = bool(where and home and Path(home).is_relative_to(where))
     why = f". Your HOME ({home}) is under {where}: what is installed into it is out of a job's sight" if mine else ""
-    return f", or set jobs.sandbox = \"none\" to run jobs unconfined{why}"
+    return f', or set jobs.sandbox = "none" to run jobs unconfined{why}'

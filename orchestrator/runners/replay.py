@@ -130,7 +130,7 @@ def apply_commit(worktree: Path, rev: str, theirs: bool = False, mergeable: Merg
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
     head = repo[ws.head()].peel(pygit2.Commit)
-    if commit.parents and (absent := _deletes_absent(commit.parents[0].tree, head.tree, commit.tree)):
+    if commit.parents and (absent := _deletes_unborn(repo, commit, head)):
         # A three-way merge takes "deleted by both" as clean, but the change was made where the file was: it
         # needs the change that adds it (a release folding news fragments another job adds). Not settled by
         # `theirs` either: no landing check would see it later, the deletion would just be missing.
@@ -170,10 +170,21 @@ def replayed_tree(
     return tree
 
 
-def _deletes_absent(base: pygit2.Tree, onto: pygit2.Tree, recorded: pygit2.Tree) -> list[str]:
-    """The paths the recorded change deletes that `onto` does not have."""
-    gone = [d.old_file.path for d in base.diff_to_tree(recorded).deltas if d.status == pygit2.enums.DeltaStatus.DELETED]
-    return sorted(p for p in gone if p not in onto)
+def _deletes_unborn(repo: pygit2.Repository, commit: pygit2.Commit, onto: pygit2.Commit) -> list[str]:
+    """The paths `commit` deletes (against its first parent) that `onto` has not had yet: absent from `onto` and
+    from the history it shares with the change (their merge base). One the merge base has was deleted already
+    by something `onto` has (two branches removing one file): "deleted by both" is then what it is, clean."""
+    parent = commit.parents[0]
+    gone = [
+        d.old_file.path
+        for d in parent.tree.diff_to_tree(commit.tree).deltas
+        if d.status == pygit2.enums.DeltaStatus.DELETED and d.old_file.path not in onto.tree
+    ]
+    if not gone:
+        return []
+    shared = repo.merge_base(parent.id, onto.id)
+    had = repo[shared].peel(pygit2.Commit).tree if shared is not None else None
+    return sorted(p for p in gone if had is None or p not in had)
 
 
 def _union_merged(
@@ -190,16 +201,17 @@ def _union_merged(
     touched = [p for p in _paths(base.diff_to_tree(commit.tree)) if is_union(p)]
     if not touched:
         return
-    union = repo.merge_trees(base, onto, commit.tree, favor=pygit2.enums.MergeFavor.UNION)
     for path in touched:
-        try:
-            entry = union[path]
-        except KeyError:  # deleted, or no line-wise matter (binary): the recorded side stands
+        if path not in onto or path not in commit.tree:  # deleted on one side: the recorded side stands
+            continue
+        had = base[path].id if path in base else None
+        merged = merging.union_blob(repo, had, onto[path].id, commit.tree[path].id)
+        if merged is None:  # no line-wise matter (binary): the recorded side stands
             continue
         left = index.conflicts
         if left is not None and path in left:
             del left[path]
-        index.add(pygit2.IndexEntry(path, entry.id, entry.mode))
+        index.add(pygit2.IndexEntry(path, merged, commit.tree[path].filemode))
 
 
 def _settle_theirs(index: pygit2.Index) -> None:

@@ -137,6 +137,11 @@ class JobTable(Protocol):
 
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]: ...
 
+    async def landed_as(self, shas: Iterable[str]) -> list[Job]:
+        """The landed jobs (of those `all` reads) whose landing commit is one of `shas`, by id: what landed in a range
+        of commits, read without reading every job that ever landed."""
+        ...
+
     def take_changed(self) -> set[int]:
         """Ids of the jobs written since the last call (for one consumer: the scheduler's rounds)."""
         ...
@@ -335,4 +340,3 @@ class Store(Protocol):
     async def columns(self) -> list[str]:
         """The jobs table's job-field columns, in order (a test holds them to `core.job.FIELDS`)."""
         ...
-

@@ -237,6 +237,15 @@ class PgJobs(Guarded):
         rows = await self._db.fetch("SELECT * FROM jobs WHERE id = ANY($1) ORDER BY id", sorted(set(ids)))
         return [self._row_job(r) for r in rows]
 
+    async def landed_as(self, shas: Iterable[str]) -> list[Job]:
+        """This node's landed jobs (as `all`) whose landing commit is one of `shas`, by id."""
+        rows = await self._db.fetch(
+            "SELECT * FROM jobs WHERE landed_sha = ANY($1::text[]) AND state = $2 AND node = $3 "
+            "AND remote = ANY($4::text[]) ORDER BY id",
+            sorted(set(shas)), str(JobState.LANDED), self.node, self.clones.keys(),
+        )  # fmt: skip
+        return [self._row_job(r) for r in rows]
+
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         rows = await self._db.fetch("SELECT id, state FROM jobs WHERE id = ANY($1)", sorted(set(ids)))
         return {int(r["id"]): JobState(r["state"]) for r in rows}

@@ -277,21 +277,52 @@ def _pg(*ops: Op) -> tuple[Op, ...]:
 
 MIGRATIONS: tuple[tuple[Op, ...], ...] = (
     # One machine, 1: jobs and their history; chat sessions, messages and memories.
-    _lite(Create("jobs", _JOBS_1), Index("jobs_state", "jobs", ("state",)),
-          Create("job_events"), Index("job_events_job", "job_events", ("job_id",)),
-          Create("sessions"), Create("messages"), Create("memories")),
+    _lite(
+        Create("jobs", _JOBS_1),
+        Index("jobs_state", "jobs", ("state",)),
+        Create("job_events"),
+        Index("job_events_job", "job_events", ("job_id",)),
+        Create("sessions"),
+        Create("messages"),
+        Create("memories"),
+    ),
     # A team, 1: the team's jobs, events, tickets, controls and chat; each node's processes, journal and history;
     # the nodes themselves (their leases) and the clone each node has of each shared repository.
-    _pg(Create("jobs", (*_JOBS_1, "argv", "code", "plan_text", "evidence", "usage", "land", "node", "labels",
-                        "repo_key", "remote")),
-        Index("jobs_state", "jobs", ("state",)), Index("jobs_node_state", "jobs", ("node", "state")),
+    _pg(
+        Create(
+            "jobs",
+            (
+                *_JOBS_1,
+                "argv",
+                "code",
+                "plan_text",
+                "evidence",
+                "usage",
+                "land",
+                "node",
+                "labels",
+                "repo_key",
+                "remote",
+            ),
+        ),
+        Index("jobs_state", "jobs", ("state",)),
+        Index("jobs_node_state", "jobs", ("node", "state")),
         Index("jobs_key_state", "jobs", ("repo_key", "state")),
-        Create("job_events"), Index("job_events_job", "job_events", ("job_id",)),
+        Create("job_events"),
+        Index("job_events_job", "job_events", ("job_id",)),
         Index("job_events_kind", "job_events", ("kind",)),
-        Create("sessions"), Create("messages"), Create("memories"), Create("controls"), Create("processes"),
-        Create("landing_journal"), Create("tickets"), Index("tickets_repo_ticket", "tickets", ("repo", "ticket")),
-        Create("plan_history"), Create("nodes", ("name", "labels", "lease_until", "started_at", "host", "pid")),
-        Create("node_repos")),
+        Create("sessions"),
+        Create("messages"),
+        Create("memories"),
+        Create("controls"),
+        Create("processes"),
+        Create("landing_journal"),
+        Create("tickets"),
+        Index("tickets_repo_ticket", "tickets", ("repo", "ticket")),
+        Create("plan_history"),
+        Create("nodes", ("name", "labels", "lease_until", "started_at", "host", "pid")),
+        Create("node_repos"),
+    ),
     # One machine, 2: argv jobs, reason codes on jobs, run-time controls (pause, per-repo slot limits).
     _lite(Add("jobs", "argv", "code"), Create("controls")),
     # One machine, 3: process groups the daemon started (runners, landing checks), so a restarted daemon ends
@@ -340,6 +371,8 @@ MIGRATIONS: tuple[tuple[Op, ...], ...] = (
     # the result a person approved for landing: in team mode sealed with the order, so a review job whose state
     # alone was moved to `landing` in the database never lands.
     (Add("jobs", "approved"),),
+    # the jobs that landed as a given commit, read by it: what a job's base lacks of the earlier-queued jobs.
+    (Index("jobs_landed_sha", "jobs", ("landed_sha",)),),
 )
 """Every migration, in order, for both engines: each a tuple of operations (each for both dialects unless marked
 `only`). Add the next at the end."""

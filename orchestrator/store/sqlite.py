@@ -103,8 +103,6 @@ def _encode(name: str, value: Any) -> Any:
 _EVENT_SQL = "INSERT INTO job_events (job_id, at, kind, data) VALUES (?, ?, ?, ?)"
 
 
-
-
 def _write_one(conn: sqlite3.Connection, w: Write, now: float) -> sqlite3.Row | None:
     """One guarded write on the database thread: the job's row after it, or None if it was not in `expect`."""
     values = dict(w.fields)
@@ -209,6 +207,11 @@ class SqliteJobs(Guarded):
     async def many(self, ids: Iterable[int]) -> list[Job]:
         """These jobs (missing ids are left out), by id."""
         return [from_row(r) for r in await self._db.call(_get_many_sync, sorted(set(ids)))]
+
+    async def landed_as(self, shas: Iterable[str]) -> list[Job]:
+        """The landed jobs whose landing commit is one of `shas`, by id (by the landed_sha index)."""
+        rows = await self._db.call(_landed_as_sync, sorted(set(shas)))
+        return sorted((from_row(r) for r in rows), key=lambda j: j.id)
 
     async def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The current state of each of these jobs (missing ids are left out)."""
@@ -442,6 +445,16 @@ def _get_many_sync(conn: sqlite3.Connection, wanted: list[int]) -> list[sqlite3.
     for i in range(0, len(wanted), _CHUNK):
         chunk = wanted[i : i + _CHUNK]
         out += conn.execute(f"SELECT * FROM jobs WHERE id IN ({in_(chunk)}) ORDER BY id", chunk).fetchall()
+    return out
+
+
+def _landed_as_sync(conn: sqlite3.Connection, wanted: list[str]) -> list[sqlite3.Row]:
+    out: list[sqlite3.Row] = []
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i : i + _CHUNK]
+        out += conn.execute(
+            f"SELECT * FROM jobs WHERE landed_sha IN ({in_(chunk)}) AND state = ?", [*chunk, str(JobState.LANDED)]
+        ).fetchall()
     return out
 
 

@@ -118,4 +118,3 @@ def _pg_store() -> type[Store] | None:
 def is_team(store: Store) -> bool:
     cls = _pg_store()
     return cls is not None and isinstance(store, cls)
-

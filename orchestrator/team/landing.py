@@ -84,7 +84,6 @@ class TeamLander(Lander):
             )
 
 
-
 class NotItsResult(RuntimeError):
     """The result the shared store names for a job is no commit this node made of that job's files."""
 

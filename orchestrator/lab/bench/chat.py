@@ -123,7 +123,12 @@ async def _seeded(home: Path, sessions: dict[str, int]) -> None:
 
 @asynccontextmanager
 async def _daemon(
-    url: str, policy: str, slots: int, model: str, sessions: dict[str, int], chat: dict[str, Any] | None = None,
+    url: str,
+    policy: str,
+    slots: int,
+    model: str,
+    sessions: dict[str, int],
+    chat: dict[str, Any] | None = None,
     turn_slots: int = 0,
 ) -> AsyncIterator[Path]:
     home = Path(tempfile.mkdtemp(prefix="orchestrator-bench-chat-"))
@@ -197,8 +202,15 @@ async def warm(url: str, model: str, calls: int) -> None:
 
 
 async def run_one(
-    url: str, policy: str, n: int, slots: int, model: str, timeout: float, server_slots: int | None = None,
-    engine: Callable[[float, float], dict[str, Any]] | None = None, chat: dict[str, Any] | None = None,
+    url: str,
+    policy: str,
+    n: int,
+    slots: int,
+    model: str,
+    timeout: float,
+    server_slots: int | None = None,
+    engine: Callable[[float, float], dict[str, Any]] | None = None,
+    chat: dict[str, Any] | None = None,
     turn_slots: int = 0,
 ) -> dict[str, Any]:
     """One (policy, N) row; `engine(t0, end)` adds the model server's own account of the run, when it has one;
@@ -256,7 +268,12 @@ def engine_args(gpu_layers: int | None, extra: list[str]) -> list[str]:
 
 
 async def _on_llama_server(
-    policy: str, n: int, slots: int, timeout: float, chat: dict[str, Any] | None = None, turn_slots: int = 0,
+    policy: str,
+    n: int,
+    slots: int,
+    timeout: float,
+    chat: dict[str, Any] | None = None,
+    turn_slots: int = 0,
     engine_args: tuple[str, ...] = (),
     model: Path | None = None,
 ) -> dict[str, Any]:
@@ -270,8 +287,15 @@ async def _on_llama_server(
         sys.exit(2)
     async with server as url:
         return await run_one(
-            url, policy, n, slots, MODEL_NAME, timeout, engine=lambda a, b: engine_summary(server.trace, a, b),
-            chat=chat, turn_slots=turn_slots,
+            url,
+            policy,
+            n,
+            slots,
+            MODEL_NAME,
+            timeout,
+            engine=lambda a, b: engine_summary(server.trace, a, b),
+            chat=chat,
+            turn_slots=turn_slots,
         )
 
 

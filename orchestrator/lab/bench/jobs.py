@@ -463,8 +463,7 @@ def main(
         raise click.UsageError(
             f"use --policy from {', '.join(POLICIES)}, --predictor from {', '.join(PREDICTORS)}, "
             "--slots and --last of 1 or more, --scale above 0, --risk probabilities from 0 up to 1 (0.03,0.1), "
-            "--write-at above 0 and at most 1"
-            + (f" (got {', '.join(bad)})" if bad else "")
+            "--write-at above 0 and at most 1" + (f" (got {', '.join(bad)})" if bad else "")
         )
     if (repo is None) != (rev_range is None) or (repo is not None and history_file is not None):
         raise click.UsageError("pass --history FILE, or --repo PATH with --range A..B (or neither: the bundled one)")
@@ -479,6 +478,10 @@ def main(
     changes = [hist.Change(n, c.sha, c.subject, c.files, c.lines) for n, c in enumerate(recorded[-last:])]
     if repo is not None:
         source = repo
+        try:
+            replayrepo.check_objects(source, changes)
+        except hist.HistoryError as e:
+            raise click.UsageError(str(e)) from None
 
         def make(root: Path) -> replayrepo.ReplayRepo:
             return replayrepo.clone(source, changes, root)

@@ -147,7 +147,7 @@ def _settle(
         if estimate.risk > risk:
             continue
         met, merged = _outcome(git, changes[a.job_id].sha, changes[b.job_id].sha, a.actual, b.actual, pattern)
-        out.append(Settled(estimate.logit, met or not merged, merged, estimate.risk))
+        out.append(Settled(estimate.logit, met or not merged, merged, estimate.risk, estimate.raw))
     return out
 
 

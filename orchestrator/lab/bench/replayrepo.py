@@ -177,6 +177,35 @@ def clone(source: Path, changes: Sequence[Change], root: Path) -> ReplayRepo:
     return ReplayRepo(root, tuple(c.sha for c in changes), changes[-1].sha, proc.stdout.strip())
 
 
+def check_objects(source: Path, changes: Sequence[Change]) -> None:
+    """HistoryError unless `source` holds every object the replay of `changes` reads: the tree their first one
+    starts from and the changes themselves. A partial or damaged clone lacks some (a large file left out), and
+    every row would otherwise fail on it after its jobs ran."""
+    first = f"{changes[0].sha}^1"
+    for args in (["--no-walk", first], [f"{first}..{changes[-1].sha}"]):
+        proc = subprocess.run(
+            ["git", "-C", str(source), "rev-list", "--objects", "--missing=print", *args],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        missing = [line[1:] for line in proc.stdout.splitlines() if line.startswith("?")]
+        if proc.returncode != 0 or missing:
+            what = _named(source, first, missing) if missing else proc.stderr.strip()
+            raise HistoryError(
+                f"{source} lacks objects the replay reads ({what}): a partial or damaged clone; fetch it whole "
+                "(`git fetch --refetch`) or replay a clone that has them"
+            )
+
+
+def _named(source: Path, commit: str, missing: Sequence[str]) -> str:
+    """The missing objects, by path where `commit`'s tree names them."""
+    proc = subprocess.run(
+        ["git", "-C", str(source), "ls-tree", "-r", commit], capture_output=True, text=True, timeout=300
+    )
+    paths = {line.split()[2]: line.split("\t", 1)[1] for line in proc.stdout.splitlines() if "\t" in line}
+    names = [paths.get(m, m) for m in missing[:3]]
+    return ", ".join(names) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+
+
 def copy(template: ReplayRepo, root: Path) -> ReplayRepo:
     """A fresh clone of a synthesised repository (a row's own, built in a fraction of `synthesise`'s time)."""
     subprocess.run(["git", "clone", "-q", str(template.path), str(root)], check=True, capture_output=True, timeout=300)

@@ -72,9 +72,9 @@ class MemStore:
     async def history(self, session: str, limit: int = 20) -> list[dict[str, Any]]:
         return [dict(m) for m in self.messages.get(session, [])[-limit:]]
 
-    async def open_turn(self, session: str, text: str, history: int, memories: int = 50) -> tuple[
-        list[dict[str, Any]], list[str]
-    ]:
+    async def open_turn(
+        self, session: str, text: str, history: int, memories: int = 50
+    ) -> tuple[list[dict[str, Any]], list[str]]:
         before = await self.history(session, history), await self.memories(session, memories)
         await self.add_message(session, "user", text)
         return before
@@ -197,13 +197,23 @@ async def _run(profile: Profile, policy: str, n: int, slots: int, chat: ChatConf
         await engine.close()
     firsts = [f for f, _ in got if f is not None]
     return SimRow(
-        policy, n, slots, firsts, [d for _, d in got], drained, plane.extractor.stats.calls,
+        policy,
+        n,
+        slots,
+        firsts,
+        [d for _, d in got],
+        drained,
+        plane.extractor.stats.calls,
         engine.counts["prompt_tokens"],
     )
 
 
 def simulate(
-    profile: Profile, policy: str, n: int, slots: int | None = None, chat: ChatConfig | None = None,
+    profile: Profile,
+    policy: str,
+    n: int,
+    slots: int | None = None,
+    chat: ChatConfig | None = None,
     turn_slots: int = 0,
 ) -> SimRow:
     """One bench run (N sessions arriving together) in virtual time."""

@@ -1,0 +1,84 @@
+"""A line-wise union merge of three versions of a file (a changelog) that keeps each side's removals. Pure, no I/O.
+
+libgit2's union favour settles a conflicting hunk by writing both sides' lines one after the other. That keeps
+what a side added, but also what a side removed when the other side kept it: a heading one job reworded
+(`## Unreleased` to `## 26.1.0`) next to an entry another job added above it comes out as both headings, the old
+one back, and the rewording silently half lost. Here a conflicting hunk keeps the lines each side added, and a line
+of the base only when neither side removed it; the hunks that do not conflict merge as any three-way merge does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from difflib import SequenceMatcher
+
+Lines = Sequence[bytes]
+
+
+def merge(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
+    """The three-way merge of `ours` and `theirs` over `base`, each conflicting hunk settled as a union that keeps
+    both sides' additions and removals (ours' lines first). None for binary content (no line-wise matter)."""
+    if any(b"\0" in text for text in (base, ours, theirs)):
+        return None
+    # A last line without its end is the same line as with one (one side appended after it, the other did not).
+    b, o, t = (_ended(text).splitlines(keepends=True) for text in (base, ours, theirs))
+    out: list[bytes] = []
+    at_b = at_o = at_t = 0
+    for sb, eb, so, st in _stable(b, o, t):
+        out += _hunk(b[at_b:sb], o[at_o:so], t[at_t:st])
+        out += b[sb:eb]
+        at_b, at_o, at_t = eb, so + eb - sb, st + eb - sb
+    merged = b"".join(out)
+    unended = all(text and not text.endswith(b"\n") for text in (ours, theirs))
+    return merged[:-1] if unended and merged.endswith(b"\n") else merged
+
+
+def _ended(text: bytes) -> bytes:
+    return text + b"\n" if text and not text.endswith(b"\n") else text
+
+
+def _stable(base: Lines, ours: Lines, theirs: Lines) -> list[tuple[int, int, int, int]]:
+    """Runs of base lines both sides kept in place, as (base start, base end, ours start, theirs start), ending
+    with an empty run at the ends of all three."""
+    mo = [m for m in SequenceMatcher(None, base, ours, autojunk=False).get_matching_blocks() if m.size]
+    mt = [m for m in SequenceMatcher(None, base, theirs, autojunk=False).get_matching_blocks() if m.size]
+    runs: list[tuple[int, int, int, int]] = []
+    i = j = 0
+    while i < len(mo) and j < len(mt):
+        a, b = mo[i], mt[j]
+        lo, hi = max(a.a, b.a), min(a.a + a.size, b.a + b.size)
+        if lo < hi:
+            runs.append((lo, hi, a.b + lo - a.a, b.b + lo - b.a))
+        if a.a + a.size < b.a + b.size:
+            i += 1
+        else:
+            j += 1
+    runs.append((len(base), len(base), len(ours), len(theirs)))
+    return runs
+
+
+def _hunk(base: Lines, ours: Lines, theirs: Lines) -> list[bytes]:
+    """One stretch between stable runs: the side that changed it, or, when both did differently, the union of their
+    additions and of the base lines neither removed."""
+    if list(ours) == list(theirs) or list(theirs) == list(base):
+        return list(ours)
+    if list(ours) == list(base):
+        return list(theirs)
+    had = Counter(base)
+    gone_ours, gone_theirs = had - Counter(ours), had - Counter(theirs)
+    both_kept = had - gone_ours - gone_theirs
+    out = []
+    for line in ours:
+        if gone_theirs[line]:  # a base line they removed
+            gone_theirs[line] -= 1
+        else:
+            out.append(line)
+    for line in theirs:
+        if both_kept[line]:  # a base line ours kept too: written already
+            both_kept[line] -= 1
+        elif gone_ours[line]:  # a base line we removed
+            gone_ours[line] -= 1
+        else:
+            out.append(line)
+    return out
