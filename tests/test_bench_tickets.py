@@ -163,3 +163,29 @@ def test_a_swe_bench_row_reads_as_the_files_its_fix_and_test_patches_change(tmp_
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(tickets.TicketsError, match=r"swe.jsonl:1: not a ticket .*gold_files \(or the fix's patch\)"):
         tickets.load(path)
+
+
+def test_the_bound_is_the_least_over_serialisation_a_claim_threshold_gives_within_the_fn_floor() -> None:
+    """What the plans' probabilities allow: a pair scores the most the less likely of its two tickets gives a source
+    file both list (claiming every file at least that likely would make their claims meet); the threshold that lets
+    at most 5% of the meeting pairs through holds apart the pairs scoring at least it. Tests and docs are left out
+    as the gold files leave them out."""
+    from orchestrator.lab.bench.tickets import Ticket, bound, pair_scores
+
+    def ticket(name: str, gold: str, probs: dict[str, float]) -> Ticket:
+        return Ticket(name, "acme/shop", "HEAD", "", frozenset({gold}), frozenset(), probs=probs)
+
+    ts = [
+        ticket("a", "src/x.py", {"src/x.py": 0.6, "src/busy.py": 0.1, "tests/test_x.py": 0.9}),
+        ticket("b", "src/x.py", {"src/x.py": 0.3, "src/busy.py": 0.12, "tests/test_x.py": 0.9}),
+        ticket("c", "src/y.py", {"src/y.py": 0.8, "src/busy.py": 0.2}),
+    ]
+    scores = dict(zip(("ab", "ac", "bc"), pair_scores(ts, "source"), strict=True))
+    assert scores == {"ab": (0.3, True), "ac": (0.1, False), "bc": (0.12, False)}
+    assert pair_scores(ts, "all")[0] == (0.9, True), "the test file counts with --scope all"
+    assert bound(list(scores.values())) == {"threshold": 0.3, "fn_concurrency": 0.0, "over_serialisation": 0.0}
+    # Twenty meeting pairs: one (5%) may run at once; the second lowest sets the threshold.
+    met = [(0.01, True), (0.05, True)] + [(0.5, True)] * 18
+    b = bound([*met, (0.04, False), (0.05, False), (0.2, False), (0.6, False)])
+    assert b == {"threshold": 0.05, "fn_concurrency": 0.05, "over_serialisation": 0.75}
+    assert bound([(0.2, False)])["over_serialisation"] == 0.0, "nothing met: nothing need be held apart"

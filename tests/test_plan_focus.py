@@ -482,3 +482,26 @@ def test_the_same_text_at_the_same_base_plans_alike_whatever_the_hash_seed(shop:
         runs.append(json.loads(out.stdout))
     assert runs[0] == runs[1] == runs[2]
     assert all(plan["ranking"] for plan in runs[0]), "the texts name files: each plan ranks some"
+
+
+def test_a_short_ticket_whose_claim_is_a_doc_claims_its_most_likely_source_file_too() -> None:
+    """A ticket of forty-odd words (`WIDE_FROM`) is fixed in code as a long one is: when all it would claim is a doc
+    (a past change in similar words touched it), its most likely source file is claimed beside it, so that another
+    ticket working there waits for it (sympy's `Rational calc value error` claimed a guide only, and ran beside every
+    other ticket). A commit subject claims what it names."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import LONG, NEAR_CLAIM, WIDE_FROM, Spread, focus
+    from orchestrator.plan.rank import length
+
+    def spread(long: float) -> Spread:
+        logits = {"doc/guide.md": -2.5, "src/numbers.py": -3.7, "src/other.py": -5.0}
+        reasons = {"doc/guide.md": [(Kind.HISTORY, "touched by a past change in similar words")]}
+        reasons["src/numbers.py"] = [(Kind.SYMBOL, "defines Rational")]
+        return Spread(logits, reasons, {}, True, long)
+
+    words = length(" ".join(["word"] * 45))
+    assert WIDE_FROM <= words < LONG, "the case: a short ticket"
+    ticket, subject = focus(spread(words), Calibration()), focus(spread(length("Fix the guide")), Calibration())
+    assert dict(subject.risk.near)["src/numbers.py"] < NEAR_CLAIM, "the case: no alternative claims it"
+    assert ticket.claim == {"doc/guide.md", "src/numbers.py"}
+    assert subject.claim == {"doc/guide.md"}

@@ -268,8 +268,9 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     claimable = [r for r in ranked if r.kinds & LISTED]
     claim = [r.path for r in claimable if r.p >= CLAIM_P or (not long and r.path in s.named)]
     claim = claim or [r.path for r in claimable[:1]]
-    if long and claim and all(path_class(c) != "source" for c in claim):
-        # A ticket is fixed in code: its most likely source file is claimed beside a named test, doc or setting.
+    if s.long >= WIDE_FROM and claim and all(path_class(c) != "source" for c in claim):
+        # A ticket (from `WIDE_FROM` words on, as for its alternatives) is fixed in code: its most likely source file
+        # is claimed beside a named test, doc or setting.
         claim += [r.path for r in ranked if path_class(r.path) == "source"][:1]
     mine = set(claim)
     kind = path_class(claim[0]) if claim else "source"

@@ -19,6 +19,10 @@ repository and overall, beside published anchors. And what costs: of the pairs r
 those whose fixes would not merge (`plan.merges.result`), where both fixes can be found in the clone's history
 (`fix_commit`: a ticket set has the fixes' files, not the fixes). `--scope source` (the default) leaves tests and
 docs out of claims and risks, as the gold files leave them out; `--scope all` keeps them.
+
+And what the plans' probabilities allow (`bound`): the least over-serialisation any claim rule of the form "claim
+every file at least t likely" could reach with FN-concurrency at most `BOUND_FN`, t chosen knowing the gold files
+(per repository, and one t for all). Where that is above the floor, the evidence is the limit, not the rule.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class Ticket:
     p_gold: float = 0.0
     fix: str | None = None
     """The commit that fixed it in the clone's history, where one can be told (`fix_commit`)."""
+    probs: dict[str, float] = field(default_factory=dict)
+    """Its plan's ranking: each listed file's chance of being touched (`bound`)."""
 
 
 def load(path: Path, limit: int | None = None) -> list[Ticket]:
@@ -176,6 +182,7 @@ def plan_repo(clone: Path, tickets: list[Ticket], scope: str = "source", replay:
         gold = sorted(t.gold)[0] if t.gold else ""
         t.rank = ranked.index(gold) + 1 if gold in ranked else None
         t.p_gold = next((float(r["p"]) for r in plan.ranking if r["path"] == gold), 0.0)
+        t.probs = {str(r["path"]): float(r["p"]) for r in plan.ranking}
         t.fix = fix_commit(clone, t, taken)
     return {
         "replayed": min(len(past), replay),
@@ -274,6 +281,44 @@ def pairs(tickets: Sequence[Ticket], policy: Policy, scope: str, clone: Path | N
     }
 
 
+BOUND_FN = 0.05
+"""The FN-concurrency `bound` allows (the floor's)."""
+
+
+def pair_scores(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]:
+    """For each pair of one repository's tickets: the largest t at which "claim every file at least t likely" would
+    make their claims meet (the most the less likely of the two gives a file both list), and whether their gold
+    files meet."""
+    kept = [{p: q for p, q in t.probs.items() if scope == "all" or not (is_test(p) or is_doc(p))} for t in tickets]
+    out = []
+    for (i, a), (j, b) in itertools.combinations(enumerate(tickets), 2):
+        pa, pb = kept[i], kept[j]
+        score = max((min(q, pb[p]) for p, q in pa.items() if p in pb), default=0.0)
+        out.append((score, bool(claims.PathIndex(a.gold).meeting(b.gold))))
+    return out
+
+
+def bound(scores: Sequence[tuple[float, bool]], fn_max: float = BOUND_FN) -> dict[str, float | None]:
+    """The least over-serialisation a threshold t on `pair_scores` gives (pairs scoring at least t held apart) with
+    FN-concurrency at most `fn_max`, and that t (None: no pair met, nothing need be held apart)."""
+    met = sorted(s for s, m in scores if m)
+    apart = sorted(s for s, m in scores if not m)
+    if not apart:
+        return {"threshold": None, "fn_concurrency": None, "over_serialisation": None}
+    if not met:
+        return {"threshold": None, "fn_concurrency": None, "over_serialisation": 0.0}
+    # The highest t letting at most fn_max of the meeting pairs through: the k-th lowest meeting score.
+    k = int(fn_max * len(met) + 1e-9)
+    t = met[k]
+    through = sum(s < t for s in met)
+    held = sum(s >= t for s in apart)
+    return {
+        "threshold": round(t, 4),
+        "fn_concurrency": round(through / len(met), 4),
+        "over_serialisation": round(held / len(apart), 4),
+    }
+
+
 def _share(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
@@ -346,10 +391,13 @@ def run(
     rows: dict[str, Any] = {}
     totals: dict[str, int] = defaultdict(int)
     points: list[tuple[float, bool]] = []
+    every_score: list[tuple[float, bool]] = []
     for name, ts in sorted(by_repo.items()):
         clone = clone_of(repos_dir, name)
         facts = plan_repo(clone, ts, scope)
-        row = {**summary(ts, policy, scope), **pairs(ts, policy, scope, clone), "record": facts}
+        scores = pair_scores(ts, scope)
+        every_score += scores
+        row = {**summary(ts, policy, scope), **pairs(ts, policy, scope, clone), "bound": bound(scores), "record": facts}
         points += estimates(ts, scope)
         rows[name] = row
         print(
@@ -381,6 +429,7 @@ def run(
         "over_serialisation": round(totals["held_apart"] / disjoint, 4) if disjoint else None,
         "run_and_not_merged_share": _share(totals["run_and_not_merged"], totals["pairs"]),
         "fixes_known": sum(t.fix is not None for t in every),
+        "bound": bound(every_score),
     }
     return {
         "tickets_file": str(path),
@@ -436,6 +485,15 @@ def print_report(r: dict[str, Any]) -> None:
         f"{o['run_and_met_fixes_known']} have both fixes found in the history ({o['fixes_known']} of "
         f"{o['tickets']} tickets' fixes found)"
     )
+    print(f"  the least over-serialisation with FN-concurrency <= {BOUND_FN:.0%} that claiming every file at least t "
+          "likely could give, t chosen knowing the gold files:")  # fmt: skip
+    for name, row in [*r["repos"].items(), ("overall (one t)", r["overall"])]:
+        b = row["bound"]
+        if b["over_serialisation"] is not None:
+            t = "-" if b["threshold"] is None else f"{b['threshold']:.3f}"
+            print(
+                f"    {name:<28} {_fmt(b['over_serialisation']):>8} (t {t}, FN-concurrency {_fmt(b['fn_concurrency'])})"
+            )
     for f in r.get("frontier", ()):
         fn, over = _fmt(f["fn_concurrency"]), _fmt(f["over_serialisation"])
         print(f"  at plan.risk {f['risk']:.0%}: FN-concurrency {fn}, over-serialisation {over}")
