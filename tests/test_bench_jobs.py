@@ -322,3 +322,29 @@ def test_a_clone_missing_an_object_the_replay_reads_is_refused_up_front_naming_t
     out = CliRunner().invoke(jobs_bench.main, args)
     assert out.exit_code == 2, out.output
     assert "lacks objects the replay reads (docs/logo.gif)" in out.output and "fetch it whole" in out.output
+
+
+def test_a_change_no_schedule_can_replay_is_not_counted_lost(make_repo):
+    """A range cut from a history that merges another line: its last change deletes a file added on that line
+    before the range, which main's start never has. One after another in recorded order it does not apply
+    either, so it is unreplayable, not lost by running side by side; a change that applies is still lost."""
+    repo = make_repo(files={"x.py": "x\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "other", start)
+    (repo / "compat.py").write_text("shim\n")
+    git(repo, "add", "compat.py")
+    git(repo, "commit", "-qm", "add the shim on another line")
+    git(repo, "checkout", "-q", "main")
+    (repo / "x.py").write_text("x1\n")
+    git(repo, "commit", "-qam", "edit x")
+    edit = git(repo, "rev-parse", "HEAD")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge the line", "other")
+    git(repo, "rm", "-q", "compat.py")
+    (repo / "x.py").write_text("x2\n")
+    git(repo, "commit", "-qam", "drop the shim, and its use")
+    drop = git(repo, "rev-parse", "HEAD")
+    git(repo, "reset", "-q", "--hard", start)
+    changes = [hist.Change(0, edit, "edit x", ("x.py",), 1), hist.Change(1, drop, "drop", ("compat.py", "x.py"), 2)]
+    r = replayrepo.ReplayRepo(repo, (edit, drop), drop, start)
+    assert replayrepo.unreplayable(r, changes) == [1]
+    assert replayrepo.serial(r, changes, [0.0, 0.0])[0] == [0, 1], "serial alone counts both"
