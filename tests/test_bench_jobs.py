@@ -322,3 +322,24 @@ def test_a_clone_missing_an_object_the_replay_reads_is_refused_up_front_naming_t
     out = CliRunner().invoke(jobs_bench.main, args)
     assert out.exit_code == 2, out.output
     assert "lacks objects the replay reads (docs/logo.gif)" in out.output and "fetch it whole" in out.output
+
+
+def test_each_replayed_change_ends_at_the_newest_commit_made_on_it(make_repo):
+    """A range replayed without its merges interleaves branches: a change's `end` is the last replayed commit made on
+    top of it (its own line's), not the range's last one (another branch's), and none when nothing later is."""
+    repo = make_repo(files={"a.txt": "a\n"})
+    shas = {}
+    for branch, name in (("one", "first"), ("two", "other"), ("one", "later")):
+        if name == "later":
+            git(repo, "checkout", "-q", branch)
+        else:
+            git(repo, "checkout", "-qb", branch, "main")
+        (repo / f"{name}.txt").write_text(name)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", name)
+        shas[name] = git(repo, "rev-parse", "HEAD")
+    commits = (shas["first"], shas["other"], shas["later"])
+    ends = replayrepo.newest(replayrepo.ReplayRepo(repo, commits, commits[-1]))
+    assert ends == [shas["later"], None, None]
+    change = hist.Change(0, commits[0], "first", ("first.txt",), 1)
+    assert replayrepo.job_text(change, commits[0], 0, end=ends[0]).endswith(f"conflict: theirs\nend: {shas['later']}")

@@ -286,7 +286,7 @@ def union_blob(
     """The line-wise union merge (`git.union`: both sides' additions and removals kept) of two versions of a file
     over `base` (None: added on both sides), written to `repo`'s object database; None for binary content."""
     texts = [b"" if oid is None else repo[oid].peel(pygit2.Blob).data for oid in (base, ours, theirs)]
-    merged = union.merge(*texts)
+    merged = union.merge(texts[0], texts[1], texts[2])
     return None if merged is None else repo.create_blob(merged)
 
 

@@ -13,8 +13,9 @@ Two sources:
   change's parent; the jobs replay the range's own authored commits, their messages as the job texts.
 
 Either way a job's text names its commit with `conflict: theirs`: a change recorded on top of one that
-has not landed yet still runs, and the daemon's own landing check sees the conflict. `lost` compares
-main at the end with the recorded end state, file by file; for a real repository `serial` compares it
+has not landed yet still runs, and the daemon's own landing check sees the conflict; and with `end:` the newest
+replayed commit made on top of it (`newest`), so that landing after such a later change does not undo it. `lost`
+compares main at the end with the recorded end state, file by file; for a real repository `serial` compares it
 with the landed changes applied one after another in landing order (a broken landing is a file where
 they differ).
 """
@@ -50,17 +51,19 @@ class ReplayRepo:
     synthesised."""
 
 
-_SPEC_LINE = re.compile(r"^(\s*)(commit|patch|after|hold|conflict)(\s*:)", re.I | re.M)
+_SPEC_LINE = re.compile(r"^(\s*)(commit|patch|after|hold|conflict|end)(\s*:)", re.I | re.M)
 
 
-def job_text(change: Change, commit: str, after: float, hold: float = 0.0) -> str:
+def job_text(change: Change, commit: str, after: float, hold: float = 0.0, end: str | None = None) -> str:
     """The replay runner's spec for one change: its message (what the planner reads: the whole message of a
     real repository's commit, as a person's ticket would say it), then its commit, its wait before applying it
-    and how long the job runs on with it applied."""
+    and how long the job runs on with it applied; `end`, the newest replayed commit made on top of it: a later
+    change that landed first is not undone by this one's side of a conflicting hunk."""
     text = change.message.strip() or change.subject.strip() or f"change {change.index}"
     text = _SPEC_LINE.sub(r"\1> \2\3", text)  # a message's own `after: ...` line is not the spec's
     held = f"\nhold: {hold:g}" if hold else ""
-    return f"{text}\ncommit: {commit}\nafter: {after:g}{held}\nconflict: theirs"
+    ends = f"\nend: {end}" if end else ""
+    return f"{text}\ncommit: {commit}\nafter: {after:g}{held}\nconflict: theirs{ends}"
 
 
 class _Files:
@@ -213,6 +216,18 @@ def copy(template: ReplayRepo, root: Path) -> ReplayRepo:
     return ReplayRepo(root, template.commits, template.final)
 
 
+def newest(replay: ReplayRepo) -> list[str | None]:
+    """Per replayed change, the last replayed commit made on top of it (its own line's newest recorded state), or
+    None: its `end` (a range replayed without its merges interleaves branches: the range's last commit may be on
+    another)."""
+    repo = pygit2.Repository(str(replay.path))
+    ids = [repo.revparse_single(c).peel(pygit2.Commit).id for c in replay.commits]
+    return [
+        next((str(ids[j]) for j in range(len(ids) - 1, i, -1) if repo.descendant_of(ids[j], ids[i])), None)
+        for i in range(len(ids))
+    ]
+
+
 def lost(
     replay: ReplayRepo, changes: Sequence[Change], landed_at: Sequence[float], mergeable: tuple[str, ...] = ()
 ) -> tuple[list[int], int]:
@@ -264,11 +279,14 @@ def serial(
     # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged).
     lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main)}
     tree: pygit2.Tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
+    ends = newest(replay)
     last: dict[str, int] = {}
     for _, i in order:
         commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
+        newer = ends[i]
+        end = repo.revparse_single(newer).peel(pygit2.Commit) if newer else None
         with contextlib.suppress(ReplayError):  # what the replay runner would not have landed either
-            tree = replayed_tree(repo, commit, tree, theirs=True, mergeable=union)
+            tree = replayed_tree(repo, commit, tree, theirs=True, mergeable=union, end=end)
         for p in changes[i].files:
             last[p] = i
     broken = []
