@@ -343,3 +343,29 @@ def test_each_replayed_change_ends_at_the_newest_commit_made_on_it(make_repo):
     assert ends == [shas["later"], None, None]
     change = hist.Change(0, commits[0], "first", ("first.txt",), 1)
     assert replayrepo.job_text(change, commits[0], 0, end=ends[0]).endswith(f"conflict: theirs\nend: {shas['later']}")
+
+
+def test_a_change_no_schedule_can_replay_is_not_counted_lost(make_repo):
+    """A range cut from a history that merges another line: its last change deletes a file added on that line
+    before the range, which main's start never has. One after another in recorded order it does not apply
+    either, so it is unreplayable, not lost by running side by side; a change that applies is still lost."""
+    repo = make_repo(files={"x.py": "x\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "other", start)
+    (repo / "compat.py").write_text("shim\n")
+    git(repo, "add", "compat.py")
+    git(repo, "commit", "-qm", "add the shim on another line")
+    git(repo, "checkout", "-q", "main")
+    (repo / "x.py").write_text("x1\n")
+    git(repo, "commit", "-qam", "edit x")
+    edit = git(repo, "rev-parse", "HEAD")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge the line", "other")
+    git(repo, "rm", "-q", "compat.py")
+    (repo / "x.py").write_text("x2\n")
+    git(repo, "commit", "-qam", "drop the shim, and its use")
+    drop = git(repo, "rev-parse", "HEAD")
+    git(repo, "reset", "-q", "--hard", start)
+    changes = [hist.Change(0, edit, "edit x", ("x.py",), 1), hist.Change(1, drop, "drop", ("compat.py", "x.py"), 2)]
+    r = replayrepo.ReplayRepo(repo, (edit, drop), drop, start)
+    assert replayrepo.unreplayable(r, changes) == [1]
+    assert replayrepo.serial(r, changes, [0.0, 0.0])[0] == [0, 1], "serial alone counts both"

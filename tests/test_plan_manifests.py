@@ -121,3 +121,22 @@ def test_a_kinds_risk_is_what_its_past_changes_touched_beyond_the_claim() -> Non
     near, rest = manifests.escapes([("a", "b"), ("a",), ("a", "c"), ("a", "b"), ("a", "gone")], {"a"}, tree)
     assert dict(near) == {"b": 2.5 / 6, "c": 1.5 / 6}  # a file no longer in the tree is not listed
     assert abs(rest - (2 + 1) / 7 / 100) < 1e-12
+
+
+def test_a_release_claims_the_directory_whose_news_fragments_past_releases_folded(make_repo) -> None:
+    """Past releases each deleted the news fragments they folded into the changelog: every fragment is a file
+    seen once, so no file count finds them; the release claims their directory, and a fragment added there
+    meets its claim."""
+    repo = make_repo("frag", {**FILES, "newsfragments/.gitignore": "!.gitignore\n"})
+    for n in range(3):
+        write(repo, {f"newsfragments/{n}.bugfix.rst": f"fixed {n}\n"})
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"fix thing {n}")
+        git(repo, "rm", "-q", f"newsfragments/{n}.bugfix.rst")
+        commit(repo, {"pyproject.toml": FILES["pyproject.toml"].replace("1.0.dev", f"1.{n}"),
+                      "CHANGES.md": f"- fixed {n}\n"}, f"v1.{n}")  # fmt: skip
+    p = plan(repo, "v1.3")
+    assert "newsfragments/" in p.claim.paths and "pyproject.toml" in p.claim.paths, p.claim.paths
+    assert manifests.folded([("a/1.rst", "v.py"), ("b/x.py",)], frozenset({"v.py", "b/x.py"}), ()) == [], (
+        "one release alone is no pattern"
+    )

@@ -168,8 +168,23 @@ def _common(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore:
 
 
 def release_companions(history: History, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
-    """Files (still in the tree) that at least SUPPORT of the past releases touched."""
-    return _common(past(history, Kind.RELEASE), present, ignore)
+    """Files (still in the tree) that at least SUPPORT of the past releases touched, and the directories whose
+    files they folded (`folded`)."""
+    releases = past(history, Kind.RELEASE)
+    return _common(releases, present, ignore) + folded(releases, present, ignore)
+
+
+def folded(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore: Sequence[str]) -> list[str]:
+    """The directories (`d/`) where at least SUPPORT of the past releases (two or more) touched files the tree
+    no longer has: news fragments a release folds into its changelog and deletes. Each fragment is a file of its
+    own, seen once, so no file-level count finds them; a release claims their directory, and a job adding one
+    there waits for it (or it for the job) instead of running beside it and folding a fragment that is not on
+    its base yet."""
+    count: Counter[str] = Counter()
+    for files in changes:
+        gone = {posixpath.dirname(f) for f in files if f not in present and "/" in f}
+        count.update(d for d in gone if not (ignore and claims.matches(d + "/", tuple(ignore))))
+    return sorted(d + "/" for d, k in count.items() if k >= 2 and k >= SUPPORT * len(changes))
 
 
 def record(

@@ -136,12 +136,7 @@ def apply_commit(
     repo = ws.repo()
     commit, later = _commit(repo, rev), _commit(repo, end) if end else None
     head = repo[ws.head()].peel(pygit2.Commit)
-    if commit.parents and (absent := _deletes_unborn(repo, commit, head)):
-        # A three-way merge takes "deleted by both" as clean, but the change was made where the file was: it
-        # needs the change that adds it (a release folding news fragments another job adds). Not settled by
-        # `theirs` either: no landing check would see it later, the deletion would just be missing.
-        raise NotApplied(f"commit {commit.id} deletes {', '.join(absent)}, which this base does not have yet")
-    tree = replayed_tree(repo, commit, head.tree, theirs, mergeable, later)
+    tree = replayed_on(repo, commit, head, theirs, mergeable, later)
     changed = sorted(_paths(head.tree.diff_to_tree(tree)))
     # Write the merged tree into the workspace (its admin index follows), leaving HEAD where it is: the
     # daemon commits the result like any runner's.
@@ -154,6 +149,24 @@ def _commit(repo: pygit2.Repository, rev: str) -> pygit2.Commit:
         return repo.revparse_single(rev).peel(pygit2.Commit)
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
+
+
+def replayed_on(
+    repo: pygit2.Repository,
+    commit: pygit2.Commit,
+    onto: pygit2.Commit,
+    theirs: bool,
+    mergeable: Mergeable | None = None,
+    end: pygit2.Commit | None = None,
+) -> pygit2.Tree:
+    """`replayed_tree` onto a commit, as the replay runner applies a change: NotApplied also when the change
+    deletes a file `onto` has not had yet."""
+    if commit.parents and (absent := _deletes_unborn(repo, commit, onto)):
+        # A three-way merge takes "deleted by both" as clean, but the change was made where the file was: it
+        # needs the change that adds it (a release folding news fragments another job adds). Not settled by
+        # `theirs` either: no landing check would see it later, the deletion would just be missing.
+        raise NotApplied(f"commit {commit.id} deletes {', '.join(absent)}, which this base does not have yet")
+    return replayed_tree(repo, commit, onto.tree, theirs, mergeable, end)
 
 
 def replayed_tree(

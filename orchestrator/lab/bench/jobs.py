@@ -283,8 +283,11 @@ def _figures(
     claims_ = _claims_of(row, changes, jobs)
     apart = _risky_pairs(row, jobs, claims_)
     makespan = max(landed_at) - t0 if any(landed_at) else 0.0
+    unlandable: list[int] = []
     if replay.start:  # a real repository: main must be the landed changes applied in landing order
         lost, broken, reordered = replayrepo.serial(replay, changes, landed_at, MERGEABLE)
+        unlandable = replayrepo.unreplayable(replay, changes, MERGEABLE)
+        lost = [i for i in lost if i not in unlandable]
     else:
         (lost, reordered), broken = replayrepo.lost(replay, changes, landed_at, MERGEABLE), []
     width = 1 if row.policy == "one-per-repo" else slots
@@ -313,6 +316,7 @@ def _figures(
         "redone": sum(j["attempts"] for j in jobs),
         "thrown_s": round(sched.thrown_away(per_job, [bool(t) for t in landed_at]), 2),
         "lost": len(lost),
+        "unreplayable": len(unlandable),
         "broken": len(broken),
         "broken_files": broken,
         "reordered_pairs": reordered,

@@ -34,7 +34,7 @@ import pygit2
 
 from orchestrator.core import claims
 from orchestrator.lab.bench.history import Change, HistoryError, git
-from orchestrator.runners.replay import ReplayError, replayed_tree
+from orchestrator.runners.replay import ReplayError, replayed_on, replayed_tree
 
 REPLAY_REF = "refs/bench/replay"
 
@@ -298,6 +298,28 @@ def serial(
             if not _has_edit(repo, changes[i].sha, p, main):
                 lost.add(i)
     return sorted(lost), broken, _reordered(changes, landed_at, mergeable)
+
+
+def unreplayable(replay: ReplayRepo, changes: Sequence[Change], mergeable: tuple[str, ...] = ()) -> list[int]:
+    """The changes that no schedule can land: applied one after another in their recorded order from main's
+    start, as the replay runner applies them, each of these does not apply. A range cut out of a history that
+    merges another line (a project template's) can hold a change whose base the range never builds, e.g. one
+    deleting a file added on the other line before the range: every policy fails it, one-per-repo too, so it
+    is not lost by running side by side (rows report it apart)."""
+    repo = pygit2.Repository(str(replay.path))
+    union = functools.partial(claims.matches, patterns=mergeable)
+    head = repo.revparse_single(replay.start).peel(pygit2.Commit)
+    sig = pygit2.Signature("bench", "bench@localhost", 0, 0)
+    out = []
+    for c in changes:
+        commit = repo.revparse_single(c.sha).peel(pygit2.Commit)
+        try:
+            tree = replayed_on(repo, commit, head, theirs=True, mergeable=union)
+        except ReplayError:
+            out.append(c.index)
+            continue
+        head = repo[repo.create_commit(None, sig, sig, "serial", tree.id, [head.id])].peel(pygit2.Commit)
+    return out
 
 
 def _lines_lost(

@@ -85,6 +85,7 @@ def row_line(row: dict[str, Any]) -> str:
         f"{_fmt(row.get('saved_s', 0.0))} saved by the stops), {row.get('rechecks', 0)} run again to see an "
         "earlier job's change, "
         f"{row['lost']} lost, {row['broken']} broken"
+        + (f" ({row['unreplayable']} no schedule can replay on this range)" if row.get("unreplayable") else "")
     )
 
 
