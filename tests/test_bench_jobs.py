@@ -369,3 +369,23 @@ def test_a_change_no_schedule_can_replay_is_not_counted_lost(make_repo):
     r = replayrepo.ReplayRepo(repo, (edit, drop), drop, start)
     assert replayrepo.unreplayable(r, changes) == [1]
     assert replayrepo.serial(r, changes, [0.0, 0.0])[0] == [0, 1], "serial alone counts both"
+
+
+def test_a_change_a_later_one_made_on_it_rewrote_before_it_ran_is_not_lost(make_repo):
+    """A comment aligned, then the same line rewritten by the next change (made on it), which landed first: the
+    older one replays to nothing (its `end` has the line as main has it) and ends unchanged; nothing of it is lost."""
+    repo = make_repo(files={"r.py": "x = 1  # old\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "recorded")
+    shas = []
+    for line in ("x = 1  # aligned\n", "x = 2  # aligned\n"):
+        (repo / "r.py").write_text(line)
+        git(repo, "commit", "-qam", line.strip())
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    git(repo, "checkout", "-q", "main")
+    (repo / "r.py").write_text("x = 2  # aligned\n")
+    git(repo, "commit", "-qam", "the later change landed")
+    r = replayrepo.ReplayRepo(repo, tuple(shas), shas[-1], start)
+    changes = [hist.Change(i, sha, f"change {i}", ("r.py",), 1) for i, sha in enumerate(shas)]
+    lost, broken, _ = replayrepo.serial(r, changes, [0.0, 1.0])
+    assert (lost, broken) == ([], [])

@@ -276,15 +276,15 @@ def serial(
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
     union = functools.partial(claims.matches, patterns=mergeable)
     order = sorted((t, c.index) for c, t in zip(changes, landed_at, strict=True) if t)
-    # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged).
-    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main)}
+    ends = [repo.revparse_single(e).peel(pygit2.Commit) if e else None for e in newest(replay)]
+    # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged), or the
+    # edit of a later change made on it that landed first (its replay keeps that: nothing of it to land either).
+    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main, ends[c.index])}
     tree: pygit2.Tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
-    ends = newest(replay)
     last: dict[str, int] = {}
     for _, i in order:
         commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
-        newer = ends[i]
-        end = repo.revparse_single(newer).peel(pygit2.Commit) if newer else None
+        end = ends[i]
         with contextlib.suppress(ReplayError):  # what the replay runner would not have landed either
             tree = replayed_tree(repo, commit, tree, theirs=True, mergeable=union, end=end)
         for p in changes[i].files:
@@ -295,7 +295,7 @@ def serial(
             lost |= _lines_lost(repo, changes, landed_at, p, main)
         elif _text(repo, main, p) != _text(repo, tree, p):
             broken.append(p)
-            if not _has_edit(repo, changes[i].sha, p, main):
+            if not _has_edit(repo, changes[i].sha, p, main, ends[i]):
                 lost.add(i)
     return sorted(lost), broken, _reordered(changes, landed_at, mergeable)
 
@@ -372,18 +372,21 @@ def _reordered(changes: Sequence[Change], landed_at: Sequence[float], mergeable:
     return len(pairs)
 
 
-def _on_main(repo: pygit2.Repository, change: Change, main: pygit2.Tree) -> bool:
-    """Main holds `change`'s edit of every file it touched."""
-    return bool(change.files) and all(_has_edit(repo, change.sha, p, main) for p in change.files)
+def _on_main(repo: pygit2.Repository, change: Change, main: pygit2.Tree, end: pygit2.Commit | None = None) -> bool:
+    """Main holds `change`'s edit of every file it touched (or, with `end`, what a later change made on it has)."""
+    return bool(change.files) and all(_has_edit(repo, change.sha, p, main, end) for p in change.files)
 
 
-def _has_edit(repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree) -> bool:
-    """Applying the change to main again changes nothing at `path`: its edit is there."""
+def _has_edit(
+    repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree, end: pygit2.Commit | None = None
+) -> bool:
+    """Applying the change to main again (as its replay does, with its `end`) changes nothing at `path`: its edit is
+    there, or a later change's made on it."""
     commit = repo.revparse_single(sha).peel(pygit2.Commit)
     if not commit.parents:
         return True
     try:
-        tree = replayed_tree(repo, commit, main, theirs=True)
+        tree = replayed_tree(repo, commit, main, theirs=True, end=end)
     except ReplayError:
         return False
     return _text(repo, tree, path) == _text(repo, main, path)
