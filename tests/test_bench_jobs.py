@@ -324,6 +324,27 @@ def test_a_clone_missing_an_object_the_replay_reads_is_refused_up_front_naming_t
     assert "lacks objects the replay reads (docs/logo.gif)" in out.output and "fetch it whole" in out.output
 
 
+def test_each_replayed_change_ends_at_the_newest_commit_made_on_it(make_repo):
+    """A range replayed without its merges interleaves branches: a change's `end` is the last replayed commit made on
+    top of it (its own line's), not the range's last one (another branch's), and none when nothing later is."""
+    repo = make_repo(files={"a.txt": "a\n"})
+    shas = {}
+    for branch, name in (("one", "first"), ("two", "other"), ("one", "later")):
+        if name == "later":
+            git(repo, "checkout", "-q", branch)
+        else:
+            git(repo, "checkout", "-qb", branch, "main")
+        (repo / f"{name}.txt").write_text(name)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", name)
+        shas[name] = git(repo, "rev-parse", "HEAD")
+    commits = (shas["first"], shas["other"], shas["later"])
+    ends = replayrepo.newest(replayrepo.ReplayRepo(repo, commits, commits[-1]))
+    assert ends == [shas["later"], None, None]
+    change = hist.Change(0, commits[0], "first", ("first.txt",), 1)
+    assert replayrepo.job_text(change, commits[0], 0, end=ends[0]).endswith(f"conflict: theirs\nend: {shas['later']}")
+
+
 def test_a_change_no_schedule_can_replay_is_not_counted_lost(make_repo):
     """A range cut from a history that merges another line: its last change deletes a file added on that line
     before the range, which main's start never has. One after another in recorded order it does not apply
@@ -348,3 +369,23 @@ def test_a_change_no_schedule_can_replay_is_not_counted_lost(make_repo):
     r = replayrepo.ReplayRepo(repo, (edit, drop), drop, start)
     assert replayrepo.unreplayable(r, changes) == [1]
     assert replayrepo.serial(r, changes, [0.0, 0.0])[0] == [0, 1], "serial alone counts both"
+
+
+def test_a_change_a_later_one_made_on_it_rewrote_before_it_ran_is_not_lost(make_repo):
+    """A comment aligned, then the same line rewritten by the next change (made on it), which landed first: the
+    older one replays to nothing (its `end` has the line as main has it) and ends unchanged; nothing of it is lost."""
+    repo = make_repo(files={"r.py": "x = 1  # old\n"})
+    start = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "recorded")
+    shas = []
+    for line in ("x = 1  # aligned\n", "x = 2  # aligned\n"):
+        (repo / "r.py").write_text(line)
+        git(repo, "commit", "-qam", line.strip())
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    git(repo, "checkout", "-q", "main")
+    (repo / "r.py").write_text("x = 2  # aligned\n")
+    git(repo, "commit", "-qam", "the later change landed")
+    r = replayrepo.ReplayRepo(repo, tuple(shas), shas[-1], start)
+    changes = [hist.Change(i, sha, f"change {i}", ("r.py",), 1) for i, sha in enumerate(shas)]
+    lost, broken, _ = replayrepo.serial(r, changes, [0.0, 1.0])
+    assert (lost, broken) == ([], [])

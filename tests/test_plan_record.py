@@ -85,13 +85,16 @@ def test_the_map_is_monotone_pooled_where_the_estimate_does_not_rank_and_a_littl
     assert riskmap.fit([]) == () and mapped((), 0.07) == 0.07
 
 
-def test_a_pair_is_weighed_by_its_repositorys_map_not_the_shipped_floor() -> None:
+def test_a_pair_is_weighed_by_its_repositorys_map_and_never_below_the_shipped_floor() -> None:
     """With a map, the pair's risk is the map's value at the estimate (its chance of meeting kept, its share that
-    would not merge what is left), the estimate itself kept as `raw`; the shipped `RISK_FLOOR` is for no map."""
+    would not merge what is left), the estimate itself kept as `raw`; never below the shipped `RISK_FLOOR`."""
     knots = ((0.015, 0.01), (0.1, 0.2))
-    low = Risk(area="src", nonmerge=0.3, floor=0.05, scale=knots)  # 5% × 30% = 1.5%: mapped to 1%
+    low = Risk(area="src", nonmerge=0.3, floor=0.05, scale=knots)  # 5% × 30% = 1.5%: mapped to 1%, floored at 3%
     pair = pair_risk(Escapes.of(low), ("src/a.py",), Escapes.of(Risk(area="docs", nonmerge=0.2)), ("docs/b.md",))
-    assert pair.meet == MEET_FLOOR and abs(pair.raw - 0.015) < 1e-12 and abs(pair.risk - 0.01) < 1e-12 < RISK_FLOOR
+    assert pair.meet == MEET_FLOOR and abs(pair.raw - 0.015) < 1e-12 and abs(pair.risk - RISK_FLOOR) < 1e-12
+    mid = Risk(area="src", nonmerge=0.8, floor=0.05, scale=knots)  # 4%: mapped to 1% + 0.19 × 25/85 = 6.6%
+    pair = pair_risk(Escapes.of(mid), ("src/a.py",), None, ("docs/b.md",))
+    assert abs(pair.risk - mapped(knots, 0.04)) < 1e-12 and abs(pair.risk - (0.01 + 0.19 * 0.025 / 0.085)) < 1e-12
     high = Risk(area="src", nonmerge=0.6, floor=0.2, scale=knots)  # 12%: 22% (2% above the last knot's 20%)
     pair = pair_risk(Escapes.of(high), ("src/a.py",), None, ("docs/b.md",))
     assert abs(pair.risk - 0.22) < 1e-12 and abs(pair.meet - 0.22) < 1e-12 and pair.nonmerge == 1.0  # above meeting
@@ -127,7 +130,7 @@ def test_a_text_naming_nothing_is_weighed_at_the_repositorys_base_rate(shop: Pat
     other = local_plan(shop, head, "Cart.total is wrong for a cart with a single item", history, ("CHANGES*",), full)
     pair = pair_risk(Escapes.of(risk), (), Escapes.of(other.claim.risk), other.claim.paths)
     assert pair.meet >= full.blind_meet and pair.raw >= full.blind_meet * full.nonmerge("")
-    assert full.scale and abs(pair.risk - mapped(full.scale, pair.raw)) < 1e-12  # then the repository's map
+    assert full.scale and abs(pair.risk - max(RISK_FLOOR, mapped(full.scale, pair.raw))) < 1e-12  # then the map
     alone = local_plan(shop, head, "make it faster", history, ("CHANGES*",), thin)
     assert alone.claim.risk is None and claims.ambiguity(alone.claim, policy) == "empty claim"
     busy = Calibration(blind=(100, 30))

@@ -268,6 +268,37 @@ def test_a_changelog_rewording_overtaken_by_the_change_recorded_on_it_still_land
     assert repository[tree["CHANGELOG.md"].id].data.decode() == recorded
 
 
+def test_an_older_change_applied_after_a_later_one_made_on_it_does_not_undo_it(make_repo, tmp_path):
+    """Type hints (recorded first) and a later change widening one of them (made on top): the later one landed first,
+    so the older one replays onto a base that already has the widened hint. With `end` (the recorded end state) the
+    conflicting line keeps the base's newer side, and the older change's other lines still land; without it, the
+    recorded side takes the line back (the later change undone, which no check would call lost); an `end` not made
+    on the older change (another branch's) decides nothing."""
+    repo = make_repo(files={"routing.py": "import x\n\n\ndef route(methods: list = None):\n    pass\n"})
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {"routing.py": "import typing\n\n\ndef route(methods: list[str] | None = None):\n    pass\n"})
+    git(repo, "commit", "-qam", "improve type hints")
+    hints = git(repo, "rev-parse", "HEAD")
+    write(repo, {"routing.py": "import typing\n\n\ndef route(methods: Collection[str] | None = None):\n    pass\n"})
+    git(repo, "commit", "-qam", "make the methods annotation more permissive")
+    wider = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    write(repo, {"routing.py": "import x\n\n\ndef route(methods: Collection[str] | None = None):\n    pass\n"})
+    git(repo, "commit", "-qam", "the later change landed first (as its replay writes it on this base)")
+    landed = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-qb", "stable", "main~1")  # another branch's end, not made on the hints: says nothing
+    write(repo, {"routing.py": "import x\n\n\ndef route(methods: Collection[str] | None = None):\n    pass\n"})
+    git(repo, "commit", "-qam", "the same line on a maintenance branch")
+    elsewhere = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    for n, (end, line) in enumerate(((wider, "Collection[str]"), (None, "list[str]"), (elsewhere, "list[str]"))):
+        ws = workspace(repo, tmp_path / f"ws{n}", landed, f"orchestrator/{n + 2}")
+        assert replay.apply_commit(ws, hints, theirs=True, end=end) == ["routing.py"]
+        text = (ws / "routing.py").read_text()
+        assert text.startswith("import typing\n") and f"methods: {line} | None" in text, (end, text)
+    assert replay.parse(f"commit: {hints}\nconflict: theirs\nend: {wider}").end == wider
+
+
 async def test_a_replay_that_does_not_apply_runs_again_behind_the_jobs_beside_it(make_repo, tmp_path):
     """A change recorded on top of another that has not landed yet does not apply on its base: a conflict, not a
     failure. Its job goes back to the queue behind the job beside it, runs again once that landed, and lands."""

@@ -236,10 +236,11 @@ _STYLES = {"merge": _merge, "rebase": _rebase, "squash": _squash}
 def merged_trees(
     repo: pygit2.Repository, ancestor: pygit2.Tree, ours: pygit2.Tree, theirs: pygit2.Tree, is_union: Mergeable
 ) -> tuple[pygit2.Tree | None, tuple[str, ...]]:
-    """The 3-way merge of three trees (union paths settled): the merged tree, written to `repo`'s object
-    database, or None and the conflicting paths."""
+    """Whether three trees merge: the merged tree, written to `repo`'s object database, or None and the conflicting
+    paths. A union path both sides changed always merges (unless binary): it keeps `ours`' version here, its merged
+    lines not asked for (a record of past changes merges hundreds of pairs)."""
     index = repo.merge_trees(ancestor, ours, theirs)
-    conflicts = _settle(repo, index, (ancestor, ours, theirs), is_union=is_union)
+    conflicts = _settle(repo, index, None, is_union=is_union)
     if conflicts:
         return None, conflicts
     return repo[index.write_tree(repo)].peel(pygit2.Tree), ()
@@ -286,7 +287,7 @@ def union_blob(
     """The line-wise union merge (`git.union`: both sides' additions and removals kept) of two versions of a file
     over `base` (None: added on both sides), written to `repo`'s object database; None for binary content."""
     texts = [b"" if oid is None else repo[oid].peel(pygit2.Blob).data for oid in (base, ours, theirs)]
-    merged = union.merge(*texts)
+    merged = union.merge(texts[0], texts[1], texts[2])
     return None if merged is None else repo.create_blob(merged)
 
 
@@ -298,7 +299,8 @@ def _settle(
     repo: pygit2.Repository, index: pygit2.Index, trees: Trees | None, *, is_union: Mergeable
 ) -> tuple[str, ...]:
     """Resolve union-mergeable conflicts in `index` (the merge of `trees`) in place, and merge again the union paths
-    libgit2 settled itself (`trees` None: only the conflicts are wanted); return the paths still in conflict."""
+    libgit2 settled itself; return the paths still in conflict. `trees` None: only whether it merges is wanted (a
+    union path keeps ours' version, unmerged)."""
     remaining: set[str] = set()
     resolved: dict[str, pygit2.IndexEntry | None] = {}
     for ancestor, ours, theirs in list(index.conflicts or ()):
@@ -309,8 +311,12 @@ def _settle(
         elif ours is None or theirs is None:
             # Changed on one side, deleted on the other: the union of some lines and none keeps them.
             resolved[path] = ours or theirs
-        elif (merged := union_blob(repo, ancestor.id if ancestor else None, ours.id, theirs.id)) is None:
+        elif any(repo[e.id].peel(pygit2.Blob).is_binary for e in (ours, theirs)):
             remaining.add(path)  # binary content: no line-wise matter
+        elif trees is None:
+            resolved[path] = ours  # only whether it merges is asked: it does
+        elif (merged := union_blob(repo, ancestor.id if ancestor else None, ours.id, theirs.id)) is None:
+            remaining.add(path)
         else:
             resolved[path] = pygit2.IndexEntry(path, merged, ours.mode)
     if remaining:

@@ -1,24 +1,50 @@
-"""A line-wise union merge of three versions of a file (a changelog) that keeps each side's removals. Pure, no I/O.
+"""A line-wise three-way merge of a file whose conflicting stretches are settled by a rule, by default a union that
+keeps each side's removals (a changelog). Pure, no I/O.
 
 libgit2's union favour settles a conflicting hunk by writing both sides' lines one after the other. That keeps
 what a side added, but also what a side removed when the other side kept it: a heading one job reworded
 (`## Unreleased` to `## 26.1.0`) next to an entry another job added above it comes out as both headings, the old
 one back, and the rewording silently half lost. Here a conflicting hunk keeps the lines each side added, and a line
 of the base only when neither side removed it; the hunks that do not conflict merge as any three-way merge does.
+The replay runner settles them by another rule (`runners.replay`: the side a later recorded state has).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 
 Lines = Sequence[bytes]
+Settle = Callable[[Lines, Lines, Lines], list[bytes]]
+"""What a stretch both sides changed differently becomes: (base, ours, theirs) lines → the merged lines."""
 
 
-def merge(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
-    """The three-way merge of `ours` and `theirs` over `base`, each conflicting hunk settled as a union that keeps
-    both sides' additions and removals (ours' lines first). None for binary content (no line-wise matter)."""
+def union(base: Lines, ours: Lines, theirs: Lines) -> list[bytes]:
+    """A conflicting stretch as the union of both sides' additions (ours' first) and the base lines neither removed."""
+    had = Counter(base)
+    gone_ours, gone_theirs = had - Counter(ours), had - Counter(theirs)
+    both_kept = had - gone_ours - gone_theirs
+    out = []
+    for line in ours:
+        if gone_theirs[line]:  # a base line they removed
+            gone_theirs[line] -= 1
+        else:
+            out.append(line)
+    for line in theirs:
+        if both_kept[line]:  # a base line ours kept too: written already
+            both_kept[line] -= 1
+        elif gone_ours[line]:  # a base line we removed
+            gone_ours[line] -= 1
+        else:
+            out.append(line)
+    return out
+
+
+def merge(base: bytes, ours: bytes, theirs: bytes, settle: Settle = union) -> bytes | None:
+    """The three-way merge of `ours` and `theirs` over `base`, each conflicting stretch settled by `settle` (by
+    default a union that keeps both sides' additions and removals). None for binary content (no line-wise
+    matter)."""
     if any(b"\0" in text for text in (base, ours, theirs)):
         return None
     # A last line without its end is the same line as with one (one side appended after it, the other did not).
@@ -26,7 +52,7 @@ def merge(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
     out: list[bytes] = []
     at_b = at_o = at_t = 0
     for sb, eb, so, st in _stable(b, o, t):
-        out += _hunk(b[at_b:sb], o[at_o:so], t[at_t:st])
+        out += _hunk(b[at_b:sb], o[at_o:so], t[at_t:st], settle)
         out += b[sb:eb]
         at_b, at_o, at_t = eb, so + eb - sb, st + eb - sb
     merged = b"".join(out)
@@ -58,27 +84,10 @@ def _stable(base: Lines, ours: Lines, theirs: Lines) -> list[tuple[int, int, int
     return runs
 
 
-def _hunk(base: Lines, ours: Lines, theirs: Lines) -> list[bytes]:
-    """One stretch between stable runs: the side that changed it, or, when both did differently, the union of their
-    additions and of the base lines neither removed."""
+def _hunk(base: Lines, ours: Lines, theirs: Lines, settle: Settle) -> list[bytes]:
+    """One stretch between stable runs: the side that changed it, or, when both did differently, `settle`'s."""
     if list(ours) == list(theirs) or list(theirs) == list(base):
         return list(ours)
     if list(ours) == list(base):
         return list(theirs)
-    had = Counter(base)
-    gone_ours, gone_theirs = had - Counter(ours), had - Counter(theirs)
-    both_kept = had - gone_ours - gone_theirs
-    out = []
-    for line in ours:
-        if gone_theirs[line]:  # a base line they removed
-            gone_theirs[line] -= 1
-        else:
-            out.append(line)
-    for line in theirs:
-        if both_kept[line]:  # a base line ours kept too: written already
-            both_kept[line] -= 1
-        elif gone_ours[line]:  # a base line we removed
-            gone_ours[line] -= 1
-        else:
-            out.append(line)
-    return out
+    return settle(base, ours, theirs)

@@ -10,6 +10,7 @@ says what to replay, in one of two forms:
       after: 2.5             # seconds to wait before applying (default 0)
       hold: 4                # seconds it goes on running after applying, as an agent testing its edit (default 0)
       conflict: theirs       # on a conflicting hunk keep the recorded side (default: fail)
+      end: 9b1c0de           # with theirs: a hunk the base has as this later commit has it stays (see below)
 
 - or one JSON object: `{"commit": "3f2a9c1", "after": 2.5}` / `{"patch": "/abs/change.patch"}`.
 
@@ -19,7 +20,9 @@ would for a person; a real conflict is a conflict (code `Conflict`: the daemon r
 jobs beside it have landed, or leaves it conflicted), unless `conflict: theirs` (as `git cherry-pick -X
 theirs`: a change recorded on top of one that has not landed yet still runs, and the daemon's landing check
 sees the conflict, re-running the job on the moved base; a union-mergeable file, a changelog, keeps both
-sides' lines). `patch` is a unified diff file
+sides' lines). `end`, a commit recorded after it (the recorded end state): a conflicting hunk whose base side is
+what `end` has there, and whose recorded side is not, keeps the base side: a change recorded later (made on top of
+this one) landed first, and applying this older one after it does not undo it. `patch` is a unified diff file
 (`git diff` / `git format-patch` output) applied to the worktree as `git apply` does. The daemon commits
 the result like any runner's. The runner logs `replay.started` and `replay.applied` (the benchmark's
 clock for when the work itself began and ended).
@@ -39,14 +42,14 @@ import pygit2
 from orchestrator import logging as olog
 from orchestrator.core import claims
 from orchestrator.core.models import Code
-from orchestrator.git import merging
+from orchestrator.git import merging, union
 from orchestrator.git.merging import Mergeable
 from orchestrator.git.workspace import Workspace
 from orchestrator.runners.base import RunContext, RunResult, note
 
-_KEYS = ("commit", "patch", "after", "hold", "conflict")
+_KEYS = ("commit", "patch", "after", "hold", "conflict", "end")
 _CONFLICT = ("fail", "theirs")
-_LINE = re.compile(r"^\s*(commit|patch|after|hold|conflict)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
+_LINE = re.compile(r"^\s*(commit|patch|after|hold|conflict|end)\s*:\s*(\S.*?)\s*(?:#.*)?$", re.I)
 
 
 class ReplayError(ValueError):
@@ -67,6 +70,8 @@ class ReplaySpec:
     hold: float = 0.0
     """Seconds the job goes on running after its change is in the worktree (an agent testing its edit): the
     window in which a job beside it can meet the change while both run."""
+    end: str | None = None
+    """With `theirs`: a commit recorded after this one; a conflicting hunk the base already has as it has it stays."""
 
 
 def parse(text: str) -> ReplaySpec:
@@ -89,7 +94,7 @@ def parse(text: str) -> ReplaySpec:
         for line in text.splitlines():
             if m := _LINE.match(line):
                 raw[m.group(1).lower()] = m.group(2)
-    commit, patch, after = raw.get("commit"), raw.get("patch"), raw.get("after", 0)
+    commit, patch, after, end = raw.get("commit"), raw.get("patch"), raw.get("after", 0), raw.get("end")
     conflict = str(raw.get("conflict", "fail")).lower()
     if conflict not in _CONFLICT:
         raise ReplayError(f"conflict: expected fail or theirs, got {conflict!r}")
@@ -105,6 +110,7 @@ def parse(text: str) -> ReplaySpec:
         after=delay,
         theirs=conflict == "theirs",
         hold=hold,
+        end=None if end is None else str(end),
     )
 
 
@@ -118,24 +124,31 @@ def _seconds(key: str, value: object) -> float:
     return seconds
 
 
-def apply_commit(worktree: Path, rev: str, theirs: bool = False, mergeable: Mergeable | None = None) -> list[str]:
+def apply_commit(
+    worktree: Path, rev: str, theirs: bool = False, mergeable: Mergeable | None = None, end: str | None = None
+) -> list[str]:
     """Cherry-pick `rev`'s change (against its first parent) into the worktree, uncommitted. Returns its paths.
 
     `theirs`: a conflicting hunk takes the recorded change's side (`-X theirs`) instead of failing, but in a
-    union-mergeable file (`mergeable`, or `merge=union`) both sides' lines stay, as a landing merges them."""
+    union-mergeable file (`mergeable`, or `merge=union`) both sides' lines stay, as a landing merges them, and a
+    hunk the base has as `end` (a commit recorded later) has it keeps the base's side."""
     ws = Workspace.at(worktree)
     repo = ws.repo()
-    try:
-        commit = repo.revparse_single(rev).peel(pygit2.Commit)
-    except (KeyError, ValueError, pygit2.GitError) as e:
-        raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
+    commit, later = _commit(repo, rev), _commit(repo, end) if end else None
     head = repo[ws.head()].peel(pygit2.Commit)
-    tree = replayed_on(repo, commit, head, theirs, mergeable)
+    tree = replayed_on(repo, commit, head, theirs, mergeable, later)
     changed = sorted(_paths(head.tree.diff_to_tree(tree)))
     # Write the merged tree into the workspace (its admin index follows), leaving HEAD where it is: the
     # daemon commits the result like any runner's.
     repo.checkout_tree(tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
     return changed
+
+
+def _commit(repo: pygit2.Repository, rev: str) -> pygit2.Commit:
+    try:
+        return repo.revparse_single(rev).peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError) as e:
+        raise ReplayError(f"commit {rev!r} is not a commit of this repository ({e})") from None
 
 
 def replayed_on(
@@ -144,6 +157,7 @@ def replayed_on(
     onto: pygit2.Commit,
     theirs: bool,
     mergeable: Mergeable | None = None,
+    end: pygit2.Commit | None = None,
 ) -> pygit2.Tree:
     """`replayed_tree` onto a commit, as the replay runner applies a change: NotApplied also when the change
     deletes a file `onto` has not had yet."""
@@ -152,7 +166,7 @@ def replayed_on(
         # needs the change that adds it (a release folding news fragments another job adds). Not settled by
         # `theirs` either: no landing check would see it later, the deletion would just be missing.
         raise NotApplied(f"commit {commit.id} deletes {', '.join(absent)}, which this base does not have yet")
-    return replayed_tree(repo, commit, onto.tree, theirs, mergeable)
+    return replayed_tree(repo, commit, onto.tree, theirs, mergeable, end)
 
 
 def replayed_tree(
@@ -161,17 +175,25 @@ def replayed_tree(
     onto: pygit2.Tree,
     theirs: bool,
     mergeable: Mergeable | None = None,
+    end: pygit2.Commit | None = None,
 ) -> pygit2.Tree:
     """`onto` with `commit`'s change (against its first parent) merged in, three-way; with `theirs`, each
     conflict settled with the recorded side (a file it deleted, deleted), except that a union-mergeable file
     (`mergeable`, or `merge=union`: a changelog) keeps the lines of both, as a person adding an entry beside
-    another does. ReplayError on a conflict left."""
+    another does, and that a hunk `onto` has as `end` (a later recorded state, made on top of `commit`) has it, and
+    the recorded side does not, keeps `onto`'s side (a later change made on this one landed first). ReplayError on a
+    conflict left."""
     base_tree = commit.parents[0].tree if commit.parents else repo.get(repo.TreeBuilder().write())
     assert isinstance(base_tree, pygit2.Tree)
     favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
     index = repo.merge_trees(base_tree, onto, commit.tree, favor=favor)
     if theirs:
         _union_merged(repo, index, base_tree, onto, commit, mergeable)
+        # Only a state made on top of this change is newer than it: of two branches replayed side by side (without
+        # their merges), the end of one says nothing of the other's lines.
+        if end is not None and repo.descendant_of(end.id, commit.id):
+            is_union = merging.union_paths(repo, commit.id, mergeable)
+            _newer_kept(repo, index, base_tree, onto, commit, end.tree, is_union)
     if index.conflicts and theirs:
         _settle_theirs(index)
     if index.conflicts:
@@ -224,6 +246,44 @@ def _union_merged(
         if left is not None and path in left:
             del left[path]
         index.add(pygit2.IndexEntry(path, merged, commit.tree[path].filemode))
+
+
+def _newer_kept(
+    repo: pygit2.Repository,
+    index: pygit2.Index,
+    base: pygit2.Tree,
+    onto: pygit2.Tree,
+    commit: pygit2.Commit,
+    end: pygit2.Tree,
+    is_union: Mergeable,
+) -> None:
+    """The files both `onto` and the recorded change edited (union-mergeable ones aside) merged again, each
+    conflicting hunk keeping `onto`'s side when that is what `end` has and the recorded side is not: a change recorded
+    after this one, made on top of it, landed first; this older one applied after it must not undo it."""
+    for path in sorted(_paths(base.diff_to_tree(onto)) & _paths(base.diff_to_tree(commit.tree))):
+        if is_union(path) or path not in end or path not in onto or path not in commit.tree:
+            continue
+        if path not in base or (index.conflicts is not None and path in index.conflicts):
+            continue
+        blobs = [repo[t[path].id] for t in (base, onto, commit.tree, end)]
+        texts = [b.data for b in blobs if isinstance(b, pygit2.Blob)]
+        if len(texts) != len(blobs):
+            continue
+        merged = union.merge(texts[0], texts[1], texts[2], settle=_newer(b"\n" + texts[3]))
+        if merged is not None:
+            index.add(pygit2.IndexEntry(path, repo.create_blob(merged), commit.tree[path].filemode))
+
+
+def _newer(final: bytes) -> union.Settle:
+    """A conflicting stretch: the base's side when `final` has it and not the recorded side, else the recorded side."""
+
+    def within(lines: union.Lines) -> bool:
+        return (b"\n" + b"".join(lines)) in final
+
+    def settle(base: union.Lines, ours: union.Lines, theirs: union.Lines) -> list[bytes]:
+        return list(ours) if within(ours) and not within(theirs) else list(theirs)
+
+    return settle
 
 
 def _settle_theirs(index: pygit2.Index) -> None:
@@ -299,8 +359,10 @@ class ReplayRunner:
         try:
             if spec.commit:
                 patterns = self.mergeable(ctx.job.repo)
-                union = (lambda path: claims.matches(path, patterns)) if patterns else None
-                paths = await asyncio.to_thread(apply_commit, ctx.worktree, spec.commit, spec.theirs, union)
+                is_union = (lambda path: claims.matches(path, patterns)) if patterns else None
+                paths = await asyncio.to_thread(
+                    apply_commit, ctx.worktree, spec.commit, spec.theirs, is_union, spec.end
+                )
             else:
                 assert spec.patch is not None
                 paths = await asyncio.to_thread(apply_patch, ctx.worktree, Path(spec.patch))

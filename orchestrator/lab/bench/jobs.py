@@ -157,6 +157,7 @@ def run_row(
     root = work / row.name.replace("/", "-")
     root.mkdir(parents=True)
     replay = make(root / "repo")
+    ends = replayrepo.newest(replay)
     durations = hist.durations(changes, scale)
     task = progress.add_task(row.name, total=len(changes)) if progress else None
     with BenchDaemon(root / "home", _config(slots, row)) as d:
@@ -168,7 +169,8 @@ def run_row(
             d.client.enqueue(
                 repo=str(replay.path),
                 text=replayrepo.job_text(
-                    c, replay.commits[c.index], durations[c.index] * write_at, durations[c.index] * (1 - write_at)
+                    c, replay.commits[c.index], durations[c.index] * write_at, durations[c.index] * (1 - write_at),
+                    end=ends[c.index],
                 ),
                 paths=_declared(row, c),
                 runner="replay",

@@ -13,8 +13,9 @@ Two sources:
   change's parent; the jobs replay the range's own authored commits, their messages as the job texts.
 
 Either way a job's text names its commit with `conflict: theirs`: a change recorded on top of one that
-has not landed yet still runs, and the daemon's own landing check sees the conflict. `lost` compares
-main at the end with the recorded end state, file by file; for a real repository `serial` compares it
+has not landed yet still runs, and the daemon's own landing check sees the conflict; and with `end:` the newest
+replayed commit made on top of it (`newest`), so that landing after such a later change does not undo it. `lost`
+compares main at the end with the recorded end state, file by file; for a real repository `serial` compares it
 with the landed changes applied one after another in landing order (a broken landing is a file where
 they differ).
 """
@@ -50,17 +51,19 @@ class ReplayRepo:
     synthesised."""
 
 
-_SPEC_LINE = re.compile(r"^(\s*)(commit|patch|after|hold|conflict)(\s*:)", re.I | re.M)
+_SPEC_LINE = re.compile(r"^(\s*)(commit|patch|after|hold|conflict|end)(\s*:)", re.I | re.M)
 
 
-def job_text(change: Change, commit: str, after: float, hold: float = 0.0) -> str:
+def job_text(change: Change, commit: str, after: float, hold: float = 0.0, end: str | None = None) -> str:
     """The replay runner's spec for one change: its message (what the planner reads: the whole message of a
     real repository's commit, as a person's ticket would say it), then its commit, its wait before applying it
-    and how long the job runs on with it applied."""
+    and how long the job runs on with it applied; `end`, the newest replayed commit made on top of it: a later
+    change that landed first is not undone by this one's side of a conflicting hunk."""
     text = change.message.strip() or change.subject.strip() or f"change {change.index}"
     text = _SPEC_LINE.sub(r"\1> \2\3", text)  # a message's own `after: ...` line is not the spec's
     held = f"\nhold: {hold:g}" if hold else ""
-    return f"{text}\ncommit: {commit}\nafter: {after:g}{held}\nconflict: theirs"
+    ends = f"\nend: {end}" if end else ""
+    return f"{text}\ncommit: {commit}\nafter: {after:g}{held}\nconflict: theirs{ends}"
 
 
 class _Files:
@@ -213,6 +216,18 @@ def copy(template: ReplayRepo, root: Path) -> ReplayRepo:
     return ReplayRepo(root, template.commits, template.final)
 
 
+def newest(replay: ReplayRepo) -> list[str | None]:
+    """Per replayed change, the last replayed commit made on top of it (its own line's newest recorded state), or
+    None: its `end` (a range replayed without its merges interleaves branches: the range's last commit may be on
+    another)."""
+    repo = pygit2.Repository(str(replay.path))
+    ids = [repo.revparse_single(c).peel(pygit2.Commit).id for c in replay.commits]
+    return [
+        next((str(ids[j]) for j in range(len(ids) - 1, i, -1) if repo.descendant_of(ids[j], ids[i])), None)
+        for i in range(len(ids))
+    ]
+
+
 def lost(
     replay: ReplayRepo, changes: Sequence[Change], landed_at: Sequence[float], mergeable: tuple[str, ...] = ()
 ) -> tuple[list[int], int]:
@@ -261,14 +276,17 @@ def serial(
     main = repo.revparse_single("main").peel(pygit2.Commit).tree
     union = functools.partial(claims.matches, patterns=mergeable)
     order = sorted((t, c.index) for c, t in zip(changes, landed_at, strict=True) if t)
-    # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged).
-    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main)}
+    ends = [repo.revparse_single(e).peel(pygit2.Commit) if e else None for e in newest(replay)]
+    # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged), or the
+    # edit of a later change made on it that landed first (its replay keeps that: nothing of it to land either).
+    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main, ends[c.index])}
     tree: pygit2.Tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
     last: dict[str, int] = {}
     for _, i in order:
         commit = repo.revparse_single(changes[i].sha).peel(pygit2.Commit)
+        end = ends[i]
         with contextlib.suppress(ReplayError):  # what the replay runner would not have landed either
-            tree = replayed_tree(repo, commit, tree, theirs=True, mergeable=union)
+            tree = replayed_tree(repo, commit, tree, theirs=True, mergeable=union, end=end)
         for p in changes[i].files:
             last[p] = i
     broken = []
@@ -277,7 +295,7 @@ def serial(
             lost |= _lines_lost(repo, changes, landed_at, p, main)
         elif _text(repo, main, p) != _text(repo, tree, p):
             broken.append(p)
-            if not _has_edit(repo, changes[i].sha, p, main):
+            if not _has_edit(repo, changes[i].sha, p, main, ends[i]):
                 lost.add(i)
     return sorted(lost), broken, _reordered(changes, landed_at, mergeable)
 
@@ -354,18 +372,21 @@ def _reordered(changes: Sequence[Change], landed_at: Sequence[float], mergeable:
     return len(pairs)
 
 
-def _on_main(repo: pygit2.Repository, change: Change, main: pygit2.Tree) -> bool:
-    """Main holds `change`'s edit of every file it touched."""
-    return bool(change.files) and all(_has_edit(repo, change.sha, p, main) for p in change.files)
+def _on_main(repo: pygit2.Repository, change: Change, main: pygit2.Tree, end: pygit2.Commit | None = None) -> bool:
+    """Main holds `change`'s edit of every file it touched (or, with `end`, what a later change made on it has)."""
+    return bool(change.files) and all(_has_edit(repo, change.sha, p, main, end) for p in change.files)
 
 
-def _has_edit(repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree) -> bool:
-    """Applying the change to main again changes nothing at `path`: its edit is there."""
+def _has_edit(
+    repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree, end: pygit2.Commit | None = None
+) -> bool:
+    """Applying the change to main again (as its replay does, with its `end`) changes nothing at `path`: its edit is
+    there, or a later change's made on it."""
     commit = repo.revparse_single(sha).peel(pygit2.Commit)
     if not commit.parents:
         return True
     try:
-        tree = replayed_tree(repo, commit, main, theirs=True)
+        tree = replayed_tree(repo, commit, main, theirs=True, end=end)
     except ReplayError:
         return False
     return _text(repo, tree, path) == _text(repo, main, path)
