@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from orchestrator.core.admission import decide, decide_all
 from orchestrator.core.claims import overlaps
 from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Risk, Snapshot, risk_json
-from orchestrator.core.risk import KNOWN, MEET_FLOOR, Escapes, combined, pair_logit, pair_risk, raw_meet
+from orchestrator.core.risk import KNOWN, MEET_FLOOR, Escapes, pair_logit, pair_risk, raw_meet
 from tests.test_admission_properties import BRANCHES, CLAIMABLE, FILES, REPOS, World, held
 
 RISKY = Policy(max_concurrent=8, per_repo=8, risk=0.03)
@@ -181,10 +181,10 @@ def test_risk_admission_never_runs_overlapping_claims_or_unknown_risk_together(
             before = dict(world.active)
             decisions = world.admit()
             started = [world.active[d.job_id] for d in decisions if d.admitted]
-            for j in started:  # each was within the risk beside all the jobs active when it was decided
+            for j in started:  # each was within the risk of every job active when it was decided
                 others = [o for o in (*before.values(), *started) if o.repo == j.repo and o.id != j.id]
                 others = [o for o in others if o.id in before or o.id < j.id]
-                assert combined(_risk(j, o, RISKY) for o in others) <= RISKY.risk + 1e-12, (j, others)
+                assert all(_risk(j, o, RISKY) <= RISKY.risk + 1e-12 for o in others), (j, others)
             for repo in REPOS:
                 mine = [j for j in world.active.values() if j.repo == repo]
                 if len(mine) > 1:
@@ -220,39 +220,18 @@ def at(i: int, path: str, risk: float, repo: str = "r") -> JobView:
     return JobView(i, repo, "main", Claim(frozenset({path}), 0.3, ClaimSource.EVIDENCE, r))
 
 
-def test_a_job_is_admitted_by_its_risk_beside_all_the_active_jobs_not_the_worst_pair() -> None:
-    """plan.risk bounds a job's chance of a conflict the landing cannot merge beside all the active jobs,
-    1 - Π(1 - r): beside one job at 5% it starts, beside two at 5% (9.75%) it waits at 8%, though each pair
-    is within; beside two at 3% (5.9%) it starts: concurrency follows the risk."""
+def test_plan_risk_bounds_each_pair_not_their_sum() -> None:
+    """plan.risk bounds a job's risk beside each active job: beside two jobs at 5% it starts at 8% (bounding
+    their sum instead, measured on seen repositories, queued pairs at the 3% floor: the median makespan went
+    from 0.65x to 0.80x one-per-repo for the same re-runs); beside one at 9% it waits for that one."""
     policy = Policy(max_concurrent=8, per_repo=8, risk=0.08)
-    assert abs(combined([0.05, 0.05]) - 0.0975) < 1e-12 and combined([0.05]) == 0.05 and combined([]) == 0.0
     job = at(9, "src/z.py", 0.05)
-    d = decide(job, Snapshot(active=(at(1, "src/a.py", 0.05),), waiting=(job,), policy=policy))
-    assert d.admitted and "risk 5.0% (meet 10.0% \u00d7 no merge 50%) \u2264 8.0%: beside job 1" in d.message
     two = (at(1, "src/a.py", 0.05), at(2, "src/b.py", 0.05))
     d = decide(job, Snapshot(active=two, waiting=(job,), policy=policy))
-    assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.RISK, (1, 2))
-    assert d.message.startswith("risk 9.8% > 8.0% beside 2 active jobs (the most 5.0% (meet 10.0%")
+    assert d.admitted and "risk 5.0% (meet 10.0% \u00d7 no merge 50%) \u2264 8.0%: beside job" in d.message
     assert len(d.risks) == 2
-    low = at(9, "src/z.py", 0.03)
-    both = tuple(at(i, f"src/{i}.py", 0.03) for i in (1, 2))
-    d = decide(low, Snapshot(active=both, waiting=(low,), policy=policy))
-    assert d.admitted and "risk 5.9% \u2264 8.0% beside 2 active jobs: the most 3.0%" in d.message
+    risky = at(9, "src/z.py", 0.09)
+    d = decide(risky, Snapshot(active=(*two, at(3, "src/c.py", 0.09)), waiting=(risky,), policy=policy))
+    assert (d.outcome, d.reason) == (Outcome.DEFER, Reason.RISK) and d.blocking == (1, 2, 3)
     queue = decide_all(Snapshot(waiting=tuple(at(i, f"src/{i}.py", 0.03) for i in range(1, 7)), policy=policy))
-    assert [x.admitted for x in queue] == [True, True, True, False, False, False]  # 3%: three at a time
-    assert all(x.reason is Reason.RISK for x in queue[3:])
-
-
-def test_an_earlier_job_held_back_by_its_risk_beside_all_the_earlier_active_jobs_lets_a_later_one_start() -> None:
-    """An earlier waiting job whose risk beside all the active jobs queued before it is above plan.risk (each pair
-    within it) is held back by them: a later job at risk beside it, but not beside them, fills a slot meanwhile."""
-    policy = Policy(max_concurrent=8, per_repo=8, risk=0.08)
-    first, second = at(1, "src/a.py", 0.03), at(2, "src/b.py", 0.03)
-    waiting = at(3, "src/c.py", 0.05)  # 5% beside each of them
-    near = Risk((("src/c.py", 0.9),), 0.0, nonmerge=0.2, meet=(1.0, 1.5))  # likely to meet `waiting`, not the others
-    later = JobView(4, "r", "main", Claim(frozenset({"src/d.py"}), 0.3, ClaimSource.EVIDENCE, near))
-    pair = {x.id: _risk(later, x, policy) for x in (first, second, waiting)}
-    assert pair[3] > 0.08 and combined((pair[1], pair[2])) <= 0.08 < combined((_risk(waiting, first, policy),) * 2)
-    d = {x.job_id: x for x in decide_all(Snapshot(active=(first, second), waiting=(waiting, later), policy=policy))}
-    assert d[3].reason is Reason.RISK and d[3].blocking == (1, 2)
-    assert d[4].admitted and any("starts before job 3 (at risk beside it)" in c.detail for c in d[4].checks)
+    assert all(x.admitted for x in queue)

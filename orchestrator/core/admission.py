@@ -13,8 +13,8 @@ failing one, in this order, gives the reason and the outcome:
  5. Ambiguous / Barrier      it must run alone, and its repo has active jobs
  6. Overlap                  its claim meets what an active job of its repo claims or has touched
  6b. Risk                    its claim is disjoint, but its estimated chance of a conflict the landing
-                             cannot merge beside the active jobs (all of them: `core.risk.combined`) is
-                             above `Policy.risk` (`core.risk`)
+                             cannot merge beside an active job is above `Policy.risk`
+                             (`core.risk`)
  7. Priority                 an earlier waiting job of its repo that it conflicts with goes first (so
                              does an earlier job that keeps its place: interrupted, or planning again)
  8. Landing                  a landing into its target branch is in flight (transient, so reported
@@ -73,7 +73,7 @@ from orchestrator.core.models import (
     Reason,
     Snapshot,
 )
-from orchestrator.core.risk import PairRisk, combined
+from orchestrator.core.risk import PairRisk
 
 __all__ = ["BLOCKING_LIMIT", "clear_caches", "decide", "decide_all", "iter_decisions", "runs_alone"]
 
@@ -170,8 +170,6 @@ class _Ask:
     """The highest estimated risk beside an active job, with that job (found by the risk check)."""
     risks: tuple[tuple[int, float, float, float, float], ...] = ()
     """The risk beside each active job weighed (found by the risk check): see `Decision.risks`."""
-    total: float = 0.0
-    """Its chance of a conflict the landing cannot merge beside all of them (`core.risk.combined`)."""
 
     @property
     def job(self) -> JobView:
@@ -201,7 +199,7 @@ def _decide(f: Facts, snap: Snapshot, st: State) -> Decision:
     elif repo_active:
         msg = f"admitted beside {ask.in_repo}, claim disjoint{_shared_note(ask.shared)}"
         if ask.beside is not None:
-            msg += "; " + _within_limit(ask.total, *ask.beside, len(ask.risks), f.risk_limit)
+            msg += "; " + _within_limit(*ask.beside, f.risk_limit)
     else:
         msg = f"admitted: no active job in repo{_shared_note(ask.shared)}"
     return Decision(job.id, Outcome.ADMIT, Reason.ADMITTED, msg, (), (), shared, "starts now", checks, ask.risks)
@@ -354,8 +352,8 @@ def _overlap(ask: _Ask, c: _Checks) -> None:
 
 def _risk(ask: _Ask, c: _Checks) -> None:
     """6b. Disjoint claims that may still make a conflict the landing cannot merge: the estimated risk beside each
-    active job (`core.risk`: the chance they meet times the chance such a meeting would not merge), and the job's
-    chance of such a conflict beside all of them (`core.risk.combined`), which `plan.risk` bounds."""
+    active job (`core.risk`: the chance they meet times the chance such a meeting would not merge), which `plan.risk`
+    bounds pair by pair."""
     f = ask.f
     if f.risk_limit <= 0:
         c.ok("Risk", "risk not weighed (plan.risk = 0)")
@@ -369,25 +367,24 @@ def _risk(ask: _Ask, c: _Checks) -> None:
         c.ok("Risk", "no estimate to weigh")
         return
     ask.risks = tuple((a.job.id, r.logit, r.meet, r.nonmerge, r.raw) for r, a in beside)
-    ask.total = total = combined(r.risk for r, _ in beside)
-    r, a = max(beside, key=lambda t: t[0].risk)
-    if total > f.risk_limit:
-        ids = sorted(a.job.id for _, a in beside)
-        if len(beside) == 1:
-            msg = f"risk {r} > {f.risk_limit:.1%} beside job {a.job.id}"
-        else:
-            most = f"the most {r} beside job {a.job.id}"
-            msg = f"risk {total:.1%} > {f.risk_limit:.1%} beside {len(beside)} active jobs ({most})"
-        c.fail(Reason.RISK, msg, f"waits for {_jobs(ids)} to land", ids)
+    too_risky = [(r, a) for r, a in beside if r.risk > f.risk_limit]
+    if too_risky:
+        r, a = max(too_risky, key=lambda t: t[0].risk)
+        ids = sorted(a.job.id for _, a in too_risky)
+        more = f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
+        c.fail(
+            Reason.RISK,
+            f"risk {r} > {f.risk_limit:.1%} beside job {a.job.id}{more}",
+            f"waits for {_jobs(ids)} to land",
+            ids,
+        )
         return
-    ask.beside = r, a
-    c.ok("Risk", _within_limit(total, r, a, len(beside), f.risk_limit))
+    ask.beside = r, a = max(beside, key=lambda t: t[0].risk)
+    c.ok("Risk", _within_limit(r, a, f.risk_limit))
 
 
-def _within_limit(total: float, r: PairRisk, a: Facts, n: int, limit: float) -> str:
-    if n == 1:
-        return f"risk {r} \u2264 {limit:.1%}: beside job {a.job.id}"
-    return f"risk {total:.1%} \u2264 {limit:.1%} beside {n} active jobs: the most {r} beside job {a.job.id}"
+def _within_limit(r: PairRisk, a: Facts, limit: float) -> str:
+    return f"risk {r} \u2264 {limit:.1%}: beside job {a.job.id}"
 
 
 def _priority(ask: _Ask, c: _Checks) -> None:

@@ -20,7 +20,7 @@ from typing import TypeVar
 from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
 from orchestrator.core.models import ROOT, JobView, Policy, Snapshot
-from orchestrator.core.risk import NONE, Escapes, PairRisk, combined, pair_risk
+from orchestrator.core.risk import NONE, Escapes, PairRisk, pair_risk
 
 OrderKey = tuple[int, float, int]
 BLOCKING_LIMIT = 20
@@ -219,8 +219,8 @@ def _risky_earlier(f: Facts, risky: list[Facts], key: OrderKey) -> list[Facts]:
 
 
 def held_back(w: Facts, active: Active | None) -> bool:
-    """Whether the active jobs queued before waiting job `w` keep it from starting now: one of them runs alone or
-    holds a path `w` claims, or its risk beside them all (`core.risk.combined`) is above the policy's."""
+    """Whether an active job queued before waiting job `w` keeps it from starting now: one of them runs
+    alone, holds a path `w` claims, or is at risk beside it above the policy's."""
     earlier = [a for a in active.jobs if a.job.order_key < w.job.order_key] if active is not None else []
     if not earlier:
         return False
@@ -228,9 +228,11 @@ def held_back(w: Facts, active: Active | None) -> bool:
         return True
     assert active is not None
     owners, _ = active.meeting(w)
-    if any(a.job.id in owners for a in earlier):
-        return True
-    return combined(risk(w, a, a.held).risk for a in earlier) > w.risk_limit
+    return any(
+        a.job.id in owners
+        or ((a.escapes is not None or w.escapes is not None) and risk(w, a, a.held).risk > w.risk_limit)
+        for a in earlier
+    )
 
 
 def risk(f: Facts, other: Facts, held: frozenset[str]) -> PairRisk:

@@ -49,7 +49,6 @@ __all__ = [
     "PairRisk",
     "area_of",
     "by_files",
-    "combined",
     "mapped",
     "pair_logit",
     "pair_risk",
@@ -161,17 +160,6 @@ class PairRisk:
 
 
 NONE = PairRisk()
-
-
-def combined(risks: Iterable[float]) -> float:
-    """A job's chance of a conflict the landing cannot merge beside all of several jobs, each pair's risk `risks`:
-    1 - Π(1 - r), what admission bounds by `plan.risk` (a job beside three jobs at 3% each is 8.7% at risk, beside
-    one at 8% is 8%: concurrency follows the risk, not the worst pair)."""
-    total = 0.0
-    for r in risks:
-        r = min(1.0, max(0.0, r))
-        total += r - total * r  # 1 - (1 - total)(1 - r); one pair's is its own risk, exactly
-    return total
 
 
 PAIR_WEIGHTS = {"bias": -1.751, "estimate": 0.167, "test": 0.6, "known": -0.712}
