@@ -189,3 +189,37 @@ def test_the_bound_is_the_least_over_serialisation_a_claim_threshold_gives_withi
     b = bound([*met, (0.04, False), (0.05, False), (0.2, False), (0.6, False)])
     assert b == {"threshold": 0.05, "fn_concurrency": 0.05, "over_serialisation": 0.75}
     assert bound([(0.2, False)])["over_serialisation"] == 0.0, "nothing met: nothing need be held apart"
+
+
+def test_a_repository_whose_clone_fails_is_reported_failed_and_the_others_still_count(
+    shop: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A clone that lacks objects (a partial one) raises GitError while its tickets are planned: that repository
+    is reported failed with what to do, and the other repositories' figures (and the overall) still come."""
+    import shutil
+
+    import pygit2
+
+    base = git(shop, "rev-parse", "HEAD")
+    shutil.copytree(shop, tmp_path / "broken", symlinks=True)
+    path = _ticket_file(tmp_path, base)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    extra = [{**r, "instance_id": r["instance_id"] + "-b", "repo": "acme/broken"} for r in rows[:2]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + extra))
+    real = tickets.plan_repo
+
+    def plan_repo(clone: Path, ts, scope="source", replay=50):
+        if clone.name == "broken":
+            raise pygit2.GitError("failed to insert entry: invalid object specified - logo.gif")
+        return real(clone, ts, scope)
+
+    monkeypatch.setattr(tickets, "plan_repo", plan_repo)
+    shutil.copytree(shop, tmp_path / "shop", symlinks=True)
+    r = tickets.run(path, tmp_path, None, 0.03, "source")
+    assert r["repos"]["acme/broken"]["failed"].startswith("GitError: failed to insert entry")
+    assert "fetch it whole" in r["repos"]["acme/broken"]["failed"]
+    assert r["repos"]["acme/shop"]["pairs"] == 10 and r["overall"]["pairs"] == 10
+    assert r["overall"]["failed"] == ["acme/broken"] and r["overall"]["tickets"] == 5
+    tickets.print_report(r)

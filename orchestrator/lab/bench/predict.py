@@ -430,6 +430,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(json.dumps(r, indent=2))
             else:
                 tickets.print_report(r)
+            if r["overall"]["failed"]:
+                print(f"bench predict: {', '.join(r['overall']['failed'])} failed (above)", file=sys.stderr)
+                sys.exit(1)
             return
         if args.history:
             history = bundled() if args.history == BUNDLED else Path(args.history)

@@ -392,9 +392,16 @@ def run(
     totals: dict[str, int] = defaultdict(int)
     points: list[tuple[float, bool]] = []
     every_score: list[tuple[float, bool]] = []
+    failed: dict[str, str] = {}
     for name, ts in sorted(by_repo.items()):
         clone = clone_of(repos_dir, name)
-        facts = plan_repo(clone, ts, scope)
+        try:
+            facts = plan_repo(clone, ts, scope)
+        except pygit2.GitError as e:  # a clone that lacks objects (a partial one): the other repositories still count
+            failed[name] = f"GitError: {e} (a partial or damaged clone? fetch it whole: `git fetch --refetch`)"
+            rows[name] = {"tickets": len(ts), "failed": failed[name]}
+            print(f"  {name}: {len(ts)} tickets, FAILED: {failed[name]}", file=sys.stderr)
+            continue
         scores = pair_scores(ts, scope)
         every_score += scores
         row = {**summary(ts, policy, scope), **pairs(ts, policy, scope, clone), "bound": bound(scores), "record": facts}
@@ -407,6 +414,8 @@ def run(
         )
         for k in ("pairs", "overlapping", "fn_pairs", "held_apart", "run_and_met_fixes_known", "run_and_not_merged"):
             totals[k] += row[k]
+    for name in failed:
+        del by_repo[name]
     every = [t for ts in by_repo.values() for t in ts]
     others = []
     for r in frontier:  # the same plans admitted at other thresholds
@@ -429,6 +438,7 @@ def run(
         "over_serialisation": round(totals["held_apart"] / disjoint, 4) if disjoint else None,
         "run_and_not_merged_share": _share(totals["run_and_not_merged"], totals["pairs"]),
         "fixes_known": sum(t.fix is not None for t in every),
+        "failed": sorted(failed),
         "bound": bound(every_score),
     }
     return {
@@ -476,7 +486,10 @@ def print_report(r: dict[str, Any]) -> None:
         print("  " + f"{name:<28}" + "".join(f"{v!s:>10}" for v in vals))
 
     for name, row in r["repos"].items():
-        line(name, row)
+        if "failed" in row:
+            print(f"  {name:<28}{row['tickets']:>10}  FAILED: {row['failed']}")
+        else:
+            line(name, row)
     line("overall", r["overall"])
     o = r["overall"]
     print(
@@ -488,6 +501,8 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"  the least over-serialisation with FN-concurrency <= {BOUND_FN:.0%} that claiming every file at least t "
           "likely could give, t chosen knowing the gold files:")  # fmt: skip
     for name, row in [*r["repos"].items(), ("overall (one t)", r["overall"])]:
+        if "failed" in row:
+            continue
         b = row["bound"]
         if b["over_serialisation"] is not None:
             t = "-" if b["threshold"] is None else f"{b['threshold']:.3f}"
