@@ -399,3 +399,22 @@ def test_a_run_time_slot_limit_overrides_the_per_repo_policy() -> None:
     d = decide_all(snap(active=active, waiting=waiting, slots={"r": 1}))
     assert [x.reason for x in d] == [Reason.CONCURRENCY, Reason.ADMITTED]
     assert "per-repo limit 1" in d[0].message
+
+
+def test_a_job_that_another_lands_after_is_not_held_back_by_it() -> None:
+    """Job 11 was stopped on a conflict and lands after job 16 (it lacked 16's change); 16, queued later, claims
+    a path 11 claims. 11 keeps its place against other later jobs, but not against 16, which it waits for:
+    otherwise each waits for the other and the queue stalls (a release folding news fragments and a job
+    adding one stalled a benchmark's queue for good)."""
+    from dataclasses import replace
+
+    release = replace(job(11, "docs/changelog/", "pyproject.toml"), land_after=(16,))
+    adder = job(16, "docs/changelog/16.bugfix.rst", "src/a.py")
+    other = job(17, "docs/changelog/17.bugfix.rst")
+    d = {x.job_id: x for x in decide_all(snap(waiting=(release, adder, other)))}
+    assert d[11].reason is Reason.DEPENDENCY and d[11].blocking == (16,)
+    assert d[16].admitted, d[16].message
+    assert d[17].reason is Reason.PRIORITY and 11 in d[17].blocking
+    lone = replace(job(18, "src/b.py"), land_after=(19,))
+    wide = replace(job(19, "src/a.py"), claim=Claim(frozenset({""}), 0.9, ClaimSource.MODEL))
+    assert decide(wide, snap(waiting=(lone, wide))).admitted, "an exclusive job it waits for is not held back"

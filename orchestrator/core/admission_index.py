@@ -131,7 +131,7 @@ def clear_caches() -> None:
 class Waiting:
     """Ready waiting jobs of one repo, indexed for the Priority check. Jobs are added in `order_key` order."""
 
-    __slots__ = ("exclusive", "globs", "keys", "names", "risky", "under")
+    __slots__ = ("behind", "exclusive", "globs", "keys", "names", "risky", "under")
 
     def __init__(self) -> None:
         self.keys: list[OrderKey] = []
@@ -144,10 +144,15 @@ class Waiting:
         """name → keys of jobs that claim it."""
         self.under: dict[str, list[OrderKey]] = {}
         """name → keys of jobs that claim a path strictly under it."""
+        self.behind: dict[int, set[OrderKey]] = {}
+        """job id → keys of the jobs that land after it (`JobView.land_after`): they never hold it back, or each
+        would wait for the other."""
 
     def add(self, f: Facts) -> None:
         key = f.job.order_key
         self.keys.append(key)
+        for i in f.job.land_after:
+            self.behind.setdefault(i, set()).add(key)
         if f.exclusive:
             self.exclusive.append(key)
         for n in f.names:
@@ -169,9 +174,11 @@ class Waiting:
         jobs that started while it could not.
         """
         key = f.job.order_key
+        waiting_for_f = self.behind.get(f.job.id, set())
         if f.exclusive:
             cut = bisect_left(self.keys, key)
-            return sorted(map(_id, self.keys[: min(cut, BLOCKING_LIMIT)])), [], cut > BLOCKING_LIMIT, []
+            first = [k for k in self.keys[:cut] if k not in waiting_for_f]
+            return sorted(map(_id, first[:BLOCKING_LIMIT])), [], len(first) > BLOCKING_LIMIT, []
         cut = bisect_left(self.exclusive, key)
         found = set(self.exclusive[: min(cut, BLOCKING_LIMIT)])
         more = cut > BLOCKING_LIMIT
@@ -200,7 +207,7 @@ class Waiting:
                     passed.append(w.job.id)
                 else:
                     found.add(w.job.order_key)
-        first = sorted(found)
+        first = sorted(found - waiting_for_f)
         if len(first) > BLOCKING_LIMIT:
             first, more = first[:BLOCKING_LIMIT], True
         return sorted(map(_id, first)), hit_paths, more, passed
