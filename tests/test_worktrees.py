@@ -394,3 +394,27 @@ async def test_a_stopping_pool_makes_no_more_warm_workspaces_and_leaves_settling
     after = WorktreePool(tmp_path / "wts", warm=1)
     await after.recover(root)
     assert after.pooled(root) == [made] and refreshed == [made]
+
+
+def test_a_branch_lock_left_by_a_killed_daemon_is_removed_and_one_held_now_is_a_clear_error(
+    make_repo: MakeRepo,
+) -> None:
+    """A daemon killed while it wrote a job's branch leaves `orchestrator/N.lock`; the next daemon's clean removed
+    nothing and failed `internal error: OSError` (bench crash, a kill 200 ms into a landing). A lock older than
+    this process is removed and the branch deleted; one made since (a git command at work) is an error naming the
+    file to remove."""
+    from orchestrator.git import worktrees as wt
+
+    repo = make_repo()
+    git(repo, "branch", "orchestrator/4")
+    lock = repo / ".git" / "refs" / "heads" / "orchestrator" / "4.lock"
+    lock.write_text("")
+    os.utime(lock, (wt._STARTED - 60, wt._STARTED - 60))
+    wt._drop_branch(repo, "orchestrator/4")
+    assert not lock.exists() and "orchestrator/4" not in git(repo, "branch", "--list", "orchestrator/*")
+    git(repo, "branch", "orchestrator/5")
+    held = lock.with_name("5.lock")
+    held.write_text("")
+    with pytest.raises(wt.WorktreeError, match=r"orchestrator/5 .* remove .*5\.lock and clean the job again"):
+        wt._drop_branch(repo, "orchestrator/5")
+    assert held.exists() and "orchestrator/5" in git(repo, "branch", "--list", "orchestrator/*")
