@@ -403,13 +403,14 @@ def test_a_branch_lock_left_by_a_killed_daemon_is_removed_and_one_held_now_is_a_
     nothing and failed `internal error: OSError` (bench crash, a kill 200 ms into a landing). A lock older than
     this process is removed and the branch deleted; one made since (a git command at work) is an error naming the
     file to remove."""
+    from orchestrator.git import commits
     from orchestrator.git import worktrees as wt
 
     repo = make_repo()
     git(repo, "branch", "orchestrator/4")
     lock = repo / ".git" / "refs" / "heads" / "orchestrator" / "4.lock"
     lock.write_text("")
-    os.utime(lock, (wt._STARTED - 60, wt._STARTED - 60))
+    os.utime(lock, (commits._LOADED - 60, commits._LOADED - 60))
     wt._drop_branch(repo, "orchestrator/4")
     assert not lock.exists() and "orchestrator/4" not in git(repo, "branch", "--list", "orchestrator/*")
     git(repo, "branch", "orchestrator/5")

@@ -199,7 +199,7 @@ _LOADED = time.time()
 lock of this process's (the kernel's start time of a process may be off the file clock by a second or more)."""
 
 
-def _drop_stale_lock(repo: pygit2.Repository, name: str) -> None:
+def drop_stale_lock(repo: pygit2.Repository, name: str) -> None:
     """Remove a job branch's `refs/heads/<name>.lock` made before this process began: a daemon killed while it
     moved that branch left it, and git would refuse every later move of the branch (the job could never land).
     A newer lock, or one on a branch not the daemon's own, is left to whoever holds it."""
@@ -233,7 +233,7 @@ JOB_BRANCHES = "orchestrator/"
 def place_branch(repo: pygit2.Repository, name: str, sha: pygit2.Oid) -> None:
     """Point local branch `name` at `sha`, keeping any other commit it pointed at under a name of its own (a
     branch that only moves forward keeps nothing aside: its old commit is in the new one's history)."""
-    _drop_stale_lock(repo, name)
+    drop_stale_lock(repo, name)
     existing = repo.branches.local.get(name)
     if existing is not None and existing.target != sha and repo.descendant_of(sha, existing.target):
         existing.set_target(sha)

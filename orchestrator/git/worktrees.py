@@ -34,7 +34,7 @@ from pathlib import Path
 import pygit2
 import structlog
 
-from orchestrator.git import repos
+from orchestrator.git import commits, repos
 from orchestrator.git.repos import canonical
 from orchestrator.git.workspace import ADMIN, Workspace, WorkspaceError, remove_tree
 from orchestrator.logging import Event
@@ -389,11 +389,6 @@ def _resolve(repo: Path, rev: str) -> str:
         raise WorktreeError(f"{rev!r} is not a commit in {repo}: pass a branch name or a commit sha") from exc
 
 
-_STARTED = time.time()
-"""When this process started: a lock file older than it on one of the pool's own branches was left by a process
-that is gone (a daemon killed while it wrote the ref), not held by one at work."""
-
-
 def _drop_branch(repo: Path, branch: str) -> None:
     """`git branch -D` in-process (libgit2 also drops its reflog). A lock on the branch left by a killed daemon
     (older than this process) is removed first; one held now is an error that says what to do."""
@@ -401,13 +396,8 @@ def _drop_branch(repo: Path, branch: str) -> None:
     ref = r.branches.local.get(branch)
     if ref is None:
         return
+    commits.drop_stale_lock(r, branch)
     lock = Path(r.path) / "refs" / "heads" / f"{branch}.lock"
-    try:
-        if lock.lstat().st_mtime < _STARTED:
-            lock.unlink()
-            log.warning(Event.WORKTREE_REMOVED, repo=str(repo), path=str(lock), why="stale lock of a killed process")
-    except FileNotFoundError:
-        pass
     try:
         ref.delete()
     except (pygit2.GitError, OSError) as exc:
