@@ -6,6 +6,7 @@ import random
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,21 @@ def running(tag: str) -> bool:
     return subprocess.run(["pgrep", "-f", "-x", f"sleep {tag}"], capture_output=True).returncode == 0
 
 
+def made_cgroups(monkeypatch) -> list[Path]:
+    """The cgroups this test's commands make (other workers' commands make theirs at the same time, under the same
+    base: only this test's own are checked)."""
+    made: list[Path] = []
+    real = cgroups.Cgroups.make
+
+    def make(self, mark: str) -> Path:
+        path = real(self, mark)
+        made.append(path)
+        return path
+
+    monkeypatch.setattr(cgroups.Cgroups, "make", make)
+    return made
+
+
 def a_tag() -> str:
     """A sleep duration no other process has: the escapee's name in the process list."""
     return f"{random.randint(100, 999)}.{random.randint(10**5, 10**6)}"
@@ -32,6 +48,7 @@ async def test_a_process_that_leaves_its_group_and_clears_its_environment_is_end
     """`setsid env -i` escapes the process group and the run mark; the command's cgroup still holds it, and
     it is killed (and the cgroup removed) before `run` returns."""
     monkeypatch.setattr(process, "CGROUPS", AVAILABLE)
+    made = made_cgroups(monkeypatch)
     tag = a_tag()
     result = await process.run(
         f"setsid env -i sleep {tag} >/dev/null 2>&1 & sleep 0.3",
@@ -41,7 +58,7 @@ async def test_a_process_that_leaves_its_group_and_clears_its_environment_is_end
     )
     assert result.ok
     assert not running(tag)
-    assert not [p for p in AVAILABLE.base.iterdir() if p.name.startswith(cgroups.PREFIX + "unowned.")]
+    assert made and not [p for p in made if p.exists()]
 
 
 @needs_cgroups
@@ -112,12 +129,13 @@ async def test_a_fork_bomb_is_held_to_pids_max(tmp_path, monkeypatch):
     """A command that forks as much as it can is held to `pids.max` (processes and threads of its cgroup
     together), told so by the kernel (EAGAIN), and everything it made is gone when it ends."""
     monkeypatch.setattr(process, "CGROUPS", limited(pids=32))
+    made = made_cgroups(monkeypatch)
     (tmp_path / "forks.py").write_text(FORKS)
     result = await process.run(["python3", str(tmp_path / "forks.py"), "500"], cwd=tmp_path,
                                env=process.environment(), timeout=60)  # fmt: skip
     assert result.ok, result.output_tail
     assert "fork refused" in result.output_tail and children(result.output_tail) < 32
-    assert not [p for p in process.CGROUPS.base.iterdir() if p.name.startswith(cgroups.PREFIX + "unowned.")]
+    assert made and not [p for p in made if p.exists()]
 
 
 async def test_memory_past_memory_max_ends_the_command_not_the_daemon(tmp_path, monkeypatch):
