@@ -153,17 +153,33 @@ async def test_stop_ends_the_watch_threads_wait_for_events_at_once(
         return read(tree, timeout, *wake)
 
     monkeypatch.setattr(inotify.Tree, "read", reads)
-    fds = len(os.listdir("/proc/self/fd"))
+    before = _descriptors()
     watcher = ChangeWatcher(wt, base, Recorder(), stop_timeout=3.0)
     await watcher.start()
     thread = watcher._thread
     assert thread is not None
     assert await asyncio.to_thread(waiting.wait, 10), "the watch thread never waited for events"
+    opened = {fd: target for fd, target in _descriptors().items() if before.get(fd) != target}
+    assert any("inotify" in target for target in opened.values()), opened
     with capture_logs() as logs:
         await watcher.stop()
     assert not thread.is_alive(), "the watch thread was still waiting for events"
     assert not [e for e in logs if e["event"] == Event.CHANGES_WATCH_STOP_TIMEOUT]
-    assert len(os.listdir("/proc/self/fd")) == fds
+    # Only the descriptors the watcher opened are compared: another test's leftover object may be collected, and its
+    # descriptor closed, at any moment on this worker.
+    after = _descriptors()
+    assert not {fd: target for fd, target in opened.items() if after.get(fd) == target}
+
+
+def _descriptors() -> dict[int, str]:
+    """This process's open descriptors and what each refers to."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except FileNotFoundError:
+            continue
+    return found
 
 
 async def test_watcher_ignores_ignored_and_git_writes(job: tuple[Path, str]) -> None:
