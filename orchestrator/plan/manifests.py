@@ -72,8 +72,6 @@ _DEPENDENCY = re.compile(
 _GROUP = re.compile(r"^(?:bump|update)\s+the\s+(\S+)\s+group\b", re.I)
 _URL_BUMP = re.compile(r"^(?:bump|update|upgrade)\s+(https?://\S+)", re.I)
 _RELEASE = re.compile(r"\b(release|bump)\s+(version|v?\d)", re.I)
-_PREPARE = re.compile(r"^prepar(?:e|ing)\s+(?:for\s+)?v?\d+(?:\.\d+)+\S*\s*(?:\(#\d+\))?$", re.I)
-"""`Prepare 25.4.0`: a release named by its preparation (only a version after it)."""
 _GENERIC = frozenset({"python", "version", "versions", "dependencies", "deps", "requirements", "pin", "pins"})
 
 
@@ -116,10 +114,8 @@ def group_directory(config: str, name: str) -> tuple[str, str] | None:
 
 
 def is_release(title: str) -> bool:
-    """A title that says a release: only a version number (`v2.32.0`), `Release version 3.0.0`, or
-    `Prepare 25.4.0`."""
-    t = title.strip()
-    return tokens(t) == frozenset({VERSION_TOKEN}) or _RELEASE.search(t) is not None or _PREPARE.match(t) is not None
+    """A title that says a release: only a version number (`v2.32.0`), or `Release version 3.0.0`."""
+    return tokens(title) == frozenset({VERSION_TOKEN}) or _RELEASE.search(title) is not None
 
 
 @lru_cache(maxsize=8192)
