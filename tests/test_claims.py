@@ -99,6 +99,14 @@ OVERLAP_TABLE = [
     ("src", "srcx", False),
     ("docs/x.md", "src/x.md", False),
     ("a/b/c", "a/b/d", False),
+    # an addition (a new file in a directory) meets what holds its directory, never a file nor another addition
+    ("news/+", "news/", True),
+    ("news/+", "news", True),
+    ("news/+", ROOT, True),
+    ("news/+", "news/+", False),
+    ("news/+", "news/1.bugfix.rst", False),
+    ("news/+", "news/sub/", False),
+    ("news/+", "src/+", False),
 ]
 
 
