@@ -237,6 +237,22 @@ def test_mergeable_paths_are_shared_not_overlapping() -> None:
     assert "shares CHANGES.rst, data/words.txt (union-merged)" in d.message
 
 
+def test_a_release_folding_news_fragments_waits_for_the_jobs_adding_one_and_adders_run_together() -> None:
+    """A job that adds a news fragment claims a new file in its directory (`news/+`): a release claiming that
+    directory (it folds the fragments) does not start beside it, nor does a later adder overtake a waiting
+    release; two adders (two new files) run side by side."""
+    adder, other, release = job(3, "src/a.py", "news/+"), job(4, "src/b.py", "news/+"), job(6, "news/")
+    late = job(8, "src/c.py", "news/+")
+    assert decide(other, snap(active=(adder,), waiting=(other,))).admitted
+    d = decide(release, snap(active=(adder, other), waiting=(release,)))
+    assert (d.reason, d.blocking, d.paths) == (Reason.OVERLAP, (3, 4), ("news/",))
+    assert "job 3 (news/+)" in d.message
+    d = decide(late, snap(active=(adder,), waiting=(release, late)))
+    assert (d.reason, d.blocking, d.paths) == (Reason.PRIORITY, (6,), ("news/+",))
+    assert decide(adder, snap(active=(release,), waiting=(adder,))).reason is Reason.OVERLAP
+    assert decide(adder, snap(active=(job(9, "news/1.bugfix.rst"),), waiting=(adder,))).admitted
+
+
 def test_priority_earlier_overlapping_waiting_job_goes_first() -> None:
     """A later job that overlaps an earlier waiting job waits for it; a disjoint later job does not."""
     first = job(5, "src/")  # blocked by an active job

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.core import claims
 from orchestrator.plan import manifests
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import History, mine
@@ -90,6 +91,8 @@ def test_titles_and_dependabot_groups() -> None:
     )
     assert manifests.is_release("v2.32.0") and manifests.is_release("Release version 3.0.0")
     assert not manifests.is_release("fix the version check")
+    assert manifests.is_release("Prepare 25.4.0") and manifests.is_release("Preparing 1.2.0rc1 (#12)")
+    assert not manifests.is_release("Prepare 3.14 support") and not manifests.is_release("prepare the docs")
     assert manifests.group_directory(FILES[".github/dependabot.yml"], "py-deps") == ("pip", "requirements")
     assert manifests.group_directory(FILES[".github/dependabot.yml"], "other") is None
 
@@ -140,3 +143,24 @@ def test_a_release_claims_the_directory_whose_news_fragments_past_releases_folde
     assert manifests.folded([("a/1.rst", "v.py"), ("b/x.py",)], frozenset({"v.py", "b/x.py"}), ()) == [], (
         "one release alone is no pattern"
     )
+
+
+def test_a_change_like_those_that_added_news_fragments_claims_a_new_file_in_their_directory(make_repo) -> None:
+    """Most past fixes added a fragment to the directory releases fold: a fix claims a new file there
+    (`newsfragments/+`), which meets the release's claim of the directory and not another fix's new file; a
+    release adds none, and a dependency update (none of its kind ever added one) claims none."""
+    repo = make_repo("adds", {**FILES, "newsfragments/.gitignore": "!.gitignore\n"})
+    for n in range(3):
+        write(repo, {f"newsfragments/{n}.bugfix.rst": f"fixed {n}\n", "src/app.py": f"x = {n}\n"})
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"fix thing {n}")
+        commit(repo, {"requirements/dev.txt": f"mypy==1.{n + 1}\n"}, f"Bump mypy from 1.{n} to 1.{n + 1}")
+        git(repo, "rm", "-q", f"newsfragments/{n}.bugfix.rst")
+        commit(repo, {"pyproject.toml": FILES["pyproject.toml"].replace("1.0.dev", f"1.{n}")}, f"v1.{n}")
+    fix = plan(repo, "fix the app crashing on start")
+    assert "newsfragments/+" in fix.claim.paths, fix.claim.paths
+    assert any(e.path == "newsfragments/+" for e in fix.evidence)
+    release = plan(repo, "v1.3")
+    assert "newsfragments/" in release.claim.paths and not any(claims.is_addition(p) for p in release.claim.paths)
+    assert claims.overlapping(fix.claim.paths, release.claim.paths) == {"newsfragments/+"}
+    assert "newsfragments/+" not in plan(repo, "Bump mypy from 1.3 to 1.4").claim.paths

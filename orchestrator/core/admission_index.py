@@ -56,9 +56,9 @@ class Facts:
     held_merge: frozenset[str]
     claim_index: PathIndex
     names: frozenset[str]
-    """Names (`name_of`) of the counted paths."""
+    """Names (`name_of`) of the counted paths (not its additions: another's new file never meets them)."""
     under: frozenset[str]
-    """Strict ancestors of `names`."""
+    """Strict ancestors of `names` and of its additions (a directory claim meets a new file in it)."""
     held_names: frozenset[str]
     held_under: frozenset[str]
     globs: tuple[str, ...]
@@ -91,8 +91,10 @@ def derive_facts(job: JobView, policy: Policy) -> Facts:
     touched = claim_paths | frozenset(canon(p) for p in job.actual)
     counted, claim_merge = claims.split_mergeable(claim_paths, policy.mergeable, job.mergeable)
     held, held_merge = claims.split_mergeable(touched, policy.mergeable, job.mergeable)
-    names = frozenset(name_of(p) for p in counted if not claims.is_glob(p))
-    held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p))
+    names = frozenset(name_of(p) for p in counted if not claims.is_glob(p) and not claims.is_addition(p))
+    held_names = frozenset(name_of(p) for p in held if not claims.is_glob(p) and not claims.is_addition(p))
+    added = frozenset(name_of(p) for p in counted if claims.is_addition(p))
+    held_added = frozenset(name_of(p) for p in held if claims.is_addition(p))
     ambiguous = claims.ambiguity(replace(job.claim, paths=claim_paths), policy, job.repo)
     barriers = tuple(sorted(p for p in touched if claims.reaches(p, policy.barriers))) if policy.barriers else ()
     return Facts(
@@ -103,9 +105,9 @@ def derive_facts(job: JobView, policy: Policy) -> Facts:
         held_merge=held_merge,
         claim_index=PathIndex(counted),
         names=names,
-        under=frozenset(a for n in names for a in claims.ancestors(n)),
+        under=frozenset(a for n in names | added for a in claims.ancestors(n)),
         held_names=held_names,
-        held_under=frozenset(a for n in held_names for a in claims.ancestors(n)),
+        held_under=frozenset(a for n in held_names | held_added for a in claims.ancestors(n)),
         globs=tuple(sorted(p for p in counted if claims.is_glob(p))),
         held_globs=tuple(sorted(p for p in held if claims.is_glob(p))),
         ambiguous=ambiguous,

@@ -1,14 +1,18 @@
 """Claim paths: normalisation, prefix-aware overlap, glob matching and ambiguity. Pure, no I/O.
 
 A claim path is a repo-relative POSIX string: a file or a name that may be either (`src/a.py`, `src`),
-a directory (`src/`, it ends with `/`), the root (`ROOT`, the empty string), or a glob pattern
-(`src/*.py`, `docs/**`): `*`, `?` and `[...]` match within one path segment, `**` any number of segments.
+a directory (`src/`, it ends with `/`), the root (`ROOT`, the empty string), a glob pattern
+(`src/*.py`, `docs/**`): `*`, `?` and `[...]` match within one path segment, `**` any number of segments;
+or an addition (`changelog.d/+`, see `addition`): a new file in a directory, its name not known yet.
 
 Overlap is decided on path segments, and every doubt resolves to "overlap": a name without a trailing
 slash may be a directory, so `src` overlaps `src/a.py` and `src/`; the only paths that do not overlap
 are those where neither is a segment-prefix of the other (`src/a.py` and `src/ab.py`). A pattern meets a
 path when it matches it, or may match something under it; two patterns meet unless their literal parts
-tell them apart (conservatively: `src/*.py` and `src/*.md` meet).
+tell them apart (conservatively: `src/*.py` and `src/*.md` meet). An addition meets what holds its
+directory (`changelog.d/`, an ancestor, ROOT), never a file (an existing file is not the new one) nor
+another addition (two new files are two files): news-fragment adders run together, and a release that
+folds their directory waits for them.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from functools import lru_cache
 from orchestrator.core.models import ROOT, Claim, ClaimSource, Policy
 
 __all__ = [
+    "NEW",
     "ROOT",
     "ClaimError",
     "PathIndex",
+    "addition",
     "ambiguity",
     "ancestors",
     "glob_prefix",
+    "is_addition",
     "is_glob",
     "literal",
     "matches",
@@ -43,6 +50,10 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 _GLOB = frozenset("*?[")
 _CLASS = re.compile(r"(?:[^\[]|\[!?\]?[^\]]*\])*")
 """A segment whose every `[` opens a closed character class."""
+
+
+NEW = "+"
+"""The last segment of an addition (`changelog.d/+`): a new file in that directory."""
 
 
 class ClaimError(ValueError):
@@ -87,6 +98,18 @@ def literal(path: str) -> str:
     names that file and no pattern (`pages/[[]id].tsx`). Raises `ClaimError` like `normalize`."""
     quoted = re.sub(r"([*?\[])", r"[\1]", path)
     return normalize(quoted)
+
+
+def addition(directory: str) -> str:
+    """The claim path of a new file in the tree's `directory` (`changelog.d/` → `changelog.d/+`; ROOT → `+`).
+    Raises `ClaimError` like `literal`."""
+    d = name_of(literal(directory))
+    return f"{d}/{NEW}" if d else NEW
+
+
+def is_addition(path: str) -> bool:
+    """True for an addition (`changelog.d/+`): a new file in a directory, no file of the tree."""
+    return path == NEW or path.endswith("/" + NEW)
 
 
 def normalize_all(paths: Iterable[str]) -> frozenset[str]:
@@ -151,8 +174,11 @@ def overlaps(a: str, b: str) -> bool:
     Equal names overlap, and so does any path with any path under it: `src/` and `src` both overlap
     `src/a.py`; ROOT overlaps everything. `src/a.py` does not overlap `src/ab.py`. A pattern overlaps a
     path it matches or that may hold a match (`src/*.py` meets `src/api.py` and `src/`, not `src/x.md`);
-    two patterns overlap when their literal directory parts do.
+    two patterns overlap when their literal directory parts do. An addition overlaps only what may hold its
+    directory (`d/+` meets `d/`, `d` and ROOT, not `d/x.rst` nor another `d/+`).
     """
+    if is_addition(a) and is_addition(b):
+        return False  # two new files: each job names its own
     ga, gb = is_glob(a), is_glob(b)
     if ga and gb:
         return overlaps(glob_prefix(a), glob_prefix(b))
@@ -170,12 +196,15 @@ class PathIndex:
     """A set of claim paths indexed for overlap tests in O(depth) per query.
 
     It keeps every path's name and every strict ancestor of every name: a query meets the index when
-    its name is one of those, or when one of its own ancestors is a name in the index.
+    its name is one of those, or when one of its own ancestors is a name in the index. An addition keeps
+    only its ancestors (it is no name another path can meet), and as a query meets only by them.
     """
 
-    __slots__ = ("_globs", "_names", "_under")
+    __slots__ = ("_added", "_globs", "_names", "_under")
 
     def __init__(self, paths: Iterable[str] = ()) -> None:
+        self._added: set[str] = set()
+        """Additions: met by name only by a pattern."""
         self._names: set[str] = set()
         self._under: set[str] = set()
         self._globs: list[str] = []
@@ -188,20 +217,20 @@ class PathIndex:
             self._globs.append(path)
             return
         name = name_of(path)
-        self._names.add(name)
+        (self._added if is_addition(path) else self._names).add(name)
         self._under.update(ancestors(name))
 
     def __bool__(self) -> bool:
-        return bool(self._names or self._globs)
+        return bool(self._names or self._added or self._globs)
 
     def meets(self, path: str) -> bool:
         """True when `path` overlaps some path of the index."""
         if self._globs and any(overlaps(path, g) for g in self._globs):
             return True
         if is_glob(path):
-            return any(overlaps(path, n) for n in self._names)
+            return any(overlaps(path, n) for n in (*self._names, *self._added))
         name = name_of(path)
-        if name in self._names or name in self._under:
+        if not is_addition(path) and (name in self._names or name in self._under):
             return True
         names = self._names
         return any(a in names for a in ancestors(name))
@@ -309,7 +338,8 @@ def ambiguity(claim: Claim, policy: Policy, repo: str = "") -> str | None:
     The threshold is the repo's own when calibration raised it (`Policy.raised`). With `Policy.risk` above 0,
     a local-evidence claim is judged by its estimated risk instead (admission compares it pairwise), and
     one without an estimate is ambiguous."""
-    if not claim.paths and not (policy.risk > 0 and claim.source is ClaimSource.EVIDENCE and claim.risk is not None):
+    files = [p for p in claim.paths if not is_addition(p)]  # a new fragment alone says nothing of the change
+    if not files and not (policy.risk > 0 and claim.source is ClaimSource.EVIDENCE and claim.risk is not None):
         return "empty claim"  # a text that names nothing runs beside others only at its record's base rate
     if ROOT in claim.paths:
         return "root-wide claim"

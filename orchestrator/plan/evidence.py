@@ -153,10 +153,21 @@ def local_plan(
     subject = title(text)
     files = tree_files(str(repo), base)
     known = kind_files(repo, base, subject, files, history, ignore)
-    if known is None:
+    if known is not None:
+        kind, found, why = known
+        plan = _kind_plan(plan, kind, found, why, subject, files, history, ignore, calibration)
+    return _with_additions(plan, manifests.additions(history, subject, files.paths, ignore) if history else [])
+
+
+def _with_additions(plan: Plan, added: Sequence[str]) -> Plan:
+    """The plan with the new files its kind of change adds (news fragments a release folds) in its claim."""
+    new = [p for p in added if p not in plan.claim.paths]
+    if not new:
         return plan
-    kind, found, why = known
-    return _kind_plan(plan, kind, found, why, subject, files, history, ignore, calibration)
+    why = "past changes like it added a file here (a news fragment a release folds)"
+    ev = tuple(Evidence(p, Kind.HISTORY, why) for p in new)
+    claim = replace(plan.claim, paths=plan.claim.paths | frozenset(new))
+    return replace(plan, claim=claim, evidence=plan.evidence + ev)
 
 
 def kind_files(

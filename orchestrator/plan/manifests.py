@@ -55,6 +55,11 @@ MIN_SEEN = 3
 """Past changes of the kind needed before their record can make a claim confident."""
 CLOSED = 0.8
 """The share of them that must have stayed inside such a claim."""
+ADDS = 0.2
+"""The share of the past changes of a kind that must have added a file to a directory releases fold (a news
+fragment) for a change of that kind to claim a new file there."""
+ADDS_RECENT = 50
+"""The most recent past changes of a kind that say how often such a change adds a news fragment."""
 RECENT = 10
 """The most recent past changes of a kind that say what such a change touches now (a project that moved
 from `requirements/*.txt` to `uv.lock` updates its dependencies in the new files)."""
@@ -67,6 +72,8 @@ _DEPENDENCY = re.compile(
 _GROUP = re.compile(r"^(?:bump|update)\s+the\s+(\S+)\s+group\b", re.I)
 _URL_BUMP = re.compile(r"^(?:bump|update|upgrade)\s+(https?://\S+)", re.I)
 _RELEASE = re.compile(r"\b(release|bump)\s+(version|v?\d)", re.I)
+_PREPARE = re.compile(r"^prepar(?:e|ing)\s+(?:for\s+)?v?\d+(?:\.\d+)+\S*\s*(?:\(#\d+\))?$", re.I)
+"""`Prepare 25.4.0`: a release named by its preparation (only a version after it)."""
 _GENERIC = frozenset({"python", "version", "versions", "dependencies", "deps", "requirements", "pin", "pins"})
 
 
@@ -109,8 +116,10 @@ def group_directory(config: str, name: str) -> tuple[str, str] | None:
 
 
 def is_release(title: str) -> bool:
-    """A title that says a release: only a version number (`v2.32.0`), or `Release version 3.0.0`."""
-    return tokens(title) == frozenset({VERSION_TOKEN}) or _RELEASE.search(title) is not None
+    """A title that says a release: only a version number (`v2.32.0`), `Release version 3.0.0`, or
+    `Prepare 25.4.0`."""
+    t = title.strip()
+    return tokens(t) == frozenset({VERSION_TOKEN}) or _RELEASE.search(t) is not None or _PREPARE.match(t) is not None
 
 
 @lru_cache(maxsize=8192)
@@ -185,6 +194,35 @@ def folded(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore: 
         gone = {posixpath.dirname(f) for f in files if f not in present and "/" in f}
         count.update(d for d in gone if not (ignore and claims.matches(d + "/", tuple(ignore))))
     return sorted(d + "/" for d, k in count.items() if k >= 2 and k >= SUPPORT * len(changes))
+
+
+def additions(history: History, title: str, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
+    """The new files (`claims.addition`) a change titled `title` adds to the directories past releases folded
+    (`folded`: news fragments): one per directory where at least ADDS of the ADDS_RECENT last past changes of its
+    kind (a dependency update, a recurring change with its title's shape, else the ordinary changes), MIN_SEEN or
+    more, touched a file. A release claims such a directory, so it waits for the jobs that add a fragment there
+    (or they for it) instead of folding one that is not on its base yet; adders stay apart from each other (each
+    adds its own file). A release adds none."""
+    kind = kind_of(title)
+    if kind is Kind.RELEASE:
+        return []
+    dirs = folded(past(history, Kind.RELEASE), present, ignore)
+    if not dirs:
+        return []
+    alike = past(history, Kind.RECURRING, title) if kind is None else []
+    if len(alike) < MIN_SEEN:
+        alike = [c.files for c in history.changes[-history.window :] if kind_of(c.subject) is kind]
+    alike = alike[-ADDS_RECENT:]
+    if len(alike) < MIN_SEEN:
+        return []
+    out = []
+    for d in dirs:
+        if sum(any(f.startswith(d) for f in files) for files in alike) >= ADDS * len(alike):
+            try:
+                out.append(claims.addition(d))
+            except claims.ClaimError:
+                continue  # a directory no claim can name (a backslash): landing order decides
+    return out
 
 
 def record(
