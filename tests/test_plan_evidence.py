@@ -292,3 +292,12 @@ def test_an_issues_title_reports(text: str) -> None:
 def test_a_text_neither_reporting_nor_describing_a_change_is_no_report() -> None:
     """A noun phrase (`Boxplotting masked arrays`, `new vendored libs`) tells neither: it is planned as any text."""
     assert not reports("Boxplotting masked arrays") and not reports("new vendored libs") and not reports("")
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["sed -i 's/fail-under=100/fail-under=99/' Makefile", "while [ ! -e gate ]; do sleep 0.05; done; echo slow > a"],
+)
+def test_a_shell_jobs_command_line_is_no_report(command: str) -> None:
+    """A shell job's text is its command: words in it (`fail-under`, `slow`) report nothing."""
+    assert not reports(command)

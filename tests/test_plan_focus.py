@@ -523,7 +523,8 @@ def test_a_short_report_that_names_no_file_runs_apart_and_says_why(shop: Path) -
     assert report.ranking and report.ranking[0]["path"] == "src/shop/cart.py", "`plan --json` still ranks the files"
     change = plan(shop, "Fix Cart total for a cart holding a single item")
     named = plan(shop, "src/shop/cart.py: the total is wrong when the cart holds a single item")
-    for p in (change, named):
+    by_name = plan(shop, "The total of cart.py is wrong when the cart holds a single item")
+    for p in (change, named, by_name):
         assert "src/shop/cart.py" in p.claim.paths and claims.ROOT not in p.claim.paths
         assert Note.APART not in [code for code, _ in p.notes]
         assert claims.ambiguity(p.claim, Policy(risk=0.08)) is None

@@ -348,10 +348,10 @@ def _apart_plan(f: Focus) -> Plan:
     top = f.ranked[0] if f.ranked else None
     likely = f"its most likely file, {top.path} ({top.p:.0%}), is a guess; " if top is not None else ""
     why = (
-        "the text reports what is wrong, not what to change, and names no file by its path, no traceback frame, no "
-        f"`Class.member`: where the work is cannot be told ({likely}tickets like it meet where no plan foresaw), so "
-        "it runs apart from the repository's other jobs. Name the files (`Paths: a.py`), a traceback, or the change "
-        "to make, to run beside them"
+        "the text reports what is wrong, not what to change, and names no file (by its path or name), no traceback "
+        f"frame, no `Class.member`: where the work is cannot be told ({likely}tickets like it meet where no plan "
+        "foresaw), so it runs apart from the repository's other jobs. Name the files (`Paths: a.py`), a traceback, or "
+        "the change to make, to run beside them"
     )
     claim = Claim(frozenset({claims.ROOT}), 0.0, ClaimSource.EVIDENCE, None)
     return Plan(claim, (), "", "none", ((Note.APART, why),), ranking=_ranking(f))

@@ -354,7 +354,7 @@ _AUXILIARIES = frozenset(
     """is are was were be been has have had should can could would will may might must does did doesn't isn't aren't
     wasn't can't cannot won't shouldn't""".split()  # noqa: SIM905 - a word list reads better as prose
 )
-_ADVERBS = frozenset("only also always never just partially temporarily properly correctly now".split())  # noqa: SIM905
+_ADVERBS = frozenset("please only also always never just partially temporarily properly correctly now".split())  # noqa: SIM905
 
 
 _REPORTED = re.compile(
@@ -362,17 +362,26 @@ _REPORTED = re.compile(
     r"|fail\w*|crash\w*|broken|breaks?|wrong\w*|incorrect\w*|inconsistent\w*|unexpected\w*|bad\w*|bugs?|buggy|issues?"
     r"|problems?|errors?|exceptions?|warnings?|regression|false positive|false negative|ignor\w*|misalign\w*"
     r"|duplicat\w*|leak\w*|hangs?|slow\w*|invalid|weird|strange|confus\w*|mismatch\w*|overrid\w*|raises?|throws?|should|does|when|if"
-    r"|support for|feature|a way|option to|ability|possible|would|please|how to|proposal|enhancement|request)\b",
+    r"|support for|feature|a way|option to|ability|possible|would|how to|proposal|enhancement|request)\b",
     re.I,
 )
 """Words that tell what is wrong or wanted: a symptom (`fails`, `raises`, `TypeError`, `false positive`, `doesn't`), a
 question, a wish (`support for`, `a way to`, `would be`)."""
 
 
+_COMMAND = re.compile(
+    r";|&&|\|\||\s\|\s|\s>>?\s*\S|\$\(|^\s*(?:sed|echo|sleep|while|for|if|cd|true|false|printf|cat|touch|mkdir|rm|cp|mv|"
+    r"sh|bash|env|exit|test)\s"
+)
+"""A command line: a shell operator (`;`, `&&`, `|`, `>`), or a shell word first."""
+
+
 def reports(text: str) -> bool:
     """The text's first line reports what is wrong or wanted (`Legend ignores alpha`, `[Bug]: ...`, `Support for
     X?`) instead of saying what to change (`describes_change`): an issue's title, not a commit's subject. Pure."""
     first = text.strip().splitlines()[0] if text.strip() else ""
+    if _COMMAND.search(first):
+        return False  # a shell job's command line (`sed -i 's/fail-under=100/.../' Makefile`) is no prose
     return bool(_ISSUE_TAG.match(first)) or (not describes_change(first) and _REPORTED.search(first) is not None)
 
 
