@@ -19,7 +19,7 @@ from typing import Any, get_type_hints
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from orchestrator.core import on_end
-from orchestrator.core.models import LAND_STYLES, Policy
+from orchestrator.core.models import CHANGELOGS, LAND_STYLES, Policy
 
 EX_CONFIG = 78
 BUILTIN_RUNNERS = ("shell", "replay", "claude")
@@ -41,7 +41,7 @@ class JobsConfig:
     max_concurrent: int = 2
     per_repo: int = 4
     min_confidence: float = 0.5
-    mergeable: tuple[str, ...] = ("CHANGES*", "CHANGELOG*", "NEWS*")
+    mergeable: tuple[str, ...] = CHANGELOGS
     barriers: tuple[str, ...] = ()
     retry_on_conflict: bool = True
     max_attempts: int = 3
@@ -390,8 +390,12 @@ DEFAULT_TOML = """\
 max_concurrent = 2        # active jobs across all repos (env MAX_CONCURRENT_JOBS)
 per_repo = 4              # active jobs in one repo
 min_confidence = 0.5      # a claim below this runs alone in its repo
-# Union-mergeable files: never an overlap, merged line-wise on landing. [] turns it off.
-mergeable = ["CHANGES*", "CHANGELOG*", "NEWS*"]
+# Union-mergeable files (changelogs): never an overlap, merged line-wise on landing. [] turns it off.
+mergeable = [
+  "CHANGES*", "CHANGELOG*", "NEWS*", "HISTORY*", "RELEASE[-_]NOTES*",
+  "[Cc]hange[Ll]og.md", "[Cc]hange[Ll]og.rst", "change_log.md", "changes.md", "changes.rst",
+  "history.md", "history.rst", "news.md", "news.rst", "release[-_]notes.md", "release[-_]notes.rst",
+]
 # Barrier paths: a job that claims or touches one runs alone in its repo.
 # e.g. ["uv.lock", "poetry.lock", "package-lock.json", ".github/workflows/*"]
 barriers = []

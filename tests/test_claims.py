@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from orchestrator import config
 from orchestrator.core.claims import (
     ROOT,
     ClaimError,
@@ -19,7 +20,7 @@ from orchestrator.core.claims import (
     reaches,
     split_mergeable,
 )
-from orchestrator.core.models import Claim, ClaimSource, Policy
+from orchestrator.core.models import CHANGELOGS, Claim, ClaimSource, Policy
 
 
 @pytest.mark.parametrize(
@@ -132,6 +133,30 @@ def test_overlapping_returns_meeting_paths_of_first_set() -> None:
     assert overlapping(mine, {"src/a.py", "docs/index.md"}) == {"src/a.py", "docs/"}
     assert overlapping(mine, set()) == frozenset()
     assert overlapping(mine, {ROOT}) == mine
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("CHANGES.rst", True),
+        ("docs/changelog.rst", True),
+        ("docs/reference/changelog.rst", True),
+        ("HISTORY.md", True),
+        ("docs/history.rst", True),
+        ("docs/about/release-notes.md", True),
+        ("RELEASE_NOTES.md", True),
+        ("Changelog.md", True),
+        ("src/pkg/changes.py", False),  # a module of that name is code, never union-merged
+        ("docs/_ext/changelog.py", False),
+        ("changelog.d/123.feature.rst", False),  # a news fragment is a file of its own
+        ("src/pkg/history.py", False),
+    ],
+)
+def test_default_union_mergeable_files_are_changelogs_by_any_usual_name(path: str, expected: bool) -> None:
+    """The default union-mergeable patterns take a changelog by the names projects give it (lower-case under docs/,
+    HISTORY, release notes), never a module that happens to share the name."""
+    assert matches(path, CHANGELOGS) is expected
+    assert matches(path, config.Config().jobs.mergeable) is expected
 
 
 @pytest.mark.parametrize(

@@ -272,6 +272,29 @@ class Claim:
         )
 
 
+CHANGELOGS: tuple[str, ...] = (
+    "CHANGES*",
+    "CHANGELOG*",
+    "NEWS*",
+    "HISTORY*",
+    "RELEASE[-_]NOTES*",
+    "[Cc]hange[Ll]og.md",
+    "[Cc]hange[Ll]og.rst",
+    "change_log.md",
+    "changes.md",
+    "changes.rst",
+    "history.md",
+    "history.rst",
+    "news.md",
+    "news.rst",
+    "release[-_]notes.md",
+    "release[-_]notes.rst",
+)
+"""The union-mergeable files by default: changelogs by the names projects give them (`CHANGES.rst`,
+`docs/changelog.rst`, `HISTORY.md`, `docs/release-notes.md`). Lower-case names are listed with their text
+extensions only, so that a module such as `changes.py` is never union-merged."""
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """The knobs admission reads. Built from the config by the shell."""
@@ -287,7 +310,7 @@ class Policy:
     """The highest estimated chance that two jobs touch a common path for them to run side by side
     (`plan.risk`); 0 judges local evidence by its confidence instead, and a claim without an estimate runs
     alone."""
-    mergeable: tuple[str, ...] = ("CHANGES*", "CHANGELOG*", "NEWS*")
+    mergeable: tuple[str, ...] = CHANGELOGS
     """Glob patterns (matched on the path and on its base name) of union-mergeable files: never an overlap."""
     barriers: tuple[str, ...] = ()
     """Glob patterns of barrier paths: a job that claims or touches one runs alone in its repo."""

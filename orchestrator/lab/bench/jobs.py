@@ -40,8 +40,8 @@ import click
 
 from orchestrator.config import PlanConfig
 from orchestrator.core import claims
+from orchestrator.core.models import CHANGELOGS, Claim, Policy
 from orchestrator.core.models import ENDED as TERMINAL_STATES
-from orchestrator.core.models import Claim, Policy
 from orchestrator.core.risk import Escapes, pair_risk
 from orchestrator.lab.bench import history as hist
 from orchestrator.lab.bench import replayrepo
@@ -51,7 +51,7 @@ from orchestrator.lab.bench.report import plot, print_table, row_line
 
 POLICIES = ("one-per-repo", "claims", "oracle", "unbounded")
 PREDICTORS = ("declared", "local", "oracle")
-MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
+MERGEABLE = CHANGELOGS
 MIN_CONFIDENCE = 0.5
 RISK = PlanConfig.risk
 """`plan.risk` of the rows' daemons (the default)."""
@@ -169,7 +169,10 @@ def run_row(
             d.client.enqueue(
                 repo=str(replay.path),
                 text=replayrepo.job_text(
-                    c, replay.commits[c.index], durations[c.index] * write_at, durations[c.index] * (1 - write_at),
+                    c,
+                    replay.commits[c.index],
+                    durations[c.index] * write_at,
+                    durations[c.index] * (1 - write_at),
                     end=ends[c.index],
                 ),
                 paths=_declared(row, c),

@@ -44,7 +44,7 @@ import pygit2
 
 from orchestrator.core import claims
 from orchestrator.core.admission import clear_caches, decide
-from orchestrator.core.models import Claim, JobView, Policy, Snapshot
+from orchestrator.core.models import CHANGELOGS, Claim, JobView, Policy, Snapshot
 from orchestrator.core.risk import Escapes, pair_risk
 from orchestrator.git import merging
 from orchestrator.lab.bench import riskbins
@@ -55,7 +55,7 @@ from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import KEEP, History, mine
 from orchestrator.plan.kinds import is_doc, is_test
 
-MERGEABLE = ("CHANGES*", "CHANGELOG*", "NEWS*")
+MERGEABLE = CHANGELOGS
 ANCHORS = (
     ("LocAgent (Claude 3.5), top-5 files", 0.067, 0.125),
     ("BM25 + graph ranking (no LLM), top-5 files", 0.057, 0.415),
