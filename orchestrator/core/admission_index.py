@@ -279,13 +279,18 @@ class Active:
         self.globs.extend((g, f.job.id) for g in f.held_globs)
 
     def meeting(self, f: Facts) -> tuple[set[int], set[str]]:
-        """Ids of the jobs whose held paths meet the counted claim of `f`, and the paths of `f` that meet them."""
+        """Ids of the jobs whose held paths meet the counted claim of `f`, and the paths of `f` that meet them.
+
+        A new file `f` adds (`claims.addition`) meets no active job's directory: that job (a release folding the
+        directory) started first, so it folds what its base has, and the new file is the next one's to fold. The
+        other way round holds: a release waits for the active jobs adding files to what it folds, and a later job
+        adding one waits for a release still waiting (Priority), so it never overtakes it."""
         owners: set[int] = set()
         met: set[str] = set()
         names, under = self.names, self.under
         for p in f.counted:
             buckets = _glob_buckets(p, names, self.globs)
-            if not claims.is_glob(p):
+            if not claims.is_glob(p) and not claims.is_addition(p):
                 n = name_of(p)
                 buckets += [names.get(n), under.get(n), *(names.get(a) for a in claims.ancestors(n))]
             hit = False
