@@ -149,3 +149,14 @@ def test_plan_without_a_daemon_plans_in_process(make_repo, daemon_factory) -> No
     missing = d.cli("plan", "--repo", str(repo / "nowhere"), "x")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert not d.socket.exists(), "nothing started a daemon"
+
+
+def test_plan_says_a_short_report_naming_no_file_runs_apart(make_repo, daemon_factory) -> None:
+    """An issue's title that names no file (`serve fails when ...`) is planned apart: `plan` shows its claim as the
+    whole repository and the note that says why and what to name instead."""
+    repo = make_repo("r", {"src/api.py": "def serve():\n    pass\n", "tests/test_api.py": "x\n", "README.md": "r\n"})
+    out = daemon_factory().cli("plan", "--repo", str(repo), "serve fails when the port is already taken")
+    assert out.returncode == 0, out.stderr
+    said = out.stdout + out.stderr
+    assert "claim       / (the whole repository)" in said
+    assert "note: Apart: the text reports what is wrong, not what to change" in said and "Paths:" in said

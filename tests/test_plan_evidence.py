@@ -12,7 +12,7 @@ from orchestrator.plan.base import Kind, Note
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import VERSION_TOKEN, History, mine, tokens
 from orchestrator.plan.local import Histories
-from orchestrator.plan.text import front_matter, mentions
+from orchestrator.plan.text import describes_change, front_matter, mentions, reports
 from tests.conftest import git, write
 
 FILES = {
@@ -248,3 +248,56 @@ def test_an_attribute_assigned_in_a_method_names_its_class_s_file(make_repo) -> 
     p = plan(repo, "Move Request.headers back to Mapping")
     assert Kind.SYMBOL in kinds(p).get("src/web/models.py", set()), p.ranking
     assert "src/web/models.py" in p.claim.paths
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Fix the legend's alpha",
+        "Fixed #123 -- Made Query.has_select_fields a computed property.",
+        "Refs #28606 -- Corrected deprecation version",
+        "docs: clarify the install guide",
+        "fix(api): keep the order of headers",
+        "MNT: Re-enable the duplicate-code checker",
+        "DOC fix a link in the FAQ",
+        "C++ domain: Add support for semicolons",
+        "Only run codspeed against pull requests",
+        "Don't suggest a comprehension for unpacking",
+        "Apply suggestions from code review",
+        "Update the ruff pin (#1234)",
+        "v2.34.0",
+    ],
+)
+def test_a_change_described_as_commit_messages_do_is_no_report(text: str) -> None:
+    assert describes_change(text) and not reports(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[Bug]: Adding suptitle in compressed layout causes weird spacing",
+        "Legend ignores alpha when the facecolor is 'none'",
+        "`ax.pie()` raises `ValueError` when input contains `NaN`",
+        "False positive `unreachable` for `NoReturn` coroutine functions",
+        "copy should have the option to log all files it copied",
+        "Creating a subclassed instance now errors with an unexpected keyword",
+        "Support for serialization of combination of Enum flags?",
+        "LaTeX: the py:class directive renders badly in PDF",
+    ],
+)
+def test_an_issues_title_reports(text: str) -> None:
+    assert reports(text) and not describes_change(text)
+
+
+def test_a_text_neither_reporting_nor_describing_a_change_is_no_report() -> None:
+    """A noun phrase (`Boxplotting masked arrays`, `new vendored libs`) tells neither: it is planned as any text."""
+    assert not reports("Boxplotting masked arrays") and not reports("new vendored libs") and not reports("")
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["sed -i 's/fail-under=100/fail-under=99/' Makefile", "while [ ! -e gate ]; do sleep 0.05; done; echo slow > a"],
+)
+def test_a_shell_jobs_command_line_is_no_report(command: str) -> None:
+    """A shell job's text is its command: words in it (`fail-under`, `slow`) report nothing."""
+    assert not reports(command)

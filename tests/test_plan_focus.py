@@ -505,3 +505,29 @@ def test_a_short_ticket_whose_claim_is_a_doc_claims_its_most_likely_source_file_
     assert dict(subject.risk.near)["src/numbers.py"] < NEAR_CLAIM, "the case: no alternative claims it"
     assert ticket.claim == {"doc/guide.md", "src/numbers.py"}
     assert subject.claim == {"doc/guide.md"}
+
+
+def test_a_short_report_that_names_no_file_runs_apart_and_says_why(shop: Path) -> None:
+    """An issue's title (`Cart total is wrong when ...`) says what is wrong, not what to change: planned as a commit
+    subject it claimed its one likely file and ran beside others, and 70% of SWE-bench-Live's title pairs whose fixes
+    met ran at once. Such a text, naming no file by its path nor a frame, claims the whole repository and says why;
+    the same request phrased as a change, or naming its file, is planned as before."""
+    from orchestrator.core.models import Policy
+    from orchestrator.plan.base import Note
+
+    report = plan(shop, "Cart total is wrong when the cart holds a single item")
+    assert report.claim.paths == {claims.ROOT}
+    assert claims.ambiguity(report.claim, Policy(risk=0.08)) is not None, "it runs alone in its repository"
+    assert [code for code, _ in report.notes] == [Note.APART]
+    assert "src/shop/cart.py" in report.notes[0][1], "the note names the file it most likely is in"
+    assert report.ranking and report.ranking[0]["path"] == "src/shop/cart.py", "`plan --json` still ranks the files"
+    change = plan(shop, "Fix Cart total for a cart holding a single item")
+    named = plan(shop, "src/shop/cart.py: the total is wrong when the cart holds a single item")
+    by_name = plan(shop, "The total of cart.py is wrong when the cart holds a single item")
+    for p in (change, named, by_name):
+        assert "src/shop/cart.py" in p.claim.paths and claims.ROOT not in p.claim.paths
+        assert Note.APART not in [code for code, _ in p.notes]
+        assert claims.ambiguity(p.claim, Policy(risk=0.08)) is None
+    body = "The total comes out as zero. " * 12
+    long = plan(shop, "Cart total is wrong when the cart holds a single item\n\n" + body)
+    assert claims.ROOT not in long.claim.paths, "a ticket with a body is planned as a ticket"

@@ -7,7 +7,7 @@ from pathlib import Path
 from orchestrator.core import claims
 from orchestrator.plan import manifests
 from orchestrator.plan.evidence import local_plan
-from orchestrator.plan.history import History, mine
+from orchestrator.plan.history import Change, History, mine
 from tests.conftest import git, write
 
 FILES = {
@@ -91,8 +91,6 @@ def test_titles_and_dependabot_groups() -> None:
     )
     assert manifests.is_release("v2.32.0") and manifests.is_release("Release version 3.0.0")
     assert not manifests.is_release("fix the version check")
-    assert manifests.is_release("Prepare 25.4.0") and manifests.is_release("Preparing 1.2.0rc1 (#12)")
-    assert not manifests.is_release("Prepare 3.14 support") and not manifests.is_release("prepare the docs")
     assert manifests.group_directory(FILES[".github/dependabot.yml"], "py-deps") == ("pip", "requirements")
     assert manifests.group_directory(FILES[".github/dependabot.yml"], "other") is None
 
@@ -164,3 +162,20 @@ def test_a_change_like_those_that_added_news_fragments_claims_a_new_file_in_thei
     assert "newsfragments/" in release.claim.paths and not any(claims.is_addition(p) for p in release.claim.paths)
     assert claims.overlapping(fix.claim.paths, release.claim.paths) == {"newsfragments/+"}
     assert "newsfragments/+" not in plan(repo, "Bump mypy from 1.3 to 1.4").claim.paths
+
+
+def test_fragments_are_claimed_where_recent_releases_fold_them_even_when_few_changes_add_one() -> None:
+    """A project that took to news fragments lately: its older releases folded none, the last ones did (their
+    directory is claimed); where a pull request lands as several commits only one of them adds the fragment, and
+    a change of that kind still claims a new file there (two of the last fifty suffice); one alone does not."""
+    old = [Change(f"o{i}", f"v0.{i}", ("pyproject.toml", "CHANGES.rst")) for i in range(20)]
+    fixes = [Change(f"f{i}", f"fix thing {i}", ("src/app.py",)) for i in range(40)]
+    adds = [Change(f"a{i}", f"fix other {i}", ("src/app.py", f"news/{i}.bugfix.rst")) for i in range(6)]
+    releases = [Change(f"r{i}", f"v1.{i}", ("pyproject.toml", "CHANGES.rst", f"news/{i}.bugfix.rst")) for i in range(6)]
+    present = frozenset({"pyproject.toml", "CHANGES.rst", "src/app.py", "news/.keep"})
+    history = History([*old, *fixes, *adds, *releases])
+    assert manifests.release_companions(history, present, ()) == ["CHANGES.rst", "pyproject.toml", "news/"]
+    assert manifests.additions(history, "fix the crash", present, ()) == ["news/+"]
+    assert manifests.additions(history, "v1.9", present, ()) == []
+    once = History([*old, *fixes, *adds[:1], *releases])
+    assert manifests.additions(once, "fix the crash", present, ()) == [], "one fragment in fifty changes is no habit"

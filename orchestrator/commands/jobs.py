@@ -244,7 +244,7 @@ def show(job_id: int, as_json: bool) -> None:
         else:
             put(key, json.dumps(value) if key == "argv" else str(value))
     claim = job["claim"]
-    paths = ", ".join(claim["paths"]) or "-"
+    paths = claim_paths(claim["paths"])
     put("claim", f"{paths} (confidence {claim['confidence']}, {claim['source']})")
     for line in risk_lines(claim.get("risk"), (job.get("decision") or {}).get("risks", ())):
         put("risk", line)
@@ -264,6 +264,11 @@ def show(job_id: int, as_json: bool) -> None:
         extra = {k: v for k, v in ev.items() if k not in ("at", "kind")}
         at = time.strftime("%H:%M:%S", time.localtime(ev["at"]))
         say(f"{ev['kind']} {json.dumps(extra)}", first=f"  {at} ", hang=11, cols=cols)
+
+
+def claim_paths(paths: Iterable[str]) -> str:
+    """A claim's paths for a person: the root (`""`) as the whole repository, none as `-`."""
+    return ", ".join("/ (the whole repository)" if p == "" else p for p in paths) or "-"
 
 
 def risk_lines(risk: dict[str, Any] | None, beside: Iterable[dict[str, Any]]) -> list[str]:
@@ -459,7 +464,7 @@ def plan(
     claim = data["claim"]
     cols = width()
     say(f"{data['base']} ({data['branch']})", first="base        ", hang=12, cols=cols)
-    say(", ".join(claim["paths"]) or "-", first="claim       ", hang=12, cols=cols)
+    say(claim_paths(claim["paths"]), first="claim       ", hang=12, cols=cols)
     say(f"{claim['confidence']} ({claim['source']}, from {data.get('basis', 'none')})", first="confidence  ", hang=12,
         cols=cols)  # fmt: skip
     evidence = data.get("evidence", [])

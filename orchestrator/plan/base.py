@@ -76,6 +76,10 @@ class Note(StrEnum):
     GUESSED = "Guessed"
     """A ticket's most likely file is found by its words alone (nothing it names points there): its claim is a
     guess, held as wide as its alternatives (`plan.focus.NEAR_CLAIM`), and it runs beside others on that claim."""
+    APART = "Apart"
+    """A short text reports what is wrong (an issue's title) instead of saying what to change, and names no file (by
+    its path or its name), no traceback frame, no `Class.member`: where its work is cannot be told, so its claim is
+    the whole repository and it runs apart from the repository's other jobs (`plan.focus.APART_BELOW`)."""
     NO_MODEL = "NoModel"
     """No model backend is configured or reachable: local evidence only."""
     FAILED = "Failed"

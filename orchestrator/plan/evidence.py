@@ -304,6 +304,8 @@ def _evidence_plan(
 
 def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Plan:
     """The plan a focus makes at a tree (pure): its claim, with directories and generated files, and its risk."""
+    if f.apart:
+        return _apart_plan(f)
     if not f.names or not f.claim:
         return _blind_plan(f, calibration)
     ev = _Collector()
@@ -338,6 +340,21 @@ def focused_plan(f: Focus, files: Files, calibration: Calibration | None) -> Pla
     basis = next((str(k) for k in _BASIS_ORDER if k in top.kinds), str(Kind.CONTENT))
     claim = Claim(paths, confidence, ClaimSource.EVIDENCE, risk)
     return Plan(claim, tuple(ev.evidence), "", basis, tuple(notes), ranking=_ranking(f))
+
+
+def _apart_plan(f: Focus) -> Plan:
+    """A short text that says what is wrong, not what to change, and names no file, frame nor `Class.member`
+    (`Focus.apart`): its claim is the whole repository, and the note says why, with the file it most likely is in."""
+    top = f.ranked[0] if f.ranked else None
+    likely = f"its most likely file, {top.path} ({top.p:.0%}), is a guess; " if top is not None else ""
+    why = (
+        "the text reports what is wrong, not what to change, and names no file (by its path or name), no traceback "
+        f"frame, no `Class.member`: where the work is cannot be told ({likely}tickets like it meet where no plan "
+        "foresaw), so it runs apart from the repository's other jobs. Name the files (`Paths: a.py`), a traceback, or "
+        "the change to make, to run beside them"
+    )
+    claim = Claim(frozenset({claims.ROOT}), 0.0, ClaimSource.EVIDENCE, None)
+    return Plan(claim, (), "", "none", ((Note.APART, why),), ranking=_ranking(f))
 
 
 def _blind_plan(f: Focus, calibration: Calibration | None) -> Plan:

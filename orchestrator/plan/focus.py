@@ -57,6 +57,14 @@ little of tickets (nearly every pair of tickets comes out at `MEET_FLOOR`, which
 WIDE_FROM = 0.3
 """From this `rank.length` on (about 40 words), a text is a ticket as far as `NEAR_CLAIM` goes: a short ticket's
 alternatives are claimed too; a commit subject, or one with a line or two of body, claims only what is likely."""
+APART_BELOW = WIDE_FROM
+"""Below this `rank.length` (about 40 words), a text that reports what is wrong or wanted instead of saying what to
+change (`Spread.report`: an issue's title) and names no file (by its path or its name), no traceback frame and no
+`Class.member` runs apart from the repository's other jobs (`Focus.apart`): where its work is cannot be told. Planned
+as a commit subject is, 70% of the pairs of SWE-bench-Live's titles whose fixes met ran at once, and no claim threshold
+would have held 95% of them apart with fewer than 72% of the others held too (`bench predict --tickets`'s bound);
+apart, 4% of them run at once and 96% of the others wait (set on those titles). Commit messages rarely read so (2.5% of
+1,736 replayed in twelve repositories' records): replayed as jobs, their pairs held apart went from 26.7% to 31.0%."""
 SPILL_FILES = 8
 """The busiest files of a directory that spill reaches."""
 NEAR_MIN = 0.002
@@ -121,6 +129,10 @@ class Focus:
     less than `GROUND_P` likely. Else a long text's claim is a guess (`Note.GUESSED`): it says so, and claims its
     alternatives as any ticket does. (Such guesses used to run alone: on the tuning tickets that held apart 5.5
     points more of the pairs that did not meet, for one point fewer of those that did.)"""
+    apart: bool = False
+    """A short text that reports what is wrong instead of saying what to change, and names no file by its path, no
+    traceback frame, no `Class.member` (`APART_BELOW`): where its work is cannot be told, and the job runs apart
+    (`Note.APART`)."""
 
 
 @dataclass
@@ -140,6 +152,11 @@ class Spread:
     """directory → (past changes under it, [(one of its busiest files, its changes, its level)])."""
     named: frozenset[str] = frozenset()
     """Files the text names by their path (or links to)."""
+    located: frozenset[str] = frozenset()
+    """Files the text points at otherwise than by their path: by their file name, or a `Class.member` they define."""
+    report: bool = False
+    """The text reports what is wrong or wanted (an issue's title) instead of saying what to change, as the commit
+    messages its record is replayed on do (`text.reports`)."""
 
 
 def spread(ranking: Ranking, history: History | None, index: TreeIndex) -> Spread:
@@ -159,7 +176,9 @@ def spread(ranking: Ranking, history: History | None, index: TreeIndex) -> Sprea
             edges[s] = out
     names = any(k in TEXTUAL for c in ranking for k in c.kinds)
     named = frozenset(c.path for c in ranking if c.features.get("path", 0) >= 0.5 or c.features.get("link", 0) > 0)
-    return Spread(logits, reasons, edges, names, ranking.long, _spill_tables(logits, history, index), named)
+    located = frozenset(c.path for c in ranking if c.features.get("member", 0) > 0 or c.features.get("name", 0) > 0)
+    spill = _spill_tables(logits, history, index)
+    return Spread(logits, reasons, edges, names, ranking.long, spill, named, located, ranking.report)
 
 
 def _spill_tables(
@@ -277,6 +296,8 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
     grounded = bool(claim) and (
         not long or (any(k in TEXTUAL for k, _ in reasons.get(claim[0], ())) and max(p[c] for c in claim) >= GROUND_P)
     )
+    where = bool(s.named or s.located) or any(Kind.TRACEBACK in r.kinds for r in ranked)
+    apart = s.long < APART_BELOW and s.report and not where
     spilled = _spilled(s, direct) if long else {}
     for f in spilled:
         if f not in p and not (mergeable and claims.matches(f, mergeable)):
@@ -319,7 +340,7 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         calibration.floor,
         calibration.scale,
     )
-    return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded)
+    return Focus(ranked, frozenset(claim), risk, coverage, s.names and bool(claim), kind, grounded, apart)
 
 
 def _passed_on(s: Spread, direct: dict[str, float], reasons: dict[str, list[tuple[Kind, str]]]) -> dict[str, float]:

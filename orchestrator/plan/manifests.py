@@ -55,9 +55,11 @@ MIN_SEEN = 3
 """Past changes of the kind needed before their record can make a claim confident."""
 CLOSED = 0.8
 """The share of them that must have stayed inside such a claim."""
-ADDS = 0.2
+ADDS = 0.05
 """The share of the past changes of a kind that must have added a file to a directory releases fold (a news
-fragment) for a change of that kind to claim a new file there."""
+fragment) for a change of that kind to claim a new file there. Low: such a claim meets only a release (and a
+claim of the directory itself), which then waits for the jobs queued before it, as its changelog needs; in a
+project whose pull requests land as several commits, one of each adds the fragment."""
 ADDS_RECENT = 50
 """The most recent past changes of a kind that say how often such a change adds a news fragment."""
 RECENT = 10
@@ -72,8 +74,6 @@ _DEPENDENCY = re.compile(
 _GROUP = re.compile(r"^(?:bump|update)\s+the\s+(\S+)\s+group\b", re.I)
 _URL_BUMP = re.compile(r"^(?:bump|update|upgrade)\s+(https?://\S+)", re.I)
 _RELEASE = re.compile(r"\b(release|bump)\s+(version|v?\d)", re.I)
-_PREPARE = re.compile(r"^prepar(?:e|ing)\s+(?:for\s+)?v?\d+(?:\.\d+)+\S*\s*(?:\(#\d+\))?$", re.I)
-"""`Prepare 25.4.0`: a release named by its preparation (only a version after it)."""
 _GENERIC = frozenset({"python", "version", "versions", "dependencies", "deps", "requirements", "pin", "pins"})
 
 
@@ -116,10 +116,8 @@ def group_directory(config: str, name: str) -> tuple[str, str] | None:
 
 
 def is_release(title: str) -> bool:
-    """A title that says a release: only a version number (`v2.32.0`), `Release version 3.0.0`, or
-    `Prepare 25.4.0`."""
-    t = title.strip()
-    return tokens(t) == frozenset({VERSION_TOKEN}) or _RELEASE.search(t) is not None or _PREPARE.match(t) is not None
+    """A title that says a release: only a version number (`v2.32.0`), or `Release version 3.0.0`."""
+    return tokens(title) == frozenset({VERSION_TOKEN}) or _RELEASE.search(title) is not None
 
 
 @lru_cache(maxsize=8192)
@@ -178,9 +176,9 @@ def _common(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore:
 
 def release_companions(history: History, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
     """Files (still in the tree) that at least SUPPORT of the past releases touched, and the directories whose
-    files they folded (`folded`)."""
+    files the `RECENT` last of them folded (`folded`: a project that took to news fragments lately folds them now)."""
     releases = past(history, Kind.RELEASE)
-    return _common(releases, present, ignore) + folded(releases, present, ignore)
+    return _common(releases, present, ignore) + folded(releases[-RECENT:], present, ignore)
 
 
 def folded(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore: Sequence[str]) -> list[str]:
@@ -197,16 +195,16 @@ def folded(changes: Sequence[tuple[str, ...]], present: frozenset[str], ignore: 
 
 
 def additions(history: History, title: str, present: frozenset[str], ignore: Sequence[str]) -> list[str]:
-    """The new files (`claims.addition`) a change titled `title` adds to the directories past releases folded
-    (`folded`: news fragments): one per directory where at least ADDS of the ADDS_RECENT last past changes of its
-    kind (a dependency update, a recurring change with its title's shape, else the ordinary changes), MIN_SEEN or
-    more, touched a file. A release claims such a directory, so it waits for the jobs that add a fragment there
+    """The new files (`claims.addition`) a change titled `title` adds to the directories the recent releases folded
+    (`folded`: news fragments): one per directory where two or more, and ADDS, of the ADDS_RECENT last past changes
+    of its kind (a dependency update, a recurring change with its title's shape, else the ordinary changes), MIN_SEEN
+    or more, touched a file. A release claims such a directory, so it waits for the jobs that add a fragment there
     (or they for it) instead of folding one that is not on its base yet; adders stay apart from each other (each
     adds its own file). A release adds none."""
     kind = kind_of(title)
     if kind is Kind.RELEASE:
         return []
-    dirs = folded(past(history, Kind.RELEASE), present, ignore)
+    dirs = folded(past(history, Kind.RELEASE)[-RECENT:], present, ignore)
     if not dirs:
         return []
     alike = past(history, Kind.RECURRING, title) if kind is None else []
@@ -217,7 +215,8 @@ def additions(history: History, title: str, present: frozenset[str], ignore: Seq
         return []
     out = []
     for d in dirs:
-        if sum(any(f.startswith(d) for f in files) for files in alike) >= ADDS * len(alike):
+        added = sum(any(f.startswith(d) for f in files) for files in alike)
+        if added >= 2 and added >= ADDS * len(alike):
             try:
                 out.append(claims.addition(d))
             except claims.ClaimError:

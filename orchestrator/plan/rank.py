@@ -30,7 +30,7 @@ from orchestrator.plan.base import Kind
 from orchestrator.plan.history import History, tokens
 from orchestrator.plan.index import TreeIndex, grep_fixed, terms
 from orchestrator.plan.kinds import is_doc, is_test, path_class
-from orchestrator.plan.text import Mentions, Where
+from orchestrator.plan.text import Mentions, Where, reports
 
 TOP_CONTENT = 40
 """Files taken from content retrieval alone."""
@@ -84,8 +84,10 @@ class Candidate:
 class Ranking:
     """The candidates of one ticket at one base, by path."""
 
-    def __init__(self, index: TreeIndex, long: float = 0.0, docs: bool = False) -> None:
+    def __init__(self, index: TreeIndex, long: float = 0.0, docs: bool = False, report: bool = False) -> None:
         self.index = index
+        self.report = report
+        """The text reports what is wrong or wanted instead of saying what to change (`text.reports`)."""
         self.docs = docs
         """The text asks for documentation: docs gain, code loses (`doc_asked`, `code_unasked`)."""
         self.long = long
@@ -460,7 +462,7 @@ def asks_for_docs(text: str) -> bool:
 
 def rank(m: Mentions, text: str, index: TreeIndex, history: History | None) -> Ranking:
     """Every file with some evidence, and its features."""
-    r = Ranking(index, length(text), asks_for_docs(text))
+    r = Ranking(index, length(text), asks_for_docs(text), reports(text))
     _paths(m, index, r)
     _frames(m, index, r)
     _links(m, index, r)

@@ -312,3 +312,123 @@ def _line_mentions(
     paths += found_paths
     idents += found_idents
     words += found_words
+
+
+# ------------------------------------------------------------------------------------------ what kind of text
+
+_CHANGE_VERBS = frozenset(
+    """add address adjust align allow amend apply avoid backport break bump cache call cap change check clarify clean
+    cleanup clear close collect combine complete consolidate convert copy correct cover create dedup default
+    define delete deprecate derive describe detect disable document drop embed emend emit enable enforce ensure
+    exclude expand expose extend extract factor favor fetch fill filter finalize finish fix flip fold follow
+    forbid format forward generalize generate get guard handle harden hide ignore implement import improve
+    include increase inherit inline install introduce invert keep let limit link lint list load log make mark
+    memoize mention merge migrate modernize modify move normalize note optimize override parse pass patch pin
+    polish port prefer prepare preserve prevent print propagate provide prune publish raise read rebuild
+    recognize record reduce refactor refer refine reformat regenerate register reject release reload relocate
+    remove rename reorder reorganize replace require reset resolve respect restore restrict retry return reuse
+    revert reword rework rewrite run save separate set show silence simplify skip sort speed split standardize
+    start stop store strip support suppress switch sync test tidy tighten track treat trigger trim truncate tune
+    turn tweak type unify unpin unskip update upgrade use validate vendor warn wrap write""".split()  # noqa: SIM905 - a word list reads better as prose
+)
+"""Verbs a change's description starts with (`Fix ...`, `Added ...`, `Refs #12 -- Moved ...`), in their base form."""
+_CONVENTIONAL = re.compile(
+    r"^\s*(?:feat|fix|refactor|docs?|tests?|chore|perf|style|ci|build|revert)(?:\([^)\n]*\))?!?:", re.I
+)
+"""A conventional commit's type: the text says which kind of change it is."""
+_ISSUE_TAG = re.compile(
+    r"^\s*\[\s*(?:bugs?|enh|enhancement|feature(?: request)?|question|help|docs?|documentation|proposal|idea|"
+    r"discussion|regression)\s*\]",
+    re.I,
+)
+"""An issue template's tag (`[Bug]:`, `[ENH]:`, `[feature]`): a report, whatever follows."""
+_LEADS = re.compile(
+    r"^\s*(?:(?i:refs?|see)\s+#\d+\s*(?:--|:|-)\s*|\[[^\]\n]{1,30}\]\s*:?\s*|[^\s:,]+(?:\([^)\n]*\))?!?:\s+"
+    r"|[\w.+#/ -]{1,24}[:,]\s+(?=[A-Za-z])|[A-Z]{2,5}\b(?![:.])\s+(?=[A-Za-z]))+"
+)
+"""What may precede a change's verb: `Refs #12 --`, a `[tag]`, an `area:`, `area(scope):` or `C++ domain:` prefix, a
+numpy-style kind (`DOC fix ...`, `MAINT follow ...`)."""
+_LANDED = re.compile(r"\(#\d+\)\s*$|^\s*(?:merge|revert)\b|^\s*v?\d+(?:\.\w+)+\s*$", re.I)
+"""A subject that a landing wrote: a pull request's number at its end, a merge, a revert, a version."""
+_AUXILIARIES = frozenset(
+    """is are was were be been has have had should can could would will may might must does did doesn't isn't aren't
+    wasn't can't cannot won't shouldn't""".split()  # noqa: SIM905 - a word list reads better as prose
+)
+_ADVERBS = frozenset("please only also always never just partially temporarily properly correctly now".split())  # noqa: SIM905
+
+
+_REPORTED = re.compile(
+    r"\?|\w(?:Error|Exception|Warning)\b|n't\b|\b(?:not|no longer|cannot|unable|impossible|without|never|missing|lacks?"
+    r"|fail\w*|crash\w*|broken|breaks?|wrong\w*|incorrect\w*|inconsistent\w*|unexpected\w*|bad\w*|bugs?|buggy|issues?"
+    r"|problems?|errors?|exceptions?|warnings?|regression|false positive|false negative|ignor\w*|misalign\w*"
+    r"|duplicat\w*|leak\w*|hangs?|slow\w*|invalid|weird|strange|confus\w*|mismatch\w*|overrid\w*|raises?|throws?|should|does|when|if"
+    r"|support for|feature|a way|option to|ability|possible|would|how to|proposal|enhancement|request)\b",
+    re.I,
+)
+"""Words that tell what is wrong or wanted: a symptom (`fails`, `raises`, `TypeError`, `false positive`, `doesn't`), a
+question, a wish (`support for`, `a way to`, `would be`)."""
+
+
+_COMMAND = re.compile(
+    r";|&&|\|\||\s\|\s|\s>>?\s*\S|\$\(|^\s*(?:sed|echo|sleep|while|for|if|cd|true|false|printf|cat|touch|mkdir|rm|cp|mv|"
+    r"sh|bash|env|exit|test)\s"
+)
+"""A command line: a shell operator (`;`, `&&`, `|`, `>`), or a shell word first."""
+
+
+def reports(text: str) -> bool:
+    """The text's first line reports what is wrong or wanted (`Legend ignores alpha`, `[Bug]: ...`, `Support for
+    X?`) instead of saying what to change (`describes_change`): an issue's title, not a commit's subject. Pure."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if _COMMAND.search(first):
+        return False  # a shell job's command line (`sed -i 's/fail-under=100/.../' Makefile`) is no prose
+    return bool(_ISSUE_TAG.match(first)) or (not describes_change(first) and _REPORTED.search(first) is not None)
+
+
+def describes_change(text: str) -> bool:
+    """The text's first line says what to change (`Fix the legend's alpha`, `docs: clarify X`, `Refs #1 -- Moved
+    Y`), as a commit message does, rather than what is wrong or wanted (`Legend ignores alpha`, `[Bug]: ...`,
+    `Support for X?`): the repository's record, replayed on its commit messages, calibrates plans of the former.
+    Pure: a verb list, not a parser."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if _ISSUE_TAG.match(first):
+        return False
+    if _LANDED.search(first) or _CONVENTIONAL.match(first):
+        return True
+    return _verb_first(first) or _verb_first(_LEADS.sub("", first))
+
+
+def _verb_first(line: str) -> bool:
+    """The line starts with a change's verb (past an adverb: `Only run ...`; `Don't ...` too)."""
+    words = line.split()
+    while len(words) > 1 and (words[0].lower() in _ADVERBS or (words[0].endswith("ly") and not _verb(words[0]))):
+        words = words[1:]
+    if not words:
+        return False
+    word = words[0].lower().rstrip(":,")
+    if word in ("don't", "dont", "do", "never"):
+        return True
+    if len(words) > 1 and words[1].lower() in _AUXILIARIES:
+        return False  # `copy should ...`, `Defaults are ...`: the first word is what the sentence is about
+    if len(words) > 1 and words[1].lower() in ("for", "of") and word not in ("fix", "fixes"):
+        return False  # `Support for X`, `Handling of Y`: a noun, what is wanted
+    return _verb(word.split("/")[0].rsplit("-", 1)[-1])  # `Fix/revisit`, `Re-enable`
+
+
+def _verb(word: str) -> bool:
+    word = word.lower()
+    return re.fullmatch(r"[a-z']+", word) is not None and bool(_base_forms(word) & _CHANGE_VERBS)
+
+
+def _base_forms(word: str) -> set[str]:
+    """The base forms `word` may be of (`fixes`, `fixed` → `fix`; `applied` → `apply`; `doc'd` → `doc`). Not a gerund:
+    `Creating a subclass errors` reports."""
+    word = word.replace("'d", "ed")
+    out = {word}
+    for suffix in ("ies", "es", "s", "ied", "ed", "d"):
+        if word.endswith(suffix) and len(word) > len(suffix) + 2:
+            stem = word[: -len(suffix)]
+            out |= {stem, stem + "e", stem + "y"}
+            if len(stem) > 3 and stem[-1] == stem[-2]:
+                out.add(stem[:-1])  # `stopped` → `stop`
+    return out
