@@ -25,13 +25,13 @@ CHECK_NAMES = [
     "Paused",
     "RateLimited",
     "NoSpace",
-    "BaseMoved",
     "Exclusive",
     "Ambiguous",
     "Barrier",
     "Overlap",
     "Risk",
     "Priority",
+    "BaseMoved",
     "Landing",
     "Concurrency",
 ]
@@ -122,6 +122,24 @@ def test_base_moved_in_claimed_paths_replans() -> None:
     d = decide(a, snap(waiting=(a,), moved={10: frozenset({"src/x/y.py", "docs/z.md", "README.md"})}))
     assert (d.outcome, d.reason, d.paths) == (Outcome.REPLAN, Reason.BASE_MOVED, ("README.md", "src/x/y.py"))
     assert d.next == "re-plans on the new head"
+
+
+def test_base_moved_replans_only_a_job_nothing_else_holds() -> None:
+    """A job whose claim meets an active job waits for it (Overlap) without being planned again on each landing; once
+    nothing holds it, a base that moved in its claimed paths plans it again before it starts, and before it waits for a
+    slot (so that it starts on the first one free)."""
+    a = job(10, "src/a.py", "README.md")
+    moved = {10: frozenset({"README.md"})}
+    d = decide(a, snap(active=(job(4, "src/a.py"),), waiting=(a,), moved=moved))
+    assert (d.outcome, d.reason) == (Outcome.DEFER, Reason.OVERLAP)
+    earlier = job(9, "src/a.py")
+    d = decide(a, snap(waiting=(earlier, a), moved=moved))
+    assert (d.outcome, d.reason) == (Outcome.DEFER, Reason.PRIORITY)
+    d = decide(a, snap(waiting=(a,), moved=moved))
+    assert (d.outcome, d.reason) == (Outcome.REPLAN, Reason.BASE_MOVED)
+    full = Policy(max_concurrent=1, per_repo=1)
+    d = decide(a, snap(active=(job(4, "docs/x.md"),), waiting=(a,), moved=moved, policy=full))
+    assert (d.outcome, d.reason) == (Outcome.REPLAN, Reason.BASE_MOVED)
 
 
 def test_base_moved_unknown_replans() -> None:
