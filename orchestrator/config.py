@@ -286,7 +286,7 @@ class PlanConfig:
     """Budget for the file list and snippets in a model's planning prompt."""
     calibrate_after: int = 5
     """Ended jobs with a confident predicted claim a repo needs before its threshold may be raised."""
-    risk: float = 0.08
+    risk: float = 0.12
     """The highest estimated chance that two jobs make a conflict the landing cannot merge (they touch a common
     path, and that meeting would not merge) for them to run side by side (0: judge local evidence by
     confidence, as `jobs.min_confidence` does; an estimate that cannot be made runs alone)."""
@@ -461,7 +461,7 @@ concurrency = 4           # plans at once
 deadline = 60             # seconds; then the job goes on with local evidence
 prompt_tokens = 6000      # file list and snippets in a model's planning prompt
 calibrate_after = 5       # ended confident jobs before a repo's threshold may rise
-risk = 0.08               # two jobs run side by side when the chance of a conflict that will not merge is at most this
+risk = 0.12               # two jobs run side by side when the chance of a conflict that will not merge is at most this
 cli = "claude-code"       # planner = "cli": the runner whose read-only plan_argv plans (Claude Code's plan mode)
 
 [agent]                   # the built-in `claude` runner's budgets, per job (model: anthropic.model)

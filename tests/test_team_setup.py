@@ -121,7 +121,8 @@ def test_postgresql_down_at_start_is_waited_for_then_a_clear_error_and_exit_code
     assert done.returncode == 75, done.stderr
     assert "cannot reach the team's PostgreSQL" in done.stderr and "Start it" in done.stderr
     waits = [json.loads(line) for line in done.stdout.splitlines() if '"team.store_lost"' in line]
-    assert [w["retry_in"] for w in waits] == [1.0, 1.0], waits  # 1 s, then what is left of the 2 s
+    # 1 s, then what is left of the 2 s: the first attempt's own time comes off it (0.9 s on a busy machine)
+    assert len(waits) == 2 and waits[0]["retry_in"] == 1.0 and 0.5 <= waits[1]["retry_in"] <= 1.0, waits
 
 
 def test_a_node_started_before_its_postgresql_comes_up_with_it(tmp_path, postgres, db):
