@@ -8,6 +8,7 @@ import pygit2
 import pytest
 
 from orchestrator.core.models import Code, JobState
+from orchestrator.git import union
 from orchestrator.runners import replay
 from tests.conftest import git, workspace, write
 
@@ -297,6 +298,49 @@ def test_an_older_change_applied_after_a_later_one_made_on_it_does_not_undo_it(m
         text = (ws / "routing.py").read_text()
         assert text.startswith("import typing\n") and f"methods: {line} | None" in text, (end, text)
     assert replay.parse(f"commit: {hints}\nconflict: theirs\nend: {wider}").end == wider
+
+
+def test_an_older_change_to_a_changelog_applied_after_a_later_one_that_fixed_it_does_not_bring_its_lines_back(
+    make_repo,
+):
+    """`Drop 3.9, add 3.15` rewords a released entry by mistake; `Fix changelog`, made on top of it, puts the released
+    entry back and writes the new one under Unreleased. The fix landed first: the older change replayed after it
+    (a union-merged file, never a claim, so nothing kept them in order) must not reword the released entry again.
+    Without `end` it does (what a later change undid comes back, and the fix is lost)."""
+    released = "# Changes\n\n## Unreleased\n\n## 25.1.0\n\n- Support for 3.13 and 3.14.\n- Faster.\n"
+    repo = make_repo(files={"CHANGELOG.md": released})
+    git(repo, "checkout", "-qb", "side")
+    write(repo, {"CHANGELOG.md": released.replace("3.13 and 3.14", "3.13, 3.14, and 3.15")})
+    git(repo, "commit", "-qam", "Drop 3.9, add 3.15")
+    older = git(repo, "rev-parse", "HEAD")
+    fixed = released.replace("## Unreleased\n", "## Unreleased\n\n- Support for 3.15.\n")
+    write(repo, {"CHANGELOG.md": fixed})
+    git(repo, "commit", "-qam", "Fix changelog")
+    fix = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    repository = pygit2.Repository(str(repo))
+    union_file = lambda p: p == "CHANGELOG.md"  # noqa: E731
+    start = repository.revparse_single("main").peel(pygit2.Tree)
+    landed = replay.replayed_tree(repository, repository[fix].peel(pygit2.Commit), start, True, union_file)
+    assert repository[landed["CHANGELOG.md"].id].data.decode() == fixed, "the fix lands first, without the older"
+    change = repository[older].peel(pygit2.Commit)
+    kept = replay.replayed_tree(repository, change, landed, True, union_file, end=repository[fix].peel(pygit2.Commit))
+    assert repository[kept["CHANGELOG.md"].id].data.decode() == fixed
+    undone = replay.replayed_tree(repository, change, landed, True, union_file)
+    assert "3.13, 3.14, and 3.15" in repository[undone["CHANGELOG.md"].id].data.decode()
+
+
+def test_what_a_later_state_undid_of_a_change_is_left_out_and_the_rest_kept() -> None:
+    """`union.undone` (pure): a stretch the later state reverted keeps the base's lines, an added line it removed is
+    left out, one it keeps stays, and a removal it did not revert stands."""
+    base = b"a\nb\nc\nd\n"
+    change = b"a\nB\nc\nnew\n"  # b reworded, d replaced by new
+    assert union.undone(base, change, b"a\nB\nc\nnew\n") == change
+    assert union.undone(base, change, b"a\nb\nc\nnew\n") == b"a\nb\nc\nnew\n"
+    assert union.undone(base, b"a\nb\ne\nc\nd\n", b"x\na\nb\nc\nd\n") == base  # e added, then removed
+    assert union.undone(base, b"a\nc\nd\n", b"a\nc\nd\n") == b"a\nc\nd\n"
+    assert union.undone(base, b"a\nb\nc\nd\ne", b"a\nb\nc\nd\ne") == b"a\nb\nc\nd\ne"
+    assert union.undone(base, b"a\0", base) is None
 
 
 async def test_a_replay_that_does_not_apply_runs_again_behind_the_jobs_beside_it(make_repo, tmp_path):

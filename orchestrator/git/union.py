@@ -6,7 +6,8 @@ what a side added, but also what a side removed when the other side kept it: a h
 (`## Unreleased` to `## 26.1.0`) next to an entry another job added above it comes out as both headings, the old
 one back, and the rewording silently half lost. Here a conflicting hunk keeps the lines each side added, and a line
 of the base only when neither side removed it; the hunks that do not conflict merge as any three-way merge does.
-The replay runner settles them by another rule (`runners.replay`: the side a later recorded state has).
+The replay runner settles them by another rule (`runners.replay`: the side a later recorded state has), and
+replays a change without what a later recorded state made on top of it undid (`undone`).
 """
 
 from __future__ import annotations
@@ -91,3 +92,25 @@ def _hunk(base: Lines, ours: Lines, theirs: Lines, settle: Settle) -> list[bytes
     if list(ours) == list(base):
         return list(theirs)
     return settle(base, ours, theirs)
+
+
+def undone(base: bytes, theirs: bytes, final: bytes) -> bytes | None:
+    """`theirs` (a change to `base`) without the stretches of it that `final`, a later state made on top of it, undid:
+    a stretch it changed whose base lines `final` has and whose own lines it has not keeps the base lines (a line
+    it added that `final` lacks is left out; one it removed that `final` has again stays). A change replayed after a
+    later one made on it landed first then does not bring back what the later one took away. None for binary."""
+    if any(b"\0" in text for text in (base, theirs, final)):
+        return None
+    b, t = _ended(base).splitlines(keepends=True), _ended(theirs).splitlines(keepends=True)
+    seen = b"\n" + _ended(final)
+
+    def within(lines: Lines) -> bool:
+        return not lines or (b"\n" + b"".join(lines)) in seen
+
+    out: list[bytes] = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, b, t, autojunk=False).get_opcodes():
+        old, new = b[i1:i2], t[j1:j2]
+        undid = tag != "equal" and within(old) and not (new and within(new)) and (old or new)
+        out += old if undid else new
+    kept = b"".join(out)
+    return kept[:-1] if theirs and not theirs.endswith(b"\n") and kept.endswith(b"\n") else kept

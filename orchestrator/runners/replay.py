@@ -188,12 +188,13 @@ def replayed_tree(
     favor = pygit2.enums.MergeFavor.THEIRS if theirs else pygit2.enums.MergeFavor.NORMAL
     index = repo.merge_trees(base_tree, onto, commit.tree, favor=favor)
     if theirs:
-        _union_merged(repo, index, base_tree, onto, commit, mergeable)
         # Only a state made on top of this change is newer than it: of two branches replayed side by side (without
         # their merges), the end of one says nothing of the other's lines.
-        if end is not None and repo.descendant_of(end.id, commit.id):
+        newer = end.tree if end is not None and repo.descendant_of(end.id, commit.id) else None
+        _union_merged(repo, index, base_tree, onto, commit, mergeable, newer)
+        if newer is not None:
             is_union = merging.union_paths(repo, commit.id, mergeable)
-            _newer_kept(repo, index, base_tree, onto, commit, end.tree, is_union)
+            _newer_kept(repo, index, base_tree, onto, commit, newer, is_union)
     if index.conflicts and theirs:
         _settle_theirs(index)
     if index.conflicts:
@@ -228,9 +229,12 @@ def _union_merged(
     onto: pygit2.Tree,
     commit: pygit2.Commit,
     mergeable: Mergeable | None,
+    newer: pygit2.Tree | None = None,
 ) -> None:
     """The union-mergeable files the recorded change edits, merged line-wise union into `index` (in place of the
-    recorded side a conflicting hunk took): an entry it adds beside one `onto` has keeps both."""
+    recorded side a conflicting hunk took): an entry it adds beside one `onto` has keeps both. `newer`: a later
+    recorded state made on top of the change; what it undid of the change is not replayed (`union.undone`: a later
+    change made on this one that landed first reworded this one's lines, and the union must not bring them back)."""
     is_union = merging.union_paths(repo, commit.id, mergeable)
     touched = [p for p in _paths(base.diff_to_tree(commit.tree)) if is_union(p)]
     if not touched:
@@ -239,7 +243,12 @@ def _union_merged(
         if path not in onto or path not in commit.tree:  # deleted on one side: the recorded side stands
             continue
         had = base[path].id if path in base else None
-        merged = merging.union_blob(repo, had, onto[path].id, commit.tree[path].id)
+        recorded = commit.tree[path].id
+        if newer is not None and had is not None and path in newer:
+            texts = [repo[oid].peel(pygit2.Blob).data for oid in (had, recorded, newer[path].id)]
+            kept = union.undone(*texts)
+            recorded = recorded if kept is None else repo.create_blob(kept)
+        merged = merging.union_blob(repo, had, onto[path].id, recorded)
         if merged is None:  # no line-wise matter (binary): the recorded side stands
             continue
         left = index.conflicts
