@@ -94,6 +94,17 @@ def _hunk(base: Lines, ours: Lines, theirs: Lines, settle: Settle) -> list[bytes
     return settle(base, ours, theirs)
 
 
+def newer(final: bytes) -> Settle:
+    """A settle rule for replaying a change after `final`, a later state made on top of it, landed: a conflicting
+    stretch keeps the base's side (`ours`) when `final` has it and not the recorded side, else the recorded side."""
+    seen = b"\n" + _ended(final)
+
+    def settle(base: Lines, ours: Lines, theirs: Lines) -> list[bytes]:
+        return list(ours) if _within(ours, seen) and not _within(theirs, seen) else list(theirs)
+
+    return settle
+
+
 def undone(base: bytes, theirs: bytes, final: bytes) -> bytes | None:
     """`theirs` (a change to `base`) without the stretches of it that `final`, a later state made on top of it, undid:
     a stretch it changed whose base lines `final` has and whose own lines it has not keeps the base lines (a line
@@ -103,14 +114,15 @@ def undone(base: bytes, theirs: bytes, final: bytes) -> bytes | None:
         return None
     b, t = _ended(base).splitlines(keepends=True), _ended(theirs).splitlines(keepends=True)
     seen = b"\n" + _ended(final)
-
-    def within(lines: Lines) -> bool:
-        return not lines or (b"\n" + b"".join(lines)) in seen
-
     out: list[bytes] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(None, b, t, autojunk=False).get_opcodes():
         old, new = b[i1:i2], t[j1:j2]
-        undid = tag != "equal" and within(old) and not (new and within(new)) and (old or new)
+        undid = tag != "equal" and _within(old, seen) and not (new and _within(new, seen))
         out += old if undid else new
     kept = b"".join(out)
     return kept[:-1] if theirs and not theirs.endswith(b"\n") and kept.endswith(b"\n") else kept
+
+
+def _within(lines: Lines, seen: bytes) -> bool:
+    """Whether `seen` (a text after a newline) holds these whole lines in a row (no lines: always)."""
+    return not lines or (b"\n" + b"".join(lines)) in seen

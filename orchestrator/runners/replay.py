@@ -278,21 +278,9 @@ def _newer_kept(
         texts = [b.data for b in blobs if isinstance(b, pygit2.Blob)]
         if len(texts) != len(blobs):
             continue
-        merged = union.merge(texts[0], texts[1], texts[2], settle=_newer(b"\n" + texts[3]))
+        merged = union.merge(texts[0], texts[1], texts[2], settle=union.newer(texts[3]))
         if merged is not None:
             index.add(pygit2.IndexEntry(path, repo.create_blob(merged), commit.tree[path].filemode))
-
-
-def _newer(final: bytes) -> union.Settle:
-    """A conflicting stretch: the base's side when `final` has it and not the recorded side, else the recorded side."""
-
-    def within(lines: union.Lines) -> bool:
-        return (b"\n" + b"".join(lines)) in final
-
-    def settle(base: union.Lines, ours: union.Lines, theirs: union.Lines) -> list[bytes]:
-        return list(ours) if within(ours) and not within(theirs) else list(theirs)
-
-    return settle
 
 
 def _settle_theirs(index: pygit2.Index) -> None:
