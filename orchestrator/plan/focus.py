@@ -153,7 +153,8 @@ class Spread:
     named: frozenset[str] = frozenset()
     """Files the text names by their path (or links to)."""
     located: frozenset[str] = frozenset()
-    """Files the text points at otherwise than by their path: by their file name, or a `Class.member` they define."""
+    """Files the text points at otherwise than by their path: by their file name, a `Class.member` they define, or an
+    identifier no other source file defines (`rank.Ranking.defining`)."""
     report: bool = False
     """The text reports what is wrong or wanted (an issue's title) instead of saying what to change, as the commit
     messages its record is replayed on do (`text.reports`)."""
@@ -176,7 +177,11 @@ def spread(ranking: Ranking, history: History | None, index: TreeIndex) -> Sprea
             edges[s] = out
     names = any(k in TEXTUAL for c in ranking for k in c.kinds)
     named = frozenset(c.path for c in ranking if c.features.get("path", 0) >= 0.5 or c.features.get("link", 0) > 0)
-    located = frozenset(c.path for c in ranking if c.features.get("member", 0) > 0 or c.features.get("name", 0) > 0)
+    located = frozenset(
+        c.path
+        for c in ranking
+        if c.features.get("member", 0) > 0 or c.features.get("name", 0) > 0 or c.path in ranking.defining
+    )
     spill = _spill_tables(logits, history, index)
     return Spread(logits, reasons, edges, names, ranking.long, spill, named, located, ranking.report)
 

@@ -93,6 +93,9 @@ class Ranking:
         self.long = long
         """How long the text is (`length`): the model weighs evidence from tickets and commit messages apart."""
         self.by_path: dict[str, Candidate] = {}
+        self.defining: set[str] = set()
+        """Files that are the only source file defining an identifier the text names (`floatformat()`,
+        `InheritDocstrings`): the text points at them as a path would."""
 
     def get(self, path: str) -> Candidate:
         c = self.by_path.get(path)
@@ -296,6 +299,8 @@ def _symbols(m: Mentions, index: TreeIndex, r: Ranking) -> None:
         if len(ident) < 3:
             continue
         where = [p for p in sorted(index.defs.get(ident, ())) if not is_test(p) and not is_doc(p)]
+        if len(where) == 1:
+            r.defining.add(where[0])
         if where and len(where) <= MAX_DEFINERS:
             for p in where:
                 r.get(p).add("symbol", w / len(where), Kind.SYMBOL, f"defines {ident}")
