@@ -508,19 +508,22 @@ def test_a_short_ticket_whose_claim_is_a_doc_claims_its_most_likely_source_file_
 
 
 def test_a_short_report_naming_what_one_source_file_alone_defines_runs_beside_others(shop: Path) -> None:
-    """`floatformat() crashes on "0.00".` names no file, but the one source file defining `floatformat` is where the
-    work is, as a file name would say (SWE-bench Verified: four short reports of this kind ran apart, each fixed in
-    the file defining what it named, and held 342 pairs apart that did not meet). An identifier several files define
-    says nothing of which: that report still runs apart."""
+    """`floatformat() crashes on "0.00".` and a line of description names no file, but the one source file defining
+    `floatformat` is where the work is, as a file name would say (SWE-bench Verified: four short reports of this kind
+    ran apart, each fixed in the file defining what it named, and held 342 pairs apart that did not meet). A title
+    alone still runs apart (SWE-bench-Live's: 9 of 26 such titles were fixed elsewhere), and so does a report naming
+    nothing one file alone defines."""
     from orchestrator.core.models import Policy
     from orchestrator.plan.base import Note
 
-    report = plan(shop, "apply_discount() crashes when the percentage is zero")
+    body = "\n\nA zero discount raises instead of leaving the price."
+    report = plan(shop, "apply_discount() crashes when the percentage is zero" + body)
     assert "src/shop/pricing.py" in report.claim.paths and claims.ROOT not in report.claim.paths
     assert Note.APART not in [code for code, _ in report.notes]
     assert claims.ambiguity(report.claim, Policy(risk=0.08)) is None, "it runs beside others"
-    vague = plan(shop, "The discount crashes when the percentage is zero")
-    assert vague.claim.paths == {claims.ROOT}, "naming nothing it still runs apart"
+    title = plan(shop, "apply_discount() crashes when the percentage is zero")
+    vague = plan(shop, "The discount crashes when the percentage is zero" + body)
+    assert title.claim.paths == vague.claim.paths == {claims.ROOT}, "a title alone, or naming nothing: apart"
 
 
 def test_a_short_report_that_names_no_file_runs_apart_and_says_why(shop: Path) -> None:
