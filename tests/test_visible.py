@@ -191,6 +191,8 @@ async def test_a_job_whose_mcp_server_a_job_cannot_start_is_not_started(make_rep
         again = _ctx(repo, tmp_path / "again")
         assert (await runner.run(again)).ok and (again.worktree / "from-the-cli.txt").exists()
         assert (await asyncio.to_thread(doctor.check_mcp, cfg, p, ["claude-code"])).level == doctor.OK
+        monkeypatch.setattr(sys, "executable", str(python))  # a server seen to start is not asked again; this one is
+        assert not (await runner.run(_ctx(repo, tmp_path / "third"))).ok
 
 
 @needs_bwrap
