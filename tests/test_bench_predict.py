@@ -25,7 +25,8 @@ def test_history_replay_reports_pairs_admitted_on_risk(tmp_path: Path) -> None:
     """A touch-pattern history is synthesised into a repo and replayed, its first third the record the
     risk is estimated from: changes to one workflow (they all overlap) never run side by side, while
     changes to files of their own do, and none of those would have failed to merge; the record's own
-    workflow changes, which met, would not have merged (each rewrites the line the one before wrote)."""
+    workflow changes, which met, would not have merged (each rewrites the line the one before wrote). The claims as
+    walls: every pair whose claims meet met, on the workflow (the hub the report lists)."""
     rows = []
     for n in range(90):
         rows.append({"sha": f"{n}", "subject": f"bump ci workflow {n}", "files": [[".github/workflows/ci.yaml", 1, 1]]})
@@ -42,6 +43,10 @@ def test_history_replay_reports_pairs_admitted_on_risk(tmp_path: Path) -> None:
     assert conflicts["plan_risk"] == 0.2 and conflicts["pairs"] >= 100 and conflicts["met"] == 0
     assert conflicts["admitted"] >= 100 and conflicts["admitted_not_merged"] == 0 and conflicts["holds"]
     assert sum(b["pairs"] for b in conflicts["calibration"]) == conflicts["pairs"]
+    walls = report["claim_pairs"]  # the claims as walls: the workflow's changes meet on it, and each really met
+    assert walls["claims_meet"] == walls["really_met"] == walls["met"] == walls["claims_met"] > 100
+    assert walls["precision"] == walls["recall"] == 1.0
+    assert walls["hubs"] == [[".github/workflows/ci.yaml", walls["claims_meet"], walls["claims_meet"]]]
 
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:

@@ -3,16 +3,28 @@ fix, by `orchestrator runners`, by `doctor`, and by the job that would have run 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from orchestrator import config, paths
+from orchestrator.config import RunnerTemplate
+from orchestrator.core.job import Job
+from orchestrator.core.models import Code, JobState
 from orchestrator.proc import sandbox, visible
+from orchestrator.runners import mcp
+from orchestrator.runners.base import RunContext
+from orchestrator.runners.command import CommandRunner
+from orchestrator.service import doctor
 from tests.harness import until
 from tests.test_sandbox import needs_bwrap
 
@@ -119,3 +131,79 @@ def test_a_cli_outside_tmp_runs_and_lands(make_repo, daemon_factory, outside_tmp
     repo = make_repo()
     job = d.enqueue(repo, "write the file", "--runner", "fake", "--path", "from-the-cli.txt")
     assert d.cli("wait", str(job), "--timeout", "60").returncode == 0, d.cli_json("show", str(job))["reason"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _venv(where: Path, *sees: Path) -> Path:
+    """A venv at `where` (no pip) whose python imports from `sees` (a .pth) and from the test's own site-packages (the
+    orchestrator's dependencies): a daemon installed there. Its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, capture_output=True)
+    deps = next(Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_relative_to(sys.prefix))
+    site = next((where / "lib").glob("python*/site-packages"))
+    (site / "orchestrator-test.pth").write_text("".join(f"{p}\n" for p in (*sees, deps)))
+    return where / "bin" / "python"
+
+
+def _told_runner(cli: Path) -> CommandRunner:
+    """A command runner whose CLI (`cli`, where a job sees it) is told of the job's MCP server, under bwrap."""
+    template = RunnerTemplate(argv=(str(cli), "{prompt}"), scratch_home=True, mcp="claude-code", terminal="none")
+    return CommandRunner("fake", template, _box())
+
+
+def _ctx(repo: Path, tmp_path: Path) -> RunContext:
+    job = Job(id=1, repo=str(repo), branch="main", text="write it", runner="fake", state=JobState.RUNNING)
+    (tmp_path / "wt").mkdir(parents=True)
+    return RunContext(
+        job=job, worktree=tmp_path / "wt", log_path=tmp_path / "1.log", timeout=60, private_dir=tmp_path / "private",
+        door=mcp.Door(tmp_path / "private" / "door.sock", "t0k"),
+    )  # fmt: skip
+
+
+@needs_bwrap
+async def test_a_job_whose_mcp_server_a_job_cannot_start_is_not_started(make_repo, tmp_path, outside_tmp, monkeypatch):
+    """The daemon's python in a venv under /tmp (empty in a job's sandbox): a job told of its MCP server does not
+    run without its claim tools; it fails before its CLI starts, naming the interpreter, /tmp and what to do, in its
+    result and its log; `unready` and `doctor` say the same. The same job with an interpreter a job sees runs."""
+    python = await asyncio.to_thread(_venv, tmp_path / "venv", ROOT)
+    imports = await asyncio.to_thread(subprocess.run, [python, "-c", "import orchestrator.runners.mcp"])
+    assert imports.returncode == 0, "outside, it imports"
+    cli = _cli(outside_tmp, "fakecli")
+    repo = make_repo()
+    runner, ctx = _told_runner(cli), _ctx(repo, tmp_path)
+    real = sys.executable
+    monkeypatch.setattr(sys, "executable", str(python))
+    result = await runner.run(ctx)
+    assert not result.ok and result.code == Code.RUNNER_ERROR, result
+    assert f"{python} -m orchestrator mcp" in result.summary, result.summary
+    assert "/tmp is empty inside a job's sandbox" in result.summary
+    assert 'set mcp = "" in [runners.fake]' in result.summary, result.summary
+    assert not (ctx.worktree / "from-the-cli.txt").exists(), "its CLI never started"
+    assert "[fake was not started: the job's MCP server" in ctx.log_path.read_text()
+    assert (await runner.unready()) is not None and "/tmp is empty" in str(await runner.unready())
+    p = paths.resolve({"ORCHESTRATOR_HOME": str(tmp_path / "home")})
+    cfg = config.Config(jobs=replace(config.JobsConfig(), sandbox="bwrap"))
+    check = await asyncio.to_thread(doctor.check_mcp, cfg, p, ["claude-code"])
+    assert check.level == doctor.FAIL and str(python) in check.detail and "/tmp is empty" in check.detail, check
+    if visible.hidden_in(real, _box()) is None:  # the tests' own interpreter, where a job sees it
+        monkeypatch.setattr(sys, "executable", real)
+        again = _ctx(repo, tmp_path / "again")
+        assert (await runner.run(again)).ok and (again.worktree / "from-the-cli.txt").exists()
+        assert (await asyncio.to_thread(doctor.check_mcp, cfg, p, ["claude-code"])).level == doctor.OK
+
+
+@needs_bwrap
+def test_an_orchestrator_package_under_tmp_is_named_with_the_fix(tmp_path, outside_tmp):
+    """The interpreter where a job sees it, the orchestrator package it imports under /tmp: the server cannot start
+    in a job, and the problem names the package's dir, /tmp and the fix (as the daemon running there would say)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "orchestrator").symlink_to(ROOT / "orchestrator")
+    python = _venv(outside_tmp / "venv", tmp_path / "src")
+    ask = ("import os; from orchestrator.proc import sandbox; from orchestrator.runners import mcp_sight; "
+           "print(mcp_sight.problem(sandbox.detect('bwrap'), dict(os.environ), 'codex'))")  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C"}
+    out = subprocess.run([python, "-c", ask], capture_output=True, text=True, env=env, cwd=outside_tmp).stdout
+    assert "No module named" in out and f"The orchestrator package is {tmp_path / 'src' / 'orchestrator'}" in out, out
+    assert "/tmp is empty inside a job's sandbox. Install orchestrator (its venv) outside /tmp" in out, out
+    assert 'set mcp = "" in [runners.codex]' in out

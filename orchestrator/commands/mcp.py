@@ -8,10 +8,12 @@ import click
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-def mcp() -> None:
+@click.option("--check", is_flag=True, help="Exit 0 once everything the server needs is loaded, serving nothing: how "
+              "the daemon asks, from inside a job's sandbox, whether a job can start it.")  # fmt: skip
+def mcp(check: bool) -> None:
     """Serve a job's MCP tools on stdin/stdout: which paths the other running jobs hold, and growing the job's claim
     before it writes. An agent CLI run as a job starts it from its scratch config (its door and token are set
     there); it reaches nothing else of the daemon."""
     from orchestrator.runners import mcp as server
 
-    sys.exit(server.main())
+    sys.exit(0 if check else server.main())

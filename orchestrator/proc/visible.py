@@ -11,9 +11,11 @@ starts its CLI) all ask here.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +87,42 @@ def look(box: Sandbox, command: str, path: str, timeout: float = 10.0) -> Sight:
     if missing and "/" not in missing:  # `#!/usr/bin/env NAME`: where NAME is outside
         missing = shutil.which(missing, path=path) or missing
     return Sight(command, found, outside, explain(command, out.returncode, found, outside, missing, emptied(box)))
+
+
+def starts(
+    box: Sandbox, argv: Sequence[str], env: Mapping[str, str], *, scratch_home: bool = False, timeout: float = 30.0
+) -> str | None:
+    """Why a job whose environment is `env` cannot run `argv` to exit 0 (None: it can): its program looked for as
+    `look` does, then run inside the sandbox as a job's command is. `scratch_home`: HOME is an empty dir of the
+    job's own, as a runner with a scratch HOME gives it (what your HOME holds is then out of its reach). Sync: call
+    in a thread."""
+    sight = look(box, argv[0], env.get("PATH", ""), timeout)
+    if sight.problem is not None:
+        return sight.problem
+    with tempfile.TemporaryDirectory(prefix="orchestrator-look-") as tmp:
+        home = {"HOME": tmp, "XDG_CONFIG_HOME": f"{tmp}/.config"} if scratch_home else {}
+        try:
+            out = subprocess.run(
+                [*box.confine(Path(tmp), tmp=Path(tmp)), *argv],
+                env={**env, "TMPDIR": tmp, **home},
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                cwd=tmp,
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"{shlex.join(argv)}: could not run it as a job would ({e})"
+    if out.returncode == 0:
+        return None
+    said = (out.stderr.strip() or out.stdout.strip()).splitlines()
+    return f"{shlex.join(argv)} fails in a job (exit {out.returncode}): {said[-1][:300] if said else 'it said nothing'}"
+
+
+def hidden_in(path: str | Path, box: Sandbox) -> Path | None:
+    """The dir a job sees empty (`sandbox.emptied`) that holds `path` (or what it links to), or None."""
+    empty = emptied(box)
+    return _dir_of(os.path.realpath(path), empty) or _dir_of(str(path), empty)
 
 
 def commands(named: dict[str, str], mode: str, team: bool, hide: tuple[Path, ...]) -> dict[str, Sight]:

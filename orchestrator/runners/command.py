@@ -33,7 +33,7 @@ from orchestrator.core.models import Code
 from orchestrator.paths import open_private, private_dir, socket_too_long
 from orchestrator.proc import process, terminal, visible
 from orchestrator.proc.sandbox import Sandbox
-from orchestrator.runners import confined, mcp, ratelimit
+from orchestrator.runners import confined, mcp, mcp_sight, ratelimit
 from orchestrator.runners.base import RunContext, RunResult, note
 
 PATHS = "{paths}"
@@ -211,12 +211,17 @@ class CommandRunner:
         return bool(self.template.mcp)
 
     async def unready(self) -> str | None:
-        """Why a job of this runner cannot start here now (its CLI out of a job's sight, or no sandbox where one is
-        required), or None."""
+        """Why a job of this runner cannot start here now (its CLI, or the MCP server it is told of, out of a job's
+        sight, or no sandbox where one is required), or None."""
         if why := self.sandbox.check():
             return why
-        path = process.environment(self.template.pass_env).get("PATH", "")
-        return (await asyncio.to_thread(visible.look, self.sandbox, self.template.argv[0], path)).problem
+        env = process.environment(self.template.pass_env)
+        sight = await asyncio.to_thread(visible.look, self.sandbox, self.template.argv[0], env.get("PATH", ""))
+        if sight.problem is not None:
+            return sight.problem
+        if not self.template.mcp:
+            return None
+        return await asyncio.to_thread(mcp_sight.problem, self.sandbox, env, self.name, scratch_home=True)
 
     async def run(self, ctx: RunContext) -> RunResult:
         if why := self.sandbox.check():
@@ -240,6 +245,11 @@ class CommandRunner:
         if sight.problem is not None:
             await asyncio.to_thread(note, ctx.log_path, f"[{self.name} was not started: {sight.problem}]")
             return RunResult(False, None, sight.problem, code=Code.RUNNER_ERROR)
+        # Nor does a job run without the claim tools its CLI is told of: a server it cannot start, its CLI hides.
+        why = await asyncio.to_thread(mcp_sight.problem, self.sandbox, env, self.name) if t.mcp and ctx.door else None
+        if why is not None:
+            await asyncio.to_thread(note, ctx.log_path, f"[{self.name} was not started: {why}]")
+            return RunResult(False, None, why, code=Code.RUNNER_ERROR)
         timeout = t.timeout or ctx.timeout
         # A CLI that would retry a rate limit on its own is stopped: the daemon waits. Only by its profile's signs,
         # read where that CLI prints them: what its agent or tools print is the job's own output.

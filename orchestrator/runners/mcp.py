@@ -290,13 +290,16 @@ def main() -> int:
 # -- how a CLI is told --------------------------------------------------------------------------------
 
 
+def command() -> list[str]:
+    """How a CLI starts the server: this interpreter (the daemon's) running `orchestrator mcp`. A job starts it inside
+    its sandbox, so that interpreter and the package it imports must be in a job's sight (`runners.mcp_sight`)."""
+    return [sys.executable, "-m", "orchestrator", "mcp"]
+
+
 def server_entry(door: Path, token: str) -> dict[str, Any]:
-    """The server as a CLI's MCP config names it: this interpreter running `orchestrator mcp`, told its door."""
-    return {
-        "command": sys.executable,
-        "args": ["-m", "orchestrator", "mcp"],
-        "env": {ENV_DOOR: str(door), ENV_TOKEN: token},
-    }
+    """The server as a CLI's MCP config names it (`command`), told its door."""
+    program, *args = command()
+    return {"command": program, "args": args, "env": {ENV_DOOR: str(door), ENV_TOKEN: token}}
 
 
 BEGIN, END = "# orchestrator: this job's MCP server\n", "# orchestrator: end\n"

@@ -24,7 +24,8 @@ from pathlib import Path
 from orchestrator import config, paths
 from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.core import seal
-from orchestrator.proc import visible
+from orchestrator.proc import jobpath, process, sandbox, visible
+from orchestrator.runners import mcp, mcp_sight
 from orchestrator.service import hooks, manager, spool, unit
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -210,6 +211,9 @@ def check_runners(cfg: config.Config, p: paths.Paths) -> list[Check]:
     named = {name: t.argv[0] for name, t in cfg.runners.items()}
     seen = visible.commands(named, cfg.jobs.sandbox, bool(cfg.store.url), (p.state_dir, p.config_dir, p.runtime_dir))
     out = [Check(f"runner {name}", FAIL, s.problem or "") for name, s in seen.items() if not s.ok and s.outside]
+    told = [name for name, s in seen.items() if s.ok and cfg.runners[name].mcp]
+    if told:
+        out.append(check_mcp(cfg, p, told))
     ready = [f"{name} ({s.inside})" for name, s in seen.items() if s.ok]
     absent = [name for name, s in seen.items() if not s.ok and not s.outside]
     if ready:
@@ -220,6 +224,19 @@ def check_runners(cfg: config.Config, p: paths.Paths) -> list[Check]:
         out.append(Check("runners", WARN, f"no agent CLI a job can run ({none}): install Claude Code, codex or aider "
                          "for agent jobs; `orchestrator runners` lists them"))  # fmt: skip
     return out
+
+
+def check_mcp(cfg: config.Config, p: paths.Paths, told: list[str]) -> Check:
+    """The MCP server the runners in `told` tell their CLI of: a job can start it, from inside its sandbox, with a
+    job's environment (`runners.mcp_sight`); else its jobs would not start. Asked of this interpreter: the daemon
+    runs the same one when it is started from this install (`orchestrator service install` does)."""
+    box = sandbox.detect(sandbox.mode_for(cfg.jobs.sandbox, bool(cfg.store.url)), (p.state_dir, p.config_dir,
+                         p.runtime_dir))  # fmt: skip
+    env = process.environment((), {"PATH": jobpath.learn(quiet=True)})
+    why = mcp_sight.problem(box, env, told[0] if len(told) == 1 else "", scratch_home=True)
+    if why is not None:
+        return Check("mcp server", FAIL, f"{', '.join(told)}: {why}")
+    return Check("mcp server", OK, f"a job starts `{' '.join(mcp.command())}` ({', '.join(told)} get claim tools)")
 
 
 def check_store(cfg: config.Config, env_file: Path | None = None) -> list[Check]:

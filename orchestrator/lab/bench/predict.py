@@ -181,6 +181,7 @@ def summarise(records: list[Record], window: int, policy: Policy, risk: float = 
     risky = replace(policy, risk=risk, max_concurrent=8, per_repo=8)
     return {
         "by_basis": {k: accuracy.summary(v, policy) for k, v in sorted(groups.items())},
+        "claim_pairs": claim_pairs(records, window, policy.mergeable),
         "pairs": pairs(records, [r.confident(policy) for r in records], window),
         "risk": {"plan_risk": risk, **pairs(records, [], window, risky)},
         "calibrated": {
@@ -189,6 +190,44 @@ def summarise(records: list[Record], window: int, policy: Policy, risk: float = 
             "raised": sum(t > policy.min_confidence for t in thresholds),
             "thresholds": sorted(set(thresholds)),
         },
+    }
+
+
+HUBS = 5
+"""Files listed in `claim_pairs` as those most pairs' claims met on."""
+
+
+def claim_pairs(records: Sequence[Record], window: int, mergeable: Sequence[str]) -> dict[str, Any]:
+    """The claims as walls, on the pairs of changes within `window` of each other: how many pairs' claims meet, and
+    how many of those really touched a common path (precision); how many pairs really touched one, and how many of
+    those had claims that meet (recall); and the files claims met on most (`HUBS`), each with how many pairs' claims
+    met on it and in how many both changes really touched it."""
+    pattern = tuple(mergeable)
+    held = [claims.split_mergeable(r.claim.paths, pattern)[0] for r in records]
+    walls = met = real = caught = 0
+    on: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for i, a in enumerate(records):
+        for j in range(i + 1, min(len(records), i + 1 + window)):
+            b = records[j]
+            meeting = claims.PathIndex(held[i]).meeting(held[j])
+            touched = bool(claims.PathIndex(a.actual).meeting(b.actual))
+            walls += bool(meeting)
+            met += bool(meeting) and touched
+            real += touched
+            caught += touched and bool(meeting)
+            for path in meeting:
+                on[path][0] += 1
+                on[path][1] += path in a.actual and path in b.actual
+    hubs = sorted(on.items(), key=lambda kv: (-kv[1][0], kv[0]))[:HUBS]
+    return {
+        "window": window,
+        "claims_meet": walls,
+        "really_met": met,
+        "precision": round(met / walls, 3) if walls else None,
+        "met": real,
+        "claims_met": caught,
+        "recall": round(caught / real, 3) if real else None,
+        "hubs": [[path, n, k] for path, (n, k) in hubs],
     }
 
 
@@ -354,6 +393,13 @@ def _print(r: dict[str, Any]) -> None:
             f"  {label}pairs within {p['window']} changes: {p['pairs']}; the claims run {p['concurrent']} "
             f"concurrently, {p['really_overlapped']} of which really overlapped"
         )
+    w = r["claim_pairs"]
+    print(
+        f"  claims as walls: {w['claims_meet']} pairs' claims meet, {w['really_met']} of them really met (precision "
+        f"{w['precision']}); {w['met']} pairs met, the claims of {w['claims_met']} of them meet (recall {w['recall']})"
+    )
+    for path, n, k in w["hubs"]:
+        print(f"    {path}: {n} pairs' claims meet on it, {k} of them both touched it")
     k = r["risk"]
     print(
         f"  on risk (plan.risk {k['plan_risk']:.0%}): {k['concurrent']} of {k['pairs']} pairs run concurrently, "
