@@ -294,7 +294,7 @@ class CommandRunner:
             **ctx.env,
             "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
             "ORCHESTRATOR_WORKTREE": str(ctx.worktree),
-            "ORCHESTRATOR_CLAIM": "\n".join(sorted(ctx.job.claim.paths)),
+            "ORCHESTRATOR_CLAIM": ctx.claim_lines,
         }
         home = None
         if t.scratch_home:
