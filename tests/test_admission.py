@@ -264,7 +264,7 @@ def test_a_release_folding_news_fragments_waits_for_the_jobs_adding_one_and_adde
     assert decide(other, snap(active=(adder,), waiting=(other,))).admitted
     d = decide(release, snap(active=(adder, other), waiting=(release,)))
     assert (d.reason, d.blocking, d.paths) == (Reason.OVERLAP, (3, 4), ("news/",))
-    assert "job 3 (news/+)" in d.message
+    assert "job 3 (a new file in news/)" in d.message, "an addition reads as the new file it is"
     d = decide(late, snap(active=(adder,), waiting=(release, late)))
     assert (d.reason, d.blocking, d.paths) == (Reason.PRIORITY, (6,), ("news/+",))
     # a release already running folds what its base has: a new fragment beside it is the next release's

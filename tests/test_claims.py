@@ -11,7 +11,10 @@ from orchestrator.core.claims import (
     ROOT,
     ClaimError,
     PathIndex,
+    added_in,
     ambiguity,
+    describe,
+    foresees,
     matches,
     normalize,
     normalize_all,
@@ -238,3 +241,23 @@ def test_outside_is_what_a_job_touched_that_no_claimed_path_covers():
     touched = {"src/a.py", "src/sub/b.py", "docs/x.md", "zeta.txt", "tests/test_a.py"}
     assert outside(touched, {"src/", "tests/*.py"}) == {"docs/x.md", "zeta.txt"}
     assert outside(touched, {""}) == frozenset()  # the root holds everything
+
+
+def test_an_addition_reads_as_the_new_file_it_is_and_foresees_a_file_in_its_directory() -> None:
+    """`news/+` is described as "a new file in news/" (the root as the whole repository, any other path as it is);
+    judged against what a job touched it foresees a file under news/ (what admission never counts as a meeting)."""
+    assert describe("news/+") == "a new file in news/" and describe("+") == "a new file in the repository"
+    assert describe("src/a.py") == "src/a.py" and describe(ROOT) == "/ (the whole repository)"
+    assert added_in("news/+") == "news/" and added_in("+") == ROOT and added_in("news/") is None
+    assert foresees("news/+", "news/1.bugfix.rst") and foresees("news/+", "news/sub/2.rst")
+    assert not foresees("news/+", "newsx/1.rst") and not foresees("news/+", "src/a.py")
+    assert foresees("src/", "src/a.py") and not foresees("src/a.py", "src/b.py")
+    assert not overlaps("news/+", "news/1.bugfix.rst"), "admission: a new file meets no file"
+
+
+def test_a_declared_new_file_is_a_claim_a_predicted_one_alone_is_not() -> None:
+    """A claim of only a new file in news/ is specific when declared (a person's, or an agent's asked before it
+    writes: claim growth) and empty when predicted (a fragment alone says nothing of the change)."""
+    assert ambiguity(Claim(frozenset({"news/+"}), 1.0, ClaimSource.DECLARED), Policy()) is None
+    assert ambiguity(Claim(frozenset({"news/+"}), 0.9, ClaimSource.EVIDENCE), Policy()) == "empty claim"
+    assert ambiguity(Claim(frozenset(), 1.0, ClaimSource.DECLARED), Policy()) == "empty claim"

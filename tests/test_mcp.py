@@ -16,6 +16,7 @@ from orchestrator import beneath
 from orchestrator.core.models import JobState
 from orchestrator.jobs.door import Doors
 from orchestrator.runners import mcp
+from tests.conftest import git
 from tests.plane import plane
 
 
@@ -183,3 +184,47 @@ def test_the_server_is_wired_into_a_scratch_home_for_claude_code_and_codex(tmp_p
     with pytest.raises(beneath.Escape):
         mcp.wire("claude-code", home, door, "t0k")
     assert outside.read_text() == "{}", "nothing written through the job's link"
+
+
+async def test_a_new_file_claimed_in_a_directory_reads_as_what_it_is(make_repo, tmp_path):
+    """A job claiming a new file in changelog.d/ (`changelog.d/+`): its command's ORCHESTRATOR_CLAIM, `show` and
+    `status` and the MCP server's held_paths say "a new file in changelog.d/", never `changelog.d/+`; another agent
+    is told a file of its own there is fine, may claim one (granted in those words) and is refused the directory."""
+    from orchestrator.commands import fit
+    from orchestrator.commands import jobs as jobs_cmd
+
+    repo = make_repo()
+    go, wrote = tmp_path / "go", tmp_path / "wrote"
+    async with plane(tmp_path, max_concurrent=2, per_repo=2) as p:
+        adder = await p.enqueue(repo, f"printf '%s' \"$ORCHESTRATOR_CLAIM\" > claim.txt; touch {wrote}; {_wait(go)}",
+                                "changelog.d/+", "claim.txt")  # fmt: skip
+        me = await p.enqueue(repo, _wait(go), "src/b.py")
+        await p.until("the adder wrote", lambda: asyncio.to_thread(wrote.exists))
+        await p.reach(me, JobState.RUNNING)
+        shown = (await p.store.jobs.get(adder)).to_json()
+        assert jobs_cmd.claim_paths(shown["claim"]["paths"]) == "a new file in changelog.d/, claim.txt"
+        assert fit.reasons(shown) == ["claims a new file in changelog.d/, claim.txt"], fit.reasons(shown)
+        door = await Doors(p.parts.watch).open(me, p.home / "doors" / str(me))
+        client = await _server(door.address)
+        try:
+            await client.send("initialize", {"protocolVersion": "2025-06-18"})
+            held, _ = await client.call("held_paths", {})
+            said = f"Job {adder} (running) holds: claim.txt; and adds a new file in changelog.d/ (a new file of your "
+            assert said + "own there is fine)." in held, held
+            assert "+" not in held, held
+            refused, _ = await client.call("claim_paths", {"paths": ["changelog.d/"]})
+            assert refused.startswith("Refused: changelog.d/: ") and f"job {adder}" in refused, refused
+            assert "changelog.d/+" not in refused, refused
+            granted, _ = await client.call("claim_paths", {"paths": ["changelog.d/+"]})
+            assert granted == "Granted: a new file in changelog.d/ now in your claim.", granted
+            mine, _ = await client.call("held_paths", {})
+            assert "Your claim: a new file in changelog.d/, src/b.py." in mine, mine
+        finally:
+            assert client.proc.stdin is not None
+            client.proc.stdin.close()
+            await asyncio.wait_for(client.proc.wait(), 30)
+            await door.close()
+        go.touch()
+        await p.reach(adder, JobState.LANDED, timeout=60)
+        await p.reach(me, JobState.LANDED, JobState.UNCHANGED, timeout=60)
+    assert git(repo, "show", "main:claim.txt") == "a new file in changelog.d/\nclaim.txt"

@@ -64,3 +64,17 @@ def test_raised_threshold_is_the_lowest_that_holds_and_comes_back_down() -> None
         if not raised:
             break
     assert not raised and i == 23  # the last 20 claims confident at 0.5 hold 4 misses (20%) from then on
+
+
+def test_an_addition_claim_is_matched_by_the_new_file_it_foresaw() -> None:
+    """A claim of `src/x.py` and a new file in news/ (`news/+`): a job that touched both has recall and precision 1
+    (the fragment foreseen, the addition matched); one that added no file there leaves the addition unmatched."""
+    policy = Policy()
+    both = ended(1, "/a", {"src/x.py", "news/+"}, {"src/x.py", "news/12.feature.rst"})
+    alone = ended(2, "/b", {"src/x.py", "news/+"}, {"src/x.py"})
+    report = accuracy.report(accuracy.records([both, alone], set(), policy), policy)
+    assert report["/a"]["all"]["recall"] == 1.0 and report["/a"]["all"]["precision"] == 1.0, report["/a"]
+    assert report["/a"]["all"]["confident_miss_rate"] == 0.0
+    assert report["/b"]["all"]["recall"] == 1.0 and report["/b"]["all"]["precision"] == 0.5, report["/b"]
+    assert accuracy.foreseen({"news/+", "src/"}, {"news/1.rst", "src/a.py", "docs/x.md"}) == {"news/1.rst", "src/a.py"}
+    assert accuracy.matched({"news/+", "docs/+", "src/a.py"}, {"news/1.rst", "src/a.py"}) == {"news/+", "src/a.py"}

@@ -507,6 +507,46 @@ def test_a_short_ticket_whose_claim_is_a_doc_claims_its_most_likely_source_file_
     assert subject.claim == {"doc/guide.md"}
 
 
+def test_a_busy_file_only_spill_points_at_stays_in_the_risk_not_the_claim() -> None:
+    """A ticket's alternatives (`NEAR_CLAIM`) are where its fix may be: a file some evidence points at (here a co-change
+    with its likely file) is claimed, but the directory's busiest file, reached only because it changes often there,
+    is no such alternative (django's ORM hub files held apart a third of the pairs of tickets that worked near them):
+    it stays in the claim's risk with its chance, for admission to weigh."""
+    from orchestrator.plan.base import Kind
+    from orchestrator.plan.focus import NEAR_CLAIM, Spread, focus
+
+    logits = {"pkg/fix.py": 1.0, "pkg/other.py": -2.5}
+    reasons = {
+        "pkg/fix.py": [(Kind.SYMBOL, "defines Thing")],
+        "pkg/other.py": [(Kind.COCHANGE, "changed with pkg/fix.py in 3 of its 10 past changes")],
+    }
+    ticket = focus(Spread(logits, reasons, {}, True, 1.0, {"pkg": (20, [("pkg/hub.py", 4, 0)])}), Calibration())
+    near = dict(ticket.risk.near)
+    assert near["pkg/hub.py"] >= NEAR_CLAIM, "the case: the hub is likelier than an alternative the ticket claims"
+    spill = [(Kind.COCHANGE, "changes often where the job likely works")]
+    assert next(r for r in ticket.ranked if r.path == "pkg/hub.py").reasons == spill, "spill alone points at it"
+    assert ticket.claim == {"pkg/fix.py", "pkg/other.py"}
+
+
+def test_a_short_report_naming_what_one_source_file_alone_defines_runs_beside_others(shop: Path) -> None:
+    """`floatformat() crashes on "0.00".` and a line of description names no file, but the one source file defining
+    `floatformat` is where the work is, as a file name would say (SWE-bench Verified: four short reports of this kind
+    ran apart, each fixed in the file defining what it named, and held 342 pairs apart that did not meet). A title
+    alone still runs apart (SWE-bench-Live's: 9 of 26 such titles were fixed elsewhere), and so does a report naming
+    nothing one file alone defines."""
+    from orchestrator.core.models import Policy
+    from orchestrator.plan.base import Note
+
+    body = "\n\nA zero discount raises instead of leaving the price."
+    report = plan(shop, "apply_discount() crashes when the percentage is zero" + body)
+    assert "src/shop/pricing.py" in report.claim.paths and claims.ROOT not in report.claim.paths
+    assert Note.APART not in [code for code, _ in report.notes]
+    assert claims.ambiguity(report.claim, Policy(risk=0.08)) is None, "it runs beside others"
+    title = plan(shop, "apply_discount() crashes when the percentage is zero")
+    vague = plan(shop, "The discount crashes when the percentage is zero" + body)
+    assert title.claim.paths == vague.claim.paths == {claims.ROOT}, "a title alone, or naming nothing: apart"
+
+
 def test_a_short_report_that_names_no_file_runs_apart_and_says_why(shop: Path) -> None:
     """An issue's title (`Cart total is wrong when ...`) says what is wrong, not what to change: planned as a commit
     subject it claimed its one likely file and ran beside others, and 70% of SWE-bench-Live's title pairs whose fixes

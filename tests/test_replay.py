@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pygit2
@@ -330,17 +331,60 @@ def test_an_older_change_to_a_changelog_applied_after_a_later_one_that_fixed_it_
     assert "3.13, 3.14, and 3.15" in repository[undone["CHANGELOG.md"].id].data.decode()
 
 
-def test_what_a_later_state_undid_of_a_change_is_left_out_and_the_rest_kept() -> None:
-    """`union.undone` (pure): a stretch the later state reverted keeps the base's lines, an added line it removed is
-    left out, one it keeps stays, and a removal it did not revert stands."""
+def test_what_a_later_change_undid_of_a_change_is_left_out_once_it_has_landed() -> None:
+    """`union.undone` (pure): what a later state made on the change undid (a stretch reverted, an added line
+    removed) keeps the base's lines when the later change has landed in `ours`, and stands while it has not (one job
+    at a time, in order: the later change undoes it when it lands); a removal the later state did not revert stands,
+    and a line it kept stays."""
     base = b"a\nb\nc\nd\n"
     change = b"a\nB\nc\nnew\n"  # b reworded, d replaced by new
-    assert union.undone(base, change, b"a\nB\nc\nnew\n") == change
-    assert union.undone(base, change, b"a\nb\nc\nnew\n") == b"a\nb\nc\nnew\n"
-    assert union.undone(base, b"a\nb\ne\nc\nd\n", b"x\na\nb\nc\nd\n") == base  # e added, then removed
-    assert union.undone(base, b"a\nc\nd\n", b"a\nc\nd\n") == b"a\nc\nd\n"
-    assert union.undone(base, b"a\nb\nc\nd\ne", b"a\nb\nc\nd\ne") == b"a\nb\nc\nd\ne"
-    assert union.undone(base, b"a\0", base) is None
+    reverted = b"y\na\nb\nc\nnew\n"  # b put back, y added
+    for ours in (base, reverted):
+        assert union.undone(base, change, b"a\nB\nc\nnew\n", ours) == change
+    assert union.undone(base, change, reverted, reverted) == b"a\nb\nc\nnew\n"  # it landed: B left out
+    assert union.undone(base, change, reverted, base) == change  # not yet
+    added = b"a\nb\ne\nc\nd\n"  # e added, then removed by a later change that also added x
+    assert union.undone(base, added, b"x\na\nb\nc\nd\n", b"x\na\nb\nc\nd\n") == base  # it landed: e left out
+    assert union.undone(base, added, b"x\na\nb\nc\nd\n", base) == added  # not yet: e stands
+    assert union.undone(base, b"a\nc\nd\n", b"a\nc\nd\n", base) == b"a\nc\nd\n"
+    assert union.undone(base, b"a\nb\nc\nd\ne", b"a\nb\nc\nd\ne", base) == b"a\nb\nc\nd\ne"
+    assert union.undone(base, b"a\0", base, base) is None
+
+
+def test_an_entry_a_later_change_moved_is_left_out_only_when_ours_has_it_where_it_moved() -> None:
+    """stamina's `Fix OverflowError` adds a `Fixed` entry above `Changed`; `Update changelog`, made on it, moves the
+    entry below and corrects its link. When the move has landed whole, the older change adds nothing again; when
+    only part of it reached `ours` (a union merge on a base without the entry keeps just the new link line), the
+    older change's entry stands: leaving it out on that evidence lost the entry's text for good."""
+    base = b"## Unreleased\n\n### Changed\n\n- Timeout.\n\n## 25.2.0\n"
+    change = b"## Unreleased\n\n### Fixed\n\n- Overflow.\n  [#104]\n\n### Changed\n\n- Timeout.\n\n## 25.2.0\n"
+    final = b"## Unreleased\n\n### Changed\n\n- Timeout.\n\n### Fixed\n\n- Overflow.\n  [#137]\n\n## 25.2.0\n"
+    assert union.undone(base, change, final, final) == base
+    partly = base.replace(b"## 25.2.0\n", b"  [#137]\n## 25.2.0\n")
+    assert union.undone(base, change, final, partly) == change
+
+
+def test_a_changelog_entry_a_later_release_moved_under_its_heading_is_kept() -> None:
+    """wheel's `Fixed an import of a removed module` opens an `Unreleased` section with its entry; the release after
+    it renames that heading (`Created a new release`), the one after that rewrites the new heading's format, and a
+    later change opens a new `Unreleased` above. The recorded end state holds the entry under its version's heading:
+    replayed one job at a time in the recorded order, each change applies whole and the file ends as recorded (a
+    stretch judged with its heading left the entry out; a heading judged by the end state alone was put back)."""
+    header = b"Release Notes\n=============\n\n"
+    old = b"**0.46.2**\n\n- Restored.\n"
+    states = [
+        header + old,
+        header + b"**UNRELEASED**\n\n- Fixed ImportError.\n\n" + old,
+        header + b"**0.46.3** (2026)\n\n- Fixed ImportError.\n\n" + old,
+        header + b"**0.46.3 (2026)**\n\n- Fixed ImportError.\n\n" + old,
+        header + b"**UNRELEASED**\n\n- Newer.\n\n**0.46.3 (2026)**\n\n- Fixed ImportError.\n\n" + old,
+    ]
+    text = states[0]
+    for before, after in itertools.pairwise(states):
+        text = union.merge(before, text, union.undone(before, after, states[-1], text) or after) or b""
+        assert text == after
+    landed = states[-1]  # the later ones landed first: the older change adds nothing they did not keep
+    assert union.undone(states[0], states[1], states[-1], landed) == states[1]
 
 
 async def test_a_replay_that_does_not_apply_runs_again_behind_the_jobs_beside_it(make_repo, tmp_path):

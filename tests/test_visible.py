@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config, paths
+from orchestrator.commands import runners as runners_cmd
 from orchestrator.config import RunnerTemplate
 from orchestrator.core.job import Job
 from orchestrator.core.models import Code, JobState
@@ -165,7 +166,8 @@ def _ctx(repo: Path, tmp_path: Path) -> RunContext:
 async def test_a_job_whose_mcp_server_a_job_cannot_start_is_not_started(make_repo, tmp_path, outside_tmp, monkeypatch):
     """The daemon's python in a venv under /tmp (empty in a job's sandbox): a job told of its MCP server does not
     run without its claim tools; it fails before its CLI starts, naming the interpreter, /tmp and what to do, in its
-    result and its log; `unready` and `doctor` say the same. The same job with an interpreter a job sees runs."""
+    result and its log; `unready`, `doctor` and `orchestrator runners` say the same. The same job with an
+    interpreter a job sees runs."""
     python = await asyncio.to_thread(_venv, tmp_path / "venv", ROOT)
     imports = await asyncio.to_thread(subprocess.run, [python, "-c", "import orchestrator.runners.mcp"])
     assert imports.returncode == 0, "outside, it imports"
@@ -186,11 +188,15 @@ async def test_a_job_whose_mcp_server_a_job_cannot_start_is_not_started(make_rep
     cfg = config.Config(jobs=replace(config.JobsConfig(), sandbox="bwrap"))
     check = await asyncio.to_thread(doctor.check_mcp, cfg, p, ["claude-code"])
     assert check.level == doctor.FAIL and str(python) in check.detail and "/tmp is empty" in check.detail, check
+    listed = await asyncio.to_thread(runners_cmd.sights, replace(cfg, runners={"fake": runner.template}), p)
+    assert not listed["fake"].ok and "/tmp is empty" in str(listed["fake"].problem), "`orchestrator runners` too"
     if visible.hidden_in(real, _box()) is None:  # the tests' own interpreter, where a job sees it
         monkeypatch.setattr(sys, "executable", real)
         again = _ctx(repo, tmp_path / "again")
         assert (await runner.run(again)).ok and (again.worktree / "from-the-cli.txt").exists()
         assert (await asyncio.to_thread(doctor.check_mcp, cfg, p, ["claude-code"])).level == doctor.OK
+        monkeypatch.setattr(sys, "executable", str(python))  # a server seen to start is not asked again; this one is
+        assert not (await runner.run(_ctx(repo, tmp_path / "third"))).ok
 
 
 @needs_bwrap

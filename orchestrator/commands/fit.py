@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.commands import term
-from orchestrator.core import models
+from orchestrator.core import claims, models
 
 WAITING = models.WAITING
 SUMMARY_ORDER = (
@@ -134,7 +134,7 @@ def reasons(job: dict[str, Any], held: list[int] | None = None) -> list[str]:
     happens next alone (the code is in its own column). `held`: the jobs in review that hold it back."""
     state, reason = job["state"], one_line(job.get("reason") or "")
     if state == "running":
-        claim = ", ".join(job["claim"]["paths"]) or "no paths: runs alone"
+        claim = ", ".join(map(claims.describe, job["claim"]["paths"])) or "no paths: runs alone"
         touched = f"; touched {', '.join(job['actual'])}" if job.get("actual") else ""
         return [term.visible(f"claims {claim}{touched}")]
     if state in WAITING:

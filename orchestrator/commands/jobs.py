@@ -165,11 +165,11 @@ def outlook(job: dict[str, Any], others: list[dict[str, Any]]) -> str:
         if met and (o["id"] < job["id"] or o["state"] in ("running", "landing", "ready")):
             held[o["id"]] = sorted(met)
     if held:
-        waits = "; ".join(f"job {i} ({', '.join(ps[:3])}{', ...' if len(ps) > 3 else ''})" for i, ps in held.items())
-        return f"claims {', '.join(mine)}: waits for {waits}, which holds paths it claims"
+        waits = "; ".join(f"job {i} ({claim_paths(ps[:3])}{', ...' if len(ps) > 3 else ''})" for i, ps in held.items())
+        return f"claims {claim_paths(mine)}: waits for {waits}, which holds paths it claims"
     active = [o["id"] for o in peers if o["state"] in ("running", "landing", "ready")]
     beside = f"beside job{'s' if len(active) > 1 else ''} {', '.join(map(str, active))}" if active else "at once"
-    return f"claims {', '.join(mine)}: none of it is held, so it may start {beside} (when a slot is free)"
+    return f"claims {claim_paths(mine)}: none of it is held, so it may start {beside} (when a slot is free)"
 
 
 KEY = 12
@@ -267,8 +267,9 @@ def show(job_id: int, as_json: bool) -> None:
 
 
 def claim_paths(paths: Iterable[str]) -> str:
-    """A claim's paths for a person: the root (`""`) as the whole repository, none as `-`."""
-    return ", ".join("/ (the whole repository)" if p == "" else p for p in paths) or "-"
+    """A claim's paths for a person (`claims.describe`: the root as the whole repository, an addition as the new file
+    it is), none as `-`."""
+    return ", ".join(map(claims.describe, paths)) or "-"
 
 
 def risk_lines(risk: dict[str, Any] | None, beside: Iterable[dict[str, Any]]) -> list[str]:

@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import sys
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -37,9 +38,17 @@ def _patterns_set(names: tuple[str, ...]) -> dict[str, bool]:
 
 
 def sights(cfg: Any, p: paths.Paths) -> dict[str, visible.Sight]:
-    """Each command runner's CLI as a job would look for it: on a job's PATH, from inside a job's sandbox."""
+    """Each command runner's CLI as a job would look for it: on a job's PATH, from inside a job's sandbox; one whose
+    CLI a job finds but whose MCP server (`mcp`) a job cannot start has that as its problem (its jobs do not start)."""
+    from orchestrator.runners import mcp_sight
+
+    hide = (p.state_dir, p.config_dir, p.runtime_dir)
     named = {name: t.argv[0] for name, t in cfg.runners.items()}
-    return visible.commands(named, cfg.jobs.sandbox, bool(cfg.store.url), (p.state_dir, p.config_dir, p.runtime_dir))
+    seen = visible.commands(named, cfg.jobs.sandbox, bool(cfg.store.url), hide)
+    told = [name for name, s in seen.items() if s.ok and cfg.runners[name].mcp]
+    if told and (why := mcp_sight.asked(cfg.jobs.sandbox, bool(cfg.store.url), hide)):
+        seen |= {name: replace(seen[name], problem=why) for name in told}
+    return seen
 
 
 def rows(cfg: Any, loaded: list[str] | None, seen: dict[str, visible.Sight] | None = None) -> list[dict[str, Any]]:

@@ -382,7 +382,7 @@ def ready(job: JobView, snapshot: Snapshot) -> bool:
 
 
 def plist(paths: Iterable[str], limit: int = 3) -> str:
-    """`a.py, src/ and 3 more`: paths for a message (the root shown as `/`)."""
-    shown_paths = [p or "/" for p in paths]
+    """`a.py, src/ and 3 more`: paths for a message (the root shown as `/`, an addition as the new file it is)."""
+    shown_paths = [claims.describe(p) if p else "/" for p in paths]
     shown = ", ".join(shown_paths[:limit])
     return shown + (f" and {len(shown_paths) - limit} more" if len(shown_paths) > limit else "")

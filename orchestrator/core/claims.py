@@ -29,9 +29,12 @@ __all__ = [
     "ROOT",
     "ClaimError",
     "PathIndex",
+    "added_in",
     "addition",
     "ambiguity",
     "ancestors",
+    "describe",
+    "foresees",
     "glob_prefix",
     "is_addition",
     "is_glob",
@@ -110,6 +113,32 @@ def addition(directory: str) -> str:
 def is_addition(path: str) -> bool:
     """True for an addition (`changelog.d/+`): a new file in a directory, no file of the tree."""
     return path == NEW or path.endswith("/" + NEW)
+
+
+def added_in(path: str) -> str | None:
+    """The directory an addition adds its new file to (`changelog.d/+` → `changelog.d/`, `+` → ROOT); None for any
+    other claim path."""
+    if not is_addition(path):
+        return None
+    return path[: -len(NEW)]
+
+
+def foresees(claimed: str, touched: str) -> bool:
+    """True when the claim path `claimed` names the touched file `touched` (`overlaps`), or is an addition to the
+    directory `touched` lies under: a new file there is what it claimed (its name was not known; as the evidence for it
+    counts, `plan.manifests`, any file under the directory the job touched, not only one it added). For judging a claim
+    against what a job did (precision, recall), never for admission: there an addition meets no file."""
+    if (d := added_in(claimed)) is not None:
+        return touched.startswith(d) and touched != d
+    return overlaps(claimed, touched)
+
+
+def describe(path: str) -> str:
+    """A claim path as a person or an agent reads it: an addition as the new file it is (`changelog.d/+` → `a new
+    file in changelog.d/`), the root as `/ (the whole repository)`, any other path as it is."""
+    if (d := added_in(path)) is not None:
+        return f"a new file in {d}" if d else "a new file in the repository"
+    return path if path else "/ (the whole repository)"
 
 
 def normalize_all(paths: Iterable[str]) -> frozenset[str]:
@@ -338,7 +367,10 @@ def ambiguity(claim: Claim, policy: Policy, repo: str = "") -> str | None:
     The threshold is the repo's own when calibration raised it (`Policy.raised`). With `Policy.risk` above 0,
     a local-evidence claim is judged by its estimated risk instead (admission compares it pairwise), and
     one without an estimate is ambiguous."""
-    files = [p for p in claim.paths if not is_addition(p)]  # a new fragment alone says nothing of the change
+    # A predicted new fragment alone says nothing of the change; a declared one (a person's, or an agent's asked ahead
+    # of its write: claim growth) says all there is: a new file in that directory.
+    declared = claim.source is ClaimSource.DECLARED
+    files = [p for p in claim.paths if declared or not is_addition(p)]
     if not files and not (policy.risk > 0 and claim.source is ClaimSource.EVIDENCE and claim.risk is not None):
         return "empty claim"  # a text that names nothing runs beside others only at its record's base rate
     if ROOT in claim.paths:

@@ -105,22 +105,51 @@ def newer(final: bytes) -> Settle:
     return settle
 
 
-def undone(base: bytes, theirs: bytes, final: bytes) -> bytes | None:
-    """`theirs` (a change to `base`) without the stretches of it that `final`, a later state made on top of it, undid:
-    a stretch it changed whose base lines `final` has and whose own lines it has not keeps the base lines (a line
-    it added that `final` lacks is left out; one it removed that `final` has again stays). A change replayed after a
-    later one made on it landed first then does not bring back what the later one took away. None for binary."""
-    if any(b"\0" in text for text in (base, theirs, final)):
+def undone(base: bytes, theirs: bytes, final: bytes, ours: bytes) -> bytes | None:
+    """`theirs` (a change to `base`) without the stretches of it that a later change made on it undid, once that
+    change has landed. `final` is a later state made on top of the change, `ours` the text it is replayed onto.
+
+    The later state undid a stretch the change made when `final` lacks a (non-blank) line the change put there, or
+    has again, in a row, the lines it took away. The stretch keeps the base lines when the later change has landed
+    in `ours`: `ours` holds a (non-blank) line the later edits put over the stretch that neither `base` nor the
+    change has anywhere (where they put none such, reverting or removing it: any line of `final` that neither has),
+    and every line of the stretch that `final` still has (moved elsewhere) is in `ours` already.
+    A change replayed after a later one made on it then does not bring back what that one took away; before that one
+    lands (one job at a time, in the recorded order) the change's own lines stand, and the later one rewrites them
+    when it lands. None for binary."""
+    if any(b"\0" in text for text in (base, theirs, final, ours)):
         return None
-    b, t = _ended(base).splitlines(keepends=True), _ended(theirs).splitlines(keepends=True)
-    seen = b"\n" + _ended(final)
+    b, t, f, o = (_ended(text).splitlines(keepends=True) for text in (base, theirs, final, ours))
+    seen, has, have = b"\n" + b"".join(f), set(f), set(o)
+    before = set(b).union(t)
+    arrived = any(line.strip() and line in have for line in has - before)
+    later = SequenceMatcher(None, t, f, autojunk=False).get_opcodes()
     out: list[bytes] = []
     for tag, i1, i2, j1, j2 in SequenceMatcher(None, b, t, autojunk=False).get_opcodes():
         old, new = b[i1:i2], t[j1:j2]
-        undid = tag != "equal" and _within(old, seen) and not (new and _within(new, seen))
+        undid = tag != "equal" and (
+            any(line.strip() and line not in has for line in new) or (bool(old) and _within(old, seen))
+        )
+        if undid:
+            put = [line for line in _put_over(later, f, j1, j2) if line.strip() and line not in before]
+            kept = all(line in have for line in new if line.strip() and line in has)  # none of it left behind
+            undid = kept and (any(line in have for line in put) if put else arrived)
         out += old if undid else new
-    kept = b"".join(out)
-    return kept[:-1] if theirs and not theirs.endswith(b"\n") and kept.endswith(b"\n") else kept
+    text = b"".join(out)
+    return text[:-1] if theirs and not theirs.endswith(b"\n") and text.endswith(b"\n") else text
+
+
+def _put_over(later: Sequence[tuple[str, int, int, int, int]], final: Lines, j1: int, j2: int) -> list[bytes]:
+    """The lines later edits (opcodes from a text to `final`) put over its lines `j1:j2`: edits overlapping them, an
+    insertion strictly inside them, or, for an empty stretch (a removal), an edit around or at its place."""
+    out: list[bytes] = []
+    for tag, a1, a2, b1, b2 in later:
+        if tag == "equal":
+            continue
+        inside = (a1 < j2 and j1 < a2) if a1 < a2 else j1 < a1 < j2
+        if inside if j1 < j2 else a1 <= j1 <= a2:
+            out += final[b1:b2]
+    return out
 
 
 def _within(lines: Lines, seen: bytes) -> bool:

@@ -54,15 +54,33 @@ class Record:
 
     @property
     def covered(self) -> int:
-        return len(claims.PathIndex(self.claim.paths).meeting(self.actual))
+        return len(foreseen(self.claim.paths, self.actual))
 
     @property
     def useful(self) -> int:
-        return len(claims.PathIndex(self.actual).meeting(self.claim.paths))
+        return len(matched(self.claim.paths, self.actual))
 
     @property
     def missed(self) -> bool:
         return self.covered < len(self.actual)
+
+
+def foreseen(claim: Iterable[str], actual: Iterable[str]) -> frozenset[str]:
+    """The paths of `actual` the claim foresaw (recall's count): those its paths meet, and a new file in a directory
+    it claimed an addition to (`changelog.d/+`: the fragment the job adds, its name not known in advance)."""
+    paths, touched = frozenset(claim), frozenset(actual)
+    additions = [p for p in paths if claims.is_addition(p)]
+    under = {t for t in touched if any(claims.foresees(p, t) for p in additions)}
+    return claims.PathIndex(paths).meeting(touched) | under
+
+
+def matched(claim: Iterable[str], actual: Iterable[str]) -> frozenset[str]:
+    """The paths of the claim that found something the job touched (precision's count): an addition when the job
+    touched a file in its directory (`claims.foresees`), any other path when it meets a touched one."""
+    paths, touched = frozenset(claim), frozenset(actual)
+    additions = {p for p in paths if claims.is_addition(p)}
+    found = {p for p in additions if any(claims.foresees(p, t) for t in touched)}
+    return claims.PathIndex(touched).meeting(paths - additions) | found
 
 
 def basis_of(evidence: Iterable[Mapping[str, Any]], claim: Claim) -> str:

@@ -30,7 +30,7 @@ from orchestrator.plan.base import Kind
 from orchestrator.plan.history import History, tokens
 from orchestrator.plan.index import TreeIndex, grep_fixed, terms
 from orchestrator.plan.kinds import is_doc, is_test, path_class
-from orchestrator.plan.text import Mentions, Where, reports
+from orchestrator.plan.text import Mentions, Where, has_body, reports
 
 TOP_CONTENT = 40
 """Files taken from content retrieval alone."""
@@ -93,6 +93,10 @@ class Ranking:
         self.long = long
         """How long the text is (`length`): the model weighs evidence from tickets and commit messages apart."""
         self.by_path: dict[str, Candidate] = {}
+        self.defining: set[str] = set()
+        """Files that are the only source file defining an identifier a text with a body names (`floatformat()`,
+        `InheritDocstrings`): the text points at them as a path would. A title alone (SWE-bench-Live's) is left
+        out: of 26 such titles the file defining what they named held the fix for 17."""
 
     def get(self, path: str) -> Candidate:
         c = self.by_path.get(path)
@@ -296,6 +300,8 @@ def _symbols(m: Mentions, index: TreeIndex, r: Ranking) -> None:
         if len(ident) < 3:
             continue
         where = [p for p in sorted(index.defs.get(ident, ())) if not is_test(p) and not is_doc(p)]
+        if len(where) == 1:
+            r.defining.add(where[0])
         if where and len(where) <= MAX_DEFINERS:
             for p in where:
                 r.get(p).add("symbol", w / len(where), Kind.SYMBOL, f"defines {ident}")
@@ -469,6 +475,8 @@ def rank(m: Mentions, text: str, index: TreeIndex, history: History | None) -> R
     _modules(m, index, r)
     _stems(m, index, r)
     _symbols(m, index, r)
+    if not has_body(text):
+        r.defining.clear()
     _content(m, index, r)
     _literals(m, index, r)
     if history is not None:

@@ -385,6 +385,11 @@ def reports(text: str) -> bool:
     return bool(_ISSUE_TAG.match(first)) or (not describes_change(first) and _REPORTED.search(first) is not None)
 
 
+def has_body(text: str) -> bool:
+    """The text goes on past its first line (an issue's description, not its title alone). Pure."""
+    return sum(1 for line in text.strip().splitlines() if line.strip()) > 1
+
+
 def describes_change(text: str) -> bool:
     """The text's first line says what to change (`Fix the legend's alpha`, `docs: clarify X`, `Refs #1 -- Moved
     Y`), as a commit message does, rather than what is wrong or wanted (`Legend ignores alpha`, `[Bug]: ...`,

@@ -155,11 +155,12 @@ def explain(
         )
     real = os.path.realpath(outside)
     shown = outside if real == outside else f"{outside} (→ {real})"
+    shown = shown if outside == command else f"{command} is {shown}"  # a command named by its path: said once
     where = _dir_of(real, empty) or _dir_of(outside, empty)
     if where is None:
-        return f"{command} is {shown}, which a job cannot see from inside its sandbox"
+        return f"{shown}, which a job cannot see from inside its sandbox"
     return (
-        f"{command} is {shown}, which a job cannot see: {where} is empty inside a job's sandbox. Install it outside "
+        f"{shown}, which a job cannot see: {where} is empty inside a job's sandbox. Install it outside "
         f"{where} (a job sees the rest of the file system, read-only){_or_unconfined(where)}"
     )
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchestrator.core import claims
 from orchestrator.core.job import Job
 from orchestrator.paths import open_private
 from orchestrator.proc.process import KILL_GRACE, LOG_CAP, Owner
@@ -45,6 +46,12 @@ class RunContext:
     session: bool = True
     """With `resume`: a CLI with a `resume_argv` resumes its own session (review feedback); False after a rate
     limit (its session may hold nothing), when it runs its `argv` again told the task and `resume`."""
+
+    @property
+    def claim_lines(self) -> str:
+        """The job's claim as its command's `ORCHESTRATOR_CLAIM` holds it: a path a line, an addition as the new file
+        it is (`a new file in changelog.d/`, not `changelog.d/+`)."""
+        return "\n".join(claims.describe(p) for p in sorted(self.job.claim.paths))
 
     @property
     def plan(self) -> str:

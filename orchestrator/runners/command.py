@@ -198,6 +198,8 @@ class CommandRunner:
         self.name = name
         self.template = template
         self.sandbox = sandbox
+        self._serves: set[tuple[str, ...]] = set()
+        """The MCP server commands a job was seen to start (`_mcp_problem`): asked once, not at every job's start."""
 
     @property
     def resumes(self) -> bool:
@@ -221,7 +223,18 @@ class CommandRunner:
             return sight.problem
         if not self.template.mcp:
             return None
-        return await asyncio.to_thread(mcp_sight.problem, self.sandbox, env, self.name, scratch_home=True)
+        return await self._mcp_problem(env, scratch_home=True)
+
+    async def _mcp_problem(self, env: dict[str, str], *, scratch_home: bool = False) -> str | None:
+        """Why a job cannot start the MCP server its CLI is told of (`mcp_sight`), or None. A server seen to start
+        is not asked again: its interpreter and package are the daemon's own, and only a failure can change."""
+        command = tuple(mcp.command())
+        if command in self._serves:
+            return None
+        why = await asyncio.to_thread(mcp_sight.problem, self.sandbox, env, self.name, scratch_home=scratch_home)
+        if why is None:
+            self._serves.add(command)
+        return why
 
     async def run(self, ctx: RunContext) -> RunResult:
         if why := self.sandbox.check():
@@ -246,7 +259,7 @@ class CommandRunner:
             await asyncio.to_thread(note, ctx.log_path, f"[{self.name} was not started: {sight.problem}]")
             return RunResult(False, None, sight.problem, code=Code.RUNNER_ERROR)
         # Nor does a job run without the claim tools its CLI is told of: a server it cannot start, its CLI hides.
-        why = await asyncio.to_thread(mcp_sight.problem, self.sandbox, env, self.name) if t.mcp and ctx.door else None
+        why = await self._mcp_problem(env) if t.mcp and ctx.door else None
         if why is not None:
             await asyncio.to_thread(note, ctx.log_path, f"[{self.name} was not started: {why}]")
             return RunResult(False, None, why, code=Code.RUNNER_ERROR)
@@ -294,7 +307,7 @@ class CommandRunner:
             **ctx.env,
             "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
             "ORCHESTRATOR_WORKTREE": str(ctx.worktree),
-            "ORCHESTRATOR_CLAIM": "\n".join(sorted(ctx.job.claim.paths)),
+            "ORCHESTRATOR_CLAIM": ctx.claim_lines,
         }
         home = None
         if t.scratch_home:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from orchestrator import beneath
+from orchestrator.core import claims
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 """The MCP revisions this server speaks, newest first (tools only: they are alike in all of them)."""
@@ -218,17 +219,27 @@ def _call(name: str, args: Mapping[str, Any], ask: Ask) -> dict[str, Any]:
 
 def held_text(answer: Mapping[str, Any]) -> str:
     """What `held_paths` tells the agent: its claim, then each other running job and what it holds."""
-    mine = answer.get("claim") or []
-    lines = [f"Your claim: {', '.join(mine) if mine else 'nothing yet (claim what you write)'}."]
+    mine = [str(p) for p in answer.get("claim") or []]
+    lines = [f"Your claim: {_shown(mine) if mine else 'nothing yet (claim what you write)'}."]
     others = answer.get("held") or []
     if not others:
         lines.append("No other running job holds any path of this repository now.")
     for o in others:
-        paths = ", ".join(o.get("paths") or []) or "nothing yet"
-        lines.append(f"Job {o.get('job')} ({o.get('state')}) holds: {paths}.")
+        paths = [str(p) for p in o.get("paths") or []]
+        held = [p for p in paths if not claims.is_addition(p)]
+        adds = [p for p in paths if claims.is_addition(p)]
+        line = f"Job {o.get('job')} ({o.get('state')}) holds: {_shown(held) or 'nothing yet'}"
+        if adds:  # another's new file meets no file of yours: only the directory itself is kept from you
+            line += f"; and adds {_shown(adds)} (a new file of your own there is fine)"
+        lines.append(line + ".")
     if others:
         lines.append("Do not write a held path: it is free once that job has landed.")
     return "\n".join(lines)
+
+
+def _shown(paths: list[str]) -> str:
+    """Claim paths as an agent reads them (`claims.describe`: `changelog.d/+` is a new file in changelog.d/)."""
+    return ", ".join(map(claims.describe, paths))
 
 
 def claim_text(answer: Mapping[str, Any]) -> str:
@@ -236,9 +247,9 @@ def claim_text(answer: Mapping[str, Any]) -> str:
     granted, refused = answer.get("granted") or [], answer.get("refused") or []
     lines = []
     if granted:
-        lines.append(f"Granted: {', '.join(granted)} now in your claim.")
+        lines.append(f"Granted: {_shown(granted)} now in your claim.")
     if refused:
-        lines.append(f"Refused: {', '.join(refused)}: {answer.get('why') or 'held by another running job'}.")
+        lines.append(f"Refused: {_shown(refused)}: {answer.get('why') or 'held by another running job'}.")
     return "\n".join(lines) or "Nothing to claim: those paths are in your claim already."
 
 

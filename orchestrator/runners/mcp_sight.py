@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import orchestrator
-from orchestrator.proc import visible
+from orchestrator.proc import jobpath, process, sandbox, visible
 from orchestrator.proc.sandbox import Sandbox
 from orchestrator.runners import mcp
 
@@ -43,3 +43,12 @@ def problem(box: Sandbox, env: Mapping[str, str], runner: str = "", *, scratch_h
         f"the job's MCP server (its claim tools: `{' '.join(argv)}`) cannot start in a job: {why}; "
         f"or {turn_off} to run the agent without claim tools"
     )
+
+
+def asked(mode: str, team: bool, hide: tuple[Path, ...], runner: str = "") -> str | None:
+    """`problem` for a job started now, asked outside the daemon (`doctor`, `orchestrator runners`): the sandbox of
+    `mode` (probed), a job's PATH (the login shell asked), a scratch HOME. Of this interpreter: the daemon runs the
+    same one when started from this install (`orchestrator service install` does). Sync."""
+    box = sandbox.detect(sandbox.mode_for(mode, team), hide)
+    env = process.environment((), {"PATH": jobpath.learn(quiet=True)})
+    return problem(box, env, runner, scratch_home=True)

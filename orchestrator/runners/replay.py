@@ -233,8 +233,8 @@ def _union_merged(
 ) -> None:
     """The union-mergeable files the recorded change edits, merged line-wise union into `index` (in place of the
     recorded side a conflicting hunk took): an entry it adds beside one `onto` has keeps both. `newer`: a later
-    recorded state made on top of the change; what it undid of the change is not replayed (`union.undone`: a later
-    change made on this one that landed first reworded this one's lines, and the union must not bring them back)."""
+    recorded state made on top of the change; what a later change made on it rewrote and has landed already is not
+    replayed (`union.undone`: the union must not bring back the lines it took away)."""
     is_union = merging.union_paths(repo, commit.id, mergeable)
     touched = [p for p in _paths(base.diff_to_tree(commit.tree)) if is_union(p)]
     if not touched:
@@ -245,7 +245,7 @@ def _union_merged(
         had = base[path].id if path in base else None
         recorded = commit.tree[path].id
         if newer is not None and had is not None and path in newer:
-            texts = [repo[oid].peel(pygit2.Blob).data for oid in (had, recorded, newer[path].id)]
+            texts = [repo[oid].peel(pygit2.Blob).data for oid in (had, recorded, newer[path].id, onto[path].id)]
             kept = union.undone(*texts)
             recorded = recorded if kept is None else repo.create_blob(kept)
         merged = merging.union_blob(repo, had, onto[path].id, recorded)

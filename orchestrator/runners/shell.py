@@ -22,7 +22,7 @@ def job_env(ctx: RunContext, pass_env: tuple[str, ...] = ()) -> dict[str, str]:
             **ctx.env,
             "ORCHESTRATOR_JOB_ID": str(ctx.job.id),
             "ORCHESTRATOR_WORKTREE": str(ctx.worktree),
-            "ORCHESTRATOR_CLAIM": "\n".join(sorted(ctx.job.claim.paths)),
+            "ORCHESTRATOR_CLAIM": ctx.claim_lines,
             "PWD": str(ctx.worktree),
         },
     )

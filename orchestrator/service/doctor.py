@@ -24,7 +24,7 @@ from pathlib import Path
 from orchestrator import config, paths
 from orchestrator.client import ApiError, Client, Unreachable
 from orchestrator.core import seal
-from orchestrator.proc import jobpath, process, sandbox, visible
+from orchestrator.proc import visible
 from orchestrator.runners import mcp, mcp_sight
 from orchestrator.service import hooks, manager, spool, unit
 
@@ -228,12 +228,9 @@ def check_runners(cfg: config.Config, p: paths.Paths) -> list[Check]:
 
 def check_mcp(cfg: config.Config, p: paths.Paths, told: list[str]) -> Check:
     """The MCP server the runners in `told` tell their CLI of: a job can start it, from inside its sandbox, with a
-    job's environment (`runners.mcp_sight`); else its jobs would not start. Asked of this interpreter: the daemon
-    runs the same one when it is started from this install (`orchestrator service install` does)."""
-    box = sandbox.detect(sandbox.mode_for(cfg.jobs.sandbox, bool(cfg.store.url)), (p.state_dir, p.config_dir,
-                         p.runtime_dir))  # fmt: skip
-    env = process.environment((), {"PATH": jobpath.learn(quiet=True)})
-    why = mcp_sight.problem(box, env, told[0] if len(told) == 1 else "", scratch_home=True)
+    job's environment (`runners.mcp_sight`); else their jobs do not start."""
+    hide = (p.state_dir, p.config_dir, p.runtime_dir)
+    why = mcp_sight.asked(cfg.jobs.sandbox, bool(cfg.store.url), hide, told[0] if len(told) == 1 else "")
     if why is not None:
         return Check("mcp server", FAIL, f"{', '.join(told)}: {why}")
     return Check("mcp server", OK, f"a job starts `{' '.join(mcp.command())}` ({', '.join(told)} get claim tools)")

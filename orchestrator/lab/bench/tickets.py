@@ -49,8 +49,8 @@ from orchestrator.core.risk import Escapes, pair_risk
 from orchestrator.git import merging
 from orchestrator.lab.bench import riskbins
 from orchestrator.lab.bench import schedule as sched
+from orchestrator.plan import accuracy, merges, record
 from orchestrator.plan import index as index_mod
-from orchestrator.plan import merges, record
 from orchestrator.plan.evidence import local_plan
 from orchestrator.plan.history import KEEP, History, mine
 from orchestrator.plan.kinds import is_doc, is_test
@@ -357,7 +357,7 @@ def estimates(tickets: Sequence[Ticket], scope: str) -> list[tuple[float, bool]]
 
 def summary(tickets: Sequence[Ticket], policy: Policy, scope: str) -> dict[str, Any]:
     known = [t for t in tickets if claims.ambiguity(scoped(t.claim, scope), policy) is None]
-    covered = [t for t in known if t.gold and claims.PathIndex(scoped(t.claim, scope).paths).meeting(t.gold) == t.gold]
+    covered = [t for t in known if t.gold and accuracy.foreseen(scoped(t.claim, scope).paths, t.gold) == t.gold]
     secs = sorted(t.seconds for t in tickets)
     return {
         "tickets": len(tickets),
