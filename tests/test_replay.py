@@ -351,6 +351,19 @@ def test_what_a_later_change_undid_of_a_change_is_left_out_once_it_has_landed() 
     assert union.undone(base, b"a\0", base, base) is None
 
 
+def test_an_entry_a_later_change_moved_is_left_out_only_when_ours_has_it_where_it_moved() -> None:
+    """stamina's `Fix OverflowError` adds a `Fixed` entry above `Changed`; `Update changelog`, made on it, moves the
+    entry below and corrects its link. When the move has landed whole, the older change adds nothing again; when
+    only part of it reached `ours` (a union merge on a base without the entry keeps just the new link line), the
+    older change's entry stands: leaving it out on that evidence lost the entry's text for good."""
+    base = b"## Unreleased\n\n### Changed\n\n- Timeout.\n\n## 25.2.0\n"
+    change = b"## Unreleased\n\n### Fixed\n\n- Overflow.\n  [#104]\n\n### Changed\n\n- Timeout.\n\n## 25.2.0\n"
+    final = b"## Unreleased\n\n### Changed\n\n- Timeout.\n\n### Fixed\n\n- Overflow.\n  [#137]\n\n## 25.2.0\n"
+    assert union.undone(base, change, final, final) == base
+    partly = base.replace(b"## 25.2.0\n", b"  [#137]\n## 25.2.0\n")
+    assert union.undone(base, change, final, partly) == change
+
+
 def test_a_changelog_entry_a_later_release_moved_under_its_heading_is_kept() -> None:
     """wheel's `Fixed an import of a removed module` opens an `Unreleased` section with its entry; the release after
     it renames that heading (`Created a new release`), the one after that rewrites the new heading's format, and a

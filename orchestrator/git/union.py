@@ -112,7 +112,8 @@ def undone(base: bytes, theirs: bytes, final: bytes, ours: bytes) -> bytes | Non
     The later state undid a stretch the change made when `final` lacks a (non-blank) line the change put there, or
     has again, in a row, the lines it took away. The stretch keeps the base lines when the later change has landed
     in `ours`: `ours` holds a (non-blank) line the later edits put over the stretch that neither `base` nor the
-    change has anywhere (where they put none such, reverting or removing it: any line of `final` that neither has).
+    change has anywhere (where they put none such, reverting or removing it: any line of `final` that neither has),
+    and every line of the stretch that `final` still has (moved elsewhere) is in `ours` already.
     A change replayed after a later one made on it then does not bring back what that one took away; before that one
     lands (one job at a time, in the recorded order) the change's own lines stand, and the later one rewrites them
     when it lands. None for binary."""
@@ -131,7 +132,8 @@ def undone(base: bytes, theirs: bytes, final: bytes, ours: bytes) -> bytes | Non
         )
         if undid:
             put = [line for line in _put_over(later, f, j1, j2) if line.strip() and line not in before]
-            undid = any(line in have for line in put) if put else arrived
+            kept = all(line in have for line in new if line.strip() and line in has)  # none of it left behind
+            undid = kept and (any(line in have for line in put) if put else arrived)
         out += old if undid else new
     text = b"".join(out)
     return text[:-1] if theirs and not theirs.endswith(b"\n") and text.endswith(b"\n") else text

@@ -33,6 +33,7 @@ from pathlib import Path
 import pygit2
 
 from orchestrator.core import claims
+from orchestrator.git.merging import Mergeable
 from orchestrator.lab.bench.history import Change, HistoryError, git
 from orchestrator.runners.replay import ReplayError, replayed_on, replayed_tree
 
@@ -279,7 +280,7 @@ def serial(
     ends = [repo.revparse_single(e).peel(pygit2.Commit) if e else None for e in newest(replay)]
     # Not landed is lost, unless it had nothing to land: main holds its edit already (it ended unchanged), or the
     # edit of a later change made on it that landed first (its replay keeps that: nothing of it to land either).
-    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main, ends[c.index])}
+    lost = {c.index for c in changes if not landed_at[c.index] and not _on_main(repo, c, main, ends[c.index], union)}
     tree: pygit2.Tree = repo.revparse_single(replay.start).peel(pygit2.Commit).tree
     last: dict[str, int] = {}
     for _, i in order:
@@ -295,7 +296,7 @@ def serial(
             lost |= _lines_lost(repo, changes, landed_at, p, main)
         elif _text(repo, main, p) != _text(repo, tree, p):
             broken.append(p)
-            if not _has_edit(repo, changes[i].sha, p, main, ends[i]):
+            if not _has_edit(repo, changes[i].sha, p, main, ends[i], union):
                 lost.add(i)
     return sorted(lost), broken, _reordered(changes, landed_at, mergeable)
 
@@ -372,21 +373,32 @@ def _reordered(changes: Sequence[Change], landed_at: Sequence[float], mergeable:
     return len(pairs)
 
 
-def _on_main(repo: pygit2.Repository, change: Change, main: pygit2.Tree, end: pygit2.Commit | None = None) -> bool:
+def _on_main(
+    repo: pygit2.Repository,
+    change: Change,
+    main: pygit2.Tree,
+    end: pygit2.Commit | None = None,
+    union: Mergeable | None = None,
+) -> bool:
     """Main holds `change`'s edit of every file it touched (or, with `end`, what a later change made on it has)."""
-    return bool(change.files) and all(_has_edit(repo, change.sha, p, main, end) for p in change.files)
+    return bool(change.files) and all(_has_edit(repo, change.sha, p, main, end, union) for p in change.files)
 
 
 def _has_edit(
-    repo: pygit2.Repository, sha: str, path: str, main: pygit2.Tree, end: pygit2.Commit | None = None
+    repo: pygit2.Repository,
+    sha: str,
+    path: str,
+    main: pygit2.Tree,
+    end: pygit2.Commit | None = None,
+    union: Mergeable | None = None,
 ) -> bool:
-    """Applying the change to main again (as its replay does, with its `end`) changes nothing at `path`: its edit is
-    there, or a later change's made on it."""
+    """Applying the change to main again as its replay does (with its `end`, a union-merged file line-wise) changes
+    nothing at `path`: its edit is there, or a later change's made on it."""
     commit = repo.revparse_single(sha).peel(pygit2.Commit)
     if not commit.parents:
         return True
     try:
-        tree = replayed_tree(repo, commit, main, theirs=True, end=end)
+        tree = replayed_tree(repo, commit, main, theirs=True, mergeable=union, end=end)
     except ReplayError:
         return False
     return _text(repo, tree, path) == _text(repo, main, path)
