@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from orchestrator.core import admission
 from orchestrator.core.conflict import second
-from orchestrator.core.job import Job
-from orchestrator.core.models import JobState
+from orchestrator.core.job import Job, fresh_attempt
+from orchestrator.core.models import Claim, ClaimSource, JobState, Reason, Snapshot
+from orchestrator.store.sqlite import SqliteStore
 from tests.conftest import git
+from tests.jobstates import put
 from tests.plane import plane
 
 RUNNING = JobState.RUNNING
@@ -159,3 +162,30 @@ def test_a_kept_workspace_moves_to_a_new_base_with_its_own_change_and_nothing_of
     assert Workspace.at(ws_path).head() == new
     assert actual_paths(ws_path, new) == {"f.txt", "new.txt", "gone.txt"}, "its diff is its own change only"
     assert Workspace.at(ws_path).rebase(new, "orchestrator/7").moved == (), "at its base already: nothing moves"
+
+
+async def test_what_a_stopped_attempt_touched_stays_held_after_it_is_planned_again(tmp_path):
+    """A job stopped on a conflict goes back to the queue and is planned again from its text on the new head; a
+    new plan that no longer names a file the stopped attempt wrote must not let the next job that writes there run
+    beside it (it conflicted again, four times in a row, on a benchmark's replay). The store's row keeps it held."""
+    store = await SqliteStore.open(tmp_path / "state.db")
+    try:
+        first = Claim(frozenset({"src/settings.py"}), 0.9, ClaimSource.EVIDENCE)
+        a = await store.jobs.add(repo="/r", branch="main", text="fix settings", runner="shell")
+        b = await store.jobs.add(repo="/r", branch="main", text="add a source", runner="shell")
+        touched = frozenset({"src/settings.py", "src/sources.py"})
+        job = await put(store, a.id, RUNNING, claim=first, actual=touched)
+        job = await store.jobs.transition(a.id, {RUNNING}, JobState.QUEUED, "requeued", **fresh_attempt(job))
+        assert job is not None and job.actual == frozenset()
+        for to in (JobState.PLANNING, JobState.PLANNED):
+            job = await store.jobs.transition(a.id, {job.state}, to, str(to))
+            assert job is not None
+        replanned = Claim(frozenset({"src/main.py"}), 0.9, ClaimSource.EVIDENCE)
+        job = await store.jobs.update(a.id, {JobState.PLANNED}, event="planned", claim=replanned)
+        assert job is not None and touched <= job.view().claim.paths
+        later = Claim(frozenset({"src/sources.py"}), 1.0, ClaimSource.DECLARED)
+        snap = Snapshot(active=(replace(job.view(), actual=frozenset()),))
+        decided = admission.decide(replace((await store.jobs.get(b.id)).view(), claim=later), snap)  # type: ignore[union-attr]
+        assert decided.reason is Reason.OVERLAP, decided
+    finally:
+        await store.close()

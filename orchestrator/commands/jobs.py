@@ -249,7 +249,7 @@ def show(job_id: int, as_json: bool) -> None:
     for line in risk_lines(claim.get("risk"), (job.get("decision") or {}).get("risks", ())):
         put("risk", line)
     if job.get("grown"):
-        put("grown", f"{', '.join(job['grown'])} (touched while it ran, outside its claim)")
+        put("grown", f"{', '.join(job['grown'])} (touched while it ran or by an earlier attempt, outside its claim)")
     put("actual", ", ".join(job["actual"]) or "-")
     if u := job.get("usage"):
         cost = "unknown cost" if u.get("cost_usd") is None else f"${u['cost_usd']:.4f}"

@@ -75,5 +75,5 @@ def explain(job: Job, landing_now: bool = False) -> dict[str, Any]:
         "last_decision": None if waiting else job.decision,
         "land_after": list(job.land_after),
         "outside_claim": sorted(claims.outside(job.actual, job.claim.paths)) if job.claim.paths else [],
-        "grown": sorted(job.grown),
+        "grown": sorted(claims.outside(job.grown, job.claim.paths) if job.claim.paths else job.grown),
     }

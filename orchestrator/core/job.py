@@ -148,8 +148,9 @@ class Job:
     labels: tuple[str, ...] = field(default=(), metadata=LIST)
     """Team mode: the job runs only on a node that has every one of these labels (`enqueue --label`)."""
     grown: frozenset[str] = field(default=frozenset(), metadata=SET)
-    """Paths it touched outside its claim while it ran, added to what admission holds for it (`core.growth`);
-    `claim` stays the plan's prediction, which calibration measures."""
+    """Paths it touched outside its claim while it ran, and every path an earlier attempt touched (`fresh_attempt`),
+    added to what admission holds for it (`core.growth`); `claim` stays the plan's prediction, which calibration
+    measures."""
     revisions: int = field(default=0, metadata=PLAIN)
     """Rounds of review feedback it was sent back with (`orchestrator revise`)."""
     feedback: str = field(default="", metadata=PLAIN)
@@ -238,9 +239,12 @@ def _cut(text: str, width: int) -> str:
 
 def fresh_attempt(job: Job) -> dict[str, Any]:
     """The fields of a job moved back to the queue for a fresh attempt, planned anew on the current head (its
-    claim stays until then: it keeps the job's place, see `rounds.keeps_place`)."""
+    claim stays until then: it keeps the job's place, see `rounds.keeps_place`). What the attempt touched joins
+    `grown`: a new plan replaces the claim, and a job that conflicted on a file it touched and its new plan did not
+    name would otherwise be admitted beside the next job that writes there, and conflict again."""
     return {
         "attempts": job.attempts + 1,
+        "grown": job.grown | job.actual,
         "base": None,
         "result": None,
         "actual": frozenset(),
