@@ -15,6 +15,7 @@ Sync pygit2 code: the daemon calls it with `asyncio.to_thread`.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,15 +37,32 @@ def _stat(root: Path, path: str) -> tuple[int, int, int, int]:
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
 
 
+READS = 12
+"""Times `snapshot` reads the checkout before it gives up: a file rewritten while git hashes it (another job's
+landing updating the checkout, a person's editor saving) fails that read, and the next one sees it whole."""
+
+
 def snapshot(repo_path: Path) -> CheckoutState:
+    """The checkout's head and what differs from it. A read that meets a file changing under it is taken again
+    (`READS` times, pausing a little longer each time): another job's landing updates this checkout while a job
+    starts or ends, and a file it rewrites mid-read ("error reading file for hashing": shorter than its stat
+    said) failed the job whose snapshot it was."""
+    for n in range(READS - 1):
+        try:
+            return _read(repo_path)
+        except (pygit2.GitError, OSError):
+            time.sleep(0.02 * (n + 1))
+    return _read(repo_path)
+
+
+def _read(repo_path: Path) -> CheckoutState:
     repo = pygit2.Repository(str(repo_path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
     if repo.is_bare or repo.workdir is None:
         return CheckoutState(None)
     head = None if repo.head_is_unborn else str(repo.head.target)
     root = Path(repo.workdir)
     status = repo.status(untracked_files="all", ignored=True)
-    dirty = {p: (int(flags), *_stat(root, p)) for p, flags in status.items()}
-    return CheckoutState(head, dirty)
+    return CheckoutState(head, {p: (int(flags), *_stat(root, p)) for p, flags in status.items()})
 
 
 MOVES_LOOKED_AT = 1000
