@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -58,7 +59,32 @@ def need(name: str) -> str:
         pytest.skip(f"{name} is not installed: {INSTALL[name]}")
     if (problem := out_of_sight(path)) is not None:
         pytest.skip(f"{problem}; ORCHESTRATOR_TEST_TOOLS outside /tmp and `bash .ci/run` install it where jobs see it")
+    if name in MCP and (problem := mcp_out_of_sight()) is not None:
+        pytest.skip(problem)
     return path
+
+
+MCP = frozenset({"claude", "codex"})
+"""The CLIs the daemon tells of a job's MCP server: a job of theirs does not start where it cannot start that server."""
+
+
+@cache
+def mcp_out_of_sight() -> str | None:
+    """Why a job cannot start the MCP server here: the tests' interpreter or orchestrator package under a dir a job's
+    sandbox shows empty (a checkout and venv made under /tmp), where the daemon refuses such a job (None: it can)."""
+    import orchestrator
+
+    box = sandbox.detect("auto")
+    if not box.active:
+        return None
+    for what, path in (("interpreter", sys.executable), ("orchestrator package", Path(orchestrator.__file__).parent)):
+        if (where := visible.hidden_in(path, box)) is not None:
+            return (
+                f"the tests' {what} {path} is under {where}, empty inside a job's sandbox: a job cannot start the "
+                f"MCP server there (`orchestrator doctor` says so); run these tests from a checkout and venv outside "
+                f"{where}"
+            )
+    return None
 
 
 @cache

@@ -11,12 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from orchestrator.lab.doubles.anthropic import Reply, error_reply, text_message, tool_use_message
 from orchestrator.lab.doubles.openai import chat_message
@@ -24,7 +21,6 @@ from orchestrator.lab.doubles.openai import error_reply as openai_error
 from orchestrator.lab.doubles.responses import error_reply as responses_error
 from orchestrator.lab.doubles.responses import exec_command, output_message
 from orchestrator.lab.doubles.script import Conversations, Turn, text_of
-from orchestrator.proc import sandbox, visible
 from tests import clis
 from tests.conftest import git
 from tests.doubles import anthropic_double, openai_double, responses_double
@@ -437,7 +433,6 @@ def test_claude_code_asks_its_mcp_server_which_paths_are_held_and_claims_before_
     are held (the other running job's, by id), is refused a held path and granted a free one, which joins its claim
     before it writes it; both jobs land."""
     clis.need("claude")
-    _need_mcp_in_sight()
     repo = make_repo()
     conv = Conversations(
         {
@@ -481,19 +476,6 @@ def test_claude_code_asks_its_mcp_server_which_paths_are_held_and_claims_before_
 
 
 HELD_TOOL, CLAIM_TOOL = "mcp__orchestrator__held_paths", "mcp__orchestrator__claim_paths"
-
-
-def _need_mcp_in_sight() -> None:
-    """Skip, saying why, where a job cannot start the MCP server: the tests' interpreter or orchestrator package
-    under /tmp (a checkout and venv made there), which a job's sandbox shows empty (the daemon refuses such a job)."""
-    import orchestrator
-
-    box = sandbox.detect("bwrap")
-    for what, path in (("interpreter", sys.executable), ("orchestrator package", Path(orchestrator.__file__).parent)):
-        if (where := visible.hidden_in(path, box)) is not None:
-            pytest.skip(f"the tests' {what} {path} is under {where}, empty inside a job's sandbox: a job cannot start "
-                        "the MCP server there (`orchestrator doctor` says so); run these tests from a checkout and "
-                        f"venv outside {where}")  # fmt: skip
 
 
 def _tool_result(body: dict[str, Any]) -> str:
