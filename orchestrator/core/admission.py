@@ -4,7 +4,8 @@
 failing one, in this order, gives the reason and the outcome:
 
  1. DependencyFailed (fail)  a job it runs after ended without landing
- 2. Dependency               a job it runs after has not landed yet, or one it lands after has not ended
+ 2. Dependency               a job it runs after has not landed yet, or one it lands after has not ended, or
+                             an earlier job is making what its text names and its base lacks (`core.chains`)
  2b. Paused                  its repo, or the whole daemon, is paused (`orchestrator pause`)
  2c. RateLimited             its runner's model API is rate-limited (a job of that runner met the limit)
  2d. NoSpace                 the disk that holds the workspaces is under `jobs.min_free_bytes`
@@ -53,7 +54,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from orchestrator.core import claims
+from orchestrator.core import chains, claims
 from orchestrator.core.admission_index import (
     BLOCKING_LIMIT,
     Active,
@@ -237,6 +238,8 @@ def _dependencies(ask: _Ask, c: _Checks) -> None:
             f"{_they(behind)} ended"
         )
         c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(behind)} to land", behind)
+    elif (link := chains.of(snap).get(ask.job.id)) is not None:
+        c.fail(Reason.DEPENDENCY, link.message(), f"starts once {_jobs(link.needs)} ended", link.needs)
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 

@@ -1,0 +1,36 @@
+"""What a job's text names that its base does not have (`core.chains.coined`), read off the base's tree index.
+
+A term is new to the base when few of its files use it (`TreeIndex.df`) and no file or folder is named by it. Run
+in a thread: the first look at a repository builds its index (the local planner's, shared and kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+from orchestrator import logging as olog
+from orchestrator.core import chains
+from orchestrator.core.job import Job
+from orchestrator.plan import index
+from orchestrator.plan.base import Plan
+
+
+def coined(repo: str, base: str, text: str) -> frozenset[str]:
+    """The terms of `text` new to `repo` at `base`."""
+    tree = index.for_repo(Path(repo))
+    with tree.lock:
+        tree.move(base)
+        return chains.coined(
+            text, lambda t: tree.df.get(t, 0) + len(tree.by_stem.get(t, ())) + tree.dir_files.get(t, 0)
+        )
+
+
+async def plan_with(job: Job, base: str, plan: Plan) -> Plan:
+    """`plan` with what the job's text names that its base does not have (`Claim.coined`): an earlier job making one
+    of those goes first (`core.chains`). Unknown (the index cannot be read) is nothing named: claims decide alone."""
+    with olog.best_effort("find what the job's text names that its base lacks", job_id=job.id, repo=job.repo):
+        new = await asyncio.to_thread(coined, job.repo, base, job.text)
+        return dataclasses.replace(plan, claim=dataclasses.replace(plan.claim, coined=new))
+    return plan

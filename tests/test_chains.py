@@ -1,0 +1,89 @@
+"""Jobs made on top of one another (`core.chains`): a job whose text names what its base lacks and an earlier job is
+making waits for that job, and says so; unrelated jobs do not wait."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from orchestrator.core import chains
+from orchestrator.core.admission import decide, decide_all
+from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Snapshot
+
+POLICY = Policy(max_concurrent=8, per_repo=8)
+
+
+def job(id: int, *paths: str, coined: tuple[str, ...] = (), actual: tuple[str, ...] = (), branch: str = "main"):
+    claim = Claim(frozenset(paths), 0.9, ClaimSource.MODEL, coined=frozenset(coined))
+    return JobView(id, "r", branch, claim, frozenset(actual))
+
+
+def test_words_split_code_and_leave_common_words_out():
+    """A text's terms: words lower-cased, the parts of snake_case, CamelCase, hyphenated and path names; the words
+    every change's text uses are no terms."""
+    assert chains.words("http2: add the InvalidH2CPreface error") >= {
+        "http2",
+        "invalidh2cpreface",
+        "invalid",
+        "preface",
+    }
+    assert "add" not in chains.words("add the parser") and "the" not in chains.words("add the parser")
+    assert chains.words("prior-knowledge h2c") == {"prior-knowledge", "prior", "knowledge", "h2c"}
+    assert chains.path_words(["tests/_plugins/_coverage/piptools_coverage.py"]) >= {"plugins", "piptools_coverage"}
+
+
+def test_what_a_text_names_is_its_subject_and_the_code_of_its_body():
+    """Of a body only what is written as code names things (prose shares rare words by chance); links, addresses and
+    trailers name nothing."""
+    text = (
+        "h2c: flow control\n\nThe window stays open while `send_data` waits, see gunicorn/http2/negotiation.py and\n"
+        "https://example.org/rfc9113.\n\nSigned-off-by: Ann <ann@example.org>\n"
+    )
+    named = chains.words(chains.naming(text))
+    assert {"h2c", "flow", "control", "send_data", "negotiation"} <= named
+    assert not named & {"window", "stays", "rfc9113", "ann", "signed"}
+
+
+def test_coined_terms_are_those_the_base_uses_rarely():
+    """A term at most `RARE` files of the base use is new to it; one many use is not."""
+    used = {"h2c": 1, "worker": 40}.get
+    assert chains.coined("h2c on the gevent worker", lambda t: used(t, 0)) == {"h2c", "gevent"}
+    assert chains.coined("h2c on the gevent worker", lambda t: used(t, 0) or 9) == {"h2c"}
+
+
+def test_a_job_needs_the_earlier_jobs_making_what_it_names():
+    """A later job naming a new term waits for the earlier unfinished jobs whose text or paths make it, in queue
+    order only, on its own branch; a job naming nothing new needs nothing."""
+    first = job(1, "src/a.py", coined=("h2c",))
+    maker = job(2, "docs/x.md", actual=("src/h2c_negotiation.py",))
+    later = job(3, "src/b.py", coined=("negotiation", "h2c"))
+    other_branch = job(4, "src/c.py", coined=("h2c",), branch="dev")
+    plain = job(5, "src/d.py")
+    links = chains.links([later, plain, other_branch, maker, first])
+    assert links[3] == chains.Link((1, 2), ("h2c", "negotiation"))
+    assert 1 not in links and 2 not in links and 4 not in links and 5 not in links
+    assert links[3].message() == (
+        "needs what jobs 1, 2 are making (h2c, negotiation: its text names them, its base has no such thing yet)"
+    )
+
+
+def test_admission_holds_a_job_for_the_job_making_what_it_needs():
+    """Disjoint claims, no other reason to wait: the later job of a series waits (Dependency) for the earlier one,
+    running or waiting, and names it; an unrelated job beside them starts; once the earlier one has ended (it is no
+    longer in the snapshot) the later one starts."""
+    parser = job(1, "src/h2/parser.py", coined=("h2c",))
+    flow = job(2, "src/h2/flow.py", coined=("h2c",))
+    docs = job(3, "docs/intro.md", coined=("tutorial",))
+    d = decide(flow, Snapshot(active=(parser,), waiting=(flow, docs), policy=POLICY))
+    assert (d.outcome, d.reason, d.blocking) == (Outcome.DEFER, Reason.DEPENDENCY, (1,))
+    assert "needs what job 1 is making (h2c" in d.message and d.next == "starts once job 1 ended"
+    assert decide(docs, Snapshot(active=(parser,), waiting=(flow, docs), policy=POLICY)).admitted
+    both_waiting = {x.job_id: x for x in decide_all(Snapshot(waiting=(parser, flow, docs), policy=POLICY))}
+    assert both_waiting[1].admitted and both_waiting[3].admitted and both_waiting[2].reason is Reason.DEPENDENCY
+    assert decide(flow, Snapshot(waiting=(flow,), policy=POLICY, landed=frozenset({1}))).admitted
+
+
+def test_the_claims_json_keeps_the_coined_terms():
+    """A stored claim keeps its coined terms (a restarted daemon holds the same jobs back)."""
+    claim = Claim(frozenset({"a.py"}), 0.5, ClaimSource.MODEL, coined=frozenset({"h2c"}))
+    assert Claim.from_json(claim.to_json()) == claim
+    assert "coined" not in replace(claim, coined=frozenset()).to_json()
