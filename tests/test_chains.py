@@ -4,10 +4,15 @@ making waits for that job, and says so; unrelated jobs do not wait."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
+from orchestrator.config import PlanConfig
 from orchestrator.core import chains
 from orchestrator.core.admission import decide, decide_all
-from orchestrator.core.models import Claim, ClaimSource, JobView, Outcome, Policy, Reason, Snapshot
+from orchestrator.core.models import Claim, ClaimSource, JobState, JobView, Outcome, Policy, Reason, Snapshot
+from tests.conftest import git, write
+from tests.plane import plane
+from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
 
 POLICY = Policy(max_concurrent=8, per_repo=8)
 
@@ -87,3 +92,54 @@ def test_the_claims_json_keeps_the_coined_terms():
     claim = Claim(frozenset({"a.py"}), 0.5, ClaimSource.MODEL, coined=frozenset({"h2c"}))
     assert Claim.from_json(claim.to_json()) == claim
     assert "coined" not in replace(claim, coined=frozenset()).to_json()
+
+
+CART = "Cart.total ignores a coupon_code\n\nThe total comes out without the coupon."
+SHIPPING = "shipping_cost is negative with a coupon_code\n\nThe cost should never be below zero."
+
+
+async def test_the_job_made_on_the_one_before_waits_for_it_in_the_plane(shop: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Two replayed jobs whose claims are disjoint and risk within plan.risk: the second edits the module the first
+    creates (coupons.py, which its base has not got) and its text names what the first's does (coupon_code). It waits
+    for the first, saying so in its decision, starts once that one landed and lands in one attempt (side by side, it
+    conflicted and ran again)."""
+    repo = tmp_path / "shop"
+    git(tmp_path, "clone", "-q", str(shop), str(repo))
+    git(repo, "config", "user.name", "Repo User")
+    git(repo, "config", "user.email", "user@example.com")
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "--detach", base)
+    write(repo, {"src/shop/coupons.py": "def coupon_code(cart):\n    return None\n"})
+    write(repo, {"src/shop/cart.py": "from shop.coupons import coupon_code\n"})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "coupons")
+    first = git(repo, "rev-parse", "HEAD")
+    write(repo, {"src/shop/coupons.py": "def coupon_code(cart):\n    return cart.code\n"})
+    write(repo, {"src/shop/shipping.py": "from shop.coupons import coupon_code\n"})
+    git(repo, "commit", "-qam", "shipping with coupons")
+    second = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    async with plane(tmp_path, plan=PlanConfig(planner="local", risk=0.5), max_concurrent=4) as p:
+        await p.jobs.control(str(repo), paused=True)
+        a = await p.enqueue(repo, f"{CART}\ncommit: {first}\nafter: 1", runner="replay")
+        b = await p.enqueue(repo, f"{SHIPPING}\ncommit: {second}", runner="replay")
+        for job_id in (a, b):
+            await p.reach(job_id, JobState.PLANNED, timeout=60)
+        planned = await p.store.jobs.get(b)
+        assert planned is not None and "coupon_code" in planned.claim.coined
+        assert "src/shop/shipping.py" in planned.claim.paths and "src/shop/coupons.py" not in planned.claim.paths
+        await p.jobs.control(str(repo), paused=False)
+
+        async def waiting() -> str:
+            job = await p.store.jobs.get(b)
+            return job.reason if job is not None and job.code == "Dependency" else ""
+
+        reason = await p.until(f"job {b} to wait for job {a}", waiting)
+        assert reason.startswith(f"needs what job {a} is making (") and "coupon_code" in reason
+        for job_id in (a, b):
+            await p.reach(job_id, JobState.LANDED, timeout=60)
+        events = await p.store.events.of_job(b)
+        assert [e for e in events if e["kind"] == "deferred" and e.get("code") == "Dependency"], events
+        done = await p.store.jobs.get(b)
+        assert done is not None and done.attempts == 0
+    assert git(repo, "show", "main:src/shop/coupons.py").endswith("return cart.code")
