@@ -9,7 +9,10 @@ from pathlib import Path
 from orchestrator.config import PlanConfig
 from orchestrator.core import chains
 from orchestrator.core.admission import decide, decide_all
+from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, ClaimSource, JobState, JobView, Outcome, Policy, Reason, Snapshot
+from orchestrator.plan import coined
+from orchestrator.plan.base import Plan
 from tests.conftest import git, write
 from tests.plane import plane
 from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
@@ -143,3 +146,19 @@ async def test_the_job_made_on_the_one_before_waits_for_it_in_the_plane(shop: Pa
         done = await p.store.jobs.get(b)
         assert done is not None and done.attempts == 0
     assert git(repo, "show", "main:src/shop/coupons.py").endswith("return cart.code")
+
+
+async def test_a_job_planned_again_keeps_what_was_new_to_the_base_it_was_queued_on(make_repo) -> None:
+    """The first jobs of a series land and make its word known (five files use h2c now): planned again on that head, a
+    later job still names it as new, so it keeps waiting for the job of the series still to come."""
+    repo = make_repo(files={"src/app.py": "def main():\n    pass\n"})
+    job = Job(7, str(repo), "main", "h2c: flow control", "replay", JobState.PLANNING)
+    first = await coined.plan_with(job, git(repo, "rev-parse", "HEAD"), Plan())
+    assert {"h2c", "flow", "control"} <= first.claim.coined
+    write(repo, {f"src/h2c_{n}.py": "H2C = 'h2c'\n" for n in range(6)})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "h2c everywhere")
+    head = git(repo, "rev-parse", "HEAD")
+    assert "h2c" not in (await coined.plan_with(job, head, Plan())).claim.coined, "new to this base it is not"
+    again = await coined.plan_with(replace(job, claim=first.claim), head, Plan())
+    assert "h2c" in again.claim.coined

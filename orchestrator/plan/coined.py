@@ -29,8 +29,11 @@ def coined(repo: str, base: str, text: str) -> frozenset[str]:
 
 async def plan_with(job: Job, base: str, plan: Plan) -> Plan:
     """`plan` with what the job's text names that its base does not have (`Claim.coined`): an earlier job making one
-    of those goes first (`core.chains`). Unknown (the index cannot be read) is nothing named: claims decide alone."""
+    of those goes first (`core.chains`). Planned again (its branch moved), it keeps what was new to the base it was
+    queued on: the first jobs of a series landing make its words known to the new base, while a later one it was
+    made on (a move of what the first ones made) is still to come. Unknown (the index cannot be read) is nothing
+    new: claims decide alone."""
     with olog.best_effort("find what the job's text names that its base lacks", job_id=job.id, repo=job.repo):
         new = await asyncio.to_thread(coined, job.repo, base, job.text)
-        return dataclasses.replace(plan, claim=dataclasses.replace(plan.claim, coined=new))
+        return dataclasses.replace(plan, claim=dataclasses.replace(plan.claim, coined=job.claim.coined | new))
     return plan
