@@ -162,3 +162,15 @@ async def test_a_job_planned_again_keeps_what_was_new_to_the_base_it_was_queued_
     assert "h2c" not in (await coined.plan_with(job, head, Plan())).claim.coined, "new to this base it is not"
     again = await coined.plan_with(replace(job, claim=first.claim), head, Plan())
     assert "h2c" in again.claim.coined
+
+
+def test_a_job_is_planned_again_once_what_it_named_as_new_has_landed():
+    """Its branch moved in a path whose name says a word its text named as new (the job it waited for landed it): it
+    plans again on the new head, so that its claim can name that file; a move elsewhere leaves its plan standing."""
+    flow = job(2, "src/h2/flow.py", coined=("h2c",))
+    landed = Snapshot(waiting=(flow,), policy=POLICY, moved={2: frozenset({"tests/test_http2_h2c.py", "README.md"})})
+    d = decide(flow, landed)
+    assert (d.outcome, d.reason, d.paths) == (Outcome.REPLAN, Reason.BASE_MOVED, ("tests/test_http2_h2c.py",))
+    assert "1 path its text names as new" in d.message
+    elsewhere = Snapshot(waiting=(flow,), policy=POLICY, moved={2: frozenset({"docs/other.md"})})
+    assert decide(flow, elsewhere).admitted

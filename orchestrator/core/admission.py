@@ -17,7 +17,8 @@ failing one, in this order, gives the reason and the outcome:
                              (`core.risk`)
  7. Priority                 an earlier waiting job of its repo that it conflicts with goes first (so
                              does an earlier job that keeps its place: interrupted, or planning again)
- 7b. BaseMoved (re-plan)     its branch moved in claimed paths (or unknown paths) since it was planned
+ 7b. BaseMoved (re-plan)     its branch moved in claimed paths (or unknown paths, or paths named by what its
+                             text names as new to its base, `core.chains`) since it was planned
  8. Landing                  a landing into its target branch is in flight (transient, so reported
                              only when nothing more durable holds the job back)
  9. Concurrency              the global or per-repo limit of active jobs is reached
@@ -296,9 +297,13 @@ def _base_moved(ask: _Ask, c: _Checks) -> None:
     else:
         changed, _ = claims.split_mergeable((canon(p) for p in moved), policy.mergeable, job.mergeable)
         hits = sorted(p for p in changed if f.claim_index.meets(p))
+        named = chains.named(job, changed)
         if hits:
             msg = f"{job.branch} moved in {_n(len(hits), 'claimed path')} since planning: {plist(hits)}"
             c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", paths=hits, outcome=Outcome.REPLAN)
+        elif named:
+            msg = f"{job.branch} moved in {_n(len(named), 'path')} its text names as new since planning: {plist(named)}"
+            c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", paths=named, outcome=Outcome.REPLAN)
         else:
             c.ok("BaseMoved", f"{job.branch} moved in {_n(len(moved), 'path')} since planning, none claimed")
 

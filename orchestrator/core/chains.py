@@ -11,8 +11,10 @@ created, names it too. Such a job waits for that earlier job to end (to land, or
   `path/names.py`), common English and code words left out.
 - `coined(text, used)`: the terms of a text its base does not have (`used(term)`: how many of the base's files use
   it), computed when the job is planned (`Claim.coined`).
-- `links(jobs)`: per job, the earlier unfinished jobs of its repository and branch it needs, with the words that
-  say so (`Snapshot.needs`), and `Link.message` for `why`.
+- `links(jobs)` (`of(snapshot)`): per job, the earlier unfinished jobs of its repository and branch it needs, with
+  the words that say so, and `Link.message` for `why` (admission's Dependency check).
+- `named(job, moved)`: the paths its branch moved in whose names say one of its new words: it is planned again
+  (admission's BaseMoved check), so that its claim names what it waited for.
 
 Only an earlier job (queue order) can be needed, and only while it has not ended: a job queued once the first has
 landed is planned on a base that has the word, and needs nothing.
@@ -115,6 +117,13 @@ class Link:
             f"needs what {who} making ({said}: its text names {'it' if len(self.words) == 1 else 'them'}, "
             f"its base has no such thing yet)"
         )
+
+
+def named(job: JobView, paths: Iterable[str]) -> list[str]:
+    """The paths of `paths` (its branch moved in them since it was planned) whose names say a word its text named as
+    new: the thing it needs has come (the job it waited for landed it), and a plan on the new head can claim it."""
+    want = job.claim.coined
+    return sorted(p for p in paths if want & path_words((p,))) if want else []
 
 
 def makes(job: JobView) -> frozenset[str]:
