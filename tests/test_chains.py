@@ -52,10 +52,15 @@ def test_what_a_text_names_is_its_subject_and_the_code_of_its_body():
 
 
 def test_coined_terms_are_those_the_base_uses_rarely():
-    """A term at most `RARE` files of the base use is new to it; one many use is not."""
+    """A term at most `RARE` files of the base use, and at most `SAID` subjects of its history, is new to it; one
+    many use is not."""
     used = {"h2c": 1, "worker": 40}.get
     assert chains.coined("h2c on the gevent worker", lambda t: used(t, 0)) == {"h2c", "gevent"}
     assert chains.coined("h2c on the gevent worker", lambda t: used(t, 0) or 9) == {"h2c"}
+    said = {"gevent": 3}.get
+    assert chains.coined("h2c on the gevent worker", lambda t: used(t, 0), lambda t: said(t, 0)) == {"h2c"}, (
+        "a word three past subjects named is a topic of the repository, though its files seldom spell it"
+    )
 
 
 def test_a_job_needs_the_earlier_jobs_making_what_it_names():

@@ -4,7 +4,8 @@ A user queues a series ("add the h2 parser", then "h2: flow control", then "h2: 
 be planned against files that do not exist yet: their plans name nothing of what the first one creates, so claims
 alone run them side by side and each later one conflicts with (or, replayed, breaks) the first. What the product
 can know is the words: a later job's text names something its base does not have (a module, an identifier, a
-topic word no file of the base uses, or only a couple do), and an earlier job's text, or a path it claims or has
+topic word no file of the base uses, or only a few do, and hardly a change of its history named), and an earlier
+job's text, or a path it claims or has
 created, names it too. Such a job waits for that earlier job to end (to land, or to fail) before it starts.
 
 - `words(text)`: the terms of a text (words lower-cased, and the parts of `snake_case`, `CamelCase`, `a-b` and
@@ -33,6 +34,8 @@ from orchestrator.core.models import JobView, Snapshot
 RARE = 4
 """A term used by at most this many files of the base is new to it (a word a few docs name in passing, as
 gunicorn's settings page named h2c before its support came, says little about where the code is)."""
+SAID = 2
+"""A term at most this many subjects of the base's history name is new to it (a word or two from a distant past)."""
 SHOWN = 3
 """Words shown in a message."""
 
@@ -94,9 +97,13 @@ _LINKS = re.compile(r"\S+://\S+|\S+@\S+")
 """Addresses and links (a bot's body lists a dozen): they name other sites, not what the change makes."""
 
 
-def coined(text: str, used: Callable[[str], int], rare: int = RARE) -> frozenset[str]:
-    """The terms `text` names (`naming`) its base does not have: used by at most `rare` of its files (`used`)."""
-    return frozenset(t for t in words(naming(text)) if used(t) <= rare)
+def coined(
+    text: str, used: Callable[[str], int], said: Callable[[str], int] = lambda t: 0, rare: int = RARE
+) -> frozenset[str]:
+    """The terms `text` names (`naming`) its base does not have: used by at most `rare` of its files (`used`), and
+    by at most `SAID` of its history's subjects (`said`: a word its changes keep naming is a topic of the repository,
+    though its code may seldom spell it: pip-tools' "coverage")."""
+    return frozenset(t for t in words(naming(text)) if used(t) <= rare and said(t) <= SAID)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,10 @@ class Composite:
         early = declared_plan(job)
         if early is not None:
             return early
-        return await coined.plan_with(job, base, await self._planned(job, base))
+        planned = await self._planned(job, base)
+        histories = getattr(self.local, "histories", None)  # the local planner's, mined already for this plan
+        history = await histories.at(job.repo, base) if isinstance(histories, Histories) else None
+        return await coined.plan_with(job, base, planned, history)
 
     async def _planned(self, job: Job, base: str) -> Plan:
         local = await self.local.plan(job, base)
