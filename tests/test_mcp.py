@@ -186,6 +186,45 @@ def test_the_server_is_wired_into_a_scratch_home_for_claude_code_and_codex(tmp_p
     assert outside.read_text() == "{}", "nothing written through the job's link"
 
 
+async def test_a_run_whose_mcp_server_cannot_be_wired_into_its_home_is_not_started(tmp_path):
+    """A run that goes on from the last one keeps the HOME that run left; a link the job planted where its CLI's
+    config goes cannot take the server: the run does not start without its claim tools (it used to, with only a
+    note in its log), it fails saying why and what to do, and nothing is written through the link."""
+    from orchestrator.config import RunnerTemplate
+    from orchestrator.core.job import Job
+    from orchestrator.core.models import Code
+    from orchestrator.proc.sandbox import Sandbox
+    from orchestrator.runners.base import RunContext
+    from orchestrator.runners.command import CommandRunner
+
+    cli = tmp_path / "bin" / "fakecli"
+    cli.parent.mkdir()
+    cli.write_text('#!/bin/sh\necho ran > "$ORCHESTRATOR_WORKTREE/from-the-cli.txt"\n')
+    cli.chmod(0o755)
+    template = RunnerTemplate(argv=(str(cli), "{prompt}"), scratch_home=True, mcp="claude-code", terminal="none")
+    runner = CommandRunner("fake", template, Sandbox())
+    job = Job(id=1, repo=str(tmp_path), branch="main", text="write it", runner="fake", state=JobState.RUNNING)
+    (tmp_path / "wt").mkdir()
+    private = tmp_path / "private"
+    home = private / "home"
+    home.mkdir(parents=True)
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (home / ".claude.json").symlink_to(outside)  # what the job's last run left in its HOME
+    ctx = RunContext(
+        job=job, worktree=tmp_path / "wt", log_path=tmp_path / "1.log", timeout=60, private_dir=private,
+        door=mcp.Door(private / "door.sock", "t0k"), resume="the review asks for more",
+    )  # fmt: skip
+    result = await runner.run(ctx)
+    assert not result.ok and result.code == Code.RUNNER_ERROR, result
+    assert "MCP server" in result.summary and str(home) in result.summary, result.summary
+    assert "cancel the job and queue its text again" in result.summary, result.summary
+    assert 'mcp = "" in [runners.fake]' in result.summary, result.summary
+    assert not (ctx.worktree / "from-the-cli.txt").exists(), "its CLI never started"
+    assert outside.read_text() == "{}", "nothing written through the job's link"
+    assert "[fake was not started: its MCP server" in ctx.log_path.read_text()
+
+
 async def test_a_new_file_claimed_in_a_directory_reads_as_what_it_is(make_repo, tmp_path):
     """A job claiming a new file in changelog.d/ (`changelog.d/+`): its command's ORCHESTRATOR_CLAIM, `show` and
     `status` and the MCP server's held_paths say "a new file in changelog.d/", never `changelog.d/+`; another agent

@@ -523,8 +523,12 @@ def test_a_busy_file_only_spill_points_at_stays_in_the_risk_not_the_claim() -> N
     ticket = focus(Spread(logits, reasons, {}, True, 1.0, {"pkg": (20, [("pkg/hub.py", 4, 0)])}), Calibration())
     near = dict(ticket.risk.near)
     assert near["pkg/hub.py"] >= NEAR_CLAIM, "the case: the hub is likelier than an alternative the ticket claims"
-    spill = [(Kind.COCHANGE, "changes often where the job likely works")]
+    spill = [(Kind.SPILL, "changes often where the job likely works")]
     assert next(r for r in ticket.ranked if r.path == "pkg/hub.py").reasons == spill, "spill alone points at it"
+    assert ticket.claim == {"pkg/fix.py", "pkg/other.py"}
+    # What a reason is of is its kind, not its words: a co-change that reads like spill is still evidence.
+    reasons["pkg/other.py"] = [(Kind.COCHANGE, "changes often where the job likely works")]
+    ticket = focus(Spread(logits, reasons, {}, True, 1.0, {"pkg": (20, [("pkg/hub.py", 4, 0)])}), Calibration())
     assert ticket.claim == {"pkg/fix.py", "pkg/other.py"}
 
 

@@ -33,6 +33,9 @@ class Kind(StrEnum):
     """The test file that goes with a claimed source file (naming convention or import)."""
     COCHANGE = "cochange"
     """It changed together with a claimed file in most of the repo's past commits that touched that file."""
+    SPILL = "spill"
+    """One of the busiest files of a directory the job likely works in: a chance of being touched there, not a
+    pointer to where the work is (no ticket claims a file for it alone)."""
     HISTORY = "history"
     """Past changes described in the same words touched it."""
     CONTENT = "content"

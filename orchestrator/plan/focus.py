@@ -68,10 +68,11 @@ apart, 4% of them run at once and 96% of the others wait (set on those titles). 
 SPILL_FILES = 8
 """The busiest files of a directory that spill reaches."""
 SPILL_WHY = "changes often where the job likely works"
-"""Why a file spill reaches is listed. A file nothing else points at (no name, definition, past change in similar
-words, co-change with a likely file) is no alternative for where a ticket's fix is: it stays in the claim's risk, not
-in the claim (`NEAR_CLAIM`). Claimed, such files held apart 2.8 points more of the seen tickets' pairs that did not
-meet (SWE-bench Lite and Verified, 19,965 pairs: 40.3% against 37.5%) for one of their 393 meeting pairs."""
+"""Why a file spill reaches is listed (a reason of kind `Kind.SPILL`). A file nothing else points at (no name,
+definition, past change in similar words, co-change with a likely file) is no alternative for where a ticket's fix is:
+it stays in the claim's risk, not in the claim (`NEAR_CLAIM`). Claimed, such files held apart 2.8 points more of the
+seen tickets' pairs that did not meet (SWE-bench Lite and Verified, 19,965 pairs: 40.3% against 37.5%) for one of their
+393 meeting pairs."""
 NEAR_MIN = 0.002
 """Files less likely than this are left to the area's rate."""
 NEAR_MAX = 100
@@ -316,7 +317,7 @@ def focus(s: Spread, calibration: Calibration, ignore: Sequence[str] = ()) -> Fo
         if r.path not in mine:
             if r.path in spilled:
                 r.p = 1.0 - (1.0 - r.p) * (1.0 - spilled[r.path])
-                _why(reasons, r.path, Kind.COCHANGE, SPILL_WHY)
+                _why(reasons, r.path, Kind.SPILL, SPILL_WHY)
             r.p = calibration.escaping(kind, r.path, r.p)
     ranked.sort(key=lambda r: (r.path not in mine, -r.p, r.path))
     near = [(r.path, r.p) for r in ranked if r.path not in mine and r.p >= NEAR_MIN and (long or r.kinds & LISTED)][
@@ -368,8 +369,8 @@ def _passed_on(s: Spread, direct: dict[str, float], reasons: dict[str, list[tupl
 
 
 def _spill_only(reasons: Iterable[tuple[Kind, str]]) -> bool:
-    """Nothing but spill points at the file (`SPILL_WHY`)."""
-    return all(why == SPILL_WHY for _, why in reasons)
+    """Nothing but spill points at the file (its reasons are all of kind `Kind.SPILL`)."""
+    return all(kind is Kind.SPILL for kind, _ in reasons)
 
 
 def _coverage(near: Sequence[tuple[str, float]]) -> float:

@@ -252,7 +252,10 @@ class CommandRunner:
         if ctx.resume and not session:
             values["prompt"] = resumed_prompt(ctx.job.text, ctx.resume)
         argv = expand(t.resume_argv if session else t.argv, values, files)
-        env, home = await self._environment(ctx, values)
+        env, home, unwired = await self._environment(ctx, values)
+        if unwired is not None:  # told of claim tools it would not have: not started (its log says why)
+            await asyncio.to_thread(note, ctx.log_path, f"[{self.name} was not started: {unwired}]")
+            return RunResult(False, None, unwired, code=Code.RUNNER_ERROR)
         # A CLI a job cannot see would fail with only bwrap's `execvp NAME: No such file`: say where it is instead.
         sight = await asyncio.to_thread(visible.look, self.sandbox, argv[0], env.get("PATH", ""))
         if sight.problem is not None:
@@ -299,9 +302,11 @@ class CommandRunner:
             return RunResult(True, 0, f"{self.name} exited 0", usage=usage)
         return RunResult(False, result.returncode, f"{self.name} {result.status}", usage=usage)
 
-    async def _environment(self, ctx: RunContext, values: dict[str, str]) -> tuple[dict[str, str], Path | None]:
-        """The command's environment, and its scratch HOME when its template asks for one (its MCP server wired
-        there when the job has a door)."""
+    async def _environment(
+        self, ctx: RunContext, values: dict[str, str]
+    ) -> tuple[dict[str, str], Path | None, str | None]:
+        """The command's environment, its scratch HOME when its template asks for one (its MCP server wired there
+        when the job has a door), and why that server could not be wired (None: it was, or none is asked for)."""
         t = self.template
         extra = {
             **ctx.env,
@@ -309,7 +314,7 @@ class CommandRunner:
             "ORCHESTRATOR_WORKTREE": str(ctx.worktree),
             "ORCHESTRATOR_CLAIM": ctx.claim_lines,
         }
-        home = None
+        home, unwired = None, None
         if t.scratch_home:
             home = await asyncio.to_thread(confined.private_home, ctx, t.home_files)
             extra.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
@@ -317,9 +322,13 @@ class CommandRunner:
                 try:
                     await asyncio.to_thread(mcp.wire, t.mcp, home, ctx.door.path, ctx.door.token)
                 except (beneath.Escape, OSError) as e:  # the home a run of the job left is the job's own
-                    await asyncio.to_thread(note, ctx.log_path, f"[{self.name} runs without its MCP server: {e}]")
+                    unwired = (
+                        f"its MCP server (the claims of the jobs beside it) could not be written into its HOME "
+                        f"{home}: {e}; an earlier run of this job left that file so: cancel the job and queue its "
+                        f'text again (a new job gets a new HOME), or set mcp = "" in [runners.{self.name}]'
+                    )
         extra.update({k: expand((v,), values)[0] for k, v in t.env.items()})
-        return confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra)), home
+        return confined.env(self.sandbox, ctx, process.environment(t.pass_env, extra)), home, unwired
 
     async def _in_terminal(
         self, ctx: RunContext, argv: list[str], prefix: list[str]
