@@ -14,7 +14,9 @@ from orchestrator.core.models import Claim, ClaimSource, JobState, JobView, Outc
 from orchestrator.plan import coined
 from orchestrator.plan.base import Plan
 from tests.conftest import git, write
+from tests.harness import until
 from tests.plane import plane
+from tests.test_e2e_jobs import wait_for_file
 from tests.test_plan_focus import shop  # noqa: F401  (the crafted repository with its 40 past changes)
 
 POLICY = Policy(max_concurrent=8, per_repo=8)
@@ -179,3 +181,20 @@ def test_a_job_is_planned_again_once_what_it_named_as_new_has_landed():
     assert "1 path its text names as new" in d.message
     elsewhere = Snapshot(waiting=(flow,), policy=POLICY, moved={2: frozenset({"docs/other.md"})})
     assert decide(flow, elsewhere).admitted
+
+
+def test_why_and_show_say_what_the_job_needs_through_the_real_daemon(started, tmp_path: Path) -> None:
+    """Real daemon, real CLI: the second job of a series waits for the first, `why` saying which job it needs and the
+    word that says so, `show` listing the words new to its base; once the first landed, the second lands on it."""
+    repo, d = started
+    gate = tmp_path / "gate"
+    a = d.enqueue(repo, f"# h2c: add the parser\n{wait_for_file(gate)}; echo parser > src/h2c.py")
+    b = d.enqueue(repo, "# h2c: flow control\necho flow >> src/h2c.py")
+    until("b waits for a", lambda: d.cli_json("show", str(b)).get("code") == "Dependency")
+    said = d.cli("why", str(b)).stdout
+    assert f"needs what job {a} is making (" in said and "h2c" in said, said
+    shown = d.cli("show", str(b)).stdout
+    assert "h2c" in next(line for line in shown.splitlines() if line.startswith("new ")), shown
+    gate.touch()
+    assert d.cli("wait", str(a), str(b), "--timeout", "60").returncode == 0
+    assert git(repo, "show", "main:src/h2c.py") == "parser\nflow"
