@@ -48,7 +48,18 @@ def test_meetings_of_disjoint_claims_rescale_the_share_that_would_not_merge() ->
     assert Calibration(merges=table, disjoint=(400, 80)).nonmerge("src") < edge.nonmerge("src")
     assert plain.edge_share == 1.0
     got = record.refit(edge, [Settled(-3.0, True, True)] * 10 + [Settled(-3.0, False, True)] * 5)
-    assert got.disjoint == (40 + 3 * 10, 8) and got.nonmerge("src") < edge.nonmerge("src")  # each counts 3 (RECENT)
+    assert got.disjoint == (40 + 10, 8) and got.nonmerge("src") < edge.nonmerge("src")  # each counts once (RECENT)
+
+
+def test_the_daemons_settled_pairs_count_as_one_record_pair_each() -> None:
+    """A pair the daemon ran side by side weighs as much as one of the record's: weighed three times, the risk
+    followed each busy or quiet period a period late on small repositories, where one is as often followed by the
+    other, and ranked pairs the wrong way round."""
+    table = (("", 100, 60),)
+    c = Calibration(merges=table, disjoint=(40, 8), points=((-3.0, False),) * 60)
+    got = record.refit(c, [Settled(-3.0, True, False, 0.05, 0.05)] * 10)
+    assert got.disjoint == (50, 18) and dict((a, (n, k)) for a, n, k in got.merges)[""] == (110, 70)
+    assert len(got.points) == 70 and len(got.checked) == 10
 
 
 def test_the_record_maps_the_risk_it_estimates_to_what_its_own_pairs_did(shop: Path) -> None:  # noqa: F811
@@ -61,21 +72,22 @@ def test_the_record_maps_the_risk_it_estimates_to_what_its_own_pairs_did(shop: P
     assert Calibration.load(full.dump()) == full
     quiet = record.checking(Calibration(), [(0.02, False)] * 300)
     assert mapped(quiet.scale, 0.02) < 0.02
-    got = record.refit(quiet, [Settled(-3.0, True, False, 0.01, 0.02)] * 20 + [Settled(-3.0, False, True, 0.01, 0.02)])
-    assert len(got.checked) == 300 + record.RECENT * 21 and mapped(got.scale, 0.02) > 0.1
+    got = record.refit(quiet, [Settled(-3.0, True, False, 0.01, 0.02)] * 60 + [Settled(-3.0, False, True, 0.01, 0.02)])
+    assert len(got.checked) == 300 + record.RECENT * 61 and mapped(got.scale, 0.02) > 0.1
     old = record.refit(quiet, [Settled(-3.0, True, False, 0.01)] * 20)  # an event without the estimate before the map
     assert got.checked[300:303] == ((0.02, True),) * 3 and old.checked[300] == (0.01, True)
 
 
 def test_the_map_is_monotone_pooled_where_the_estimate_does_not_rank_and_a_little_high() -> None:
-    """An estimate that ranks pairs: the map follows it, each bin a little above what happened (an upper bound);
-    one that ranks them the wrong way round: its bins pool, near the base rate for every pair (pulled a little
-    towards the estimate); a thin bin is pulled towards the estimate; no points, no map (the estimate itself)."""
-    ranks = [(0.02, i < 3) for i in range(300)] + [(0.2, i < 60) for i in range(300)]
+    """An estimate that ranks pairs: the map follows it above the record's base rate, each bin a little above what
+    happened (an upper bound); one that ranks them the wrong way round: its bins pool, near the base rate for every
+    pair (pulled a little towards the estimate); a thin bin is pulled towards the estimate; no points, no map (the
+    estimate itself)."""
+    ranks = [(0.05, i < 15) for i in range(300)] + [(0.3, i < 90) for i in range(300)]
     knots = riskmap.fit(ranks)
     assert [x for x, _ in knots] == sorted(x for x, _ in knots) and [y for _, y in knots] == sorted(y for _, y in knots)
-    assert 0.01 < mapped(knots, 0.02) < 0.02 and 0.2 < mapped(knots, 0.2) < 0.22
-    assert mapped(knots, 0.001) == mapped(knots, 0.02) and abs(mapped(knots, 0.3) - mapped(knots, 0.2) - 0.1) < 1e-9
+    assert mapped(knots, 0.3) > 0.3 and abs(mapped(knots, 0.001) - 0.175) < 1e-9  # the base rate, 105 of 600
+    assert abs(mapped(knots, 0.4) - mapped(knots, 0.3) - 0.1) < 1e-9
     rates = ((0.03, 0.17), (0.08, 0.11), (0.15, 0.08), (0.3, 0.05))
     inverted = [(x, i < round(200 * rate)) for x, rate in rates for i in range(200)]
     knots = riskmap.fit(inverted)
@@ -83,6 +95,17 @@ def test_the_map_is_monotone_pooled_where_the_estimate_does_not_rank_and_a_littl
     thin = [(0.02, i < 10) for i in range(500)] + [(0.5, True)] * 5  # five pairs at 50%, all bad: not 100%
     assert mapped(riskmap.fit(thin), 0.5) < 0.6
     assert riskmap.fit([]) == () and mapped((), 0.07) == 0.07
+
+
+def test_no_bin_of_the_map_is_below_the_records_base_rate() -> None:
+    """Pairs the record ranks below its base rate are mapped to the base rate (the share of all its checked pairs
+    that would not merge), not to their own bin's: on a small repository the next period's quietest-looking pairs
+    did not merge as often as its others."""
+    ranks = [(0.02, i < 3) for i in range(300)] + [(0.2, i < 60) for i in range(300)]
+    knots = riskmap.fit(ranks)
+    base = 63 / 600
+    assert abs(mapped(knots, 0.02) - base) < 1e-12 and mapped(knots, 0.001) == mapped(knots, 0.02)
+    assert 0.2 < mapped(knots, 0.2) < 0.22
 
 
 def test_a_pair_is_weighed_by_its_repositorys_map_and_never_below_the_shipped_floor() -> None:

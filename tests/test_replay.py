@@ -165,22 +165,28 @@ def test_conflict_theirs_keeps_the_recorded_side(make_repo, tmp_path):
     assert (ws / "a.txt").read_text() == "theirs\n" and (ws / "b.txt").read_text() == "b moved\n"
 
 
-def test_conflict_theirs_also_settles_a_file_the_base_lacks(make_repo, tmp_path):
-    """A recorded change to a file its replay base does not have yet (it came with a change that has not
-    landed) still applies with `conflict: theirs`: the file as the change left it."""
+def test_a_change_editing_a_file_the_base_lacks_does_not_apply(make_repo, tmp_path):
+    """A recorded edit of a file its replay base does not have yet (it came with a change that has not landed: a
+    move, or the file's first version) does not apply, with `conflict: theirs` too: settling the modify/delete
+    conflict with the recorded side would write the whole file ahead of the change that makes it, whose landing
+    then writes beside or over it (a broken landing). Its job runs again behind that change instead."""
     repo = make_repo(files={"a.txt": "a\n"})
     git(repo, "checkout", "-qb", "side")
     write(repo, {"new.txt": "one\n"})
     git(repo, "add", "new.txt")
     git(repo, "commit", "-qm", "add new")
-    write(repo, {"new.txt": "one\ntwo\n"})
+    write(repo, {"new.txt": "one\ntwo\n", "a.txt": "a\nb\n"})
     git(repo, "commit", "-qam", "extend new")
     sha = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-q", "main")
     ws = workspace(repo, tmp_path / "ws", git(repo, "rev-parse", "main"), "orchestrator/1")
-    with pytest.raises(replay.ReplayError, match=r"conflict in new\.txt"):
-        replay.apply_commit(ws, sha)
-    assert replay.apply_commit(ws, sha, theirs=True) == ["new.txt"]
+    for theirs in (False, True):
+        with pytest.raises(replay.NotApplied, match=r"edits new\.txt, which this base does not have yet"):
+            replay.apply_commit(ws, sha, theirs=theirs)
+    assert not (ws / "new.txt").exists() and git(ws, "status", "--porcelain") == ""
+    git(repo, "merge", "-q", "--ff-only", "side~1")  # the change that adds it landed
+    ws = workspace(repo, tmp_path / "ws2", git(repo, "rev-parse", "main"), "orchestrator/2")
+    assert replay.apply_commit(ws, sha, theirs=True) == ["a.txt", "new.txt"]
     assert (ws / "new.txt").read_text() == "one\ntwo\n"
 
 

@@ -248,6 +248,9 @@ def show(job_id: int, as_json: bool) -> None:
     put("claim", f"{paths} (confidence {claim['confidence']}, {claim['source']})")
     for line in risk_lines(claim.get("risk"), (job.get("decision") or {}).get("risks", ())):
         put("risk", line)
+    if claim.get("coined"):
+        said = ", ".join(claim["coined"])
+        put("new", f"{said} (named by its text, new to its base: it waits for an earlier job making one of them)")
     if job.get("grown"):
         put("grown", f"{', '.join(job['grown'])} (touched while it ran or by an earlier attempt, outside its claim)")
     put("actual", ", ".join(job["actual"]) or "-")

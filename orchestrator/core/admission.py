@@ -4,7 +4,8 @@
 failing one, in this order, gives the reason and the outcome:
 
  1. DependencyFailed (fail)  a job it runs after ended without landing
- 2. Dependency               a job it runs after has not landed yet, or one it lands after has not ended
+ 2. Dependency               a job it runs after has not landed yet, or one it lands after has not ended, or
+                             an earlier job is making what its text names and its base lacks (`core.chains`)
  2b. Paused                  its repo, or the whole daemon, is paused (`orchestrator pause`)
  2c. RateLimited             its runner's model API is rate-limited (a job of that runner met the limit)
  2d. NoSpace                 the disk that holds the workspaces is under `jobs.min_free_bytes`
@@ -16,7 +17,8 @@ failing one, in this order, gives the reason and the outcome:
                              (`core.risk`)
  7. Priority                 an earlier waiting job of its repo that it conflicts with goes first (so
                              does an earlier job that keeps its place: interrupted, or planning again)
- 7b. BaseMoved (re-plan)     its branch moved in claimed paths (or unknown paths) since it was planned
+ 7b. BaseMoved (re-plan)     its branch moved in claimed paths (or unknown paths, or paths named by what its
+                             text names as new to its base, `core.chains`) since it was planned
  8. Landing                  a landing into its target branch is in flight (transient, so reported
                              only when nothing more durable holds the job back)
  9. Concurrency              the global or per-repo limit of active jobs is reached
@@ -53,7 +55,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from orchestrator.core import claims
+from orchestrator.core import chains, claims
 from orchestrator.core.admission_index import (
     BLOCKING_LIMIT,
     Active,
@@ -237,6 +239,8 @@ def _dependencies(ask: _Ask, c: _Checks) -> None:
             f"{_they(behind)} ended"
         )
         c.fail(Reason.DEPENDENCY, msg, f"waits for {_jobs(behind)} to land", behind)
+    elif (link := chains.of(snap).get(ask.job.id)) is not None:
+        c.fail(Reason.DEPENDENCY, link.message(), f"starts once {_jobs(link.needs)} ended", link.needs)
     else:
         c.ok("Dependency", f"{_n(len(after), 'job')} it runs after landed or ended" if after else "runs after no job")
 
@@ -293,9 +297,13 @@ def _base_moved(ask: _Ask, c: _Checks) -> None:
     else:
         changed, _ = claims.split_mergeable((canon(p) for p in moved), policy.mergeable, job.mergeable)
         hits = sorted(p for p in changed if f.claim_index.meets(p))
+        named = chains.named(job, changed)
         if hits:
             msg = f"{job.branch} moved in {_n(len(hits), 'claimed path')} since planning: {plist(hits)}"
             c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", paths=hits, outcome=Outcome.REPLAN)
+        elif named:
+            msg = f"{job.branch} moved in {_n(len(named), 'path')} its text names as new since planning: {plist(named)}"
+            c.fail(Reason.BASE_MOVED, msg, "re-plans on the new head", paths=named, outcome=Outcome.REPLAN)
         else:
             c.ok("BaseMoved", f"{job.branch} moved in {_n(len(moved), 'path')} since planning, none claimed")
 

@@ -245,6 +245,8 @@ class Claim:
     source: ClaimSource = ClaimSource.NONE
     risk: Risk | None = None
     """Local evidence's estimate of what the job touches beyond `paths` (None: unknown)."""
+    coined: frozenset[str] = frozenset()
+    """Terms of its text its base does not have (`core.chains`): an earlier job making one of them goes first."""
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -254,6 +256,8 @@ class Claim:
         }
         if self.risk is not None:
             out["risk"] = self.risk.to_json()
+        if self.coined:
+            out["coined"] = sorted(self.coined)
         return out
 
     @classmethod
@@ -263,12 +267,14 @@ class Claim:
         paths = data.get("paths") or []
         confidence = data.get("confidence", 0.0)
         risk = data.get("risk")
-        assert isinstance(paths, list) and isinstance(confidence, int | float)
+        coined = data.get("coined") or []
+        assert isinstance(paths, list) and isinstance(confidence, int | float) and isinstance(coined, list)
         return cls(
             frozenset(str(p) for p in paths),
             float(confidence),
             ClaimSource(str(data.get("source", "none"))),
             Risk.from_json(risk) if isinstance(risk, Mapping) else None,
+            frozenset(str(t) for t in coined),
         )
 
 

@@ -16,6 +16,7 @@ from orchestrator.config import Config
 from orchestrator.core.job import Job
 from orchestrator.core.models import Claim, ClaimSource
 from orchestrator.llm.shared import SharedClaude
+from orchestrator.plan import coined
 from orchestrator.plan import declared as declared_mod
 from orchestrator.plan.accuracy import Settled
 from orchestrator.plan.base import Evidence, Kind, Note, Plan, Planner, merge_evidence
@@ -89,6 +90,12 @@ class Composite:
         early = declared_plan(job)
         if early is not None:
             return early
+        planned = await self._planned(job, base)
+        histories = getattr(self.local, "histories", None)  # the local planner's, mined already for this plan
+        history = await histories.at(job.repo, base) if isinstance(histories, Histories) else None
+        return await coined.plan_with(job, base, planned, history)
+
+    async def _planned(self, job: Job, base: str) -> Plan:
         local = await self.local.plan(job, base)
         if self.model is None:
             return local

@@ -71,10 +71,14 @@ REBUILD = 50
 """New changes in a repository's history after which its record is replayed and fitted again (the daemon's
 `plan.local.Records`, and `bench predict` as it replays a range)."""
 SHRINK = 2.0
-RECENT = 3
-"""How many of the record's pairs each pair the daemon itself ran side by side counts as, once settled (`refit`):
-where a period differs from the record (its changes meet more, or merge less), the risk follows it sooner."""
 """Estimated escapes a (claim kind, path kind) pair needs before its own factor outweighs its path kind's."""
+RECENT = 1
+"""How many of the record's pairs each pair the daemon itself ran side by side counts as, once settled (`refit`).
+One: a period whose changes meet more (or merge less) than the record's is as often followed by one that meets less,
+and weighed three times the risk followed each period a period late. Replayed with `bench predict` (which refits as
+the daemon does), three made the estimate rank pairs the wrong way round on small repositories (aiofiles: pairs
+estimated 12-20% did not merge 25.7% of the time, those estimated above 35% 13.6%) and failed calibration on
+aiofiles, humanize and gunicorn; one held it there (seen repositories, docs/benchmarks.md round 7)."""
 
 
 @dataclass

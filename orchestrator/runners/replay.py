@@ -160,12 +160,16 @@ def replayed_on(
     end: pygit2.Commit | None = None,
 ) -> pygit2.Tree:
     """`replayed_tree` onto a commit, as the replay runner applies a change: NotApplied also when the change
-    deletes a file `onto` has not had yet."""
-    if commit.parents and (absent := _deletes_unborn(repo, commit, onto)):
+    deletes or edits a file `onto` has not had yet."""
+    if commit.parents and (absent := _needs_unborn(repo, commit, onto)):
         # A three-way merge takes "deleted by both" as clean, but the change was made where the file was: it
         # needs the change that adds it (a release folding news fragments another job adds). Not settled by
-        # `theirs` either: no landing check would see it later, the deletion would just be missing.
-        raise NotApplied(f"commit {commit.id} deletes {', '.join(absent)}, which this base does not have yet")
+        # `theirs` either: no landing check would see it later, the deletion would just be missing. An edit of such
+        # a file is a modify/delete conflict, which `theirs` would settle by writing the whole file as the change
+        # left it, ahead of the change that makes it (a move, or the first version): that one's landing then
+        # writes over it or beside it, and the edit is broken or lost.
+        said = " and ".join(f"{verb} {', '.join(paths)}" for verb, paths in absent.items())
+        raise NotApplied(f"commit {commit.id} {said}, which this base does not have yet")
     return replayed_tree(repo, commit, onto.tree, theirs, mergeable, end)
 
 
@@ -205,21 +209,30 @@ def replayed_tree(
     return tree
 
 
-def _deletes_unborn(repo: pygit2.Repository, commit: pygit2.Commit, onto: pygit2.Commit) -> list[str]:
-    """The paths `commit` deletes (against its first parent) that `onto` has not had yet: absent from `onto` and
-    from the history it shares with the change (their merge base). One the merge base has was deleted already
-    by something `onto` has (two branches removing one file): "deleted by both" is then what it is, clean."""
+_CHANGED = (pygit2.enums.DeltaStatus.DELETED, pygit2.enums.DeltaStatus.MODIFIED, pygit2.enums.DeltaStatus.TYPECHANGE)
+
+
+def _needs_unborn(repo: pygit2.Repository, commit: pygit2.Commit, onto: pygit2.Commit) -> dict[str, list[str]]:
+    """The paths `commit` deletes or edits (against its first parent) that `onto` has not had yet: absent from
+    `onto` and from the history it shares with the change (their merge base). One the merge base has was deleted
+    already by something `onto` has (two branches removing one file): "deleted by both" is then what it is, clean,
+    and an edit of it a conflict like any other. By what it does: `deletes`, `edits`."""
     parent = commit.parents[0]
     gone = [
-        d.old_file.path
+        d
         for d in parent.tree.diff_to_tree(commit.tree).deltas
-        if d.status == pygit2.enums.DeltaStatus.DELETED and d.old_file.path not in onto.tree
+        if d.status in _CHANGED and d.old_file.path not in onto.tree
     ]
     if not gone:
-        return []
+        return {}
     shared = repo.merge_base(parent.id, onto.id)
     had = repo[shared].peel(pygit2.Commit).tree if shared is not None else None
-    return sorted(p for p in gone if had is None or p not in had)
+    out: dict[str, list[str]] = {}
+    for d in sorted(gone, key=lambda d: d.old_file.path):
+        if had is None or d.old_file.path not in had:
+            verb = "deletes" if d.status == pygit2.enums.DeltaStatus.DELETED else "edits"
+            out.setdefault(verb, []).append(d.old_file.path)
+    return out
 
 
 def _union_merged(
