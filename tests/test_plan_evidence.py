@@ -301,3 +301,50 @@ def test_a_text_neither_reporting_nor_describing_a_change_is_no_report() -> None
 def test_a_shell_jobs_command_line_is_no_report(command: str) -> None:
     """A shell job's text is its command: words in it (`fail-under`, `slow`) report nothing."""
     assert not reports(command)
+
+
+SETUP = """
+
+### Environment
+
+- Shop version: 2.3.1
+- Python version: 3.11.4
+- Shop extensions: shop.app, shop.plugins
+- OS: Linux
+
+<details><summary>Output of <tt>show_versions()</tt></summary>
+
+INSTALLED VERSIONS
+------------------
+shop: 2.3.1
+python: 3.11.4 (main, Jun  7 2023, 12:45:48)
+</details>
+<!-- Please tell us which Shop version and which plugins you use -->
+"""
+
+
+def test_an_issue_templates_environment_section_names_nothing_of_the_work(make_repo) -> None:
+    """What a report's template asks of every reporter (versions, platform, extensions, `show_versions()`'s output, the
+    template's own comments) names the same files in every report of a repository: sphinx's `Sphinx extensions:
+    sphinx.ext.autodoc` and `Sphinx version` (its class `Sphinx`), xarray's `xr.show_versions()` dump (SWE-bench
+    Verified: `print_versions.py` the likeliest file of 8 of 13 xarray tickets, never fixed there). Left out, two
+    reports about different files claim apart, each its own file first."""
+    repo = make_repo(
+        "shopsetup",
+        {
+            "shop/__init__.py": "",
+            "shop/app.py": "class Shop:\n    pass\n\n\ndef show_versions():\n    print('shop')\n",
+            "shop/plugins.py": "PLUGINS = []\n",
+            "shop/cart.py": "class Cart:\n    def total(self):\n        return 0\n",
+            "shop/pricing.py": "def apply_discount(price, pct):\n    return price\n",
+        },
+    )
+    cart = plan(repo, "Cart total ignores the quantity of each line\n\n`Cart.total` counts each line once." + SETUP)
+    pricing = plan(repo, "apply_discount rounds the wrong way\n\n`apply_discount(10, 15)` gives 8.5." + SETUP)
+    for p in (cart, pricing):
+        assert not {"shop/app.py", "shop/plugins.py"} & set(kinds(p)), "nothing of the setup is evidence"
+    assert "shop/cart.py" in cart.claim.paths and "shop/pricing.py" in pricing.claim.paths
+    assert not set(cart.claim.paths) & set(pricing.claim.paths)
+    m = mentions("Cart is slow\n\n### Environment\n- Shop version: 2.3.1\n\n### Steps\nCall `Cart.total` on shop.app")
+    assert "Cart.total" in m.identifiers and "shop.app" in m.identifiers, "a section after the setup counts again"
+    assert "Shop" not in m.identifiers and "2.3.1" not in m.paths

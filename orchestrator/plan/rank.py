@@ -54,6 +54,7 @@ PLACE_WEIGHT: Mapping[Where, float] = {
     Where.CODE: 0.6,
     Where.SESSION: 0.25,
     Where.IMPORT: 0.1,
+    Where.SETUP: 0.0,
 }
 """How much a name says by where it occurs (`text.Where`)."""
 GENERIC_STEMS = frozenset(

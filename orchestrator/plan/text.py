@@ -64,9 +64,14 @@ class Where(StrEnum):
     """An interactive session (`>>>` lines and their output)."""
     TRACE = "trace"
     """A traceback."""
+    SETUP = "setup"
+    """The reporter's setup: versions, platform, installed packages and extensions (an issue template's environment
+    section, `show_versions()` or `pip list` output, a test run's header). What the reporter has, not where the work
+    is: a name found only there is left out of `Mentions` (every report of one repository names the same few there:
+    `Sphinx extensions: sphinx.ext.autodoc`, `xr.show_versions()`)."""
 
 
-WEAK_PLACES = frozenset({Where.IMPORT, Where.SESSION})
+WEAK_PLACES = frozenset({Where.IMPORT, Where.SESSION, Where.SETUP})
 """Places whose names say little about where the fix goes."""
 
 
@@ -157,6 +162,34 @@ _CODE_LINE = re.compile(
     r"|^\s*[\w.]+\(.*\)\s*$"
 )
 _TRACE_START = re.compile(r"^\s*Traceback \(most recent call last\)")
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+"""An HTML comment: an issue template's instructions, not the reporter's words (they do not show)."""
+_HEADING = re.compile(
+    r"^(?:#{1,6}\s+(?P<md>.+?)\s*#*|\*\*(?P<bold>[^*]+?)\*\*\s*:?|(?:<details>\s*)?<summary>(?P<summary>.*?)</summary>"
+    r"|(?!(?:if|elif|else|for|while|def|class|try|except|with)\b)"
+    r"(?P<plain>[A-Za-z][\w ()/-]{0,40}:|[A-Z][A-Z0-9 _/()-]{3,40}))\s*$"
+)
+"""A line that heads a section: a markdown heading, a bold line, a `<summary>`, a short `Label:` or UPPER CASE line
+(from its first column, not a line of code)."""
+_SETUP_HEADING = re.compile(
+    r"\b(?:environment|versions?|installed|installation|platform|operating system|os|system (?:details|info\w*)"
+    r"|dependencies|pip (?:list|freeze)|conda (?:list|info)|show_versions|backend|extensions|extra tools)\b",
+    re.I,
+)
+"""What an environment section's heading says (`### Sphinx version`, `**Environment info**`, `System Details`)."""
+_SETUP_LINE = re.compile(
+    r"^\s*(?:[-*+]\s+)?(?:"
+    r"[A-Za-z][\w.()/+-]*(?:\s+[\w.()/+-]+){0,2}?"
+    r"(?:\s*:\s*v?\d+\.\d+[\w.+-]*|\s+version\s*:?\s*\S+|\s+v?\d+\.\d+\.\d+[\w.+-]*)(?:\s*[|(\[].*)?"
+    r"|platform \S+ -- Python \d.*|(?:rootdir|cachedir|plugins|configfile|inifile)\s*:.*)\s*$",
+    re.I,
+)
+"""A line stating a version (`xarray: 0.12.3`, `Sphinx version: 3.1`, `attrs 21.2.0`, `Python 3.6.0 |Anaconda|`: a name
+of three words at most) or a test run's header (`platform linux -- Python 3.9.7, pytest-7.1.2`, `rootdir: /home/x`)."""
+SETUP_PROSE = 7
+"""A line of this many words that states no version is prose again: it ends an environment section (a report that goes
+on after its versions)."""
+_DETAILS_END = re.compile(r"^\s*</details>", re.I)
 _FRAME = re.compile(r'File "([^"\n]+)", line \d+(?:, in ([\w<>.]+))?')
 _PYTEST_FRAME = re.compile(r"^\s*([\w./\\:~-]+\.\w{1,5}):\d+:(?: in ([\w<>.]+))?")
 _PHRASE_WORD = re.compile(r"(?<![\w.])[A-Za-z]+(?![\w(])")
@@ -180,7 +213,7 @@ def _place(line: str, title: bool, fenced: bool, trace: bool) -> Where:
 def mentions(text: str) -> Mentions:
     """Everything `text` names (see `Mentions`), and where."""
     declared, body = front_matter(text)
-    body = _TRAILER.sub("", body)
+    body = _COMMENT.sub("", _TRAILER.sub("", body))
     where: dict[str, set[Where]] = {}
     paths: list[str] = []
     idents: list[str] = []
@@ -194,6 +227,7 @@ def mentions(text: str) -> Mentions:
         where.setdefault(name, set()).add(place)
 
     fenced = trace = False
+    setup = False  # in an environment section (`_SETUP_HEADING`), until the next heading
     session = False  # the output lines after a `>>>` line belong to the session
     first = True
     after_frame = False  # the line after a frame's is its source line
@@ -207,8 +241,14 @@ def mentions(text: str) -> Mentions:
         if _FENCE.match(line):
             fenced = not fenced
             continue
+        if not fenced and not first and (heading := _heading(line)) is not None:
+            setup = _SETUP_HEADING.search(heading) is not None
+        elif _DETAILS_END.match(line) or (
+            setup and not fenced and len(line.split()) >= SETUP_PROSE and not _SETUP_LINE.match(line)
+        ):
+            setup = False
         if _TRACE_START.match(line):
-            trace, session = True, False
+            trace, session, setup = True, False, False
         for m in _URL_PATH.finditer(line):
             links.append(m.group(1))
         frame = _FRAME.search(line) or (_PYTEST_FRAME.match(line) if not _URL_PATH.search(line) else None)
@@ -221,23 +261,39 @@ def mentions(text: str) -> Mentions:
             session = True
         elif session and place is not Where.TITLE:
             place = Where.SESSION
+        if place is not Where.TITLE and (setup or _SETUP_LINE.match(plain)):
+            place = Where.SETUP
         first = False
         _line_mentions(plain, place, paths, idents, words, seen)
+        if place is Where.SETUP:
+            continue
         messages += _messages(line)
         if place in (Where.TITLE, Where.PROSE):
             run = [w.lower() for w in _PHRASE_WORD.findall(plain)]
             phrases += ["".join(run[i : i + n]) for n in (2, 3) for i in range(len(run) - n + 1)]
+    setup_only = {name for name, places in where.items() if places == {Where.SETUP}}
+    for name in setup_only:
+        del where[name]
     return Mentions(
         declared=declared,
-        paths=_uniq(paths),
-        identifiers=_uniq([i for i in idents if i.lower() not in _STOP]),
-        words=_uniq(words),
+        paths=_uniq([p for p in paths if p not in setup_only]),
+        identifiers=_uniq([i for i in idents if i.lower() not in _STOP and i not in setup_only]),
+        words=_uniq([w for w in words if w not in setup_only]),
         frames=tuple(frames),
         links=_uniq(links),
         phrases=_uniq(phrases),
         messages=_uniq(messages)[:MAX_MESSAGES],
         where={k: frozenset(v) for k, v in where.items()},
     )
+
+
+def _heading(line: str) -> str | None:
+    """The words of a line that heads a section (`_HEADING`), tags and markup left out; else None."""
+    m = _HEADING.match(line)
+    if m is None:
+        return None
+    words = re.sub(r"<[^>]+>", " ", next(g for g in m.groups() if g is not None))
+    return words if len(words.split()) <= 6 else None
 
 
 MAX_MESSAGES = 12
