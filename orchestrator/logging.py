@@ -210,20 +210,20 @@ _SECRET_SHAPES = (
     r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # a JWT
 )
 _SECRET_VALUE = re.compile("|".join(_SECRET_SHAPES))
-_SECRET_IN_TEXT = (
-    # NAME=value, NAME: value, "name": "value", 'x-api-key': 'value' (env dumps, headers, dict and JSON text).
-    re.compile(rf"""(?i)([\w\-]*{_SECRET_NAME}[\w\-]*["']?\s*[:=]\s*["']?)(?!\d+\b)([^\s"',;}}\]\)]+)"""),
-    # --api-key VALUE, --token=VALUE (argv of a command).
-    re.compile(
-        rf"(?i)((?:(?<=\s)|(?<=^)|(?<=[\[,'\"]))--?[\w\-]*{_SECRET_NAME}[\w\-]*(?:=|\s+))(?!\d+\b)([^\s\"',;]+)"
-    ),
-    # Authorization: Bearer VALUE / Basic VALUE.
-    re.compile(r"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
-)
+_NAME_RUN = re.compile(r"[\w\-]+")
+"""A name as a whole run of word characters and dashes (`x-api-key`, `GITHUB_TOKEN`)."""
+_SET_TO = re.compile(r"""(["']?\s*[:=]\s*["']?)(?!\d+\b)([^\s"',;}\]\)]+)""")
+"""What follows a name set to a value: NAME=value, NAME: value, "name": "value" (env dumps, headers, dict and JSON)."""
+_OPTION = re.compile(r"""(?:(?<=\s)|(?<=^)|(?<=[\[,'"]))--?[\w\-]*""")
+_OPTION_VALUE = re.compile(r"""(=|\s+)(?!\d+\b)([^\s"',;]+)""")
+"""--api-key VALUE, --token=VALUE (argv of a command)."""
+_BEARER = re.compile(r"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/=\-]{8,})")
+"""Authorization: Bearer VALUE / Basic VALUE."""
 _HINTS = ("key", "token", "secret", "passw", "authoriz", "credential", "cookie", "bearer", "basic", "sk-", "ghp_",
           "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "hf_", "xox", "eyj")  # fmt: skip
 """Substrings (any case) one of which every pattern's match contains: a string without any is left as it is."""
-_SECRET_FLAG = re.compile(rf"(?i)--?[\w\-]*{_SECRET_NAME}[\w\-]*")
+_FLAG = re.compile(r"--?[\w\-]*")
+"""An option's shape (`--api-key`): one whose name holds a secret's (`_SECRET_KEY`) is followed by a secret."""
 _known: set[str] = set()
 _known_rx: re.Pattern[str] | None = None
 KNOWN_MIN = 8
@@ -265,9 +265,27 @@ def mask(text: str) -> str:
     if _known_rx is not None:
         text = _known_rx.sub("****", text)
     text = _SECRET_VALUE.sub("****", text)
-    for rx in _SECRET_IN_TEXT:
-        text = rx.sub(lambda m: m.group(1) + "****" if m.group(2) != "****" else m.group(0), text)
-    return text
+    text = _set_to_masked(text, _NAME_RUN, _SET_TO)
+    text = _set_to_masked(text, _OPTION, _OPTION_VALUE)
+    return _BEARER.sub(lambda m: m.group(1) + "****" if m.group(2) != "****" else m.group(0), text)
+
+
+def _set_to_masked(text: str, names: re.Pattern[str], value: re.Pattern[str]) -> str:
+    """`text` with the value masked after each name (`names`, whole runs) holding a secret's name (`_SECRET_KEY`) that
+    `value` follows (its group 2), left to right, none looked for inside a value masked already. Linear in the text:
+    a pattern with the secret's name inside the run went over every offset and back (a line of `token` and 40,000
+    letters took 83 s, on the event loop)."""
+    out: list[str] = []
+    done = 0
+    for run in names.finditer(text):
+        if run.start() < done or _SECRET_KEY.search(run.group()) is None:
+            continue
+        m = value.match(text, run.end())
+        if m is None or m.group(2) == "****":
+            continue
+        out += [text[done : m.start(2)], "****"]
+        done = m.end()
+    return "".join(out) + text[done:] if out else text
 
 
 def _masked(value: Any, depth: int = 0) -> Any:
@@ -299,7 +317,12 @@ def _secret_name(key: str) -> bool:
 
 
 def _secret_flag(word: object) -> bool:
-    return isinstance(word, str) and word.startswith("-") and _SECRET_FLAG.fullmatch(word) is not None
+    return (
+        isinstance(word, str)
+        and word.startswith("-")
+        and _FLAG.fullmatch(word) is not None
+        and _SECRET_KEY.search(word) is not None
+    )
 
 
 def _named(key: Any, value: Any, depth: int) -> Any:

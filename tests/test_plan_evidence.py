@@ -349,23 +349,3 @@ def test_an_issue_templates_environment_section_names_nothing_of_the_work(make_r
     assert "Cart.total" in m.identifiers and "shop.app" in m.identifiers, "a section after the setup counts again"
     assert "Shop" not in m.identifiers and "2.3.1" not in m.paths
 
-
-def test_a_hostile_text_is_read_in_time_linear_in_its_length():
-    """A job's text is anyone's: lines made to send a pattern over every offset of a long word (`\\S+@\\S+` took minutes
-    on 10,000 `@`; a path pattern seconds on 20,000 `*`, the chains' code words seconds on 20,000 letters) are read
-    by `mentions` and the chains' `naming` in a blink. In a process of its own, so that a regression fails at the
-    deadline instead of hanging the suite."""
-    import subprocess
-    import sys
-
-    program = (
-        "from orchestrator.plan import text\n"
-        "from orchestrator.core import chains\n"
-        "for unit in ('@', 'a@', 'x', '*', 'a-', 'a.', '(', 'a:', 'a`', '/a', 'http'):\n"
-        "    line = 'title\\n' + unit * (200_000 // len(unit))\n"
-        "    text.mentions(line)\n"
-        "    chains.words(chains.naming(line))\n"
-        "print('read')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "read", done.stderr

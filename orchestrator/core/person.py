@@ -10,9 +10,15 @@ MAX_LENGTH = 300
 
 
 def split(person: str) -> tuple[str, str]:
-    """(`Name`, `email`) of `Name <email>`; ("", "") for anything else."""
-    m = PERSON.fullmatch(person.strip())
-    return (m.group(1).strip(), m.group(2).strip()) if m else ("", "")
+    """(`Name`, `email`) of `Name <email>`; ("", "") for anything else. Read by position, not by `PERSON` (whose name
+    and the spaces after it may take the same characters: a long run of tabs took seconds)."""
+    whole = person.strip()
+    name, lt, rest = whole.partition("<")
+    email, gt, after = rest.partition(">")
+    name = name.rstrip()  # the spaces before `<` (a line break too) are no part of the name
+    if not (lt and gt and name and email) or after or ">" in name or "<" in email or "\n" in name + email:
+        return ("", "")
+    return (name.strip(), email.strip())
 
 
 def valid(person: str) -> bool:
