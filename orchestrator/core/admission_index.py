@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import weakref
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from orchestrator.core import claims
 from orchestrator.core.claims import ClaimError, PathIndex, name_of
 from orchestrator.core.models import ROOT, JobView, Policy, Snapshot
 from orchestrator.core.risk import NONE, Escapes, PairRisk, pair_risk
+from orchestrator.core.snapcache import PerSnapshot
 
 OrderKey = tuple[int, float, int]
 BLOCKING_LIMIT = 20
@@ -350,27 +350,20 @@ class State:
         return job.id not in self.elsewhere and not job.resting
 
 
-_STATES: dict[int, tuple[weakref.ref[Snapshot], State]] = {}
-
-
-def state_of(snapshot: Snapshot) -> State:
-    """The full index of `snapshot` (all its ready waiting jobs), built once per snapshot object."""
-    key = id(snapshot)
-    hit = _STATES.get(key)
-    if hit is not None and hit[0]() is snapshot:
-        return hit[1]
+def _state(snapshot: Snapshot) -> State:
     state = State(snapshot)
     for job in sorted((*snapshot.waiting, *snapshot.held), key=order):
         if ready(job, snapshot):
             state.add_waiting(facts(job, snapshot.policy))
-
-    def forget(ref: weakref.ref[Snapshot], key: int = key) -> None:
-        entry = _STATES.get(key)
-        if entry is not None and entry[0] is ref:
-            del _STATES[key]
-
-    _STATES[key] = (weakref.ref(snapshot, forget), state)
     return state
+
+
+_STATES: PerSnapshot[State] = PerSnapshot(_state)
+
+
+def state_of(snapshot: Snapshot) -> State:
+    """The full index of `snapshot` (all its ready waiting jobs), built once per snapshot object."""
+    return _STATES(snapshot)
 
 
 def order(job: JobView) -> OrderKey:

@@ -24,12 +24,12 @@ landed is planned on a base that has the word, and needs nothing.
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
 from orchestrator.core.models import JobView, Snapshot
+from orchestrator.core.snapcache import PerSnapshot
 
 RARE = 4
 """A term used by at most this many files of the base is new to it (a word a few docs name in passing, as
@@ -174,21 +174,11 @@ def links(jobs: Iterable[JobView]) -> Mapping[int, Link]:
     return out
 
 
-_LINKS_OF: dict[int, tuple[weakref.ref[Snapshot], Mapping[int, Link]]] = {}
+_LINKS_OF: PerSnapshot[Mapping[int, Link]] = PerSnapshot(
+    lambda s: links((*s.active, *s.elsewhere, *s.waiting, *s.held))
+)
 
 
 def of(snapshot: Snapshot) -> Mapping[int, Link]:
     """`links` of every unfinished job of `snapshot` (active, elsewhere, waiting, held), once per snapshot object."""
-    key = id(snapshot)
-    hit = _LINKS_OF.get(key)
-    if hit is not None and hit[0]() is snapshot:
-        return hit[1]
-    found = links((*snapshot.active, *snapshot.elsewhere, *snapshot.waiting, *snapshot.held))
-
-    def forget(ref: weakref.ref[Snapshot], key: int = key) -> None:
-        entry = _LINKS_OF.get(key)
-        if entry is not None and entry[0] is ref:
-            del _LINKS_OF[key]
-
-    _LINKS_OF[key] = (weakref.ref(snapshot, forget), found)
-    return found
+    return _LINKS_OF(snapshot)
